@@ -31,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kronos", description="Kronos portfolio forecasting")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, (module, help_text) in COMMANDS.items():
+    for name, (_module, help_text) in COMMANDS.items():
         sub.add_parser(name, help=help_text, add_help=False)
     return parser
 
@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     # parser handles the rest after its module is imported.
     idx = next((i for i, a in enumerate(argv) if a in COMMANDS), None)
     if idx is None:
-        args = top.parse_args(argv)
+        top.parse_args(argv)  # handles --help
         top.print_help()
         return 2
     top_args = top.parse_args(argv[: idx + 1])

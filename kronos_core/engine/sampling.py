@@ -1,0 +1,93 @@
+"""Token sampling: temperature, top-k / top-p filtering and seeded, batch-invariant draws.
+
+Seeded draws come from a counter-based generator: the uniform number used for a
+row at a given step depends only on (row key, step, token kind), never on which
+other rows share the batch or on the batch size. Sampling is inverse-CDF with
+that number, so a row's tokens are reproducible in any batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+_MASK64 = (1 << 64) - 1
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 1.0  # logits are divided by this before the softmax
+    top_k: int = 0  # > 0: keep only the top_k logits (then top_p is ignored)
+    top_p: float = 0.9  # < 1: keep the smallest most-likely set reaching this probability
+
+    def __post_init__(self):
+        if not self.temperature > 0:
+            raise ValueError(f"temperature (T) must be > 0, got {self.temperature}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0, got {self.top_k}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.top_k == 1
+
+
+def filter_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """(N, V) logits / T with filtered-out entries set to -inf."""
+    logits = logits.float() / params.temperature
+    if params.top_k > 0:
+        k = min(params.top_k, logits.shape[-1])
+        kth = torch.topk(logits, k, dim=-1).values[..., -1:]  # (N, 1)
+        return logits.masked_fill(logits < kth, float("-inf"))
+    if params.top_p < 1.0:
+        ordered, order = torch.sort(logits, dim=-1, descending=True)  # (N, V)
+        cumulative = ordered.softmax(-1).cumsum(-1)
+        before = torch.cat([torch.zeros_like(cumulative[..., :1]), cumulative[..., :-1]], dim=-1)
+        drop_sorted = before > params.top_p  # the most likely token has before == 0: always kept
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        return logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
+def sample_tokens(logits: torch.Tensor, params: SamplingParams, uniforms: torch.Tensor | None) -> torch.Tensor:
+    """Draw one token per row. logits (N, V); uniforms (N,) in [0, 1) or None (global RNG).
+
+    Greedy (top_k == 1) is an arg-max and ignores the uniforms.
+    """
+    if params.greedy:
+        return logits.argmax(-1)
+    probs = filter_logits(logits, params).softmax(-1).double()  # (N, V)
+    cdf = probs.cumsum(-1)  # (N, V)
+    if uniforms is None:
+        uniforms = torch.rand(logits.shape[0], dtype=torch.float64, device=logits.device)
+    u = uniforms.to(device=logits.device, dtype=torch.float64)[:, None] * cdf[:, -1:]  # (N, 1)
+    idx = torch.searchsorted(cdf, u, right=True)[:, 0]
+    return idx.clamp_(max=logits.shape[-1] - 1)
+
+
+def _splitmix64(x: np.ndarray) -> np.ndarray:
+    """SplitMix64 finaliser on uint64 arrays (wrapping arithmetic)."""
+    with np.errstate(over="ignore"):
+        x = x + np.uint64(0x9E3779B97F4A7C15)
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
+
+
+def row_keys(seed: int, series_keys: list[int], sample_count: int) -> np.ndarray:
+    """uint64 key per (series, sample path) row, series-major: (len(series_keys) * sample_count,)."""
+    base = _splitmix64(np.array([seed & _MASK64], dtype=np.uint64))[0]
+    series = _splitmix64(np.array([k & _MASK64 for k in series_keys], dtype=np.uint64) ^ base)  # (B,)
+    paths = np.arange(sample_count, dtype=np.uint64)  # (S,)
+    return _splitmix64(series[:, None] ^ _splitmix64(paths + base)[None, :]).reshape(-1)
+
+
+def counter_uniforms(keys: np.ndarray, step: int, kind: int) -> torch.Tensor:
+    """Uniform [0, 1) float64 per row for (step, kind); kind 0 = s1, 1 = s2."""
+    counter = np.uint64((step << 1) | kind)
+    with np.errstate(over="ignore"):
+        bits = _splitmix64(keys ^ _splitmix64(np.array([counter], dtype=np.uint64)))
+    return torch.from_numpy((bits >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53)))

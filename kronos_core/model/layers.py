@@ -1,0 +1,179 @@
+"""Building blocks shared by the tokenizer and the predictor.
+
+Attention takes explicit per-row positions and an optional boolean mask so that
+left-padded (ragged) batches and key/value caches compute exactly what each
+series would compute alone. Parameter and buffer names follow the published
+checkpoints (``q_proj``, ``rotary.inv_freq``, ``w1``...).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+RMS_EPS = 1e-5
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float = RMS_EPS):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x32 = x.float()
+        normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return normed.type_as(x) * self.weight
+
+
+class SwiGLU(nn.Module):
+    """``w2(silu(w1 x) * w3 x)``, no biases."""
+
+    def __init__(self, d_model: int, ff_dim: int, dropout: float = 0.0):
+        super().__init__()
+        self.w1 = nn.Linear(d_model, ff_dim, bias=False)
+        self.w3 = nn.Linear(d_model, ff_dim, bias=False)
+        self.w2 = nn.Linear(ff_dim, d_model, bias=False)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.w2(F.silu(self.w1(x)) * self.w3(x)))
+
+
+class Rotary(nn.Module):
+    """Rotary position embedding; only holds ``inv_freq`` (head_dim / 2,)."""
+
+    def __init__(self, head_dim: int, base: float = 10000.0):
+        super().__init__()
+        inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2).float() / head_dim))
+        self.register_buffer("inv_freq", inv_freq)
+
+    def cos_sin(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """positions (B, L) integer -> cos, sin each (B, 1, L, head_dim)."""
+        angles = positions.float()[..., None] * self.inv_freq  # (B, L, D/2)
+        angles = torch.cat([angles, angles], dim=-1)  # (B, L, D)
+        return angles.cos()[:, None], angles.sin()[:, None]  # (B, 1, L, D)
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x (B, H, L, D); cos/sin (B, 1, L, D). ``x*cos + rotate_half(x)*sin``."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)  # (B, H, L, D)
+    return x * cos.to(x.dtype) + rotated * sin.to(x.dtype)
+
+
+class KVCache:
+    """Preallocated keys/values of one attention layer: (B, H, capacity, D) each.
+
+    Slots are addressed by an index shared by all rows (batches are left-padded
+    so every row's newest token sits in the same slot).
+    """
+
+    def __init__(self, batch: int, heads: int, capacity: int, head_dim: int, dtype, device):
+        self.k = torch.zeros(batch, heads, capacity, head_dim, dtype=dtype, device=device)
+        self.v = torch.zeros_like(self.k)
+
+    def write(self, start: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        """k, v (B, H, L, D) go to slots [start, start + L)."""
+        end = start + k.shape[2]
+        self.k[:, :, start:end] = k
+        self.v[:, :, start:end] = v
+
+    def select_rows(self, rows: torch.Tensor) -> None:
+        self.k = self.k.index_select(0, rows)
+        self.v = self.v.index_select(0, rows)
+
+    @property
+    def nbytes(self) -> int:
+        return self.k.numel() * self.k.element_size() * 2
+
+
+class SelfAttention(nn.Module):
+    """Causal multi-head self-attention with rotary q/k and optional KV cache."""
+
+    def __init__(self, d_model: int, n_heads: int, attn_dropout: float = 0.0, resid_dropout: float = 0.0):
+        super().__init__()
+        self.n_heads = n_heads
+        self.head_dim = d_model // n_heads
+        self.q_proj = nn.Linear(d_model, d_model)
+        self.k_proj = nn.Linear(d_model, d_model)
+        self.v_proj = nn.Linear(d_model, d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+        self.rotary = Rotary(self.head_dim)
+        self.attn_dropout = attn_dropout
+        self.resid_dropout = nn.Dropout(resid_dropout)
+
+    def _heads(self, x: torch.Tensor) -> torch.Tensor:
+        b, length, _ = x.shape
+        return x.view(b, length, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, L, D)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        positions: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+        cache_start: int = 0,
+    ) -> torch.Tensor:
+        """x (B, L, d); positions (B, L).
+
+        mask: None means plain causal attention over ``x`` itself (or over every
+        cached slot up to the end when a cache is given); else a boolean
+        (B, 1, L, S) where True lets a query see a key; S is the number of keys
+        (L without cache, ``cache_start + L`` with one).
+        With a cache, this call's keys/values are written to slots
+        [cache_start, cache_start + L) and attention runs over slots [0, cache_start + L).
+        """
+        b, length, d = x.shape
+        cos, sin = self.rotary.cos_sin(positions)
+        q = apply_rotary(self._heads(self.q_proj(x)), cos, sin)  # (B, H, L, D)
+        k = apply_rotary(self._heads(self.k_proj(x)), cos, sin)  # (B, H, L, D)
+        v = self._heads(self.v_proj(x))  # (B, H, L, D)
+        causal = mask is None
+        if cache is not None:
+            cache.write(cache_start, k, v)
+            end = cache_start + length
+            k, v = cache.k[:, :, :end], cache.v[:, :, :end]  # (B, H, S, D)
+            causal = causal and cache_start == 0  # one new query over past keys needs no mask
+        dropout = self.attn_dropout if self.training else 0.0
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=causal and length > 1
+        )  # (B, H, L, D)
+        out = out.transpose(1, 2).reshape(b, length, d)  # (B, L, d)
+        return self.resid_dropout(self.out_proj(out))
+
+
+class TransformerBlock(nn.Module):
+    """Pre-norm block: ``x + attn(norm1(x))`` then ``x + ffn(norm2(x))``."""
+
+    def __init__(self, d_model: int, n_heads: int, ff_dim: int, ffn_dropout=0.0, attn_dropout=0.0, resid_dropout=0.0):
+        super().__init__()
+        self.norm1 = RMSNorm(d_model)
+        self.self_attn = SelfAttention(d_model, n_heads, attn_dropout, resid_dropout)
+        self.norm2 = RMSNorm(d_model)
+        self.ffn = SwiGLU(d_model, ff_dim, ffn_dropout)
+
+    def forward(self, x, positions, mask=None, cache: KVCache | None = None, cache_start: int = 0):
+        x = x + self.self_attn(self.norm1(x), positions, mask, cache, cache_start)
+        return x + self.ffn(self.norm2(x))
+
+
+def padded_positions_and_mask(pad: torch.Tensor, length: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Positions and causal mask for a left-padded batch.
+
+    pad (B,) number of padding slots at the start of each row. Returns
+    positions (B, L) with each row's first real token at 0, and a boolean mask
+    (B, 1, L, L): causal, no real query sees padding, and each padding query
+    sees only itself (so no row of the softmax is empty). The mask is None when
+    no row is padded.
+    """
+    slots = torch.arange(length, device=pad.device)
+    positions = (slots[None, :] - pad[:, None]).clamp(min=0)  # (B, L)
+    if int(pad.max()) == 0:
+        return positions, None
+    causal = slots[None, :] <= slots[:, None]  # (L, L) query x key
+    key_real = slots[None, :] >= pad[:, None]  # (B, L)
+    mask = causal[None] & key_real[:, None, :]  # (B, L, L)
+    mask = mask | torch.eye(length, dtype=torch.bool, device=pad.device)[None]
+    return positions, mask[:, None]  # (B, 1, L, L)

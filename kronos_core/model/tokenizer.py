@@ -1,0 +1,108 @@
+"""``KronosTokenizer``: turns normalized candles into (s1, s2) token pairs and back.
+
+encode: embed -> causal encoder blocks -> quant_embed -> L2-normalize -> sign bits
+-> two integers (least significant bit first). decode: bits -> ±1/sqrt(bits) ->
+post_quant_embed -> causal decoder blocks -> head.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from kronos_core.model.checkpoint import PretrainedMixin
+from kronos_core.model.config import TokenizerConfig
+from kronos_core.model.layers import TransformerBlock, padded_positions_and_mask
+
+
+class _BSQBuffers(nn.Module):
+    """Holds the quantiser's integer buffers so checkpoints load; inference derives them."""
+
+    def __init__(self, codebook_dim: int, group_size: int):
+        super().__init__()
+        self.register_buffer("basis", 2 ** torch.arange(codebook_dim, dtype=torch.int64))
+        self.register_buffer("group_basis", 2 ** torch.arange(group_size, dtype=torch.int64))
+
+
+class _QuantizerHolder(nn.Module):
+    def __init__(self, codebook_dim: int, group_size: int):
+        super().__init__()
+        self.bsq = _BSQBuffers(codebook_dim, group_size)
+
+
+class KronosTokenizer(PretrainedMixin, nn.Module):
+    config_class = TokenizerConfig
+    kind = "tokenizer"
+
+    def __init__(self, config: TokenizerConfig):
+        super().__init__()
+        self.config = config
+        c = config
+        block = lambda: TransformerBlock(  # noqa: E731
+            c.d_model, c.n_heads, c.ff_dim, c.ffn_dropout_p, c.attn_dropout_p, c.resid_dropout_p
+        )
+        self.embed = nn.Linear(c.d_in, c.d_model)
+        # The published layout has one block fewer than the configured number.
+        self.encoder = nn.ModuleList(block() for _ in range(c.n_enc_layers - 1))
+        self.quant_embed = nn.Linear(c.d_model, c.codebook_dim)
+        self.post_quant_embed_pre = nn.Linear(c.s1_bits, c.d_model)
+        self.post_quant_embed = nn.Linear(c.codebook_dim, c.d_model)
+        self.decoder = nn.ModuleList(block() for _ in range(c.n_dec_layers - 1))
+        self.head = nn.Linear(c.d_model, c.d_in)
+        self.tokenizer = _QuantizerHolder(c.codebook_dim, c.group_size)
+
+    @staticmethod
+    def _layout(batch: int, length: int, pad: torch.Tensor | None, device):
+        if pad is None:
+            pad = torch.zeros(batch, dtype=torch.long, device=device)
+        return padded_positions_and_mask(pad.to(device), length)
+
+    def encode_latent(self, x: torch.Tensor, pad: torch.Tensor | None = None) -> torch.Tensor:
+        """x (B, L, d_in) normalized candles -> unit-norm latent z (B, L, s1_bits + s2_bits).
+
+        pad (B,) optional number of left-padding rows per series.
+        """
+        positions, mask = self._layout(x.shape[0], x.shape[1], pad, x.device)
+        z = self.embed(x)  # (B, L, d_model)
+        for block in self.encoder:
+            z = block(z, positions, mask)
+        z = self.quant_embed(z)  # (B, L, bits)
+        return nn.functional.normalize(z, dim=-1)
+
+    def encode(self, x: torch.Tensor, pad: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """x (B, L, d_in) -> (s1, s2) integer ids, each (B, L) int64."""
+        bits = (self.encode_latent(x, pad) > 0).long()  # (B, L, bits)
+        return self.bits_to_ids(bits)
+
+    def bits_to_ids(self, bits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """bits (..., s1_bits + s2_bits) of 0/1 -> (s1, s2), least significant bit first."""
+        s1_bits = self.config.s1_bits
+        weights = 2 ** torch.arange(max(s1_bits, self.config.s2_bits), device=bits.device)
+        s1 = (bits[..., :s1_bits] * weights[:s1_bits]).sum(-1)
+        s2 = (bits[..., s1_bits:] * weights[: self.config.s2_bits]).sum(-1)
+        return s1, s2
+
+    def ids_to_code(self, s1: torch.Tensor, s2: torch.Tensor) -> torch.Tensor:
+        """(s1, s2) ids (...,) -> quantised code (..., s1_bits + s2_bits) with entries ±1/sqrt(bits)."""
+        c = self.config
+
+        def unpack(ids: torch.Tensor, n: int) -> torch.Tensor:
+            powers = 2 ** torch.arange(n, device=ids.device)
+            return ((ids.long()[..., None] & powers) != 0).float()  # (..., n)
+
+        bits = torch.cat([unpack(s1, c.s1_bits), unpack(s2, c.s2_bits)], dim=-1)
+        return (bits * 2 - 1) / math.sqrt(c.codebook_dim)
+
+    def decode(self, s1: torch.Tensor, s2: torch.Tensor, pad: torch.Tensor | None = None) -> torch.Tensor:
+        """(s1, s2) (B, L) -> reconstructed normalized candles (B, L, d_in)."""
+        code = self.ids_to_code(s1, s2).to(self.post_quant_embed.weight.dtype)  # (B, L, bits)
+        return self.decode_code(self.post_quant_embed(code), pad)
+
+    def decode_code(self, z: torch.Tensor, pad: torch.Tensor | None = None) -> torch.Tensor:
+        """z (B, L, d_model) after a post-quant projection -> (B, L, d_in)."""
+        positions, mask = self._layout(z.shape[0], z.shape[1], pad, z.device)
+        for block in self.decoder:
+            z = block(z, positions, mask)
+        return self.head(z)

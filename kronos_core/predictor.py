@@ -1,0 +1,244 @@
+"""``KronosPredictor``: the reference's forecasting API on the cached, batched engine.
+
+``predict`` / ``predict_batch`` keep the reference's arguments, defaults, input
+rules and results (DataFrames). ``forecast`` is the array API: ragged series in,
+sample paths, mean and quantiles out, with seeded batch-invariant sampling.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+
+from kronos_core.candles import (
+    FEATURES,
+    CandleError,
+    candle_array,
+    denormalize,
+    normalize,
+    repair_candles,
+    time_features,
+)
+from kronos_core.engine.batch import assemble
+from kronos_core.engine.generate import EngineStats, GenerationConfig, Generator
+from kronos_core.engine.sampling import SamplingParams, row_keys
+from kronos_core.model import Kronos, KronosTokenizer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ForecastResult:
+    """Forecasts of B series, S sample paths each, H steps, 6 features (``FEATURES``), raw scale."""
+
+    paths: np.ndarray  # (B, S, H, 6) float32 sample paths
+    mean: np.ndarray  # (B, H, 6) float32 mean over the paths
+    quantiles: np.ndarray  # (Q, B, H, 6) float32, Q = len(quantile_levels)
+    quantile_levels: tuple[float, ...]  # the requested quantile levels
+    stats: EngineStats  # timings and token counts of the engine run(s)
+
+
+def default_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def series_key(values: np.ndarray) -> int:
+    """A stable 64-bit key of a series' content, used to seed its sampling."""
+    return int.from_bytes(hashlib.blake2b(np.ascontiguousarray(values).tobytes(), digest_size=8).digest(), "little")
+
+
+class KronosPredictor:
+    """Forecast candles with a ``Kronos`` model and its ``KronosTokenizer``.
+
+    device: None picks CUDA when available, else CPU. max_context: the longest
+    window the model sees (512 for Kronos-small/base, 2048 for Kronos-mini).
+    clip: normalized inputs are clipped to [-clip, clip]. sliding: "exact"
+    (default, the reference's results), "rolling" (approximate, faster once
+    the window slides) or "recompute" (the reference's algorithm, slow).
+    dtype: autocast dtype on GPU (torch.bfloat16 / torch.float16); None = float32.
+    compile: torch.compile the decode step. repair: make forecast candles
+    consistent (off by default so results equal the reference's).
+    """
+
+    def __init__(
+        self,
+        model: Kronos,
+        tokenizer: KronosTokenizer,
+        device: str | torch.device | None = None,
+        max_context: int = 512,
+        clip: float = 5,
+        *,
+        sliding: str = "exact",
+        dtype: torch.dtype | None = None,
+        compile: bool = False,
+        repair: bool = False,
+    ):
+        self.device = torch.device(device) if device is not None else default_device()
+        self.model = model.to(self.device).eval()
+        self.tokenizer = tokenizer.to(self.device).eval()
+        self.generator = Generator(self.model, self.tokenizer)  # checks the bit widths match
+        if max_context < 1:
+            raise ValueError(f"max_context must be >= 1, got {max_context}")
+        self.max_context = max_context
+        self.clip = clip
+        self.sliding = sliding
+        self.dtype = dtype
+        self.compile = compile
+        self.repair = repair
+
+    # ---- reference-compatible DataFrame API -----------------------------------------
+    def predict(
+        self, df, x_timestamp, y_timestamp, pred_len, T=1.0, top_k=0, top_p=0.9, sample_count=1, verbose=True
+    ) -> pd.DataFrame:
+        """Forecast one series; returns a DataFrame indexed by ``y_timestamp`` (mean over sample paths)."""
+        return self.predict_batch([df], [x_timestamp], [y_timestamp], pred_len, T, top_k, top_p, sample_count, verbose)[0]
+
+    def predict_batch(
+        self,
+        df_list,
+        x_timestamp_list,
+        y_timestamp_list,
+        pred_len,
+        T=1.0,
+        top_k=0,
+        top_p=0.9,
+        sample_count=1,
+        verbose=True,
+    ) -> list[pd.DataFrame]:
+        """Forecast several series in one batch (lookbacks may differ); one DataFrame each."""
+        if not isinstance(df_list, (list, tuple)) or not df_list:
+            raise ValueError("df_list must be a non-empty list of DataFrames")
+        if not (len(df_list) == len(x_timestamp_list) == len(y_timestamp_list)):
+            raise ValueError(
+                f"df_list, x_timestamp_list and y_timestamp_list have different lengths "
+                f"({len(df_list)}, {len(x_timestamp_list)}, {len(y_timestamp_list)})"
+            )
+        arrays = []
+        for i, df in enumerate(df_list):
+            try:
+                arrays.append(candle_array(df))
+            except CandleError as exc:
+                raise ValueError(f"series {i}: {exc}") from exc
+        norm, mean, _std, *_ = self._run(
+            arrays, x_timestamp_list, y_timestamp_list, pred_len, T, top_k, top_p, sample_count, None, None, verbose
+        )
+        out = []
+        for i, y_ts in enumerate(y_timestamp_list):
+            preds = denormalize(norm[i].mean(axis=0), mean[i], _std[i])  # (H, 6)
+            if self.repair:
+                preds = repair_candles(preds)
+            out.append(pd.DataFrame(preds, columns=list(FEATURES), index=y_ts))
+        return out
+
+    # ---- array API ----------------------------------------------------------------------
+    def forecast(
+        self,
+        series: Sequence[np.ndarray],
+        x_timestamps: Sequence,
+        y_timestamps: Sequence,
+        horizon: int,
+        sample_count: int = 1,
+        T: float = 1.0,
+        top_k: int = 0,
+        top_p: float = 0.9,
+        seed: int | None = None,
+        quantiles: Sequence[float] = (),
+        repair: bool | None = None,
+        sliding: str | None = None,
+        series_keys: Sequence[int] | None = None,
+        verbose: bool = False,
+    ) -> ForecastResult:
+        """Sample paths, mean and quantiles for ragged raw-scale series.
+
+        series[i] (L_i, 6) in ``FEATURES`` order (volume/amount already filled);
+        x_timestamps[i] L_i datetimes; y_timestamps[i] ``horizon`` datetimes.
+        seed: with a seed, each series' paths depend only on the seed and the
+        series' key (``series_keys[i]``, default a hash of its values), not on
+        the rest of the batch. Returns ``ForecastResult`` (shapes in its fields).
+        """
+        levels = tuple(float(q) for q in quantiles)
+        bad = [q for q in levels if not 0 < q < 1]
+        if bad:
+            raise ValueError(f"quantiles must be in (0, 1), got {bad}")
+        arrays = [self._check_array(i, a) for i, a in enumerate(series)]
+        norm, mean, std, stats = self._run(
+            arrays, x_timestamps, y_timestamps, horizon, T, top_k, top_p, sample_count, seed, series_keys,
+            verbose, sliding,
+        )
+        paths = denormalize(norm, mean[:, None, None, :], std[:, None, None, :]).astype(np.float32)  # (B, S, H, 6)
+        repair = self.repair if repair is None else repair
+        if repair:
+            paths = repair_candles(paths)
+            path_mean = paths.mean(axis=1)
+        else:
+            path_mean = denormalize(norm.mean(axis=1), mean[:, None, :], std[:, None, :])  # (B, H, 6)
+        qs = (
+            np.quantile(paths, levels, axis=1).astype(np.float32)
+            if levels
+            else np.zeros((0, *path_mean.shape), dtype=np.float32)
+        )
+        return ForecastResult(paths, path_mean.astype(np.float32), qs, levels, stats)
+
+    # ---- shared path ------------------------------------------------------------------------
+    @staticmethod
+    def _check_array(i: int, a) -> np.ndarray:
+        a = np.asarray(a, dtype=np.float32)
+        if a.ndim != 2 or a.shape[1] != len(FEATURES) or a.shape[0] < 1:
+            raise ValueError(f"series {i}: expected shape (L >= 1, {len(FEATURES)}), got {a.shape}")
+        if not np.isfinite(a).all():
+            rows = np.nonzero(~np.isfinite(a).all(axis=1))[0]
+            raise CandleError(f"series {i}: non-finite values in rows {rows[:5].tolist()}")
+        return a
+
+    def _run(
+        self, arrays, x_ts_list, y_ts_list, pred_len, T, top_k, top_p, sample_count, seed, keys, verbose,
+        sliding=None,
+    ):
+        """Normalize, run the engine, return (norm paths (B, S, H, 6), means (B, 6), stds (B, 6), stats)."""
+        if not isinstance(pred_len, (int, np.integer)) or pred_len < 1:
+            raise ValueError(f"pred_len (horizon) must be a positive integer, got {pred_len!r}")
+        if not isinstance(sample_count, (int, np.integer)) or sample_count < 1:
+            raise ValueError(f"sample_count must be a positive integer, got {sample_count!r}")
+        if len(x_ts_list) != len(arrays) or len(y_ts_list) != len(arrays):
+            raise ValueError(
+                f"got {len(arrays)} series but {len(x_ts_list)} history and {len(y_ts_list)} future timestamp lists"
+            )
+        sampling = SamplingParams(temperature=float(T), top_k=int(top_k or 0), top_p=float(top_p))
+        x_norm, means, stds, x_stamps, y_stamps = [], [], [], [], []
+        for i, (a, xt, yt) in enumerate(zip(arrays, x_ts_list, y_ts_list)):
+            if len(xt) != len(a):
+                raise ValueError(f"series {i}: {len(a)} candles but {len(xt)} history timestamps")
+            if len(yt) != pred_len:
+                raise ValueError(f"series {i}: {len(yt)} future timestamps but pred_len is {pred_len}")
+            xn, mu, sd = normalize(a, self.clip)
+            x_norm.append(xn)
+            means.append(mu)
+            stds.append(sd)
+            x_stamps.append(time_features(xt))
+            y_stamps.append(time_features(yt))
+        rkeys = None
+        if seed is not None:
+            if keys is None:
+                keys = [series_key(a) for a in arrays]
+            elif len(keys) != len(arrays):
+                raise ValueError(f"series_keys has {len(keys)} entries for {len(arrays)} series")
+            rkeys = row_keys(int(seed), [int(k) for k in keys], int(sample_count))
+        batch = assemble(x_norm, x_stamps, y_stamps, int(sample_count), rkeys, self.device)
+        cfg = GenerationConfig(
+            horizon=int(pred_len),
+            max_context=self.max_context,
+            sampling=sampling,
+            sliding=sliding or self.sliding,
+            autocast_dtype=self.dtype,
+            compile=self.compile,
+            progress=bool(verbose),
+        )
+        out = self.generator.generate(batch, cfg)
+        norm = out.candles.cpu().numpy().reshape(len(arrays), int(sample_count), int(pred_len), len(FEATURES))
+        return norm, np.stack(means), np.stack(stds), out.stats
