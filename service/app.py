@@ -1,0 +1,238 @@
+"""The FastAPI ingress (a Serve deployment) bound to the predictor replicas, and the typed
+app builder used by ``kronos serve`` and the Serve config files
+(``import_path: service.app:build_app``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Annotated
+
+import orjson
+from fastapi import FastAPI, Header, Query, Request
+from fastapi.responses import Response
+from ray import serve
+from ray.exceptions import RayActorError
+from ray.serve.exceptions import BackPressureError
+from ray.serve.handle import DeploymentHandle
+
+from service.gateway import (
+    Gateway,
+    Overloaded,
+    ReplicaGone,
+    ReplicaInfo,
+    RequestInvalid,
+    outcome_to_arrow,
+    outcome_to_json,
+)
+from service.metrics import CONTENT_TYPE, Metrics
+from service.replica import Predictor, model_info
+from service.schemas import (
+    ARROW_STREAM,
+    ForecastRequest,
+    ForecastResponse,
+    ModelsResponse,
+    Readiness,
+    SymbolsPage,
+)
+from service.settings import Settings
+from service.shards import Shard, ShardResult
+
+log = logging.getLogger(__name__)
+
+api = FastAPI(
+    title="Kronos portfolio forecasting",
+    version="0.1.0",
+    description="Forecast the next candles of a whole portfolio with Kronos. "
+    "JSON by default; `Accept: application/vnd.apache.arrow.stream` for an Arrow IPC stream.",
+)
+
+
+_METRICS: Metrics | None = None  # the ingress's metrics, for the middleware below
+
+
+@api.middleware("http")
+async def _observe(request: Request, call_next):
+    """Latency histogram by route template, method and status."""
+    t0 = time.perf_counter()
+    status = 500
+    try:
+        response = await call_next(request)
+        status = response.status_code
+        return response
+    finally:
+        if _METRICS is not None:
+            route = request.scope.get("route")
+            path = getattr(route, "path", None) or "unmatched"
+            _METRICS.request_seconds.labels(route=path, method=request.method, status=str(status)).observe(
+                time.perf_counter() - t0
+            )
+
+
+def _json(content, status_code: int = 200, headers: dict | None = None) -> Response:
+    return Response(
+        orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS),
+        status_code=status_code, media_type="application/json", headers=headers,
+    )
+
+
+@serve.deployment(name="Gateway", ray_actor_options={"num_cpus": 0})
+@serve.ingress(api)
+class Ingress:
+    def __init__(self, predictor: DeploymentHandle, settings: Settings, num_replicas: int):
+        from kronos_core.data.store import KlineStore
+
+        self.settings = settings
+        self.handle = predictor
+        self.num_replicas = num_replicas
+        self.store = KlineStore(settings.resolved_store_dir())
+        self.metrics = Metrics()
+        self.gateway = Gateway(settings, self.store, self._submit, self._describe, self.metrics, num_replicas)
+        self._symbols: list[str] | None = None
+
+        global _METRICS
+        _METRICS = self.metrics
+
+    # ------------------------------------------------------------- replica calls
+    async def _submit(self, shard: Shard) -> ShardResult:
+        resp = self.handle.forecast_shard.remote(shard)
+        try:
+            return await resp
+        except asyncio.CancelledError:
+            resp.cancel()  # client gone: drop the shard where Ray still can
+            raise
+        except BackPressureError as exc:
+            self.metrics.record_error("overloaded")
+            raise Overloaded(f"replicas' queues are full: {exc}", self.settings.retry_after_s) from exc
+        except RayActorError as exc:
+            raise ReplicaGone(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from exc
+
+    async def _describe(self) -> ReplicaInfo:
+        for attempt in range(self.settings.shard_retries + 1):
+            try:
+                return await self.handle.describe.remote()
+            except RayActorError:
+                if attempt == self.settings.shard_retries:
+                    raise
+                await asyncio.sleep(0.5)
+        raise AssertionError("unreachable")
+
+    def _overloaded(self, exc: Overloaded) -> Response:
+        return _json(
+            {"detail": str(exc), "code": "overloaded"}, exc.status_code,
+            headers={"Retry-After": str(exc.retry_after_s)},
+        )
+
+    # ------------------------------------------------------------------ routes
+    @api.post(
+        "/v1/forecast", response_model=ForecastResponse,
+        responses={200: {"content": {ARROW_STREAM: {}}}, 422: {}, 503: {"description": "overloaded; see Retry-After"}},
+    )
+    @api.post("/forecast", response_model=ForecastResponse, include_in_schema=False)
+    async def forecast(self, req: ForecastRequest, accept: Annotated[str | None, Header()] = None) -> Response:
+        try:
+            out = await self.gateway.forecast(req)
+        except Overloaded as exc:
+            return self._overloaded(exc)
+        except RequestInvalid as exc:
+            self.metrics.record_error("invalid_request")
+            return _json({"detail": [{"loc": ["body", exc.field], "msg": exc.message, "type": "value_error"}]}, 422)
+        if accept and ARROW_STREAM in accept:
+            return Response(outcome_to_arrow(out), media_type=ARROW_STREAM,
+                            headers={"X-Kronos-Errors": str(len(out.errors))})
+        return _json(outcome_to_json(out))
+
+    @api.get("/v1/models", response_model=ModelsResponse)
+    async def models(self) -> Response:
+        try:
+            info = (await self.gateway.info()).model
+        except RayActorError:
+            info = model_info(self.settings)
+        return _json({"models": [info]})
+
+    @api.get("/v1/symbols", response_model=SymbolsPage)
+    async def symbols(
+        self,
+        limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
+        offset: Annotated[int, Query(ge=0)] = 0,
+    ) -> Response:
+        if self._symbols is None:
+            self._symbols = await asyncio.to_thread(self.store.symbols)
+        page = self._symbols[offset: offset + limit]
+        return _json({"symbols": page, "total": len(self._symbols), "limit": limit, "offset": offset})
+
+    @api.get("/healthz")
+    async def healthz(self) -> Response:
+        return _json({"status": "ok"})
+
+    @api.get("/readyz", response_model=Readiness)
+    async def readyz(self) -> Response:
+        running, detail = 0, ""
+        try:
+            st = await asyncio.to_thread(serve.status)
+            app = st.applications.get(self.settings.app_name)
+            dep = app.deployments.get("Predictor") if app else None
+            if dep is not None:
+                running = int(sum(n for s, n in dep.replica_states.items() if str(getattr(s, "value", s)) == "RUNNING"))
+        except Exception as exc:  # controller busy: fall back to the probe alone
+            detail = f"serve.status failed: {exc}"
+        ready = False
+        status_known = not detail
+        try:
+            info = await asyncio.wait_for(self.handle.describe.remote(), timeout=10)
+            if self.gateway._info is None:
+                self.gateway._info = info
+            ready = running >= 1 or not status_known
+        except Exception as exc:
+            detail = f"no replica answered: {type(exc).__name__}"
+        self.metrics.replicas_ready.set(running)
+        body = {"ready": ready, "replicas_ready": running, "replicas_target": self.num_replicas, "detail": detail}
+        return _json(body, 200 if ready else 503)
+
+    @api.get("/metrics", include_in_schema=False)
+    async def metrics_endpoint(self) -> Response:
+        return Response(self.metrics.exposition(), media_type=CONTENT_TYPE)
+
+
+def _cluster_gpus() -> int:
+    import ray
+
+    if ray.is_initialized():
+        return int(ray.cluster_resources().get("GPU", 0))
+    try:
+        import torch
+
+        return torch.cuda.device_count()
+    except Exception:  # pragma: no cover
+        return 0
+
+
+def build_app(args: Settings) -> serve.Application:
+    """Typed app builder: ``serve run service.app:build_app model_dir=...`` or a Serve config's ``args``.
+
+    Unset fields come from ``KRONOS_*`` environment variables, then the defaults.
+    """
+    settings = args if isinstance(args, Settings) else Settings(**dict(args or {}))
+    gpus = _cluster_gpus()
+    replicas = settings.resolved_num_replicas(gpus)
+    if settings.use_gpu(gpus):
+        actor_opts = {"num_gpus": 1, "num_cpus": 1}
+    else:
+        cpus = settings.resolved_replica_cpus(replicas)
+        actor_opts = {"num_cpus": cpus}
+        settings = settings.model_copy(update={"replica_cpus": cpus})
+    predictor = Predictor.options(
+        num_replicas=replicas,
+        ray_actor_options=actor_opts,
+        max_ongoing_requests=settings.replica_max_ongoing,
+        max_queued_requests=settings.replica_max_queued,
+    ).bind(settings)
+    ingress = Ingress.options(
+        max_ongoing_requests=settings.max_inflight_requests + 64,  # beyond: the gateway answers 503 itself
+    )
+    return ingress.bind(predictor, settings, replicas)
+
+
+__all__ = ["api", "build_app", "Ingress"]

@@ -1,0 +1,398 @@
+"""The gateway: one portfolio request -> store windows -> memory-sized shards -> replicas
+-> forecasts in request order. No Ray and no FastAPI here: the replica call is an injected
+async ``submit(shard)``, so the whole flow is unit-testable with a fake.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from service.metrics import Metrics
+from service.schemas import FEATURE_NAMES, ForecastRequest, InlineSeries
+from service.settings import Settings
+from service.shards import SamplingKey, Shard, ShardResult, TooLargeError, plan_shards
+
+log = logging.getLogger(__name__)
+
+
+class Overloaded(Exception):
+    """Too much work queued: answer 503 with Retry-After."""
+
+    def __init__(self, message: str, retry_after_s: int = 1, status_code: int = 503):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+        self.status_code = status_code
+
+
+class ReplicaGone(Exception):
+    """The replica running a shard died or is unreachable: the shard may be retried."""
+
+
+class RequestInvalid(Exception):
+    """A request the service cannot run as asked (422); ``field`` names the culprit."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+        self.message = message
+
+
+@dataclass
+class ReplicaInfo:
+    """What a predictor replica reports about itself (``Predictor.describe``)."""
+
+    replica_id: str
+    device: str
+    budget_bytes: int  # device memory one batch may use
+    max_batch_tokens: int  # token budget of one coalesced batch
+    max_context: int
+    model_cfg: Any  # model.config dataclass, for the memory model
+    tokenizer_cfg: Any
+    model: dict  # ModelInfo fields
+
+
+@dataclass
+class Prepared:
+    """The request's usable series, in request order, and the per-symbol errors."""
+
+    symbols: list[str] = field(default_factory=list)
+    values: list[np.ndarray] = field(default_factory=list)  # (L_i, 6) float32
+    x_ts: list[np.ndarray] = field(default_factory=list)  # (L_i,) datetime64[ns]
+    y_ts: list[np.ndarray] = field(default_factory=list)  # (H,) datetime64[ns]
+    errors: list[dict] = field(default_factory=list)  # {symbol, code, message}
+
+
+@dataclass
+class Outcome:
+    """A finished request: arrays per successful symbol, request order."""
+
+    model: dict
+    symbols: list[str]
+    timestamps: list[np.ndarray]  # (H,) datetime64[ns]
+    mean: list[np.ndarray]  # (H, 6)
+    quantile_levels: tuple[float, ...]
+    quantiles: list[np.ndarray | None]  # (Q, H, 6)
+    paths: list[np.ndarray | None]  # (S, H, 6)
+    errors: list[dict]
+    timing: dict[str, float]
+
+
+def _to_ns(ts) -> np.ndarray:
+    idx = pd.DatetimeIndex(ts)
+    if idx.tz is not None:
+        idx = idx.tz_convert("UTC").tz_localize(None)
+    return idx.to_numpy(dtype="datetime64[ns]")
+
+
+class FutureTimestamps:
+    """``future_timestamps`` with a cache: portfolios share calendars, so 1,000 symbols
+    usually need only a handful of distinct calls."""
+
+    def __init__(self, fn: Callable[[pd.DatetimeIndex, int], pd.DatetimeIndex] | None = None, size: int = 4096):
+        if fn is None:
+            from kronos_core.data.timestamps import future_timestamps as fn
+        self.fn = fn
+        self.size = size
+        self._cache: dict[tuple[bytes, int], np.ndarray] = {}
+
+    def __call__(self, history: np.ndarray, horizon: int) -> np.ndarray:
+        h = np.ascontiguousarray(history.astype("datetime64[ns]"))
+        key = (hashlib.blake2b(h.view(np.int64).tobytes(), digest_size=16).digest(), horizon)
+        hit = self._cache.get(key)
+        if hit is None:
+            hit = _to_ns(self.fn(pd.DatetimeIndex(h), horizon))
+            if len(hit) != horizon:
+                raise ValueError(f"future_timestamps returned {len(hit)} timestamps for horizon {horizon}")
+            if len(self._cache) >= self.size:
+                self._cache.pop(next(iter(self._cache)))
+            self._cache[key] = hit
+        return hit
+
+
+def inline_arrays(s: InlineSeries, lookback: int) -> tuple[np.ndarray, np.ndarray]:
+    """(values (L, 6) float32, timestamps (L,) datetime64[ns]) of an inline series, last ``lookback``."""
+    from kronos_core.candles import candle_array
+
+    cols = {name: getattr(s, name) for name in FEATURE_NAMES if getattr(s, name) is not None}
+    values = candle_array(pd.DataFrame(cols))
+    ts = _to_ns(s.timestamps)
+    return values[-lookback:], ts[-lookback:]
+
+
+class Gateway:
+    """Turns a ``ForecastRequest`` into shards, runs them through ``submit``, gathers in order."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: Any,
+        submit: Callable[[Shard], Awaitable[ShardResult]],
+        describe: Callable[[], Awaitable[ReplicaInfo]],
+        metrics: Metrics,
+        num_replicas: int,
+        fit_factory: Callable[[ReplicaInfo, int, int], Callable[[int], int]] | None = None,
+        future: Callable[[np.ndarray, int], np.ndarray] | None = None,
+    ):
+        self.settings = settings
+        self.store = store
+        self.submit = submit
+        self.describe = describe
+        self.metrics = metrics
+        self.num_replicas = num_replicas
+        self.fit_factory = fit_factory or memory_model_fit
+        self._future = future
+        self._info: ReplicaInfo | None = None
+        self._inflight = 0
+        self._shards_inflight = 0
+
+    @property
+    def future(self) -> Callable[[np.ndarray, int], np.ndarray]:
+        if self._future is None:
+            self._future = FutureTimestamps()
+        return self._future
+
+    async def info(self) -> ReplicaInfo:
+        if self._info is None:
+            self._info = await self.describe()
+        return self._info
+
+    # ------------------------------------------------------------------ inputs
+    def prepare(self, req: ForecastRequest, lookback: int) -> Prepared:
+        out = Prepared()
+        if req.symbols is not None:
+            as_of = None if req.as_of is None else pd.Timestamp(req.as_of)
+            if as_of is not None and as_of.tzinfo is not None:
+                as_of = as_of.tz_convert("UTC").tz_localize(None)
+            batch = self.store.read_windows(list(req.symbols), lookback, as_of=as_of)
+            for e in batch.errors:
+                out.errors.append({"symbol": e.symbol, "code": e.code, "message": e.message})
+            items = []
+            for i, sym in enumerate(batch.symbols):
+                values, ts = batch.series(i)
+                items.append((sym, np.asarray(values, dtype=np.float32), _to_ns(ts)))
+        else:
+            items = []
+            for s in req.series or []:
+                try:
+                    values, ts = inline_arrays(s, lookback)
+                except ValueError as exc:  # CandleError is a ValueError
+                    out.errors.append({"symbol": s.symbol, "code": "invalid_series", "message": str(exc)})
+                    continue
+                items.append((s.symbol, values, ts))
+        for sym, values, ts in items:
+            try:
+                y = self.future(ts, req.horizon)
+            except Exception as exc:
+                out.errors.append({"symbol": sym, "code": "no_calendar", "message": f"future timestamps: {exc}"})
+                continue
+            out.symbols.append(sym)
+            out.values.append(values)
+            out.x_ts.append(ts)
+            out.y_ts.append(y)
+        if req.symbols is not None:  # errors in request order, like the forecasts
+            order = {s: i for i, s in enumerate(req.symbols)}
+            out.errors.sort(key=lambda e: order.get(e["symbol"], len(order)))
+        return out
+
+    # ------------------------------------------------------------------ running
+    async def _run_shard(self, shard: Shard, counters: dict[str, int]) -> ShardResult:
+        attempts = 0
+        self._shards_inflight += 1
+        self.metrics.queue_depth.labels(stage="shards").set(self._shards_inflight)
+        try:
+            while True:
+                try:
+                    res = await self.submit(shard)
+                    for rep in res.reports:
+                        self.metrics.record_batch(rep)
+                    return res
+                except ReplicaGone as exc:
+                    attempts += 1
+                    if attempts > self.settings.shard_retries:
+                        return ShardResult(shard.request_id, shard.index, "", None, None, None,
+                                           error=f"replica unavailable after {attempts} attempts: {exc}")
+                    counters["shard_retries"] += 1
+                    self.metrics.shard_retries.inc()
+                    log.warning("shard %s/%d: replica gone (%s); retry %d", shard.request_id, shard.index, exc, attempts)
+                    await asyncio.sleep(min(2.0, 0.2 * attempts))
+        finally:
+            self._shards_inflight -= 1
+            self.metrics.queue_depth.labels(stage="shards").set(self._shards_inflight)
+
+    async def forecast(self, req: ForecastRequest) -> Outcome:
+        if req.n_series > self.settings.max_symbols:
+            field_name = "symbols" if req.symbols is not None else "series"
+            raise RequestInvalid(field_name, f"{field_name}: {req.n_series} given, at most {self.settings.max_symbols} per request")
+        if self._inflight >= self.settings.max_inflight_requests:
+            self.metrics.record_error("overloaded")
+            raise Overloaded(
+                f"{self._inflight} forecast requests in flight (limit {self.settings.max_inflight_requests})",
+                self.settings.retry_after_s,
+            )
+        self._inflight += 1
+        self.metrics.queue_depth.labels(stage="requests").set(self._inflight)
+        try:
+            return await self._forecast(req)
+        finally:
+            self._inflight -= 1
+            self.metrics.queue_depth.labels(stage="requests").set(self._inflight)
+
+    async def _forecast(self, req: ForecastRequest) -> Outcome:
+        t0 = time.perf_counter()
+        info = await self.info()
+        if req.lookback is None:
+            lookback = max(2, info.max_context - req.horizon)
+        else:
+            lookback = req.lookback
+        prep = await asyncio.to_thread(self.prepare, req, lookback)
+        t_read = time.perf_counter()
+
+        key = SamplingKey(
+            horizon=req.horizon, sample_count=req.sample_count, temperature=req.temperature,
+            top_k=req.top_k, top_p=req.top_p, seed=req.seed,
+            quantiles=tuple(req.quantiles), return_paths=req.return_paths,
+        )
+        fit = self.fit_factory(info, req.horizon, req.sample_count)
+        try:
+            slices = plan_shards(
+                [len(v) for v in prep.values], req.horizon, req.sample_count, fit,
+                self.num_replicas, self.settings.shards_per_replica, info.max_batch_tokens,
+            )
+        except TooLargeError as exc:
+            raise RequestInvalid("lookback", str(exc)) from None
+        rid = uuid.uuid4().hex[:12]
+        shards = [
+            Shard(rid, i, prep.values[s], prep.x_ts[s], prep.y_ts[s], key)
+            for i, s in enumerate(slices)
+        ]
+        counters = {"shard_retries": 0}
+        tasks = [asyncio.ensure_future(self._run_shard(s, counters)) for s in shards]
+        try:
+            results = await asyncio.gather(*tasks)
+        except BaseException:  # cancelled (client gone) or overloaded: stop the other shards
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+        t_fc = time.perf_counter()
+
+        out = Outcome(
+            model=info.model, symbols=[], timestamps=[], mean=[], quantile_levels=key.quantiles,
+            quantiles=[], paths=[], errors=list(prep.errors), timing={},
+        )
+        for sl, res in zip(slices, results, strict=True):
+            syms = prep.symbols[sl]
+            if res.error is not None:
+                code = "replica_unavailable" if res.error.startswith("replica unavailable") else "forecast_failed"
+                out.errors.extend({"symbol": s, "code": code, "message": res.error} for s in syms)
+                continue
+            for j, sym in enumerate(syms):
+                out.symbols.append(sym)
+                out.timestamps.append(prep.y_ts[sl.start + j])
+                out.mean.append(res.mean[j])
+                out.quantiles.append(None if res.quantiles is None else res.quantiles[:, j])
+                out.paths.append(None if res.paths is None else res.paths[j])
+        self.metrics.series_forecast.inc(len(out.symbols))
+        for e in out.errors:
+            self.metrics.record_error(e["code"])
+        out.timing = {
+            "read_ms": round((t_read - t0) * 1e3, 3),
+            "forecast_ms": round((t_fc - t_read) * 1e3, 3),
+            "total_ms": round((time.perf_counter() - t0) * 1e3, 3),
+            "series": float(len(out.symbols)),
+            "shards": float(len(shards)),
+            "shard_retries": float(counters["shard_retries"]),
+            "lookback": float(lookback),
+        }
+        return out
+
+
+def memory_model_fit(info: ReplicaInfo, horizon: int, sample_count: int) -> Callable[[int], int]:
+    """``fit(lookback)``: series that fit one replica, from the engine's memory model."""
+    from kronos_core.engine.memory import max_batch_that_fits
+
+    cache: dict[int, int] = {}
+
+    def fit(lookback: int) -> int:
+        if lookback not in cache:
+            cache[lookback] = int(
+                max_batch_that_fits(
+                    info.model_cfg, info.tokenizer_cfg, info.budget_bytes, lookback, horizon,
+                    sample_count=sample_count, max_context=info.max_context,
+                )
+            )
+        return cache[lookback]
+
+    return fit
+
+
+# ---------------------------------------------------------------------- encoders
+
+def _iso(ts: np.ndarray) -> list[str]:
+    return list(np.datetime_as_string(ts, unit="s"))
+
+
+def _candles(a: np.ndarray) -> dict[str, np.ndarray]:
+    # a: (H, 6) -> columns; contiguous float32 arrays (orjson serialises numpy natively)
+    return {name: np.ascontiguousarray(a[:, k]) for k, name in enumerate(FEATURE_NAMES)}
+
+
+def outcome_to_json(out: Outcome) -> dict:
+    forecasts = []
+    for i, sym in enumerate(out.symbols):
+        f: dict[str, Any] = {"symbol": sym, "timestamps": _iso(out.timestamps[i]), "mean": _candles(out.mean[i])}
+        q = out.quantiles[i]
+        if q is not None:
+            f["quantiles"] = {repr(float(lv)): _candles(q[k]) for k, lv in enumerate(out.quantile_levels)}
+        p = out.paths[i]
+        if p is not None:
+            f["paths"] = [_candles(p[s]) for s in range(p.shape[0])]
+        forecasts.append(f)
+    return {"model": out.model, "forecasts": forecasts, "errors": out.errors, "timing": out.timing}
+
+
+def outcome_to_arrow(out: Outcome) -> bytes:
+    """Long format: one row per (symbol, step). Columns: symbol, step, timestamp, the six
+    mean columns, then ``<feature>_q<level>`` per quantile. Errors, model and timing are in
+    the schema metadata (``kronos.errors``, ``kronos.model``, ``kronos.timing``, JSON)."""
+    import orjson
+    import pyarrow as pa
+
+    n = len(out.symbols)
+    h = len(out.timestamps[0]) if n else 0
+    sym_idx = np.repeat(np.arange(n, dtype=np.int32), h)
+    cols: dict[str, pa.Array] = {
+        "symbol": pa.DictionaryArray.from_arrays(pa.array(sym_idx, pa.int32()), pa.array(out.symbols, pa.string())),
+        "step": pa.array(np.tile(np.arange(1, h + 1, dtype=np.int32), n)),
+        "timestamp": pa.array(
+            np.concatenate(out.timestamps) if n else np.array([], "datetime64[ns]"), pa.timestamp("ns")
+        ),
+    }
+    mean = np.concatenate(out.mean, axis=0) if n else np.zeros((0, 6), np.float32)  # (n*H, 6)
+    for k, name in enumerate(FEATURE_NAMES):
+        cols[name] = pa.array(np.ascontiguousarray(mean[:, k]), pa.float32())
+    if out.quantile_levels and n:
+        q = np.concatenate(out.quantiles, axis=1)  # (Q, n*H, 6)
+        for qi, lv in enumerate(out.quantile_levels):
+            for k, name in enumerate(FEATURE_NAMES):
+                cols[f"{name}_q{lv:g}"] = pa.array(np.ascontiguousarray(q[qi, :, k]), pa.float32())
+    meta = {
+        b"kronos.model": orjson.dumps(out.model),
+        b"kronos.errors": orjson.dumps(out.errors),
+        b"kronos.timing": orjson.dumps(out.timing),
+    }
+    table = pa.table(cols).replace_schema_metadata(meta)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()

@@ -1,0 +1,130 @@
+"""The predictor replica: a Ray Serve deployment that owns one device, loads the model
+once, and coalesces shards from concurrent requests into device batches (``@serve.batch``,
+list in / list out) within a token budget. Out-of-memory splitting is in ``BatchRunner``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from ray import serve
+
+from service.gateway import ReplicaInfo
+from service.settings import Settings
+from service.shards import BatchReport, BatchRunner, Shard, ShardResult
+
+log = logging.getLogger(__name__)
+
+CPU_DEFAULT_BUDGET = 2 << 30  # bytes a CPU replica plans one batch for
+
+
+def _shard_tokens(shards: list[Shard]) -> int:
+    return sum(s.tokens for s in shards)
+
+
+def model_info(settings: Settings) -> dict[str, Any]:
+    mdir, tdir = settings.resolved_model_dirs()
+    bundled = settings.is_bundled_model()
+    note = (
+        "bundled tiny checkpoint with RANDOM weights: forecasts are not meaningful; "
+        "point KRONOS_MODEL_DIR / KRONOS_TOKENIZER_DIR at a trained checkpoint"
+        if bundled else "checkpoint from " + mdir
+    )
+    return {
+        "name": Path(mdir.rstrip("/")).name or mdir,
+        "model_dir": mdir,
+        "tokenizer_dir": tdir,
+        "bundled": bundled,
+        "random_weights": bundled,
+        "note": note,
+        "max_context": settings.max_context,
+    }
+
+
+@serve.deployment(name="Predictor", health_check_period_s=5, health_check_timeout_s=30)
+class Predictor:
+    def __init__(self, settings: Settings):
+        import torch
+
+        from kronos_core import Kronos, KronosPredictor, KronosTokenizer
+
+        self.settings = settings
+        try:
+            self.replica_id = serve.get_replica_context().replica_id.unique_id
+        except Exception:  # outside Serve (unit use)
+            self.replica_id = f"local-{os.getpid()}"
+        if settings.device != "cpu" and torch.cuda.is_available():
+            self.device = "cuda:0"  # Ray sets CUDA_VISIBLE_DEVICES to this replica's GPU
+        else:
+            self.device = "cpu"
+            threads = int(settings.replica_cpus or 0) or int(os.environ.get("OMP_NUM_THREADS", "0") or 0)
+            if threads > 0:
+                torch.set_num_threads(threads)
+        mdir, tdir = settings.resolved_model_dirs()
+        model = Kronos.from_pretrained(mdir)
+        tokenizer = KronosTokenizer.from_pretrained(tdir)
+        self.predictor = KronosPredictor(model, tokenizer, device=self.device, max_context=settings.max_context)
+        self.model_cfg = model.config
+        self.tokenizer_cfg = tokenizer.config
+        if settings.device_budget_bytes:
+            self.budget = int(settings.device_budget_bytes)
+        elif self.device.startswith("cuda"):
+            free, _total = torch.cuda.mem_get_info()
+            self.budget = int(free * 0.9)
+        else:
+            self.budget = CPU_DEFAULT_BUDGET
+        self.runner = BatchRunner(self.predictor, self.replica_id, self.device)
+        self._pending = 0  # shards received, not yet answered
+        self._reports: list[BatchReport] = []  # batches not yet handed to the gateway
+        self.max_batch_tokens = 0
+        self.reconfigure({})
+        log.info("replica %s ready on %s, budget %d bytes, batch tokens %d",
+                 self.replica_id, self.device, self.budget, self.max_batch_tokens)
+
+    def _default_batch_tokens(self) -> int:
+        from kronos_core.engine.memory import max_batch_that_fits
+
+        half = self.settings.max_context // 2
+        n = max_batch_that_fits(self.model_cfg, self.tokenizer_cfg, self.budget, half, half,
+                                sample_count=1, max_context=self.settings.max_context)
+        return max(1, int(n)) * self.settings.max_context
+
+    def reconfigure(self, user_config: dict) -> None:
+        """Live-tunable batching: ``max_batch_tokens``, ``batch_wait_timeout_s``."""
+        user_config = user_config or {}
+        tokens = user_config.get("max_batch_tokens") or self.settings.max_batch_tokens or self._default_batch_tokens()
+        self.max_batch_tokens = int(tokens)
+        self._batched.set_max_batch_size(self.max_batch_tokens)
+        wait = user_config.get("batch_wait_timeout_s", self.settings.batch_wait_timeout_s)
+        self._batched.set_batch_wait_timeout_s(float(wait))
+
+    async def describe(self) -> ReplicaInfo:
+        return ReplicaInfo(
+            replica_id=self.replica_id, device=self.device, budget_bytes=self.budget,
+            max_batch_tokens=self.max_batch_tokens, max_context=self.settings.max_context,
+            model_cfg=self.model_cfg, tokenizer_cfg=self.tokenizer_cfg, model=model_info(self.settings),
+        )
+
+    async def forecast_shard(self, shard: Shard) -> ShardResult:
+        self._pending += 1
+        try:
+            res = await self._batched(shard)
+        finally:
+            self._pending -= 1
+        # hand every batch report not yet delivered to this result: each is recorded once
+        res.reports, self._reports = self._reports, []
+        return res
+
+    @serve.batch(max_batch_size=1 << 30, batch_wait_timeout_s=0.005, batch_size_fn=_shard_tokens)
+    async def _batched(self, shards: list[Shard]) -> list[ShardResult]:
+        depth = max(0, self._pending - len(shards))
+        results, report = await asyncio.to_thread(self.runner.run, shards, depth)
+        self._reports.append(report)
+        return results
+
+    def check_health(self) -> None:
+        return None

@@ -1,0 +1,205 @@
+"""Request and response models of the REST API, with every limit stated in the schema.
+
+Limits here are the hard ceilings of the API; a deployment may lower the number of
+symbols per request (``KRONOS_MAX_SYMBOLS``), which the gateway enforces with a 422
+that names the field as well.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+MAX_SYMBOLS = 10_000  # symbols or inline series in one request
+MAX_HORIZON = 512  # candles forecast per series
+MAX_LOOKBACK = 4096  # candles of history per series
+MAX_SAMPLES = 100  # sample paths per series
+MAX_QUANTILES = 19
+MAX_SERIES_LENGTH = 100_000  # candles in one inline series
+
+FEATURE_NAMES = ("open", "high", "low", "close", "volume", "amount")
+
+
+def _reject_missing(field: str, values: list[Any]) -> list[float]:
+    """Candles may not hold null / NaN / Infinity; name the first bad index."""
+    out: list[float] = []
+    for i, v in enumerate(values):
+        if v is None:
+            raise ValueError(f"{field}[{i}] is null; candles must be finite numbers (NaN is not allowed)")
+        if isinstance(v, str):
+            try:
+                v = float(v)
+            except ValueError:
+                raise ValueError(f"{field}[{i}] = {v!r} is not a number") from None
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise ValueError(f"{field}[{i}] = {v!r} is not a number")
+        if not math.isfinite(v):
+            raise ValueError(f"{field}[{i}] is {v}; candles must be finite numbers (NaN is not allowed)")
+        out.append(float(v))
+    return out
+
+
+class InlineSeries(BaseModel):
+    """Candles the store does not hold, column by column, oldest first."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    symbol: str = Field(..., min_length=1, max_length=64, description="name used in the response")
+    timestamps: list[datetime] = Field(..., min_length=2, max_length=MAX_SERIES_LENGTH)
+    # list[Any] so that null / "NaN" reach our validator and get a message naming the field
+    open: list[Any] = Field(..., description="finite numbers; null or NaN rejected")
+    high: list[Any]
+    low: list[Any]
+    close: list[Any]
+    volume: list[Any] | None = Field(None, description="absent: volume = amount = 0")
+    amount: list[Any] | None = Field(None, description="absent: volume x mean(open, high, low, close)")
+
+    @model_validator(mode="after")
+    def _check(self) -> InlineSeries:
+        n = len(self.timestamps)
+        for name in FEATURE_NAMES:
+            values = getattr(self, name)
+            if values is None:
+                continue
+            if len(values) != n:
+                raise ValueError(f"{name} has {len(values)} values but timestamps has {n}")
+            setattr(self, name, _reject_missing(name, values))
+        ts = self.timestamps
+        for i in range(1, n):
+            if ts[i] <= ts[i - 1]:
+                raise ValueError(f"timestamps must be strictly increasing (timestamps[{i}] = {ts[i]} <= timestamps[{i - 1}])")
+        return self
+
+
+class ForecastRequest(BaseModel):
+    """One portfolio forecast: store symbols or inline series, and sampling options."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    symbols: list[str] | None = Field(
+        None, min_length=1, max_length=MAX_SYMBOLS, description="symbols read from the store"
+    )
+    series: list[InlineSeries] | None = Field(
+        None, min_length=1, max_length=MAX_SYMBOLS, description="inline candles"
+    )
+    horizon: int = Field(..., ge=1, le=MAX_HORIZON, description="candles to forecast")
+    lookback: int | None = Field(
+        None, ge=2, le=MAX_LOOKBACK,
+        description="candles of history; default: max_context - horizon (no sliding window)",
+    )
+    as_of: datetime | None = Field(None, description="read the store up to this time (inclusive)")
+    sample_count: int = Field(1, ge=1, le=MAX_SAMPLES, description="sample paths per series")
+    temperature: float = Field(1.0, gt=0, le=10)
+    top_k: int = Field(0, ge=0, le=4096, description="0: off")
+    top_p: float = Field(0.9, gt=0, le=1)
+    seed: int | None = Field(None, ge=0, le=2**63 - 1, description="same seed, same answer")
+    quantiles: list[float] = Field(default_factory=list, max_length=MAX_QUANTILES)
+    return_paths: bool = Field(False, description="include every sample path")
+
+    @field_validator("symbols")
+    @classmethod
+    def _unique_symbols(cls, v: list[str] | None) -> list[str] | None:
+        if v is None:
+            return v
+        seen: set[str] = set()
+        dups = [s for s in v if s in seen or seen.add(s)]  # type: ignore[func-returns-value]
+        if dups:
+            raise ValueError(f"symbols must be unique; repeated: {sorted(set(dups))[:5]}")
+        return v
+
+    @field_validator("quantiles")
+    @classmethod
+    def _check_quantiles(cls, v: list[float]) -> list[float]:
+        for i, q in enumerate(v):
+            if not (0.0 < q < 1.0):
+                raise ValueError(f"quantiles[{i}] = {q} must be strictly between 0 and 1")
+        if len(set(v)) != len(v):
+            raise ValueError("quantiles must be unique")
+        return sorted(v)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ForecastRequest:
+        if (self.symbols is None) == (self.series is None):
+            raise ValueError("give exactly one of symbols or series")
+        if self.series is not None:
+            names = [s.symbol for s in self.series]
+            if len(set(names)) != len(names):
+                raise ValueError("series[*].symbol must be unique")
+            if self.as_of is not None:
+                raise ValueError("as_of applies to store symbols only; cut inline series yourself")
+        if self.return_paths and self.sample_count * self.horizon * len(self.symbols or self.series or []) > 5_000_000:
+            raise ValueError("return_paths: sample_count x horizon x symbols exceeds 5,000,000 values; ask fewer")
+        return self
+
+    @property
+    def n_series(self) -> int:
+        return len(self.symbols or self.series or [])
+
+
+class Candles(BaseModel):
+    open: list[float]
+    high: list[float]
+    low: list[float]
+    close: list[float]
+    volume: list[float]
+    amount: list[float]
+
+
+class SymbolForecast(BaseModel):
+    symbol: str
+    timestamps: list[datetime]
+    mean: Candles
+    quantiles: dict[str, Candles] | None = Field(None, description="level (as text) -> candles")
+    paths: list[Candles] | None = None
+
+
+class SymbolErrorOut(BaseModel):
+    symbol: str
+    code: str = Field(..., description="unknown_symbol, invalid_symbol, corrupt_file, no_data, invalid_series, too_large, forecast_failed")
+    message: str
+
+
+class ModelInfo(BaseModel):
+    name: str
+    model_dir: str
+    tokenizer_dir: str
+    bundled: bool
+    random_weights: bool
+    note: str
+    max_context: int
+
+
+class ForecastResponse(BaseModel):
+    model: ModelInfo
+    forecasts: list[SymbolForecast]
+    errors: list[SymbolErrorOut]
+    timing: dict[str, float]
+
+
+class ErrorBody(BaseModel):
+    detail: Any
+
+
+class SymbolsPage(BaseModel):
+    symbols: list[str]
+    total: int
+    limit: int
+    offset: int
+
+
+class ModelsResponse(BaseModel):
+    models: list[ModelInfo]
+
+
+class Readiness(BaseModel):
+    ready: bool
+    replicas_ready: int
+    replicas_target: int
+    detail: str = ""
+
+
+ArrowMime = Literal["application/vnd.apache.arrow.stream"]
+ARROW_STREAM = "application/vnd.apache.arrow.stream"

@@ -1,0 +1,115 @@
+"""Fakes for the service unit tests (imported as ``service_fakes``): they stand in for the store, the replicas and the
+engine so that the gateway, sharding, batching and metrics logic run without a model or
+Ray. The real pieces are exercised in tests/integration/."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from service.gateway import ReplicaInfo
+from service.shards import SamplingKey, Shard
+
+
+@dataclass
+class FakeSymbolError:
+    symbol: str
+    code: str
+    message: str
+
+
+@dataclass
+class FakeWindowBatch:
+    symbols: list[str]
+    _series: list[tuple[np.ndarray, pd.DatetimeIndex]]
+    errors: list[FakeSymbolError] = field(default_factory=list)
+
+    def series(self, i):
+        return self._series[i]
+
+
+class FakeStore:
+    """Symbols S000..S{n-1}; hourly candles whose close encodes the symbol number."""
+
+    def __init__(self, n: int = 20, length: int = 300):
+        self.n, self.length = n, length
+        self.idx = pd.date_range("2024-01-01", periods=length, freq="h")
+
+    def symbols(self):
+        return [f"S{i:03d}" for i in range(self.n)]
+
+    def read_windows(self, symbols, lookback, as_of=None):
+        ok, series, errors = [], [], []
+        for s in symbols:
+            if s not in self.symbols():
+                errors.append(FakeSymbolError(s, "unknown_symbol", f"{s} is not in the store"))
+                continue
+            k = int(s[1:])
+            v = np.full((self.length, 6), 100.0 + k, np.float32)
+            ok.append(s)
+            series.append((v[-lookback:], self.idx[-lookback:]))
+        return FakeWindowBatch(ok, series, errors)
+
+
+def fake_future(history: pd.DatetimeIndex, horizon: int) -> pd.DatetimeIndex:
+    step = history[-1] - history[-2]
+    return pd.DatetimeIndex([history[-1] + step * (i + 1) for i in range(horizon)])
+
+
+@dataclass
+class FakeResult:
+    paths: np.ndarray
+    mean: np.ndarray
+    quantiles: np.ndarray
+    stats: object
+
+
+@dataclass
+class FakeStats:
+    tokens_generated: int
+
+
+class FakePredictor:
+    """forecast(): each series' forecast = its last close, so results identify their inputs.
+    Raises torch.OutOfMemoryError above ``oom_above`` series."""
+
+    def __init__(self, oom_above: int | None = None):
+        self.oom_above = oom_above
+        self.calls: list[int] = []
+
+    def forecast(self, series, x_timestamps, y_timestamps, horizon, sample_count=1, T=1.0, top_k=0,
+                 top_p=0.9, seed=None, quantiles=(), **kw):
+        import torch
+
+        self.calls.append(len(series))
+        if self.oom_above is not None and len(series) > self.oom_above:
+            raise torch.OutOfMemoryError("fake OOM")
+        last = np.stack([s[-1] for s in series]).astype(np.float32)  # (B, 6)
+        paths = np.repeat(last[:, None, None, :], sample_count, 1).repeat(horizon, 2)  # (B, S, H, 6)
+        mean = paths.mean(1)
+        q = np.stack([mean * (1 + lv) for lv in quantiles]) if quantiles else np.zeros((0,) + mean.shape, np.float32)
+        return FakeResult(paths, mean, q, FakeStats(len(series) * sample_count * horizon))
+
+
+def make_key(**kw) -> SamplingKey:
+    base = dict(horizon=4, sample_count=1, temperature=1.0, top_k=0, top_p=0.9, seed=None, quantiles=(),
+                return_paths=False)
+    base.update(kw)
+    return SamplingKey(**base)
+
+
+def make_shard(n: int, index: int = 0, length: int = 10, key: SamplingKey | None = None, start: float = 0.0,
+               request_id: str = "r") -> Shard:
+    key = key or make_key()
+    ts = pd.date_range("2024-01-01", periods=length, freq="h").to_numpy()
+    yts = pd.date_range(ts[-1], periods=key.horizon + 1, freq="h")[1:].to_numpy()
+    values = [np.full((length, 6), start + i, np.float32) for i in range(n)]
+    return Shard(request_id, index, values, [ts] * n, [yts] * n, key)
+
+
+def fake_info(budget: int = 1 << 30, max_context: int = 64, max_batch_tokens: int = 1 << 20) -> ReplicaInfo:
+    return ReplicaInfo("fake-replica", "cpu", budget, max_batch_tokens, max_context, None, None,
+                       {"name": "fake", "bundled": True})
+

@@ -1,0 +1,52 @@
+from prometheus_client.parser import text_string_to_metric_families
+
+from service.metrics import Metrics
+from service.settings import Settings
+from service.shards import BatchReport
+
+
+def _report(replica="a", series=10):
+    return BatchReport(replica, "cpu", series, 2, 1, 0, 400, 0.5, 3, 100, 200, 300)
+
+
+def test_exposition_has_prefixed_metrics_and_no_double_counting():
+    m = Metrics()
+    m.record_batch(_report("a", 10))
+    m.record_batch(_report("b", 30))
+    m.record_batch(_report("a", 5))
+    m.record_error("unknown_symbol", 2)
+    m.request_seconds.labels(route="/v1/forecast", method="POST", status="200").observe(0.2)
+    fams = {f.name: f for f in text_string_to_metric_families(m.exposition().decode())}
+    assert all(name.startswith("kronos_") for name in fams)
+    counts = {s.labels["replica"]: s.value for s in fams["kronos_batch_size"].samples if s.name.endswith("_count")}
+    assert counts == {"a": 2, "b": 1}
+    sums = {s.labels["replica"]: s.value for s in fams["kronos_batch_size"].samples if s.name.endswith("_sum")}
+    assert sums == {"a": 15, "b": 30}
+    tokens = {s.labels["replica"]: s.value for s in fams["kronos_tokens_generated"].samples if s.name.endswith("_total")}
+    assert tokens == {"a": 800, "b": 400}
+    mem = {(s.labels["replica"], s.labels["kind"]): s.value for s in fams["kronos_device_memory_bytes"].samples}
+    assert mem[("a", "peak")] == 300 and mem[("b", "allocated")] == 100
+    errs = [s for s in fams["kronos_errors"].samples if s.name == "kronos_errors_total"]
+    assert errs[0].labels == {"code": "unknown_symbol"} and errs[0].value == 2
+
+
+def test_settings_env_and_ray_address(monkeypatch):
+    monkeypatch.setenv("KRONOS_NUM_REPLICAS", "3")
+    monkeypatch.setenv("KRONOS_PORT", "9001")
+    monkeypatch.setenv("RAY_ADDRESS", "ray://head:10001")
+    s = Settings()
+    assert s.num_replicas == 3 and s.port == 9001 and s.ray_address == "ray://head:10001"
+    assert s.host == "127.0.0.1"
+
+
+def test_settings_defaults_and_resolution(monkeypatch):
+    for k in ("RAY_ADDRESS", "KRONOS_RAY_ADDRESS", "KRONOS_NUM_REPLICAS"):
+        monkeypatch.delenv(k, raising=False)
+    s = Settings()
+    assert s.port == 8000 and s.ray_address is None
+    assert s.resolved_num_replicas(num_gpus=0) == 1
+    assert s.resolved_num_replicas(num_gpus=4) == 4 and s.use_gpu(4)
+    assert Settings(device="cpu").resolved_num_replicas(4) == 1
+    mdir, tdir = s.resolved_model_dirs()
+    assert mdir.endswith("kronos-tiny-model") and tdir.endswith("kronos-tiny-tokenizer")
+    assert s.is_bundled_model()

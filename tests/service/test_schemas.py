@@ -1,0 +1,85 @@
+import json
+
+import pytest
+from pydantic import ValidationError
+
+from service.schemas import MAX_HORIZON, MAX_SYMBOLS, ForecastRequest
+
+
+def _series(**over):
+    s = {
+        "symbol": "X",
+        "timestamps": ["2024-01-01T00:00:00", "2024-01-01T01:00:00", "2024-01-01T02:00:00"],
+        "open": [1, 2, 3], "high": [2, 3, 4], "low": [0.5, 1, 2], "close": [1.5, 2.5, 3.5],
+    }
+    s.update(over)
+    return s
+
+
+def _err(**body) -> str:
+    with pytest.raises(ValidationError) as ei:
+        ForecastRequest.model_validate(body)
+    return str(ei.value)
+
+
+def test_minimal_symbols_request_defaults():
+    r = ForecastRequest.model_validate({"symbols": ["A", "B"], "horizon": 5})
+    assert r.n_series == 2 and r.sample_count == 1 and r.lookback is None and r.quantiles == []
+
+
+@pytest.mark.parametrize("horizon", [0, -1, MAX_HORIZON + 1])
+def test_impossible_horizon_names_field(horizon):
+    assert "horizon" in _err(symbols=["A"], horizon=horizon)
+
+
+def test_too_many_symbols_names_field():
+    msg = _err(symbols=[f"S{i}" for i in range(MAX_SYMBOLS + 1)], horizon=1)
+    assert "symbols" in msg and str(MAX_SYMBOLS) in msg
+
+
+def test_exactly_one_source():
+    assert "exactly one of symbols or series" in _err(horizon=3)
+    assert "exactly one of symbols or series" in _err(symbols=["A"], series=[_series()], horizon=3)
+
+
+def test_duplicate_symbols_rejected():
+    assert "repeated" in _err(symbols=["A", "B", "A"], horizon=3)
+
+
+@pytest.mark.parametrize("q", [0.0, 1.0, 1.5, -0.1])
+def test_quantiles_strictly_inside_unit_interval(q):
+    assert "quantiles[0]" in _err(symbols=["A"], horizon=2, quantiles=[q])
+
+
+def test_quantiles_sorted():
+    assert ForecastRequest.model_validate({"symbols": ["A"], "horizon": 2, "quantiles": [0.9, 0.1, 0.5]}).quantiles == [0.1, 0.5, 0.9]
+
+
+@pytest.mark.parametrize("bad", [None, "NaN", float("nan"), float("inf")])
+def test_nan_candle_rejected_with_field_and_index(bad):
+    msg = _err(series=[_series(close=[1.0, bad, 2.0])], horizon=2)
+    assert "close[1]" in msg
+
+
+def test_nan_literal_in_raw_json_rejected():
+    # Python's json (used by FastAPI) accepts the non-standard NaN literal; we must still refuse it
+    body = json.loads('{"series": [{"symbol": "X", "timestamps": ["2024-01-01", "2024-01-02"],'
+                      ' "open": [1, NaN], "high": [1, 2], "low": [1, 1], "close": [1, 2]}], "horizon": 1}')
+    with pytest.raises(ValidationError, match=r"open\[1\]"):
+        ForecastRequest.model_validate(body)
+
+
+def test_series_length_mismatch_and_order():
+    assert "high has 2 values but timestamps has 3" in _err(series=[_series(high=[1, 2])], horizon=1)
+    ts = ["2024-01-01T00:00:00", "2024-01-01T02:00:00", "2024-01-01T01:00:00"]
+    assert "strictly increasing" in _err(series=[_series(timestamps=ts)], horizon=1)
+
+
+def test_valid_inline_series_coerces_numbers():
+    r = ForecastRequest.model_validate({"series": [_series(close=["1.5", 2, 3.25])], "horizon": 2})
+    assert r.series[0].close == [1.5, 2.0, 3.25]
+    assert r.series[0].volume is None
+
+
+def test_extra_fields_rejected():
+    assert "horizn" in _err(symbols=["A"], horizon=1, horizn=3)
