@@ -3,7 +3,6 @@ app builder used by ``kronos serve`` and the Serve config files
 (``import_path: service.app:build_app``).
 """
 
-from __future__ import annotations
 
 import asyncio
 import logging

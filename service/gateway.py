@@ -88,9 +88,10 @@ class Outcome:
 
 
 def _to_ns(ts) -> np.ndarray:
+    """Naive datetime64[ns]; an aware index keeps its local wall clock (what time features see)."""
     idx = pd.DatetimeIndex(ts)
     if idx.tz is not None:
-        idx = idx.tz_convert("UTC").tz_localize(None)
+        idx = idx.tz_localize(None)
     return idx.to_numpy(dtype="datetime64[ns]")
 
 
@@ -170,10 +171,9 @@ class Gateway:
     def prepare(self, req: ForecastRequest, lookback: int) -> Prepared:
         out = Prepared()
         if req.symbols is not None:
+            # the store reads a naive as_of as each symbol's wall clock, an aware one converted
             as_of = None if req.as_of is None else pd.Timestamp(req.as_of)
-            if as_of is not None and as_of.tzinfo is not None:
-                as_of = as_of.tz_convert("UTC").tz_localize(None)
-            batch = self.store.read_windows(list(req.symbols), lookback, as_of=as_of)
+            batch = self.store.read_windows(list(req.symbols), lookback, as_of=as_of, frequency=req.frequency)
             for e in batch.errors:
                 out.errors.append({"symbol": e.symbol, "code": e.code, "message": e.message})
             items = []

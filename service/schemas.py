@@ -90,7 +90,12 @@ class ForecastRequest(BaseModel):
         None, ge=2, le=MAX_LOOKBACK,
         description="candles of history; default: max_context - horizon (no sliding window)",
     )
-    as_of: datetime | None = Field(None, description="read the store up to this time (inclusive)")
+    as_of: datetime | None = Field(
+        None, description="read the store up to this time (inclusive); naive = each symbol's wall clock"
+    )
+    frequency: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9]{1,16}$", description="store frequency folder (e.g. 1h) when it holds several"
+    )
     sample_count: int = Field(1, ge=1, le=MAX_SAMPLES, description="sample paths per series")
     temperature: float = Field(1.0, gt=0, le=10)
     top_k: int = Field(0, ge=0, le=4096, description="0: off")

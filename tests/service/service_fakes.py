@@ -40,7 +40,7 @@ class FakeStore:
     def symbols(self):
         return [f"S{i:03d}" for i in range(self.n)]
 
-    def read_windows(self, symbols, lookback, as_of=None):
+    def read_windows(self, symbols, lookback, as_of=None, frequency=None):
         ok, series, errors = [], [], []
         for s in symbols:
             if s not in self.symbols():

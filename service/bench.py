@@ -1,0 +1,140 @@
+"""Service vs engine benchmark: one ``POST /v1/forecast`` for N symbols of the store,
+end to end over HTTP, against ``KronosPredictor.forecast`` called directly on the same
+windows, in the same run.
+
+    python -m service.bench                       # 1,000 symbols, bundled model, sample store, 2 CPU replicas
+    python -m service.bench --replicas 1 --horizon 120 --json out.json
+
+The engine side gets all of this machine's cores as torch threads; the service side gets
+the same cores split over its replicas (one torch thread per core). Both use the same seed,
+and the bench checks that they return the same forecasts (seeded sampling is batch-invariant).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import socket
+import sys
+import time
+
+import numpy as np
+
+log = logging.getLogger("service.bench")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m service.bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("--symbols", type=int, default=1000)
+    p.add_argument("--horizon", type=int, default=24)
+    p.add_argument("--lookback", type=int, default=None, help="default: max_context - horizon")
+    p.add_argument("--sample-count", type=int, default=1)
+    p.add_argument("--replicas", type=int, default=2)
+    p.add_argument("--store", default=None, help="default: the bundled sample store")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--json", default=None, help="write the figures here")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    import httpx
+    import ray
+    import torch
+
+    from kronos_core import KronosPredictor
+    from kronos_core.data.store import KlineStore
+    from service.cli import start, stop
+    from service.gateway import FutureTimestamps
+    from service.settings import Settings
+
+    cores = os.cpu_count() or 1
+    overrides = dict(num_replicas=args.replicas, device=args.device, port=_free_port(),
+                     replica_cpus=max(1, cores // args.replicas) if args.device != "cuda" else None)
+    if args.store:
+        overrides["store_dir"] = args.store
+    settings = Settings().model_copy(update=overrides)
+    store_dir = settings.resolved_store_dir()
+    settings = settings.model_copy(update={"store_dir": store_dir})
+    store = KlineStore(store_dir)
+    symbols = store.symbols()[: args.symbols]
+    if len(symbols) < args.symbols:
+        log.warning("store holds %d symbols, asked for %d", len(symbols), args.symbols)
+    lookback = args.lookback or settings.max_context - args.horizon
+    body = {"symbols": symbols, "horizon": args.horizon, "lookback": lookback,
+            "sample_count": args.sample_count, "seed": 1234}
+
+    ray.init(num_cpus=cores, include_dashboard=False, log_to_driver=False)
+    try:
+        t0 = time.perf_counter()
+        url = start(settings)
+        startup = time.perf_counter() - t0
+        client = httpx.Client(base_url=url, timeout=600)
+        # warm-up: a small request through every replica, then the timed one
+        warm = client.post("/v1/forecast", json={**body, "symbols": symbols[: 4 * args.replicas]})
+        warm.raise_for_status()
+        t0 = time.perf_counter()
+        r = client.post("/v1/forecast", json=body)
+        service_s = time.perf_counter() - t0
+        r.raise_for_status()
+        resp = r.json()
+        assert len(resp["forecasts"]) == len(symbols), (len(resp["forecasts"]), resp["errors"][:3])
+    finally:
+        stop()
+
+    # engine directly, same windows, same seed, all cores
+    torch.set_num_threads(cores)
+    from kronos_core import load_bundled
+
+    if settings.model_dir:
+        from kronos_core import Kronos, KronosTokenizer
+
+        mdir, tdir = settings.resolved_model_dirs()
+        model, tok = Kronos.from_pretrained(mdir), KronosTokenizer.from_pretrained(tdir)
+    else:
+        model, tok = load_bundled()
+    device = "cuda" if (args.device != "cpu" and torch.cuda.is_available()) else "cpu"
+    predictor = KronosPredictor(model, tok, device=device, max_context=settings.max_context)
+    batch = store.read_windows(symbols, lookback)
+    future = FutureTimestamps()
+    series, xts, yts = [], [], []
+    for i in range(len(batch.symbols)):
+        v, ts = batch.series(i)
+        series.append(np.asarray(v, np.float32))
+        xts.append(ts)
+        yts.append(future(ts.to_numpy(), args.horizon))
+    kw = dict(sample_count=args.sample_count, seed=1234)
+    predictor.forecast(series[:8], xts[:8], yts[:8], args.horizon, **kw)  # warm-up
+    t0 = time.perf_counter()
+    res = predictor.forecast(series, xts, yts, args.horizon, **kw)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    engine_s = time.perf_counter() - t0
+
+    svc_close = np.array([f["mean"]["close"] for f in resp["forecasts"]], np.float32)
+    same = bool(np.allclose(svc_close, res.mean[:, :, 3], rtol=1e-4, atol=1e-4))
+    figures = {
+        "symbols": len(symbols), "horizon": args.horizon, "lookback": lookback,
+        "sample_count": args.sample_count, "replicas": args.replicas, "cores": cores, "device": device,
+        "service_seconds": round(service_s, 3), "engine_seconds": round(engine_s, 3),
+        "ratio": round(service_s / engine_s, 3), "goal_ratio": 1.25,
+        "service_timing_ms": resp["timing"], "startup_seconds": round(startup, 1),
+        "same_forecasts": same,
+    }
+    print(json.dumps(figures, indent=2))
+    print(f"service {service_s:.3f} s  engine {engine_s:.3f} s  ratio {service_s / engine_s:.2f} "
+          f"(goal <= 1.25); same forecasts: {same}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(figures, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
