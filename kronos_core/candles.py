@@ -60,7 +60,7 @@ def time_features(timestamps) -> np.ndarray:
     """
     idx = pd.DatetimeIndex(timestamps.values if isinstance(timestamps, pd.Series) else timestamps)
     return np.stack(
-        [idx.minute, idx.hour, idx.weekday, idx.day, idx.month], axis=-1
+        [idx.minute, idx.hour, idx.day_of_week, idx.day, idx.month], axis=-1
     ).astype(np.float32)
 
 

@@ -6,11 +6,10 @@ from kronos_core.engine.generate import (
     GenerationConfig,
     GenerationOutput,
     Generator,
-    generate,
 )
 from kronos_core.engine.sampling import SamplingParams
 
 __all__ = [
     "EngineBatch", "EngineStats", "GenerationConfig", "GenerationOutput", "Generator", "SamplingParams",
-    "assemble", "generate",
+    "assemble",
 ]

@@ -1,0 +1,3 @@
+from kronos_core.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,113 @@
+"""``kronos forecast``: forecast the next candles of one CSV file from the command line.
+
+Example::
+
+    kronos forecast --csv prices.csv --horizon 24                # bundled tiny model
+    kronos forecast --model ckpt/Kronos-small --tokenizer ckpt/Kronos-Tokenizer-base \\
+        --csv prices.csv --horizon 24 --samples 20 --quantiles 0.1,0.5,0.9 --out forecast.csv
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+log = logging.getLogger(__name__)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--csv", required=True, type=Path, help="candles: timestamps, open, high, low, close[, volume, amount]")
+    parser.add_argument("--horizon", required=True, type=int, help="candles to forecast")
+    parser.add_argument("--model", help="checkpoint folder or Hub id (default: the bundled tiny random-weight model)")
+    parser.add_argument("--tokenizer", help="tokenizer folder or Hub id (default: the bundled one)")
+    parser.add_argument("--lookback", type=int, help="history candles to use (default: what fits max_context with the horizon)")
+    parser.add_argument("--max-context", type=int, default=512)
+    parser.add_argument("--timestamp-column", default="timestamps")
+    parser.add_argument("--samples", type=int, default=1, help="sample paths (default 1)")
+    parser.add_argument("--temperature", "-T", type=float, default=1.0)
+    parser.add_argument("--top-k", type=int, default=0)
+    parser.add_argument("--top-p", type=float, default=0.9)
+    parser.add_argument("--seed", type=int, help="seed for reproducible sampling")
+    parser.add_argument("--quantiles", help="comma-separated levels, e.g. 0.1,0.5,0.9")
+    parser.add_argument("--repair", action="store_true", help="make forecast candles consistent (high >= open/close ...)")
+    parser.add_argument("--sliding", default="exact", choices=["exact", "rolling", "recompute"])
+    parser.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: cuda if available)")
+    parser.add_argument("--out", type=Path, help="write .csv, .parquet or .json instead of printing")
+
+
+def future_stamps(history: pd.DatetimeIndex, horizon: int) -> pd.DatetimeIndex:
+    from kronos_core.data.timestamps import future_timestamps
+
+    return future_timestamps(history, horizon)
+
+
+def run(args) -> int:
+    from kronos_core import KronosPredictor, load_bundled
+    from kronos_core.candles import FEATURES, CandleError, candle_array
+    from kronos_core.model import CheckpointError, Kronos, KronosTokenizer
+
+    if args.horizon < 1:
+        print("kronos forecast: --horizon must be >= 1", file=sys.stderr)
+        return 2
+    try:
+        df = pd.read_csv(args.csv)
+    except (OSError, pd.errors.ParserError, UnicodeDecodeError) as exc:
+        print(f"kronos forecast: cannot read {args.csv}: {exc}", file=sys.stderr)
+        return 2
+    if args.timestamp_column not in df.columns:
+        print(f"kronos forecast: {args.csv} has no {args.timestamp_column!r} column (columns: {list(df.columns)})",
+              file=sys.stderr)
+        return 2
+    stamps = pd.DatetimeIndex(pd.to_datetime(df[args.timestamp_column]))
+    try:
+        values = candle_array(df)
+    except CandleError as exc:
+        print(f"kronos forecast: {args.csv}: {exc}", file=sys.stderr)
+        return 2
+    lookback = args.lookback or max(1, min(len(df), args.max_context - args.horizon))
+    values, stamps = values[-lookback:], stamps[-lookback:]
+    try:
+        if args.model or args.tokenizer:
+            if not (args.model and args.tokenizer):
+                print("kronos forecast: give both --model and --tokenizer (or neither for the bundled pair)",
+                      file=sys.stderr)
+                return 2
+            model, tok = Kronos.from_pretrained(args.model), KronosTokenizer.from_pretrained(args.tokenizer)
+        else:
+            log.info("using the bundled random-weight tiny model: forecasts are not meaningful")
+            model, tok = load_bundled()
+        predictor = KronosPredictor(model, tok, device=args.device, max_context=args.max_context, sliding=args.sliding)
+    except (CheckpointError, ValueError) as exc:
+        print(f"kronos forecast: {exc}", file=sys.stderr)
+        return 2
+    future = future_stamps(stamps, args.horizon)
+    levels = tuple(float(q) for q in args.quantiles.split(",")) if args.quantiles else ()
+    res = predictor.forecast(
+        [values], [stamps], [future], args.horizon, sample_count=args.samples, T=args.temperature,
+        top_k=args.top_k, top_p=args.top_p, seed=args.seed, quantiles=levels, repair=args.repair,
+        verbose=sys.stderr.isatty(),
+    )
+    table = pd.DataFrame(res.mean[0], columns=list(FEATURES), index=pd.Index(future, name="timestamps"))
+    for qi, q in enumerate(levels):
+        for fi, f in enumerate(FEATURES):
+            table[f"{f}_q{q:g}"] = res.quantiles[qi, 0, :, fi]
+    if args.out:
+        suffix = args.out.suffix.lower()
+        if suffix == ".parquet":
+            table.to_parquet(args.out)
+        elif suffix == ".json":
+            table.reset_index().to_json(args.out, orient="records", date_format="iso", indent=1)
+        else:
+            table.to_csv(args.out)
+        print(f"wrote {len(table)} forecast candles to {args.out}")
+    else:
+        with pd.option_context("display.width", 200, "display.max_columns", 50):
+            print(table.to_string(float_format=lambda v: f"{v:.4f}"))
+    log.info("forecast of %d candles from %d history candles in %.2fs", args.horizon, len(values),
+             res.stats.total_seconds)
+    return 0 if np.isfinite(res.mean).all() else 1
