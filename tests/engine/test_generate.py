@@ -65,3 +65,14 @@ def test_config_validation():
         GenerationConfig(0)
     with pytest.raises(ValueError, match="sliding"):
         GenerationConfig(5, sliding="fast")
+
+
+@pytest.mark.slow
+def test_compiled_decode_step_gives_the_same_tokens(tiny, a_share):
+    """torch.compile of the decode step (inductor on CPU here; meant for GPUs) changes nothing."""
+    gen = Generator(*tiny)
+    batch = _batch(a_share, [0, 300], [64, 40], 10)
+    eager = gen.generate(batch, GenerationConfig(10, 128, GREEDY))
+    compiled = gen.generate(batch, GenerationConfig(10, 128, GREEDY, compile=True))
+    assert torch.equal(eager.s1, compiled.s1) and torch.equal(eager.s2, compiled.s2)
+    torch.testing.assert_close(eager.candles, compiled.candles, rtol=1e-4, atol=1e-5)
