@@ -11,6 +11,7 @@ from typing import Annotated
 
 import orjson
 from fastapi import FastAPI, Header, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from ray import serve
 from ray.exceptions import RayActorError
@@ -70,6 +71,15 @@ async def _observe(request: Request, call_next):
             )
 
 
+@api.exception_handler(RequestValidationError)
+async def _invalid(request: Request, exc: RequestValidationError) -> Response:
+    """422 naming the field; the offending input is not echoed (it may hold NaN, or be huge)."""
+    if _METRICS is not None:
+        _METRICS.record_error("invalid_request")
+    detail = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")} for e in exc.errors()]
+    return _json({"detail": detail}, 422)
+
+
 def _json(content, status_code: int = 200, headers: dict | None = None) -> Response:
     return Response(
         orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS),
@@ -91,8 +101,11 @@ class Ingress:
         self.gateway = Gateway(settings, self.store, self._submit, self._describe, self.metrics, num_replicas)
         self._symbols: list[str] | None = None
 
-        global _METRICS
-        _METRICS = self.metrics
+        # serve.ingress pickles this class by value, so `global` would bind a copy of the
+        # module's globals: set the middleware's metrics on the imported module itself.
+        import service.app as app_module
+
+        app_module._METRICS = self.metrics
 
     # ------------------------------------------------------------- replica calls
     async def _submit(self, shard: Shard) -> ShardResult:
