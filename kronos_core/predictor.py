@@ -114,7 +114,7 @@ class KronosPredictor:
         """Forecast several series in one batch (lookbacks may differ); one DataFrame each."""
         if not isinstance(df_list, (list, tuple)) or not df_list:
             raise ValueError("df_list must be a non-empty list of DataFrames")
-        if not (len(df_list) == len(x_timestamp_list) == len(y_timestamp_list)):
+        if len({len(df_list), len(x_timestamp_list), len(y_timestamp_list)}) != 1:
             raise ValueError(
                 f"df_list, x_timestamp_list and y_timestamp_list have different lengths "
                 f"({len(df_list)}, {len(x_timestamp_list)}, {len(y_timestamp_list)})"

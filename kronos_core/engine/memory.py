@@ -66,23 +66,9 @@ def _param_bytes(model_cfg: KronosConfig, tok_cfg: TokenizerConfig) -> int:
     return 4 * (model + tok)
 
 
-def estimate_inference_bytes(
-    model_cfg: KronosConfig,
-    tokenizer_cfg: TokenizerConfig,
-    batch: int,
-    lookback: int,
-    horizon: int,
-    sample_count: int = 1,
-    dtype: torch.dtype = torch.float32,
-    max_context: int = 512,
-    ragged: bool = True,
-    include_weights: bool = True,
-) -> int:
-    """Peak bytes for ``batch`` series (lookback, horizon, sample paths) in one engine call."""
-    return memory_breakdown(
-        model_cfg, tokenizer_cfg, batch, lookback, horizon, sample_count, dtype, max_context, ragged,
-        include_weights,
-    ).total
+def estimate_inference_bytes(*args, **kwargs) -> int:
+    """Peak bytes for ``batch`` series in one engine call; the arguments of ``memory_breakdown``."""
+    return memory_breakdown(*args, **kwargs).total
 
 
 def memory_breakdown(

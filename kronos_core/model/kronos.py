@@ -13,7 +13,13 @@ from torch import nn
 
 from kronos_core.model.checkpoint import PretrainedMixin
 from kronos_core.model.config import DEP_HEADS, KronosConfig
-from kronos_core.model.layers import KVCache, RMSNorm, Rotary, TransformerBlock, apply_rotary
+from kronos_core.model.layers import (
+    AttentionProjections,
+    KVCache,
+    RMSNorm,
+    TransformerBlock,
+    apply_rotary,
+)
 
 # Rows of the five temporal tables, in the order of the time-feature columns.
 TIME_TABLE_SIZES = {"minute": 60, "hour": 24, "weekday": 7, "day": 32, "month": 13}
@@ -72,22 +78,11 @@ class TemporalEmbedding(nn.Module):
         return total + self.minute_embed(idx[..., 0])
 
 
-class CrossAttention(nn.Module):
+class CrossAttention(AttentionProjections):
     """The s2 head's attention: 4 heads, no mask by default, no rotation at inference."""
 
     def __init__(self, d_model: int, n_heads: int = DEP_HEADS):
-        super().__init__()
-        self.n_heads = n_heads
-        self.head_dim = d_model // n_heads
-        self.q_proj = nn.Linear(d_model, d_model)
-        self.k_proj = nn.Linear(d_model, d_model)
-        self.v_proj = nn.Linear(d_model, d_model)
-        self.out_proj = nn.Linear(d_model, d_model)
-        self.rotary = Rotary(self.head_dim)
-
-    def heads(self, x: torch.Tensor) -> torch.Tensor:
-        b, length, _ = x.shape
-        return x.view(b, length, self.n_heads, self.head_dim).transpose(1, 2)  # (B, h, L, D)
+        super().__init__(d_model, n_heads)
 
     def project_kv(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """hidden (B, L, d) -> keys, values (B, 4, L, d/4), unrotated (position 0 for all)."""
@@ -95,11 +90,9 @@ class CrossAttention(nn.Module):
 
     def attend(self, query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask=None) -> torch.Tensor:
         """query (B, Lq, d); k, v (B, 4, S, D); key_mask (B, S) bool or None -> (B, Lq, d)."""
-        b, lq, d = query.shape
         q = self.heads(self.q_proj(query))  # (B, 4, Lq, D)
         mask = None if key_mask is None else key_mask[:, None, None, :]  # (B, 1, 1, S)
-        out = nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, 4, Lq, D)
-        return self.out_proj(out.transpose(1, 2).reshape(b, lq, d))
+        return self.merge(nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask))  # (B, Lq, d)
 
 
 class DependencyLayer(nn.Module):
@@ -192,6 +185,5 @@ class Kronos(PretrainedMixin, nn.Module):
         k = apply_rotary(attn.heads(attn.k_proj(hidden)), cos, sin)
         v = attn.heads(attn.v_proj(hidden))
         dropout = self.config.attn_dropout_p if self.training else 0.0
-        out = nn.functional.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
-        out = attn.out_proj(out.transpose(1, 2).reshape(b, length, -1))  # (B, L, d)
+        out = attn.merge(nn.functional.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True))
         return self.s1_logits(hidden), self.head.proj_s2(self.dep_layer.norm(hidden + out))

@@ -19,7 +19,7 @@ class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float = RMS_EPS):
         super().__init__()
         self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
+        self.weight = nn.Parameter(torch.full((dim,), 1.0))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x32 = x.float()
@@ -32,9 +32,9 @@ class SwiGLU(nn.Module):
 
     def __init__(self, d_model: int, ff_dim: int, dropout: float = 0.0):
         super().__init__()
-        self.w1 = nn.Linear(d_model, ff_dim, bias=False)
-        self.w3 = nn.Linear(d_model, ff_dim, bias=False)
-        self.w2 = nn.Linear(ff_dim, d_model, bias=False)
+        up = (d_model, ff_dim)
+        self.w1, self.w3 = nn.Linear(*up, bias=False), nn.Linear(*up, bias=False)  # gate, value
+        self.w2 = nn.Linear(*reversed(up), bias=False)  # back down
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -46,8 +46,8 @@ class Rotary(nn.Module):
 
     def __init__(self, head_dim: int, base: float = 10000.0):
         super().__init__()
-        inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2).float() / head_dim))
-        self.register_buffer("inv_freq", inv_freq)
+        exponents = torch.arange(0, head_dim, 2).float() / head_dim  # (head_dim / 2,)
+        self.register_buffer(name="inv_freq", tensor=1.0 / (base**exponents))
 
     def cos_sin(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """positions (B, L) integer -> cos, sin each (B, 1, L, head_dim)."""
@@ -89,24 +89,34 @@ class KVCache:
         return self.k.numel() * self.k.element_size() * 2
 
 
-class SelfAttention(nn.Module):
-    """Causal multi-head self-attention with rotary q/k and optional KV cache."""
+class AttentionProjections(nn.Module):
+    """The four biased projections (``q_proj``, ``k_proj``, ``v_proj``, ``out_proj``), rotary buffer, head split."""
 
-    def __init__(self, d_model: int, n_heads: int, attn_dropout: float = 0.0, resid_dropout: float = 0.0):
+    def __init__(self, d_model: int, n_heads: int):
         super().__init__()
         self.n_heads = n_heads
         self.head_dim = d_model // n_heads
-        self.q_proj = nn.Linear(d_model, d_model)
-        self.k_proj = nn.Linear(d_model, d_model)
-        self.v_proj = nn.Linear(d_model, d_model)
-        self.out_proj = nn.Linear(d_model, d_model)
+        for name in ("q_proj", "k_proj", "v_proj", "out_proj"):
+            self.add_module(name, nn.Linear(d_model, d_model))
         self.rotary = Rotary(self.head_dim)
-        self.attn_dropout = attn_dropout
-        self.resid_dropout = nn.Dropout(resid_dropout)
 
-    def _heads(self, x: torch.Tensor) -> torch.Tensor:
+    def heads(self, x: torch.Tensor) -> torch.Tensor:
         b, length, _ = x.shape
         return x.view(b, length, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, L, D)
+
+    def merge(self, out: torch.Tensor) -> torch.Tensor:
+        """(B, H, L, D) attention output -> ``out_proj`` of (B, L, H * D)."""
+        b, _, length, _ = out.shape
+        return self.out_proj(out.transpose(1, 2).reshape(b, length, -1))
+
+
+class SelfAttention(AttentionProjections):
+    """Causal multi-head self-attention with rotary q/k and optional KV cache."""
+
+    def __init__(self, d_model: int, n_heads: int, attn_dropout: float = 0.0, resid_dropout: float = 0.0):
+        super().__init__(d_model, n_heads)
+        self.attn_dropout = attn_dropout
+        self.out_dropout = nn.Dropout(resid_dropout)
 
     def forward(
         self,
@@ -125,11 +135,11 @@ class SelfAttention(nn.Module):
         With a cache, this call's keys/values are written to slots
         [cache_start, cache_start + L) and attention runs over slots [0, cache_start + L).
         """
-        b, length, d = x.shape
+        length = x.shape[1]
         cos, sin = self.rotary.cos_sin(positions)
-        q = apply_rotary(self._heads(self.q_proj(x)), cos, sin)  # (B, H, L, D)
-        k = apply_rotary(self._heads(self.k_proj(x)), cos, sin)  # (B, H, L, D)
-        v = self._heads(self.v_proj(x))  # (B, H, L, D)
+        q = apply_rotary(self.heads(self.q_proj(x)), cos, sin)  # (B, H, L, D)
+        k = apply_rotary(self.heads(self.k_proj(x)), cos, sin)  # (B, H, L, D)
+        v = self.heads(self.v_proj(x))  # (B, H, L, D)
         causal = mask is None
         if cache is not None:
             cache.write(cache_start, k, v)
@@ -140,8 +150,7 @@ class SelfAttention(nn.Module):
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=causal and length > 1
         )  # (B, H, L, D)
-        out = out.transpose(1, 2).reshape(b, length, d)  # (B, L, d)
-        return self.resid_dropout(self.out_proj(out))
+        return self.out_dropout(self.merge(out))  # (B, L, d)
 
 
 class TransformerBlock(nn.Module):

@@ -1,0 +1,101 @@
+"""``kronos import FILE... --store DIR``: validate CSV/Parquet candles and add them to a store."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from kronos_core.data.importer import import_files
+from kronos_core.data.validate import Repairs
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "files", nargs="+", metavar="FILE", help="CSV (.csv, .csv.gz, .tsv) or Parquet files"
+    )
+    parser.add_argument(
+        "--store", required=True, metavar="DIR", help="store root (created if missing)"
+    )
+    who = parser.add_mutually_exclusive_group()
+    who.add_argument("--symbol", help="symbol for all rows (default: the file name without suffix)")
+    who.add_argument("--symbol-column", metavar="COL", help="column holding each row's symbol")
+    parser.add_argument(
+        "--frequency", help="frequency directory, e.g. 5min, 1h, 1d (default: inferred)"
+    )
+    parser.add_argument(
+        "--timezone", help="time zone of the stamps (IANA name), kept in the metadata"
+    )
+    parser.add_argument(
+        "--session-timezone",
+        help="clock the trading sessions follow, if not --timezone (e.g. America/New_York for FX stamped in UTC)",
+    )
+    parser.add_argument(
+        "--source", help="where the data comes from (metadata; default: the file name)"
+    )
+    parser.add_argument(
+        "--time-column", help="time column (default: timestamps, timestamp, datetime, date or time)"
+    )
+    parser.add_argument(
+        "--on-overlap",
+        choices=("error", "keep", "replace"),
+        default="error",
+        help="new candles at stored timestamps with different values: refuse (default), keep stored, replace",
+    )
+    rep = parser.add_argument_group(
+        "repairs (off by default: problems are refused with their row numbers)"
+    )
+    rep.add_argument("--repair", action="store_true", help="all of the repairs below")
+    rep.add_argument(
+        "--drop-nan", action="store_true", help="drop rows with missing/unparseable times or values"
+    )
+    rep.add_argument(
+        "--drop-duplicates",
+        action="store_true",
+        help="keep the last row of each duplicated timestamp",
+    )
+    rep.add_argument("--sort", action="store_true", help="sort rows by time")
+    rep.add_argument(
+        "--fix-high-low", action="store_true", help="widen high/low to cover open and close"
+    )
+    rep.add_argument("--clip-negative", action="store_true", help="set negative volume/amount to 0")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def run(args: argparse.Namespace) -> int:
+    repairs = (
+        Repairs.all()
+        if args.repair
+        else Repairs(
+            drop_nan=args.drop_nan,
+            drop_duplicates=args.drop_duplicates,
+            sort=args.sort,
+            fix_high_low=args.fix_high_low,
+            clip_negative=args.clip_negative,
+        )
+    )
+    extra = {"session_timezone": args.session_timezone} if args.session_timezone else None
+    outcomes = import_files(
+        args.files,
+        args.store,
+        symbol=args.symbol,
+        symbol_column=args.symbol_column,
+        frequency=args.frequency,
+        timezone=args.timezone,
+        source=args.source,
+        time_column=args.time_column,
+        repairs=repairs,
+        on_overlap=args.on_overlap,
+        extra_metadata=extra,
+        progress=not args.no_progress,
+    )
+    failed = [o for o in outcomes if not o.ok]
+    for o in outcomes:
+        if o.ok:
+            fixed = f", {len(o.repairs)} repair(s)" if o.repairs else ""
+            print(
+                f"{o.symbol}: +{o.rows_written} candles -> {o.rows_total} ({o.first} .. {o.last}) from {o.file}{fixed}"
+            )
+    for o in failed:
+        print(f"error: {o.error}", file=sys.stderr)
+    print(f"imported {len(outcomes) - len(failed)} of {len(outcomes)} into {args.store}")
+    return 1 if failed else 0

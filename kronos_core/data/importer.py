@@ -1,0 +1,182 @@
+"""Import CSV / Parquet candle files into a ``KlineStore``."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+from tqdm.auto import tqdm
+
+from kronos_core.candles import CandleError
+from kronos_core.data.store import KlineStore, StoreError, validate_symbol
+from kronos_core.data.validate import Repairs, validate_candles
+
+log = logging.getLogger(__name__)
+
+CSV_SUFFIXES = (".csv", ".csv.gz", ".csv.bz2", ".csv.zst", ".txt", ".tsv")
+PARQUET_SUFFIXES = (".parquet", ".pq")
+
+
+@dataclass
+class ImportOutcome:
+    file: str
+    symbol: str | None
+    rows_in: int = 0
+    rows_written: int = 0
+    rows_total: int = 0
+    first: str | None = None
+    last: str | None = None
+    error: str | None = None
+    repairs: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def read_table(path: str | os.PathLike) -> pd.DataFrame:
+    """Read a CSV (optionally compressed) or Parquet file into a DataFrame."""
+    name = str(path).lower()
+    if name.endswith(PARQUET_SUFFIXES):
+        return pd.read_parquet(path)
+    if name.endswith(CSV_SUFFIXES):
+        return pd.read_csv(path, sep="\t" if name.endswith(".tsv") else ",")
+    raise CandleError(f"{path}: unknown file type; expected {CSV_SUFFIXES + PARQUET_SUFFIXES}")
+
+
+def _symbol_from_file(path: Path) -> str:
+    name = path.name
+    for suffix in sorted(CSV_SUFFIXES + PARQUET_SUFFIXES, key=len, reverse=True):
+        if name.lower().endswith(suffix):
+            return name[: -len(suffix)]
+    return path.stem
+
+
+def import_frame(
+    store: KlineStore,
+    df: pd.DataFrame,
+    symbol: str,
+    *,
+    source_name: str = "<frame>",
+    frequency: str | None = None,
+    timezone: str | None = None,
+    source: str | None = None,
+    time_column: str | None = None,
+    repairs: Repairs = Repairs(),
+    on_overlap: str = "error",
+    extra_metadata: dict | None = None,
+    row_numbers=None,
+) -> ImportOutcome:
+    """Validate one symbol's candles and merge them into the store (atomically)."""
+    out = ImportOutcome(file=source_name, symbol=symbol, rows_in=len(df))
+    try:
+        validate_symbol(symbol)
+        frame, tz, report = validate_candles(
+            df,
+            source=f"{source_name} [{symbol}]",
+            time_column=time_column,
+            timezone=timezone,
+            repairs=repairs,
+            row_numbers=row_numbers,
+        )
+        before = 0
+        try:
+            before = int(store.metadata(symbol, frequency).get("rows", 0))
+        except StoreError:
+            pass
+        meta = store.write(
+            symbol,
+            frame,
+            frequency=frequency,
+            timezone=tz,
+            source=source or f"imported from {Path(source_name).name}",
+            on_overlap=on_overlap,
+            extra_metadata=extra_metadata,
+        )
+        out.rows_written = meta["rows"] - before
+        out.rows_total = meta["rows"]
+        out.first, out.last = meta["first"], meta["last"]
+        out.repairs = tuple(report.repairs)
+    except (CandleError, StoreError, ValueError, OSError) as exc:
+        out.error = str(exc)
+        log.error("%s [%s]: %s", source_name, symbol, exc)
+    return out
+
+
+def import_files(
+    files: Sequence[str | os.PathLike],
+    store_root: str | os.PathLike,
+    *,
+    symbol: str | None = None,
+    symbol_column: str | None = None,
+    frequency: str | None = None,
+    timezone: str | None = None,
+    source: str | None = None,
+    time_column: str | None = None,
+    repairs: Repairs = Repairs(),
+    on_overlap: str = "error",
+    extra_metadata: dict | None = None,
+    progress: bool = True,
+) -> list[ImportOutcome]:
+    """Import files into the store at ``store_root``; one outcome per (file, symbol).
+
+    The symbol is ``symbol``, else each value of ``symbol_column``, else the file
+    name without its suffix. A failing file or symbol is reported in its outcome;
+    the others are still imported.
+    """
+    if symbol is not None and symbol_column is not None:
+        raise ValueError("give either symbol or symbol_column, not both")
+    store = KlineStore(store_root)
+    outcomes: list[ImportOutcome] = []
+    bar = tqdm(files, desc="import", unit="file", disable=not progress or len(files) < 2)
+    for f in bar:
+        path = Path(f)
+        try:
+            df = read_table(path)
+        except (CandleError, OSError, ValueError) as exc:
+            outcomes.append(
+                ImportOutcome(file=str(path), symbol=symbol, error=f"{path}: cannot read: {exc}")
+            )
+            log.error("%s: cannot read: %s", path, exc)
+            continue
+        kw = dict(
+            source_name=str(path),
+            frequency=frequency,
+            timezone=timezone,
+            source=source,
+            time_column=time_column,
+            repairs=repairs,
+            on_overlap=on_overlap,
+            extra_metadata=extra_metadata,
+        )
+        if symbol_column is not None:
+            df.columns = [str(c).strip() for c in df.columns]
+            if symbol_column not in df.columns:
+                outcomes.append(
+                    ImportOutcome(
+                        file=str(path),
+                        symbol=None,
+                        error=f"{path}: symbol column {symbol_column!r} not found; columns: {list(df.columns)}",
+                    )
+                )
+                continue
+            df = df.reset_index(drop=True)
+            groups = list(df.groupby(df[symbol_column].astype(str), sort=True))
+            inner = tqdm(
+                groups,
+                desc=path.name,
+                unit="symbol",
+                leave=False,
+                disable=not progress or len(groups) < 2,
+            )
+            for sym, part in inner:
+                rows = part.index.to_numpy() + 1  # the file's data rows
+                part = part.drop(columns=[symbol_column]).reset_index(drop=True)
+                outcomes.append(import_frame(store, part, sym, row_numbers=rows, **kw))
+        else:
+            outcomes.append(import_frame(store, df, symbol or _symbol_from_file(path), **kw))
+    return outcomes

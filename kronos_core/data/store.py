@@ -1,0 +1,808 @@
+"""Arrow K-line store: one Arrow IPC file per symbol and frequency, memory-mapped reads.
+
+Layout (see ``docs/store.md``)::
+
+    ROOT/<frequency>/<symbol>.arrow
+
+Each file holds one record batch with the columns ``timestamps`` (``timestamp[ns]``,
+naive local exchange wall clock), ``open, high, low, close, volume, amount``
+(``float64``), sorted by unique timestamps. The symbol's metadata (frequency,
+time zone, source, ...) is JSON under the schema metadata key ``kronos``.
+
+Reads memory-map the file and slice the tail of each column without copying the
+file; only the requested window is copied into the output batch. Opened files are
+cached per ``KlineStore`` instance and re-opened when a file's inode, size or
+mtime changes (every write replaces the file atomically, so a new inode).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import mmap
+import os
+import re
+import secrets
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from kronos_core.candles import FEATURES, CandleError
+
+try:  # POSIX advisory locks serialize writers of one symbol; absent on Windows.
+    import fcntl
+except ImportError:  # pragma: no cover
+    fcntl = None  # type: ignore[assignment]
+
+log = logging.getLogger(__name__)
+
+FORMAT_NAME = "kronos-kline"
+FORMAT_VERSION = 1
+META_KEY = b"kronos"
+SUFFIX = ".arrow"
+TIME_COLUMN = "timestamps"
+COLUMNS: tuple[str, ...] = (TIME_COLUMN, *FEATURES)
+SCHEMA_FIELDS = [pa.field(TIME_COLUMN, pa.timestamp("ns"), nullable=False)] + [
+    pa.field(c, pa.float64(), nullable=False) for c in FEATURES
+]
+
+SYMBOL_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+FREQUENCY_PATTERN = re.compile(r"^[A-Za-z0-9]{1,16}$")
+
+ERROR_CODES = ("invalid_symbol", "unknown_symbol", "corrupt_file", "no_data")
+_NAT = np.iinfo(np.int64).min
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class StoreError(Exception):
+    """A per-symbol store failure; ``code`` is one of ``ERROR_CODES``."""
+
+    code = "store_error"
+
+    def __init__(self, symbol: str, message: str):
+        super().__init__(message)
+        self.symbol = symbol
+        self.message = message
+
+    def __str__(self) -> str:  # KeyError would otherwise repr() the message
+        return self.message
+
+    def to_error(self) -> SymbolError:
+        return SymbolError(self.symbol, self.code, self.message)
+
+
+class InvalidSymbolError(StoreError, ValueError):
+    code = "invalid_symbol"
+
+
+class UnknownSymbolError(StoreError, KeyError):
+    code = "unknown_symbol"
+
+
+class CorruptFileError(StoreError):
+    code = "corrupt_file"
+
+
+class NoDataError(StoreError):
+    code = "no_data"
+
+
+@dataclass(frozen=True)
+class SymbolError:
+    """One symbol's failure in a batch read. ``code``: invalid_symbol, unknown_symbol,
+    corrupt_file or no_data."""
+
+    symbol: str
+    code: str
+    message: str
+
+
+def validate_symbol(symbol: Any) -> str:
+    """Return ``symbol`` if it is safe to use as a file name, else raise ``InvalidSymbolError``.
+
+    Allowed: 1-64 characters from ``A-Z a-z 0-9 . _ -``, starting with a letter or digit,
+    and no ``..``. So no separators, no absolute paths, no empty names, no dot files.
+    """
+    if not isinstance(symbol, str):
+        raise InvalidSymbolError(
+            repr(symbol), f"symbol must be a string, got {type(symbol).__name__}"
+        )
+    if not SYMBOL_PATTERN.fullmatch(symbol) or ".." in symbol:
+        raise InvalidSymbolError(
+            symbol,
+            f"invalid symbol {symbol!r}: use 1-64 characters from A-Z a-z 0-9 . _ -, "
+            "starting with a letter or digit, without '..'",
+        )
+    return symbol
+
+
+def validate_frequency(frequency: Any) -> str:
+    if not isinstance(frequency, str) or not FREQUENCY_PATTERN.fullmatch(frequency):
+        raise ValueError(
+            f"invalid frequency {frequency!r}: use 1-16 letters and digits, e.g. 5min, 1h, 1d"
+        )
+    return frequency
+
+
+# --------------------------------------------------------------------------- batch
+
+
+@dataclass
+class WindowBatch:
+    """Windows of many symbols, left-padded to a common length ``L``.
+
+    ``values`` (B, L, 6) float32 in ``FEATURES`` order, padding rows are 0;
+    ``timestamps`` (B, L) datetime64[ns], padding is NaT; ``lengths`` (B,) the real
+    number of candles per symbol (its last ``lengths[i]`` rows). ``symbols`` are
+    the symbols that succeeded, in request order; ``errors`` the others.
+    """
+
+    symbols: list[str]
+    values: np.ndarray
+    timestamps: np.ndarray
+    lengths: np.ndarray
+    errors: list[SymbolError] = field(default_factory=list)
+    metadata: list[dict] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.symbols)
+
+    def series(self, i: int) -> tuple[np.ndarray, pd.DatetimeIndex]:
+        """Unpadded ``(values (L_i, 6), DatetimeIndex (L_i,))`` of the i-th symbol (views)."""
+        n = int(self.lengths[i])
+        L = self.values.shape[1]
+        return self.values[i, L - n :], pd.DatetimeIndex(self.timestamps[i, L - n :])
+
+
+# --------------------------------------------------------------------------- files
+
+
+class _Entry:
+    """One opened file: zero-copy views into its memory map, metadata parsed on demand."""
+
+    __slots__ = ("path", "key", "ts", "cols", "block", "raw_meta", "frequency", "symbol", "_meta")
+
+    def __init__(self, path, key, ts, cols, raw_meta, frequency, symbol, block=None):
+        self.path: str = path
+        self.key: tuple[int, int, int] = key  # (inode, size, mtime_ns)
+        self.ts: np.ndarray = ts  # int64 ns view into the mapping
+        self.cols: list[np.ndarray] = cols  # six float64 views into the mapping
+        # (6, n) view of the six columns when they lie at equal distances in the
+        # mapping (as written by this module): one copy per window instead of six
+        self.block: np.ndarray | None = block
+        self.raw_meta: bytes | None = raw_meta
+        self.frequency = frequency
+        self.symbol = symbol
+        self._meta: dict | None = None
+
+    @property
+    def meta(self) -> dict:
+        if self._meta is None:
+            meta: dict = {}
+            if self.raw_meta is not None:
+                try:
+                    meta = json.loads(self.raw_meta)
+                except ValueError as exc:
+                    raise CorruptFileError(
+                        self.symbol,
+                        f"{self.symbol}: metadata in {self.path} is not valid JSON: {exc}",
+                    ) from None
+                if not isinstance(meta, dict):
+                    raise CorruptFileError(
+                        self.symbol, f"{self.symbol}: metadata in {self.path} is not a JSON object"
+                    )
+            meta.setdefault("symbol", self.symbol)
+            meta.setdefault("frequency", self.frequency)
+            meta.setdefault("timezone", None)
+            meta.setdefault("source", None)
+            meta["rows"] = int(len(self.ts))
+            self._meta = meta
+        return self._meta
+
+
+def _stat_key(st: os.stat_result) -> tuple[int, int, int]:
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _column_view(arr: pa.Array, dtype) -> np.ndarray:
+    buf = arr.buffers()[1]
+    itemsize = np.dtype(dtype).itemsize
+    return np.frombuffer(buf, dtype=dtype, count=len(arr), offset=arr.offset * itemsize)
+
+
+_EXPECTED_SCHEMA = pa.schema(SCHEMA_FIELDS)
+
+
+def _open_file(symbol: str, path: str, key: tuple[int, int, int], frequency: str) -> _Entry:
+    """Memory-map an Arrow IPC file and return zero-copy column views."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            mm = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+        finally:
+            os.close(fd)
+    except ValueError as exc:  # mmap of an empty file
+        raise CorruptFileError(symbol, f"{symbol}: file {path} is empty ({exc})") from None
+    except OSError as exc:
+        raise CorruptFileError(symbol, f"{symbol}: cannot open {path}: {exc}") from None
+    try:
+        reader = ipc.RecordBatchFileReader(pa.py_buffer(mm))
+        schema = reader.schema
+        if not schema.equals(_EXPECTED_SCHEMA, check_metadata=False):
+            raise CorruptFileError(
+                symbol,
+                f"{symbol}: {path} has schema {schema.to_string(show_schema_metadata=False)!r}, "
+                f"expected columns {list(COLUMNS)} (timestamp[ns], then double)",
+            )
+        if reader.num_record_batches == 1:
+            batch = reader.get_batch(0)
+            batch.validate()
+            arrays = batch.columns
+        else:  # written by another tool: read all (one copy), still valid
+            table = reader.read_all().combine_chunks()
+            table.validate()
+            arrays = [c.chunk(0) if c.num_chunks else pa.array([], c.type) for c in table.columns]
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise CorruptFileError(
+            symbol,
+            f"{symbol}: {path} is not a readable Arrow IPC file (corrupt or truncated): {exc}",
+        ) from None
+    for name, arr in zip(COLUMNS, arrays):
+        if arr.null_count:
+            raise CorruptFileError(
+                symbol, f"{symbol}: column {name} has {arr.null_count} null value(s)"
+            )
+    ts = _column_view(arrays[0], np.int64)
+    cols = [_column_view(a, np.float64) for a in arrays[1:]]
+    # once per opened file (8 bytes a row; reads then binary-search and slice freely)
+    if len(ts) > 1 and not (ts[1:] > ts[:-1]).all():
+        raise CorruptFileError(
+            symbol, f"{symbol}: timestamps in {path} are not strictly increasing"
+        )
+    raw = (schema.metadata or {}).get(META_KEY)
+    return _Entry(path, key, ts, cols, raw, frequency, symbol, block=_block_view(cols, mm))
+
+
+def _block_view(cols: list[np.ndarray], mm: mmap.mmap) -> np.ndarray | None:
+    """A read-only (6, n) strided view over six equally spaced column buffers, else None."""
+    n = len(cols[0])
+    if n == 0:
+        return None
+    addr = [c.__array_interface__["data"][0] for c in cols]
+    stride = addr[1] - addr[0]
+    if stride < n * 8 or any(addr[j + 1] - addr[j] != stride for j in range(len(addr) - 1)):
+        return None
+    lo = np.frombuffer(mm, dtype=np.uint8).__array_interface__["data"][0]
+    start = addr[0] - lo
+    if (
+        start < 0 or start % 8 or stride % 8 or addr[-1] + n * 8 > lo + len(mm)
+    ):  # all inside the mapping
+        return None
+    f64 = np.frombuffer(mm, dtype=np.float64, count=(len(mm) - start) // 8, offset=start)
+    return np.lib.stride_tricks.as_strided(
+        f64, shape=(len(cols), n), strides=(stride, 8), writeable=False
+    )
+
+
+def _as_ns(value: Any, timezone: str | None) -> int:
+    """A point in time as int64 ns on the symbol's naive local wall clock."""
+    ts = pd.Timestamp(value)
+    if ts is pd.NaT:
+        raise ValueError(f"as_of {value!r} is not a time")
+    if ts.tzinfo is not None:
+        ts = ts.tz_convert(timezone or "UTC").tz_localize(None)
+    return int(ts.as_unit("ns").value)
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # pragma: no cover - e.g. Windows
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_arrow_atomic(path: Path, table: pa.Table, *, fsync: bool = True) -> None:
+    """Write ``table`` as an Arrow IPC file at ``path`` atomically.
+
+    The data goes to a temporary file in the same directory, is fsynced, then
+    ``os.replace``-d over ``path``: a reader sees the old file or the new one, never
+    a partial one. A crash leaves at most a ``.*.tmp`` file, which readers ignore.
+    """
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    try:
+        with pa.OSFile(str(tmp), "wb") as sink:
+            with ipc.new_file(sink, table.schema) as writer:
+                for batch in table.to_batches(max_chunksize=None):
+                    writer.write_batch(batch)
+        if fsync:
+            fd = os.open(tmp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    if fsync:
+        _fsync_dir(path.parent)
+
+
+class _SymbolLock:
+    """Exclusive advisory lock on ``<dir>/.<symbol>.lock`` while one writer updates a symbol."""
+
+    def __init__(self, directory: Path, symbol: str):
+        self.path = directory / f".{symbol}.lock"
+        self.fd: int | None = None
+
+    def __enter__(self):
+        if fcntl is not None:
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc):
+        if self.fd is not None:
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+            os.close(self.fd)
+            self.fd = None
+
+
+def _frame_arrays(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, str | None]:
+    """(timestamps int64 ns naive, values (n, 6) float64, tz name or None) of a candle frame."""
+    if TIME_COLUMN in frame.columns:
+        ts = pd.DatetimeIndex(frame[TIME_COLUMN])
+    elif isinstance(frame.index, pd.DatetimeIndex):
+        ts = frame.index
+    else:
+        raise CandleError(
+            f"candles need a '{TIME_COLUMN}' column or a DatetimeIndex; columns: {list(frame.columns)}"
+        )
+    tz = None
+    if ts.tz is not None:
+        tz = str(ts.tz)
+        ts = ts.tz_localize(None)
+    missing = [c for c in FEATURES if c not in frame.columns]
+    if missing:
+        raise CandleError(
+            f"columns {missing} missing (fill volume/amount with candles.fill_volume_amount first)"
+        )
+    values = frame[list(FEATURES)].to_numpy(dtype=np.float64)
+    return ts.as_unit("ns").asi8.copy(), values, tz
+
+
+# --------------------------------------------------------------------------- store
+
+
+class KlineStore:
+    """A directory of Arrow K-line files; see the module docstring for the layout.
+
+    ``frequency``: the default frequency sub-directory for reads and writes. When it
+    is None a read finds the symbol in whichever frequency directory holds it (an
+    error if several do and none is chosen).
+    """
+
+    def __init__(
+        self, root: str | os.PathLike, frequency: str | None = None, *, cache_size: int = 65536
+    ):
+        self.root = Path(root)
+        self.frequency = validate_frequency(frequency) if frequency is not None else None
+        self.cache_size = int(cache_size)
+        self._cache: dict[tuple[str, str | None], _Entry] = {}
+        self._lock = threading.Lock()
+        self._freq_dirs: tuple[int, list[str]] | None = None
+
+    def __repr__(self) -> str:
+        return f"KlineStore({str(self.root)!r}, frequency={self.frequency!r})"
+
+    # -- listing ---------------------------------------------------------------
+
+    def frequencies(self) -> list[str]:
+        """Sorted frequency sub-directories present in the store."""
+        try:
+            mtime = self.root.stat().st_mtime_ns
+        except FileNotFoundError:
+            return []
+        cached = self._freq_dirs
+        if cached is not None and cached[0] == mtime:
+            return cached[1]
+        freqs = sorted(
+            e.name
+            for e in os.scandir(self.root)
+            if e.is_dir() and FREQUENCY_PATTERN.fullmatch(e.name)
+        )
+        self._freq_dirs = (mtime, freqs)
+        return freqs
+
+    def symbols(self, frequency: str | None = None) -> list[str]:
+        """Sorted symbols in the store (in one frequency, or in all)."""
+        frequency = frequency or self.frequency
+        freqs = [validate_frequency(frequency)] if frequency else self.frequencies()
+        out: set[str] = set()
+        for f in freqs:
+            d = self.root / f
+            if not d.is_dir():
+                continue
+            for e in os.scandir(d):
+                name = e.name
+                if name.endswith(SUFFIX):
+                    stem = name[: -len(SUFFIX)]
+                    if SYMBOL_PATTERN.fullmatch(stem) and ".." not in stem:
+                        out.add(stem)
+        return sorted(out)
+
+    def path(self, symbol: str, frequency: str) -> Path:
+        """The file of ``symbol`` at ``frequency`` (both validated; the file may not exist)."""
+        return self.root / validate_frequency(frequency) / (validate_symbol(symbol) + SUFFIX)
+
+    # -- opening -----------------------------------------------------------------
+
+    def _symbol_index(self) -> dict[str, list[str]]:
+        """symbol -> frequencies holding it, from one listing of each frequency directory."""
+        index: dict[str, list[str]] = {}
+        for f in self.frequencies():
+            try:
+                entries = os.scandir(self.root / f)
+            except FileNotFoundError:
+                continue
+            with entries:
+                for e in entries:
+                    if e.name.endswith(SUFFIX) and not e.name.startswith("."):
+                        index.setdefault(e.name[: -len(SUFFIX)], []).append(f)
+        return index
+
+    def _locate(
+        self, symbol: str, frequency: str | None, index: dict[str, list[str]] | None = None
+    ) -> tuple[str, str, os.stat_result]:
+        if frequency is not None:
+            p = os.path.join(self.root, frequency, symbol + SUFFIX)
+            try:
+                return p, frequency, os.stat(p)
+            except FileNotFoundError:
+                raise UnknownSymbolError(
+                    symbol,
+                    f"unknown symbol {symbol!r} at frequency {frequency!r} in store {self.root}",
+                ) from None
+        found = []
+        for f in self.frequencies() if index is None else index.get(symbol, ()):
+            p = os.path.join(self.root, f, symbol + SUFFIX)
+            try:
+                found.append((p, f, os.stat(p)))
+            except FileNotFoundError:
+                continue
+        if not found:
+            raise UnknownSymbolError(symbol, f"unknown symbol {symbol!r} in store {self.root}")
+        if len(found) > 1:
+            raise UnknownSymbolError(
+                symbol,
+                f"symbol {symbol!r} is stored at several frequencies {[f for _, f, _ in found]}; "
+                "choose one with frequency=",
+            )
+        return found[0]
+
+    def _entry(self, symbol: str, frequency: str | None, index=None) -> _Entry:
+        # only validated symbols are ever cached, so a hit needs no new check
+        entry = self._cache.get((symbol, frequency)) if type(symbol) is str else None
+        if entry is not None:
+            try:
+                st = os.stat(entry.path)
+                if (st.st_ino, st.st_size, st.st_mtime_ns) == entry.key:
+                    return entry
+            except FileNotFoundError:
+                pass
+        validate_symbol(symbol)
+        cache_key = (symbol, frequency)
+        if callable(index):
+            index = index()
+        path, freq, st = self._locate(symbol, frequency, index)
+        entry = _open_file(symbol, path, _stat_key(st), freq)
+        with self._lock:
+            if len(self._cache) >= self.cache_size:  # drop the oldest half
+                for k in list(self._cache)[: max(1, len(self._cache) // 2)]:
+                    del self._cache[k]
+            self._cache[cache_key] = entry
+        return entry
+
+    def clear_cache(self) -> None:
+        """Forget opened files (their mappings are released once no array uses them)."""
+        with self._lock:
+            self._cache.clear()
+
+    def preload(
+        self, symbols: Iterable[str] | None = None, frequency: str | None = None
+    ) -> list[SymbolError]:
+        """Open and cache the files of ``symbols`` (default: all), e.g. at service start."""
+        frequency = frequency or self.frequency
+        errors = []
+        for s in self.symbols(frequency) if symbols is None else symbols:
+            try:
+                self._entry(s, frequency)
+            except StoreError as exc:
+                errors.append(exc.to_error())
+        return errors
+
+    # -- reading -----------------------------------------------------------------
+
+    def metadata(self, symbol: str, frequency: str | None = None) -> dict:
+        """The symbol's metadata: frequency, timezone, source, rows, first, last, ...
+
+        Raises ``InvalidSymbolError``, ``UnknownSymbolError`` or ``CorruptFileError``.
+        """
+        entry = self._entry(symbol, frequency or self.frequency)
+        meta = dict(entry.meta)
+        if len(entry.ts):
+            meta["first"] = str(pd.Timestamp(int(entry.ts[0])))
+            meta["last"] = str(pd.Timestamp(int(entry.ts[-1])))
+        return meta
+
+    def read(self, symbol: str, frequency: str | None = None, start=None, end=None) -> pd.DataFrame:
+        """All candles of ``symbol`` (optionally ``start <= t <= end``) as a DataFrame (a copy)."""
+        entry = self._entry(symbol, frequency or self.frequency)
+        tz = entry.meta.get("timezone")
+        lo = 0 if start is None else int(np.searchsorted(entry.ts, _as_ns(start, tz), "left"))
+        hi = (
+            len(entry.ts)
+            if end is None
+            else int(np.searchsorted(entry.ts, _as_ns(end, tz), "right"))
+        )
+        data = {TIME_COLUMN: entry.ts[lo:hi].astype("datetime64[ns]")}
+        for name, col in zip(FEATURES, entry.cols):
+            data[name] = col[lo:hi].copy()
+        return pd.DataFrame(data)
+
+    def read_windows(
+        self,
+        symbols: Sequence[str],
+        lookback: int,
+        as_of=None,
+        frequency: str | None = None,
+    ) -> WindowBatch:
+        """The last ``lookback`` candles at or before ``as_of`` of each symbol, as one batch.
+
+        ``as_of``: None (latest), or a time; a naive time is each symbol's local wall
+        clock, an aware one is converted to each symbol's time zone. A symbol that
+        fails (invalid, unknown, corrupt, no candles up to ``as_of``) is reported in
+        ``errors`` and left out; the others still come back.
+        """
+        if isinstance(symbols, str):
+            raise TypeError("symbols must be a sequence of symbols, not one string")
+        lookback = int(lookback)
+        if lookback < 1:
+            raise ValueError(f"lookback must be >= 1, got {lookback}")
+        frequency = frequency or self.frequency
+        naive_as_of: int | None = None
+        aware = False
+        if as_of is not None:
+            t = pd.Timestamp(as_of)
+            if t is pd.NaT:
+                raise ValueError(f"as_of {as_of!r} is not a time")
+            aware = t.tzinfo is not None
+            if not aware:
+                naive_as_of = int(t.as_unit("ns").value)
+        tz_cache: dict[str | None, int] = {}
+        listing: list[dict] = []
+
+        def index():  # one directory listing per call, only if needed
+            if frequency is not None or len(symbols) < 16:
+                return None
+            if not listing:
+                listing.append(self._symbol_index())
+            return listing[0]
+
+        ok: list[tuple[str, _Entry, int, int]] = []
+        errors: list[SymbolError] = []
+        for symbol in symbols:
+            try:
+                entry = self._entry(symbol, frequency, index)
+                ts = entry.ts
+                n = len(ts)
+                if as_of is None:
+                    end = n
+                else:
+                    if aware:
+                        tz = entry.meta.get("timezone")
+                        if tz not in tz_cache:
+                            tz_cache[tz] = _as_ns(as_of, tz)
+                        limit = tz_cache[tz]
+                    else:
+                        limit = naive_as_of
+                    end = int(ts.searchsorted(limit, "right"))
+                start = max(0, end - lookback)
+                if end <= start:
+                    when = "" if as_of is None else f" at or before {as_of}"
+                    raise NoDataError(symbol, f"{symbol}: no candles{when}")
+                meta = (
+                    entry.meta
+                )  # parsed once per opened file; a bad header is this symbol's error
+                ok.append((symbol, entry, start, end, meta))
+            except StoreError as exc:
+                errors.append(exc.to_error())
+
+        B = len(ok)
+        L = max((e - s for _, _, s, e, _ in ok), default=0)
+        values = np.zeros((B, L, len(FEATURES)), dtype=np.float32)
+        stamps = np.full((B, L), _NAT, dtype=np.int64)
+        lengths = np.empty(B, dtype=np.int64)
+        metas = []
+        for i, (_, entry, s, e, meta) in enumerate(ok):
+            n = e - s
+            lengths[i] = n
+            stamps[i, L - n :] = entry.ts[s:e]
+            if entry.block is not None:
+                values[i, L - n :] = entry.block[:, s:e].T
+            else:
+                block = values[i, L - n :]
+                for j, col in enumerate(entry.cols):
+                    block[:, j] = col[s:e]
+            metas.append(meta)
+        return WindowBatch(
+            symbols=[item[0] for item in ok],
+            values=values,
+            timestamps=stamps.view("datetime64[ns]"),
+            lengths=lengths,
+            errors=errors,
+            metadata=metas,
+        )
+
+    # -- writing -----------------------------------------------------------------
+
+    def write(
+        self,
+        symbol: str,
+        frame: pd.DataFrame,
+        *,
+        frequency: str | None = None,
+        timezone: str | None = None,
+        source: str | None = None,
+        on_overlap: str = "error",
+        overwrite: bool = False,
+        extra_metadata: dict | None = None,
+        fsync: bool = True,
+    ) -> dict:
+        """Add candles to ``symbol`` (creating it), atomically; returns the new metadata.
+
+        ``frame``: a ``timestamps`` column (or DatetimeIndex) and the six ``FEATURES``
+        columns, already validated (see ``kronos_core.data.validate``); it is
+        re-checked for order, duplicates and NaN. Stored history is kept: the new
+        candles are merged in by timestamp. Where a timestamp is both stored and new
+        with different values, ``on_overlap`` decides: ``"error"`` (raise
+        ``CandleError``), ``"keep"`` (keep stored) or ``"replace"`` (take new).
+        Identical overlapping candles are simply not duplicated. ``overwrite=True``
+        replaces the whole history.
+        """
+        from kronos_core.data.timestamps import infer_frequency
+
+        validate_symbol(symbol)
+        if on_overlap not in ("error", "keep", "replace"):
+            raise ValueError(f"on_overlap must be 'error', 'keep' or 'replace', got {on_overlap!r}")
+        ts_new, val_new, frame_tz = _frame_arrays(frame)
+        if frame_tz is not None:
+            tz = timezone or frame_tz
+            if timezone and timezone != frame_tz:  # wall clock of the requested zone
+                idx = pd.DatetimeIndex(ts_new).tz_localize(frame_tz).tz_convert(timezone)
+                ts_new = idx.tz_localize(None).as_unit("ns").asi8.copy()
+            timezone = tz
+        if len(ts_new) == 0:
+            raise CandleError(f"{symbol}: no candles to write")
+        if not np.isfinite(val_new).all():
+            raise CandleError(f"{symbol}: candles contain NaN or infinite values")
+        if len(ts_new) > 1 and not (ts_new[1:] > ts_new[:-1]).all():
+            raise CandleError(
+                f"{symbol}: timestamps must be sorted and unique (validate before writing)"
+            )
+
+        frequency = frequency or self.frequency
+        existing_freq = None
+        if frequency is None:
+            try:
+                _, existing_freq, _ = self._locate(symbol, None)
+            except UnknownSymbolError as exc:
+                if "several frequencies" in exc.message:
+                    raise
+            frequency = existing_freq or (infer_frequency(ts_new) if len(ts_new) > 1 else None)
+            if frequency is None:
+                raise CandleError(
+                    f"{symbol}: cannot infer the frequency of one candle; pass frequency="
+                )
+        validate_frequency(frequency)
+        directory = self.root / frequency
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / (symbol + SUFFIX)
+
+        with _SymbolLock(directory, symbol):
+            meta: dict = {}
+            if path.exists() and not overwrite:
+                st = path.stat()
+                old = _open_file(symbol, str(path), _stat_key(st), frequency)
+                meta = {k: v for k, v in old.meta.items() if k not in ("rows", "first", "last")}
+                old_tz = meta.get("timezone")
+                if timezone and old_tz and timezone != old_tz:
+                    raise CandleError(
+                        f"{symbol}: stored time zone is {old_tz!r}, new candles are {timezone!r}"
+                    )
+                timezone = timezone or old_tz
+                ts, values, report = _merge(
+                    symbol, old.ts, np.stack(old.cols, axis=1), ts_new, val_new, on_overlap
+                )
+                del old
+                log.info("%s: %s", symbol, report)
+            else:
+                ts, values = ts_new, val_new
+            meta.update(extra_metadata or {})
+            meta.update(
+                format=FORMAT_NAME,
+                version=FORMAT_VERSION,
+                symbol=symbol,
+                frequency=frequency,
+                timezone=timezone,
+                source=source if source is not None else meta.get("source"),
+                rows=int(len(ts)),
+                first=str(pd.Timestamp(int(ts[0]))),
+                last=str(pd.Timestamp(int(ts[-1]))),
+            )
+            table = _to_table(ts, values, meta)
+            write_arrow_atomic(path, table, fsync=fsync)
+        return meta
+
+
+def _to_table(ts: np.ndarray, values: np.ndarray, meta: dict) -> pa.Table:
+    schema = pa.schema(
+        SCHEMA_FIELDS, metadata={META_KEY: json.dumps(meta, sort_keys=True).encode()}
+    )
+    arrays = [pa.array(np.ascontiguousarray(ts).view("datetime64[ns]"), type=pa.timestamp("ns"))]
+    arrays += [
+        pa.array(np.ascontiguousarray(values[:, j], dtype=np.float64))
+        for j in range(values.shape[1])
+    ]
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _merge(
+    symbol, ts_old, val_old, ts_new, val_new, on_overlap
+) -> tuple[np.ndarray, np.ndarray, str]:
+    all_ts = np.concatenate([ts_old, ts_new])
+    all_val = np.concatenate([val_old, val_new])
+    src = np.concatenate([np.zeros(len(ts_old), np.int8), np.ones(len(ts_new), np.int8)])
+    order = np.lexsort((src, all_ts))  # by time, stored before new on ties
+    all_ts, all_val, src = all_ts[order], all_val[order], src[order]
+    dup = np.flatnonzero(all_ts[1:] == all_ts[:-1])  # pairs (dup, dup + 1): stored, new
+    same = (all_val[dup] == all_val[dup + 1]).all(axis=1)
+    conflicts = dup[~same]
+    if len(conflicts) and on_overlap == "error":
+        first = ", ".join(str(pd.Timestamp(int(all_ts[i]))) for i in conflicts[:5])
+        raise CandleError(
+            f"{symbol}: {len(conflicts)} new candle(s) overlap stored candles with different values "
+            f"(first at {first}); choose on_overlap='keep' or 'replace' (--on-overlap)"
+        )
+    drop = np.zeros(len(all_ts), bool)
+    drop[dup[same] + 1] = True  # identical: keep one
+    if on_overlap == "replace":
+        drop[conflicts] = True
+    else:
+        drop[conflicts + 1] = True
+    keep = ~drop
+    added = int((src[keep] == 1).sum())
+    report = (
+        f"{len(ts_old)} stored + {len(ts_new)} new -> {int(keep.sum())} candles "
+        f"({added} added, {int(same.sum())} identical overlaps, {len(conflicts)} conflicts '{on_overlap}')"
+    )
+    return all_ts[keep], all_val[keep], report
