@@ -227,12 +227,9 @@ def build_sample_store(
                 "first": str(pd.Timestamp(int(ts[-L]))),
                 "last": str(pd.Timestamp(int(ts[-1]))),
             }
-            with _SymbolLock(directory, symbol):
-                write_arrow_atomic(
-                    directory / f"{symbol}.arrow",
-                    _to_table(ts[-L:], candles[k, -L:], meta),
-                    fsync=fsync,
-                )
+            # a fresh directory nobody else writes: no per-symbol lock needed
+            table = _to_table(ts[-L:], candles[k, -L:], meta)
+            write_arrow_atomic(directory / f"{symbol}.arrow", table, fsync=fsync)
             bar.update(1)
     bar.close()
     manifest = {

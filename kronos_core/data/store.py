@@ -222,6 +222,23 @@ def _column_view(arr: pa.Array, dtype) -> np.ndarray:
 _EXPECTED_SCHEMA = pa.schema(SCHEMA_FIELDS)
 
 
+_RawFileReader = getattr(pa.lib, "_RecordBatchFileReader", None)
+
+
+def _file_reader(buf: pa.Buffer):
+    """``ipc.RecordBatchFileReader(buf)`` without its Python-level option handling
+    (half the per-file cost when opening thousands of files); public API fallback."""
+    global _RawFileReader
+    if _RawFileReader is not None:
+        try:
+            reader = _RawFileReader.__new__(_RawFileReader)
+            reader._open(buf)
+            return reader
+        except (AttributeError, TypeError):  # private API changed: use the public one
+            _RawFileReader = None
+    return ipc.RecordBatchFileReader(buf)
+
+
 def _open_file(symbol: str, path: str, key: tuple[int, int, int], frequency: str) -> _Entry:
     """Memory-map an Arrow IPC file and return zero-copy column views."""
     try:
@@ -234,8 +251,9 @@ def _open_file(symbol: str, path: str, key: tuple[int, int, int], frequency: str
         raise CorruptFileError(symbol, f"{symbol}: file {path} is empty ({exc})") from None
     except OSError as exc:
         raise CorruptFileError(symbol, f"{symbol}: cannot open {path}: {exc}") from None
+    buf = pa.py_buffer(mm)
     try:
-        reader = ipc.RecordBatchFileReader(pa.py_buffer(mm))
+        reader = _file_reader(buf)
         schema = reader.schema
         if not schema.equals(_EXPECTED_SCHEMA, check_metadata=False):
             raise CorruptFileError(
@@ -256,41 +274,43 @@ def _open_file(symbol: str, path: str, key: tuple[int, int, int], frequency: str
             symbol,
             f"{symbol}: {path} is not a readable Arrow IPC file (corrupt or truncated): {exc}",
         ) from None
+    n = len(arrays[0])
+    addr = []
     for name, arr in zip(COLUMNS, arrays):
         if arr.null_count:
             raise CorruptFileError(
                 symbol, f"{symbol}: column {name} has {arr.null_count} null value(s)"
             )
-    ts = _column_view(arrays[0], np.int64)
-    cols = [_column_view(a, np.float64) for a in arrays[1:]]
+        addr.append(arr.buffers()[1].address + arr.offset * 8)
+    base = buf.address
+    stride = addr[1] - addr[0]
+    if (
+        n > 0
+        and stride >= n * 8
+        and stride % 8 == 0
+        and (addr[0] - base) % 8 == 0
+        and addr[0] >= base
+        and addr[-1] + n * 8 <= base + len(mm)
+        and all(addr[j + 1] - addr[j] == stride for j in range(len(addr) - 1))
+    ):
+        # as written by this module: seven equally spaced buffers inside the mapping;
+        # views straight on the mmap, and a (6, n) block for one copy per window
+        ts = np.ndarray((n,), np.int64, buffer=mm, offset=addr[0] - base)
+        block = np.ndarray(
+            (6, n), np.float64, buffer=mm, offset=addr[1] - base, strides=(stride, 8)
+        )
+        cols = [block[j] for j in range(6)]
+    else:
+        ts = _column_view(arrays[0], np.int64)
+        cols = [_column_view(a, np.float64) for a in arrays[1:]]
+        block = None
     # once per opened file (8 bytes a row; reads then binary-search and slice freely)
-    if len(ts) > 1 and not (ts[1:] > ts[:-1]).all():
+    if n > 1 and not (ts[1:] > ts[:-1]).all():
         raise CorruptFileError(
             symbol, f"{symbol}: timestamps in {path} are not strictly increasing"
         )
     raw = (schema.metadata or {}).get(META_KEY)
-    return _Entry(path, key, ts, cols, raw, frequency, symbol, block=_block_view(cols, mm))
-
-
-def _block_view(cols: list[np.ndarray], mm: mmap.mmap) -> np.ndarray | None:
-    """A read-only (6, n) strided view over six equally spaced column buffers, else None."""
-    n = len(cols[0])
-    if n == 0:
-        return None
-    addr = [c.__array_interface__["data"][0] for c in cols]
-    stride = addr[1] - addr[0]
-    if stride < n * 8 or any(addr[j + 1] - addr[j] != stride for j in range(len(addr) - 1)):
-        return None
-    lo = np.frombuffer(mm, dtype=np.uint8).__array_interface__["data"][0]
-    start = addr[0] - lo
-    if (
-        start < 0 or start % 8 or stride % 8 or addr[-1] + n * 8 > lo + len(mm)
-    ):  # all inside the mapping
-        return None
-    f64 = np.frombuffer(mm, dtype=np.float64, count=(len(mm) - start) // 8, offset=start)
-    return np.lib.stride_tricks.as_strided(
-        f64, shape=(len(cols), n), strides=(stride, 8), writeable=False
-    )
+    return _Entry(path, key, ts, cols, raw, frequency, symbol, block=block)
 
 
 def _as_ns(value: Any, timezone: str | None) -> int:

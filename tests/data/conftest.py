@@ -1,0 +1,20 @@
+"""Fixtures for the data tests: the real candle files (shared folder, else bundled copies)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from data_helpers import REAL_FILES, real_path
+
+
+@pytest.fixture(scope="session")
+def real_frames() -> dict[str, pd.DataFrame]:
+    return {name: pd.read_csv(real_path(name)) for name in REAL_FILES}
+
+
+@pytest.fixture(scope="session")
+def real_stamps(real_frames) -> dict[str, pd.DatetimeIndex]:
+    return {
+        k: pd.DatetimeIndex(pd.to_datetime(v["timestamps"])).as_unit("ns")
+        for k, v in real_frames.items()
+    }

@@ -1,0 +1,16 @@
+"""Helpers shared by the data tests: where the real candle files are."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kronos_core.data.sample_store import REAL_DIR
+
+SHARED_DATA = Path(__file__).parents[2].parent / "shared" / "data"
+REAL_FILES = ("kline_5min_a_share.csv", "goog_daily.csv", "eurusd_hourly.csv", "sp500_daily.csv")
+
+
+def real_path(name: str) -> Path:
+    """The shared copy when the checkout has ../shared beside it, else the bundled one."""
+    shared = SHARED_DATA / name
+    return shared if shared.is_file() else REAL_DIR / name

@@ -1,0 +1,48 @@
+"""``kronos bench-store``: both read paths return the same windows; the goal on a full run."""
+
+from __future__ import annotations
+
+import pytest
+
+from kronos_core.cli import main
+from kronos_core.data.bench import run_bench
+
+
+def test_bench_small_run_compares_identical_windows():
+    r = run_bench(n_symbols=40, lookback=64, n_candles=200, repeats=3)
+    assert r.identical and r.n_symbols == 40
+    assert r.store_cold_s > 0 and r.store_warm_s > 0 and r.csv_s > 0
+    assert r.ratio_warm == pytest.approx(r.csv_s / r.store_warm_s)
+
+
+def test_cli_bench_store_prints_figures(capsys):
+    assert (
+        main(
+            [
+                "bench-store",
+                "--symbols",
+                "30",
+                "--lookback",
+                "32",
+                "--candles",
+                "100",
+                "--repeats",
+                "2",
+            ]
+        )
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert (
+        "pandas.read_csv per symbol" in out
+        and "faster than CSV" in out
+        and "same windows both ways     : True" in out
+    )
+
+
+@pytest.mark.slow
+def test_store_goal_1000_symbols_512_candles():
+    r = run_bench(n_symbols=1000, lookback=512, n_candles=1000, repeats=11)
+    assert r.identical
+    assert r.store_warm_best_s <= 0.050, r
+    assert r.ratio_warm >= 50, r
