@@ -260,3 +260,20 @@ def test_overload_gives_503_with_retry_after_then_serves_again(live_service):
     r = live_service.client.post("/v1/forecast", json={**req, "symbols": symbols[:5]})
     assert r.status_code == 200 and len(r.json()["forecasts"]) == 5
     assert live_service.metric("kronos_queue_depth", {"stage": "requests"}) == 0
+
+
+def test_client_disconnect_cancels_pending_shards(live_service):
+    live_service.wait_ready(2, timeout=120)
+    symbols = live_service.store.symbols()[:1000]
+    # ~10 s of work on 2 cores; the client leaves after 1.5 s
+    req = {"symbols": symbols, "lookback": 256, "horizon": 16}
+    with httpx.Client(base_url=live_service.url, timeout=1.5) as c, pytest.raises(httpx.ReadTimeout):
+        c.post("/v1/forecast", json=req)
+    # the gateway dropped the request and its shard calls at once, not after the work would have finished
+    deadline = time.monotonic() + 5
+    while live_service.metric("kronos_queue_depth", {"stage": "shards"}) > 0:
+        assert time.monotonic() < deadline, "shards still pending 5 s after the client left"
+        time.sleep(0.1)
+    assert live_service.metric("kronos_queue_depth", {"stage": "requests"}) == 0
+    r = live_service.client.post("/v1/forecast", json={"symbols": symbols[:3], "lookback": 32, "horizon": 2})
+    assert r.status_code == 200 and len(r.json()["forecasts"]) == 3
