@@ -50,3 +50,31 @@ def test_settings_defaults_and_resolution(monkeypatch):
     mdir, tdir = s.resolved_model_dirs()
     assert mdir.endswith("kronos-tiny-model") and tdir.endswith("kronos-tiny-tokenizer")
     assert s.is_bundled_model()
+
+
+def test_cli_flags_override_environment(monkeypatch):
+    import argparse
+
+    from service import cli
+
+    monkeypatch.setenv("KRONOS_PORT", "9100")
+    monkeypatch.setenv("KRONOS_NUM_REPLICAS", "3")
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    s = cli.settings_from_args(parser.parse_args(["--replicas", "2", "--store", "/data/store", "--device-budget", "1000"]))
+    assert s.num_replicas == 2 and s.store_dir == "/data/store" and s.device_budget_bytes == 1000
+    assert s.port == 9100  # not given as a flag: the environment's value
+    assert cli.settings_from_args(parser.parse_args([])).num_replicas == 3
+
+
+def test_serve_config_args_are_valid_settings():
+    from pathlib import Path
+
+    import yaml
+
+    deploy = Path(__file__).resolve().parents[2] / "deploy"
+    for name in ("serve_config.yaml", "serve_config_4gpu.yaml"):
+        for app in yaml.safe_load((deploy / name).read_text())["applications"]:
+            assert app["import_path"] == "service.app:build_app"
+            Settings(**app["args"])  # the typed builder validates its args into Settings
+    Settings.model_validate({"max_inflight_requests": 5})
