@@ -78,4 +78,9 @@ def live_service():
         yield svc
     finally:
         client.close()
-        stop() if started_ray else __import__("ray").serve.shutdown()
+        if started_ray:
+            stop()  # serve.shutdown() + ray.shutdown()
+        else:
+            from ray import serve
+
+            serve.shutdown()
