@@ -260,7 +260,7 @@ class Gateway:
         key = SamplingKey(
             horizon=req.horizon, sample_count=req.sample_count, temperature=req.temperature,
             top_k=req.top_k, top_p=req.top_p, seed=req.seed,
-            quantiles=tuple(req.quantiles), return_paths=req.return_paths,
+            quantiles=tuple(req.quantiles), return_paths=req.return_paths, repair=req.repair,
         )
         fit = self.fit_factory(info, req.horizon, req.sample_count)
         try:

@@ -103,6 +103,11 @@ class ForecastRequest(BaseModel):
     seed: int | None = Field(None, ge=0, le=2**63 - 1, description="same seed, same answer")
     quantiles: list[float] = Field(default_factory=list, max_length=MAX_QUANTILES)
     return_paths: bool = Field(False, description="include every sample path")
+    repair: bool = Field(
+        False,
+        description="make forecast candles consistent: volume, amount >= 0; high >= max(open, close); "
+        "low <= min(open, close). Off by default: results then equal the reference model's",
+    )
 
     @field_validator("symbols")
     @classmethod

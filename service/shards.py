@@ -30,6 +30,7 @@ class SamplingKey:
     seed: int | None  # None: unseeded
     quantiles: tuple[float, ...]  # levels the engine computes, sorted
     return_paths: bool  # ship (B, S, H, 6) paths back
+    repair: bool = False  # make forecast candles consistent (high/low, volume >= 0)
 
 
 @dataclass
@@ -181,7 +182,7 @@ class BatchRunner:
             res = self.predictor.forecast(
                 values, xts, yts, key.horizon,
                 sample_count=key.sample_count, T=key.temperature, top_k=key.top_k, top_p=key.top_p,
-                seed=key.seed, quantiles=key.quantiles,
+                seed=key.seed, quantiles=key.quantiles, repair=key.repair,
             )
             tokens = int(getattr(getattr(res, "stats", None), "tokens_generated", 0) or 0)
             q = np.asarray(res.quantiles, dtype=np.float32) if key.quantiles else None

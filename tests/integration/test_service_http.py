@@ -170,6 +170,21 @@ def test_quantiles_paths_and_seeds(live_service):
     assert alone["forecasts"][0] == a["forecasts"][2]
 
 
+def test_repair_makes_forecast_candles_consistent(live_service):
+    symbols = live_service.store.symbols()[30:50]
+    req = {"symbols": symbols, **SMALL, "sample_count": 4, "seed": 5, "repair": True}
+    resp = live_service.client.post("/v1/forecast", json=req)
+    assert resp.status_code == 200 and len(resp.json()["forecasts"]) == len(symbols)
+    for f in resp.json()["forecasts"]:
+        m = {k: np.array(v) for k, v in f["mean"].items()}
+        assert (m["high"] >= np.maximum(m["open"], m["close"]) - 1e-6).all()
+        assert (m["low"] <= np.minimum(m["open"], m["close"]) + 1e-6).all()
+        assert (m["volume"] >= 0).all() and (m["amount"] >= 0).all()
+    plain = live_service.client.post("/v1/forecast", json={**req, "repair": False}).json()
+    # repair leaves open and close alone
+    np.testing.assert_allclose(_closes(plain), _closes(resp.json()), rtol=1e-5)
+
+
 def test_service_equals_engine_called_directly(live_service):
     from kronos_core import KronosPredictor, load_bundled
     from service.gateway import FutureTimestamps
