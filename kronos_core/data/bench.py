@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -23,11 +26,15 @@ from kronos_core.data.store import KlineStore
 class BenchResult:
     n_symbols: int
     lookback: int
-    store_cold_s: float  # first read in a fresh KlineStore (opens and maps every file)
+    store_cold_s: float  # first read in a fresh KlineStore (one snapshot mapping + stats)
     store_warm_s: float  # median of repeated reads (opened files cached)
     store_warm_best_s: float  # fastest of the repeated reads
     csv_s: float  # pandas.read_csv of every file, then the same tail window
-    identical: bool  # both paths returned the same windows
+    identical: bool  # every store path returned the CSV path's windows
+    store_cold_files_s: float = float("nan")  # first read without the snapshot (maps every file)
+    store_cold_process_s: float = float("nan")  # first read in a new process (median of 3)
+    snapshot_opens: int = 0  # symbols the cold read took from the snapshot
+    store_cold_best_s: float = float("nan")  # fastest first read of 5 more fresh KlineStores
 
     @property
     def ratio_warm(self) -> float:
@@ -36,6 +43,58 @@ class BenchResult:
     @property
     def ratio_cold(self) -> float:
         return self.csv_s / self.store_cold_s
+
+    @property
+    def ratio_cold_files(self) -> float:
+        return self.csv_s / self.store_cold_files_s
+
+    @property
+    def ratio_cold_process(self) -> float:
+        return self.csv_s / self.store_cold_process_s
+
+
+_COLD_PROCESS = """
+import json, sys, time
+from kronos_core.data.store import KlineStore
+store = KlineStore(sys.argv[1], frequency="5min")
+symbols = store.symbols()
+t0 = time.perf_counter()
+batch = store.read_windows(symbols, int(sys.argv[2]))
+seconds = time.perf_counter() - t0
+print(json.dumps({"seconds": seconds, "n": len(batch), "snapshot": store.opened["snapshot"]}))
+"""
+
+
+def _cold_in_new_process(root: Path, lookback: int, n_symbols: int, runs: int = 3) -> float:
+    """Median over ``runs`` new interpreters of the first ``read_windows`` of every
+    symbol (nothing cached in Python; the OS page cache is still warm)."""
+    times = []
+    for _ in range(runs):
+        try:
+            out = subprocess.run(
+                [sys.executable, "-c", _COLD_PROCESS, str(root), str(lookback)],
+                capture_output=True,
+                text=True,
+                timeout=300,
+                check=True,
+            ).stdout
+            got = json.loads(out.strip().splitlines()[-1])
+        except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+            return float("nan")
+        if got["n"] != n_symbols or got["snapshot"] != n_symbols:
+            return float("nan")
+        times.append(float(got["seconds"]))
+    return statistics.median(times)
+
+
+def _same_batch(a, b) -> bool:
+    return (
+        a.symbols == b.symbols
+        and np.array_equal(a.values, b.values)
+        and np.array_equal(a.timestamps, b.timestamps, equal_nan=True)
+        and np.array_equal(a.lengths, b.lengths)
+        and a.metadata == b.metadata
+    )
 
 
 def _write_csvs(store: KlineStore, symbols: list[str], out: Path, progress: bool) -> list[Path]:
@@ -59,8 +118,10 @@ def run_bench(
     workdir: str | None = None,
     progress: bool = False,
 ) -> BenchResult:
-    """Build a temporary store and CSVs of ``n_symbols`` and time reading the last
-    ``lookback`` candles of every symbol both ways, in one run."""
+    """Build a temporary store (compacted, as ``build_sample_store`` leaves it) and
+    CSVs of ``n_symbols`` and time reading the last ``lookback`` candles of every
+    symbol: store cold (fresh ``KlineStore``; with and without the snapshot; in a
+    new process), store warm, and CSV, in one run."""
     with tempfile.TemporaryDirectory(dir=workdir, prefix="kronos-bench-") as tmp:
         root = Path(tmp) / "store"
         build_sample_store(
@@ -76,6 +137,21 @@ def run_bench(
         t0 = time.perf_counter()
         batch = fresh.read_windows(symbols, lookback)
         cold = time.perf_counter() - t0
+        snapshot_opens = fresh.opened["snapshot"]
+        cold_times = []
+        for _ in range(5):
+            again = KlineStore(root, frequency="5min")
+            t0 = time.perf_counter()
+            again.read_windows(symbols, lookback)
+            cold_times.append(time.perf_counter() - t0)
+        del again
+        per_file = KlineStore(root, frequency="5min", snapshot=False)
+        t0 = time.perf_counter()
+        batch_files = per_file.read_windows(symbols, lookback)
+        cold_files = time.perf_counter() - t0
+        del per_file
+        cold_process = _cold_in_new_process(root, lookback, len(symbols))
+        cold_batch = batch
         warm_times = []
         for _ in range(repeats):
             t0 = time.perf_counter()
@@ -92,6 +168,7 @@ def run_bench(
         csv_s = time.perf_counter() - t0
 
         identical = len(batch.errors) == 0 and len(batch) == len(paths)
+        identical &= _same_batch(batch, cold_batch) and _same_batch(batch, batch_files)
         for i in range(len(batch)):
             v, ts = batch.series(i)
             identical &= np.array_equal(v, windows[i]) and np.array_equal(ts.to_numpy(), stamps[i])
@@ -103,4 +180,8 @@ def run_bench(
             store_warm_best_s=min(warm_times),
             csv_s=csv_s,
             identical=bool(identical),
+            store_cold_files_s=cold_files,
+            store_cold_process_s=cold_process,
+            snapshot_opens=snapshot_opens,
+            store_cold_best_s=min(cold_times),
         )

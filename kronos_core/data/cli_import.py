@@ -59,6 +59,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     rep.add_argument("--clip-negative", action="store_true", help="set negative volume/amount to 0")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--no-compact",
+        action="store_true",
+        help="do not rewrite the frequency's read snapshot afterwards (run it later: "
+        "KlineStore.compact); reads stay correct, first reads of new data are slower",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -87,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
         on_overlap=args.on_overlap,
         extra_metadata=extra,
         progress=not args.no_progress,
+        compact=not args.no_compact,
     )
     failed = [o for o in outcomes if not o.ok]
     for o in outcomes:

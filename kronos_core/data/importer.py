@@ -26,6 +26,7 @@ class ImportOutcome:
     file: str
     symbol: str | None
     rows_in: int = 0
+    frequency: str | None = None
     rows_written: int = 0
     rows_total: int = 0
     first: str | None = None
@@ -97,6 +98,7 @@ def import_frame(
             on_overlap=on_overlap,
             extra_metadata=extra_metadata,
         )
+        out.frequency = meta["frequency"]
         out.rows_written = meta["rows"] - before
         out.rows_total = meta["rows"]
         out.first, out.last = meta["first"], meta["last"]
@@ -121,12 +123,16 @@ def import_files(
     on_overlap: str = "error",
     extra_metadata: dict | None = None,
     progress: bool = True,
+    compact: bool = True,
 ) -> list[ImportOutcome]:
     """Import files into the store at ``store_root``; one outcome per (file, symbol).
 
     The symbol is ``symbol``, else each value of ``symbol_column``, else the file
     name without its suffix. A failing file or symbol is reported in its outcome;
-    the others are still imported.
+    the others are still imported. ``compact``: then rewrite the read snapshot of
+    every frequency written to (``KlineStore.compact``); without it the imported
+    symbols are read from their files (correct, slower to open) until the next
+    compaction.
     """
     if symbol is not None and symbol_column is not None:
         raise ValueError("give either symbol or symbol_column, not both")
@@ -179,4 +185,10 @@ def import_files(
                 outcomes.append(import_frame(store, part, sym, row_numbers=rows, **kw))
         else:
             outcomes.append(import_frame(store, df, symbol or _symbol_from_file(path), **kw))
+    if compact:
+        for freq in sorted({o.frequency for o in outcomes if o.ok and o.frequency}):
+            try:
+                store.compact(freq)
+            except OSError as exc:  # the import stands; reads use the files meanwhile
+                log.warning("import: cannot write the %s snapshot: %s", freq, exc)
     return outcomes

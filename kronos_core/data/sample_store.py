@@ -26,7 +26,13 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from kronos_core.data.store import KlineStore, _SymbolLock, _to_table, write_arrow_atomic
+from kronos_core.data.store import (
+    SNAPSHOT_NAME,
+    KlineStore,
+    _SymbolLock,
+    _to_table,
+    write_arrow_atomic,
+)
 from kronos_core.data.validate import validate_candles
 
 log = logging.getLogger(__name__)
@@ -185,7 +191,8 @@ def build_sample_store(
     candles each, ending on ``end``. Returns ``out_dir``.
 
     Files are written atomically one by one; ``fsync`` (off by default: a generated
-    store can be regenerated) makes each durable before it appears.
+    store can be regenerated) makes each durable before it appears. Every frequency
+    directory is then compacted into its read snapshot (``KlineStore.compact``).
     """
     out = Path(out_dir)
     n_symbols, n_candles = int(n_symbols), int(n_candles)
@@ -232,6 +239,7 @@ def build_sample_store(
             write_arrow_atomic(directory / f"{symbol}.arrow", table, fsync=fsync)
             bar.update(1)
     bar.close()
+    KlineStore(out).compact(fsync=fsync)
     manifest = {
         "sample_version": SAMPLE_VERSION,
         "seed": seed,
@@ -261,15 +269,18 @@ def default_sample_store(
 
     It is built in a temporary directory beside its final place and renamed into
     place in one step, under a lock: concurrent callers wait and then share it, and
-    nobody ever sees a half-built store.
+    nobody ever sees a half-built store. A store built before read snapshots existed
+    is compacted once.
     """
     root = cache_dir()
     final = root / f"sample-store-v{SAMPLE_VERSION}-seed{seed}-n{n_symbols}-c{n_candles}"
-    if (final / MANIFEST).is_file():
+    if (final / MANIFEST).is_file() and (final / "5min" / SNAPSHOT_NAME).is_file():
         return final
     root.mkdir(parents=True, exist_ok=True)
     with _SymbolLock(root, final.name):
         if (final / MANIFEST).is_file():
+            if not (final / "5min" / SNAPSHOT_NAME).is_file():
+                KlineStore(final).compact(fsync=False)
             return final
         if final.exists():  # an incomplete leftover (e.g. files deleted by hand)
             trash = root / f".{final.name}.{os.getpid()}.{secrets.token_hex(4)}.trash"

@@ -13,6 +13,15 @@ Reads memory-map the file and slice the tail of each column without copying the
 file; only the requested window is copied into the output batch. Opened files are
 cached per ``KlineStore`` instance and re-opened when a file's inode, size or
 mtime changes (every write replaces the file atomically, so a new inode).
+
+Read snapshot: ``KlineStore.compact()`` writes ``ROOT/<frequency>/_snapshot.arrow``,
+every symbol's rows concatenated in one Arrow IPC file with an index (per symbol:
+record batch, first row, rows, and the inode, size and mtime of its file at
+compaction) as JSON in the schema metadata. A fresh ``KlineStore`` then opens one
+mapping per frequency instead of one per symbol: a symbol whose file still has the
+indexed inode, size and mtime is sliced from the snapshot; any other (appended,
+replaced, new) is read from its own file, which stays the source of truth. An
+unusable snapshot is logged and ignored, never a read error.
 """
 
 from __future__ import annotations
@@ -169,13 +178,13 @@ class WindowBatch:
 class _Entry:
     """One opened file: zero-copy views into its memory map, metadata parsed on demand."""
 
-    __slots__ = ("path", "key", "ts", "cols", "block", "raw_meta", "frequency", "symbol", "_meta")
+    __slots__ = ("path", "key", "ts", "_cols", "block", "raw_meta", "frequency", "symbol", "_meta")
 
     def __init__(self, path, key, ts, cols, raw_meta, frequency, symbol, block=None):
         self.path: str = path
         self.key: tuple[int, int, int] = key  # (inode, size, mtime_ns)
         self.ts: np.ndarray = ts  # int64 ns view into the mapping
-        self.cols: list[np.ndarray] = cols  # six float64 views into the mapping
+        self._cols: list[np.ndarray] | None = cols  # None: the rows of ``block``
         # (6, n) view of the six columns when they lie at equal distances in the
         # mapping (as written by this module): one copy per window instead of six
         self.block: np.ndarray | None = block
@@ -183,6 +192,13 @@ class _Entry:
         self.frequency = frequency
         self.symbol = symbol
         self._meta: dict | None = None
+
+    @property
+    def cols(self) -> list[np.ndarray]:
+        """The six float64 column views into the mapping."""
+        if self._cols is None:
+            self._cols = list(self.block)
+        return self._cols
 
     @property
     def meta(self) -> dict:
@@ -239,8 +255,8 @@ def _file_reader(buf: pa.Buffer):
     return ipc.RecordBatchFileReader(buf)
 
 
-def _open_file(symbol: str, path: str, key: tuple[int, int, int], frequency: str) -> _Entry:
-    """Memory-map an Arrow IPC file and return zero-copy column views."""
+def _map(label: str, path: str) -> tuple[mmap.mmap, pa.Buffer]:
+    """Memory-map a whole file read-only (the descriptor is closed at once)."""
     try:
         fd = os.open(path, os.O_RDONLY)
         try:
@@ -248,38 +264,23 @@ def _open_file(symbol: str, path: str, key: tuple[int, int, int], frequency: str
         finally:
             os.close(fd)
     except ValueError as exc:  # mmap of an empty file
-        raise CorruptFileError(symbol, f"{symbol}: file {path} is empty ({exc})") from None
+        raise CorruptFileError(label, f"{label}: file {path} is empty ({exc})") from None
     except OSError as exc:
-        raise CorruptFileError(symbol, f"{symbol}: cannot open {path}: {exc}") from None
-    buf = pa.py_buffer(mm)
-    try:
-        reader = _file_reader(buf)
-        schema = reader.schema
-        if not schema.equals(_EXPECTED_SCHEMA, check_metadata=False):
-            raise CorruptFileError(
-                symbol,
-                f"{symbol}: {path} has schema {schema.to_string(show_schema_metadata=False)!r}, "
-                f"expected columns {list(COLUMNS)} (timestamp[ns], then double)",
-            )
-        if reader.num_record_batches == 1:
-            batch = reader.get_batch(0)
-            batch.validate()
-            arrays = batch.columns
-        else:  # written by another tool: read all (one copy), still valid
-            table = reader.read_all().combine_chunks()
-            table.validate()
-            arrays = [c.chunk(0) if c.num_chunks else pa.array([], c.type) for c in table.columns]
-    except (pa.ArrowException, OSError, ValueError) as exc:
-        raise CorruptFileError(
-            symbol,
-            f"{symbol}: {path} is not a readable Arrow IPC file (corrupt or truncated): {exc}",
-        ) from None
+        raise CorruptFileError(label, f"{label}: cannot open {path}: {exc}") from None
+    return mm, pa.py_buffer(mm)
+
+
+def _views(
+    label: str, arrays: Sequence[pa.Array], mm: mmap.mmap, buf: pa.Buffer
+) -> tuple[np.ndarray, list[np.ndarray], np.ndarray | None]:
+    """Zero-copy ``(ts int64, six float64 columns, (6, n) block or None)`` of the seven
+    columns of one record batch (null-free, else ``CorruptFileError``)."""
     n = len(arrays[0])
     addr = []
     for name, arr in zip(COLUMNS, arrays):
         if arr.null_count:
             raise CorruptFileError(
-                symbol, f"{symbol}: column {name} has {arr.null_count} null value(s)"
+                label, f"{label}: column {name} has {arr.null_count} null value(s)"
             )
         addr.append(arr.buffers()[1].address + arr.offset * 8)
     base = buf.address
@@ -299,18 +300,272 @@ def _open_file(symbol: str, path: str, key: tuple[int, int, int], frequency: str
         block = np.ndarray(
             (6, n), np.float64, buffer=mm, offset=addr[1] - base, strides=(stride, 8)
         )
-        cols = [block[j] for j in range(6)]
-    else:
-        ts = _column_view(arrays[0], np.int64)
-        cols = [_column_view(a, np.float64) for a in arrays[1:]]
-        block = None
+        return ts, list(block), block
+    ts = _column_view(arrays[0], np.int64)
+    return ts, [_column_view(a, np.float64) for a in arrays[1:]], None
+
+
+def _check_schema(label: str, path: str, schema: pa.Schema) -> None:
+    if not schema.equals(_EXPECTED_SCHEMA, check_metadata=False):
+        raise CorruptFileError(
+            label,
+            f"{label}: {path} has schema {schema.to_string(show_schema_metadata=False)!r}, "
+            f"expected columns {list(COLUMNS)} (timestamp[ns], then double)",
+        )
+
+
+def _not_arrow(label: str, path: str, exc: Exception) -> CorruptFileError:
+    return CorruptFileError(
+        label, f"{label}: {path} is not a readable Arrow IPC file (corrupt or truncated): {exc}"
+    )
+
+
+def _open_file(symbol: str, path: str, key: tuple[int, int, int], frequency: str) -> _Entry:
+    """Memory-map an Arrow IPC file and return zero-copy column views."""
+    mm, buf = _map(symbol, path)
+    try:
+        reader = _file_reader(buf)
+        schema = reader.schema
+        _check_schema(symbol, path, schema)
+        if reader.num_record_batches == 1:
+            batch = reader.get_batch(0)
+            batch.validate()
+            arrays = batch.columns
+        else:  # written by another tool: read all (one copy), still valid
+            table = reader.read_all().combine_chunks()
+            table.validate()
+            arrays = [c.chunk(0) if c.num_chunks else pa.array([], c.type) for c in table.columns]
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise _not_arrow(symbol, path, exc) from None
+    ts, cols, block = _views(symbol, arrays, mm, buf)
     # once per opened file (8 bytes a row; reads then binary-search and slice freely)
-    if n > 1 and not (ts[1:] > ts[:-1]).all():
+    if len(ts) > 1 and not (ts[1:] > ts[:-1]).all():
         raise CorruptFileError(
             symbol, f"{symbol}: timestamps in {path} are not strictly increasing"
         )
     raw = (schema.metadata or {}).get(META_KEY)
     return _Entry(path, key, ts, cols, raw, frequency, symbol, block=block)
+
+
+# --------------------------------------------------------------------------- snapshot
+
+SNAPSHOT_NAME = "_snapshot.arrow"
+SNAPSHOT_META_KEY = b"kronos_snapshot"
+SNAPSHOT_FORMAT = "kronos-kline-snapshot"
+SNAPSHOT_VERSION = 1
+SNAPSHOT_FIELDS = ("symbol", "batch", "offset", "rows", "inode", "size", "mtime_ns", "meta")
+SNAPSHOT_BATCH_ROWS = 1 << 22  # rows per record batch (~224 MB): bounds compaction memory
+
+
+class SnapshotError(Exception):
+    """A snapshot that cannot be used; reads fall back to the per-symbol files."""
+
+
+class _Snapshot:
+    """An opened ``_snapshot.arrow``: zero-copy views per record batch, and its index
+    (per symbol: record batch, first row, rows, the (inode, size, mtime_ns) of the
+    symbol's file when compacted, and its metadata)."""
+
+    __slots__ = (
+        "path",
+        "key",
+        "frequency",
+        "batches",
+        "pos",
+        "spans",
+        "keys",
+        "metas",
+        "_first",
+        "_offsets",
+        "_unsorted",
+    )
+
+    def __init__(self, path, key, frequency, batches, pos, spans, keys, metas, first, offsets):
+        self.path: str = path
+        self.key: tuple[int, int, int] = key
+        self.frequency: str = frequency
+        self.batches: list[tuple[np.ndarray, list[np.ndarray], np.ndarray | None]] = batches
+        self.pos: dict[str, int] = pos  # symbol -> position in the lists below
+        self.spans: list[tuple[int, int, int]] = spans  # (batch, offset, rows)
+        self.keys: list[tuple[int, int, int]] = keys
+        self.metas: list = metas
+        self._first: np.ndarray = first  # position of each batch's first entry (+ the end)
+        self._offsets: np.ndarray = offsets  # offset of every entry
+        # per batch, the positions of entries whose rows are not strictly increasing;
+        # checked on the first use of the batch (one pass instead of one per symbol)
+        self._unsorted: list[frozenset | None] = [None] * len(batches)
+
+    def _unsorted_in(self, b: int) -> frozenset:
+        bad = self._unsorted[b]
+        if bad is None:
+            ts = self.batches[b][0]
+            lo, hi = int(self._first[b]), int(self._first[b + 1])
+            starts = self._offsets[lo:hi]
+            drops = np.flatnonzero(ts[1:] <= ts[:-1]) + 1  # rows not after their previous
+            seg = np.searchsorted(starts, drops, "right") - 1
+            bad = frozenset((seg[starts[seg] != drops] + lo).tolist())
+            self._unsorted[b] = bad
+        return bad
+
+    def entry(self, symbol: str, path: str, key: tuple[int, int, int]) -> _Entry | None:
+        """The symbol's entry when its file is still the one compacted (same inode, size,
+        mtime), else None (appended or replaced since: read the file)."""
+        k = self.pos.get(symbol)
+        if k is None or self.keys[k] != key:
+            return None
+        b, off, n = self.spans[k]
+        meta = self.metas[k]
+        if type(meta) is not dict:
+            raise SnapshotError(f"metadata of {symbol} is not a JSON object")
+        if k in self._unsorted_in(b):  # the per-file check
+            raise SnapshotError(f"timestamps of {symbol} are not strictly increasing")
+        ts, cols, block = self.batches[b]
+        ts = ts[off : off + n]
+        if block is not None:
+            block = block[:, off : off + n]
+            cols = None  # made from the block if ever needed
+        else:
+            cols = [c[off : off + n] for c in cols]
+        entry = _Entry(path, key, ts, cols, None, self.frequency, symbol, block=block)
+        entry._meta = meta.copy()
+        return entry
+
+
+def _int_list(values: Any) -> bool:
+    return type(values) is list and all(type(v) is int for v in values)
+
+
+def _open_snapshot(path: str, key: tuple[int, int, int], frequency: str) -> _Snapshot:
+    """Map and check a snapshot: footer, schema, nulls, and an index whose entries tile
+    every record batch exactly, in order. Raises ``SnapshotError``."""
+    label = SNAPSHOT_NAME
+    try:
+        mm, buf = _map(label, path)
+        try:
+            reader = _file_reader(buf)
+            schema = reader.schema
+            _check_schema(label, path, schema)
+            batches = []
+            for i in range(reader.num_record_batches):
+                batch = reader.get_batch(i)
+                batch.validate()
+                batches.append(_views(label, batch.columns, mm, buf))
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            raise _not_arrow(label, path, exc) from None
+    except CorruptFileError as exc:
+        raise SnapshotError(exc.message) from None
+    raw = (schema.metadata or {}).get(SNAPSHOT_META_KEY)
+    try:
+        head = json.loads(raw) if raw is not None else None
+    except ValueError as exc:
+        raise SnapshotError(f"{path}: index is not valid JSON: {exc}") from None
+    if type(head) is not dict or head.get("format") != SNAPSHOT_FORMAT:
+        raise SnapshotError(f"{path}: no {SNAPSHOT_FORMAT} index in the schema metadata")
+    if head.get("version") != SNAPSHOT_VERSION:
+        raise SnapshotError(
+            f"{path}: index version {head.get('version')!r} (this reader: {SNAPSHOT_VERSION})"
+        )
+    if head.get("frequency") != frequency:
+        raise SnapshotError(f"{path}: compacted for frequency {head.get('frequency')!r}")
+    index = head.get("index")
+    if type(index) is not dict:
+        raise SnapshotError(f"{path}: no index")
+    cols = [index.get(name) for name in SNAPSHOT_FIELDS]
+    symbols, bs, offs, ns, inos, sizes, mtimes, metas = cols
+    m = len(symbols) if type(symbols) is list else -1
+    if (
+        m < 0
+        or any(type(c) is not list or len(c) != m for c in cols)
+        or not all(_int_list(c) for c in (bs, offs, ns, inos, sizes, mtimes))
+        or not all(type(x) is str for x in symbols)
+    ):
+        raise SnapshotError(f"{path}: malformed index")
+    pos = dict(zip(symbols, range(m)))
+    if len(pos) != m:
+        raise SnapshotError(f"{path}: a symbol appears twice in the index")
+    # the entries tile the batches: batch 0, 1, ... in order, rows back to back from 0
+    lengths = np.array([len(v[0]) for v in batches], dtype=np.int64)
+    b = off = np.zeros(0, dtype=np.int64)
+    if m:
+        try:
+            b, off, n = (np.array(c, dtype=np.int64) for c in (bs, offs, ns))
+        except OverflowError:
+            raise SnapshotError(f"{path}: index positions out of range") from None
+        end = off + n
+        new_batch = np.r_[True, b[1:] != b[:-1]]
+        last = np.r_[new_batch[1:], True]
+        tiled = (
+            b[0] == 0
+            and b[-1] == len(batches) - 1
+            and bool((np.diff(b) >= 0).all() and (np.diff(b) <= 1).all())
+            and bool((n >= 0).all())
+            and bool((off == np.where(new_batch, 0, np.r_[0, end[:-1]])).all())
+            and bool((end[last] == lengths[b[last]]).all())
+        )
+    else:
+        tiled = len(batches) == 0 or not lengths.any()
+    if not tiled:
+        raise SnapshotError(f"{path}: index does not tile the rows of the record batches")
+    return _Snapshot(
+        path,
+        key,
+        frequency,
+        batches,
+        pos,
+        list(zip(bs, offs, ns)),
+        list(zip(inos, sizes, mtimes)),
+        metas,
+        np.searchsorted(b, np.arange(len(batches) + 1)),
+        off,
+    )
+
+
+def _write_snapshot(
+    path: Path,
+    frequency: str,
+    items: list[tuple[str, tuple[int, int, int], _Entry, dict]],
+    *,
+    fsync: bool,
+) -> int:
+    """Write the snapshot of ``items`` (symbol, file key, opened entry, metadata):
+    their rows concatenated in record batches of about ``SNAPSHOT_BATCH_ROWS``, the
+    index as JSON in the schema metadata; atomically (temp, fsync, rename). Returns
+    the number of rows."""
+    groups: list[list[int]] = [[]]
+    rows = 0
+    index: dict[str, list] = {name: [] for name in SNAPSHOT_FIELDS}
+    for i, (symbol, key, entry, meta) in enumerate(items):
+        n = len(entry.ts)
+        if groups[-1] and rows + n > SNAPSHOT_BATCH_ROWS:
+            groups.append([])
+            rows = 0
+        groups[-1].append(i)
+        for name, value in zip(SNAPSHOT_FIELDS, (symbol, len(groups) - 1, rows, n, *key, meta)):
+            index[name].append(value)
+        rows += n
+    head = {
+        "format": SNAPSHOT_FORMAT,
+        "version": SNAPSHOT_VERSION,
+        "frequency": frequency,
+        "rows": sum(index["rows"]),
+        "index": index,
+    }
+    schema = pa.schema(
+        SCHEMA_FIELDS, metadata={SNAPSHOT_META_KEY: json.dumps(head, separators=(",", ":"))}
+    )
+
+    def batches():
+        for group in groups:
+            parts = [items[i][2] for i in group]
+            ts = np.concatenate([e.ts for e in parts]) if parts else np.empty(0, np.int64)
+            arrays = [pa.array(ts.view("datetime64[ns]"), type=pa.timestamp("ns"))]
+            for j in range(len(FEATURES)):
+                col = np.concatenate([e.cols[j] for e in parts]) if parts else np.empty(0)
+                arrays.append(pa.array(col, type=pa.float64()))
+            yield pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+    _write_ipc_atomic(Path(path), schema, batches(), fsync=fsync)
+    return head["rows"]
 
 
 def _as_ns(value: Any, timezone: str | None) -> int:
@@ -343,12 +598,17 @@ def write_arrow_atomic(path: Path, table: pa.Table, *, fsync: bool = True) -> No
     ``os.replace``-d over ``path``: a reader sees the old file or the new one, never
     a partial one. A crash leaves at most a ``.*.tmp`` file, which readers ignore.
     """
-    path = Path(path)
+    _write_ipc_atomic(Path(path), table.schema, table.to_batches(max_chunksize=None), fsync=fsync)
+
+
+def _write_ipc_atomic(
+    path: Path, schema: pa.Schema, batches: Iterable[pa.RecordBatch], *, fsync: bool
+) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
         with pa.OSFile(str(tmp), "wb") as sink:
-            with ipc.new_file(sink, table.schema) as writer:
-                for batch in table.to_batches(max_chunksize=None):
+            with ipc.new_file(sink, schema) as writer:
+                for batch in batches:
                     writer.write_batch(batch)
         if fsync:
             fd = os.open(tmp, os.O_RDONLY)
@@ -419,15 +679,29 @@ class KlineStore:
     ``frequency``: the default frequency sub-directory for reads and writes. When it
     is None a read finds the symbol in whichever frequency directory holds it (an
     error if several do and none is chosen).
+
+    ``snapshot``: open files from the frequency directory's ``_snapshot.arrow`` (see
+    ``compact``) when they are unchanged since it was written (the default); False
+    always maps the per-symbol files. ``opened`` counts how files were opened:
+    ``{"snapshot": ..., "file": ...}``.
     """
 
     def __init__(
-        self, root: str | os.PathLike, frequency: str | None = None, *, cache_size: int = 65536
+        self,
+        root: str | os.PathLike,
+        frequency: str | None = None,
+        *,
+        cache_size: int = 65536,
+        snapshot: bool = True,
     ):
         self.root = Path(root)
+        self._prefix = str(self.root) + os.sep  # paths built by string, once validated
         self.frequency = validate_frequency(frequency) if frequency is not None else None
         self.cache_size = int(cache_size)
+        self.use_snapshot = bool(snapshot)
+        self.opened = {"snapshot": 0, "file": 0}
         self._cache: dict[tuple[str, str | None], _Entry] = {}
+        self._snapshots: dict[str, tuple[tuple[int, int, int], _Snapshot | None]] = {}
         self._lock = threading.Lock()
         self._freq_dirs: tuple[int, list[str]] | None = None
 
@@ -486,7 +760,7 @@ class KlineStore:
                 continue
             with entries:
                 for e in entries:
-                    if e.name.endswith(SUFFIX) and not e.name.startswith("."):
+                    if e.name.endswith(SUFFIX) and e.name[0] not in "._":
                         index.setdefault(e.name[: -len(SUFFIX)], []).append(f)
         return index
 
@@ -494,7 +768,7 @@ class KlineStore:
         self, symbol: str, frequency: str | None, index: dict[str, list[str]] | None = None
     ) -> tuple[str, str, os.stat_result]:
         if frequency is not None:
-            p = os.path.join(self.root, frequency, symbol + SUFFIX)
+            p = f"{self._prefix}{frequency}{os.sep}{symbol}{SUFFIX}"
             try:
                 return p, frequency, os.stat(p)
             except FileNotFoundError:
@@ -504,7 +778,7 @@ class KlineStore:
                 ) from None
         found = []
         for f in self.frequencies() if index is None else index.get(symbol, ()):
-            p = os.path.join(self.root, f, symbol + SUFFIX)
+            p = f"{self._prefix}{f}{os.sep}{symbol}{SUFFIX}"
             try:
                 found.append((p, f, os.stat(p)))
             except FileNotFoundError:
@@ -519,7 +793,33 @@ class KlineStore:
             )
         return found[0]
 
-    def _entry(self, symbol: str, frequency: str | None, index=None) -> _Entry:
+    def _snapshot(self, frequency: str, memo: dict | None = None) -> _Snapshot | None:
+        """The frequency directory's snapshot, re-opened when its file changed (checked
+        once per ``memo``, i.e. per batch read); None if absent or unusable."""
+        if memo is not None and frequency in memo:
+            return memo[frequency]
+        path = os.path.join(self.root, frequency, SNAPSHOT_NAME)
+        snap = None
+        try:
+            key = _stat_key(os.stat(path))
+        except OSError:
+            key = None
+        if key is not None:
+            cached = self._snapshots.get(frequency)
+            if cached is not None and cached[0] == key:
+                snap = cached[1]
+            else:
+                try:
+                    snap = _open_snapshot(path, key, frequency)
+                except Exception as exc:  # a bad snapshot costs speed, never a read
+                    log.warning("ignoring snapshot %s, reading per-symbol files: %s", path, exc)
+                with self._lock:
+                    self._snapshots[frequency] = (key, snap)
+        if memo is not None:
+            memo[frequency] = snap
+        return snap
+
+    def _entry(self, symbol: str, frequency: str | None, index=None, snaps=None) -> _Entry:
         # only validated symbols are ever cached, so a hit needs no new check
         entry = self._cache.get((symbol, frequency)) if type(symbol) is str else None
         if entry is not None:
@@ -534,7 +834,20 @@ class KlineStore:
         if callable(index):
             index = index()
         path, freq, st = self._locate(symbol, frequency, index)
-        entry = _open_file(symbol, path, _stat_key(st), freq)
+        key = _stat_key(st)
+        entry = None
+        if self.use_snapshot:
+            snap = self._snapshot(freq, snaps)
+            if snap is not None:
+                try:
+                    entry = snap.entry(symbol, path, key)
+                except Exception as exc:  # this symbol from its file
+                    log.warning("snapshot %s: %s; reading %s", snap.path, exc, path)
+        if entry is not None:
+            self.opened["snapshot"] += 1
+        else:
+            entry = _open_file(symbol, path, key, freq)
+            self.opened["file"] += 1
         with self._lock:
             if len(self._cache) >= self.cache_size:  # drop the oldest half
                 for k in list(self._cache)[: max(1, len(self._cache) // 2)]:
@@ -543,9 +856,11 @@ class KlineStore:
         return entry
 
     def clear_cache(self) -> None:
-        """Forget opened files (their mappings are released once no array uses them)."""
+        """Forget opened files and snapshots (their mappings are released once no array
+        uses them)."""
         with self._lock:
             self._cache.clear()
+            self._snapshots.clear()
 
     def preload(
         self, symbols: Iterable[str] | None = None, frequency: str | None = None
@@ -553,9 +868,10 @@ class KlineStore:
         """Open and cache the files of ``symbols`` (default: all), e.g. at service start."""
         frequency = frequency or self.frequency
         errors = []
+        snaps: dict = {}
         for s in self.symbols(frequency) if symbols is None else symbols:
             try:
-                self._entry(s, frequency)
+                self._entry(s, frequency, None, snaps)
             except StoreError as exc:
                 errors.append(exc.to_error())
         return errors
@@ -630,9 +946,10 @@ class KlineStore:
 
         ok: list[tuple[str, _Entry, int, int]] = []
         errors: list[SymbolError] = []
+        snaps: dict = {}  # each frequency's snapshot is stat-ed once per call
         for symbol in symbols:
             try:
-                entry = self._entry(symbol, frequency, index)
+                entry = self._entry(symbol, frequency, index, snaps)
                 ts = entry.ts
                 n = len(ts)
                 if as_of is None:
@@ -660,12 +977,14 @@ class KlineStore:
         B = len(ok)
         L = max((e - s for _, _, s, e, _ in ok), default=0)
         values = np.zeros((B, L, len(FEATURES)), dtype=np.float32)
-        stamps = np.full((B, L), _NAT, dtype=np.int64)
+        stamps = np.empty((B, L), dtype=np.int64)
         lengths = np.empty(B, dtype=np.int64)
         metas = []
         for i, (_, entry, s, e, meta) in enumerate(ok):
             n = e - s
             lengths[i] = n
+            if n < L:
+                stamps[i, : L - n] = _NAT
             stamps[i, L - n :] = entry.ts[s:e]
             if entry.block is not None:
                 values[i, L - n :] = entry.block[:, s:e].T
@@ -684,6 +1003,62 @@ class KlineStore:
         )
 
     # -- writing -----------------------------------------------------------------
+
+    def compact(self, frequency: str | None = None, *, fsync: bool = True) -> dict[str, dict]:
+        """Write each frequency directory's read snapshot ``_snapshot.arrow``.
+
+        ``frequency``: one directory (default: the store's ``frequency``, else every
+        frequency directory). The snapshot holds every readable symbol's rows in one
+        Arrow IPC file plus an index (symbol, position, rows, and the inode, size and
+        mtime of the symbol's file when compacted). Reads then open one mapping per
+        frequency instead of one per symbol; a symbol whose file changed since (an
+        append, a replace) is read from its file, so the per-symbol files stay the
+        source of truth. Files that cannot be read are left out (their reads keep
+        reporting their error). A directory without symbols loses its snapshot.
+        Written atomically. Returns ``{frequency: {"symbols", "rows", "skipped", "path"}}``
+        with ``skipped`` the left-out symbols' ``SymbolError``.
+        """
+        frequency = frequency or self.frequency
+        freqs = [validate_frequency(frequency)] if frequency else self.frequencies()
+        report: dict[str, dict] = {}
+        for freq in freqs:
+            directory = self.root / freq
+            if not directory.is_dir():
+                continue
+            path = directory / SNAPSHOT_NAME
+            items = []
+            skipped: list[SymbolError] = []
+            with _SymbolLock(directory, "_snapshot"):  # one compaction at a time
+                for symbol in self.symbols(freq):
+                    file = str(directory / (symbol + SUFFIX))
+                    try:
+                        # stat first: if the file is replaced before it is opened, the
+                        # entry is keyed by the old file and is never used
+                        key = _stat_key(os.stat(file))
+                        entry = _open_file(symbol, file, key, freq)
+                        items.append((symbol, key, entry, entry.meta))
+                    except FileNotFoundError:
+                        continue
+                    except StoreError as exc:
+                        log.warning("compact: leaving out %s", exc)
+                        skipped.append(exc.to_error())
+                count = len(items)
+                if items:
+                    rows = _write_snapshot(path, freq, items, fsync=fsync)
+                else:
+                    rows = 0
+                    try:
+                        path.unlink()
+                    except FileNotFoundError:
+                        pass
+                del items
+            report[freq] = {
+                "symbols": count,
+                "rows": rows,
+                "skipped": skipped,
+                "path": str(path),
+            }
+        return report
 
     def write(
         self,
