@@ -70,25 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     body = {"symbols": symbols, "horizon": args.horizon, "lookback": lookback,
             "sample_count": args.sample_count, "seed": 1234}
 
-    ray.init(num_cpus=cores, include_dashboard=False, log_to_driver=False)
-    try:
-        t0 = time.perf_counter()
-        url = start(settings)
-        startup = time.perf_counter() - t0
-        client = httpx.Client(base_url=url, timeout=600)
-        # warm-up: a small request through every replica, then the timed one
-        warm = client.post("/v1/forecast", json={**body, "symbols": symbols[: 4 * args.replicas]})
-        warm.raise_for_status()
-        t0 = time.perf_counter()
-        r = client.post("/v1/forecast", json=body)
-        service_s = time.perf_counter() - t0
-        r.raise_for_status()
-        resp = r.json()
-        assert len(resp["forecasts"]) == len(symbols), (len(resp["forecasts"]), resp["errors"][:3])
-    finally:
-        stop()
-
-    # engine directly, same windows, same seed, all cores
+    # engine directly, same windows, same seed, all cores; first, so that no Ray process
+    # is still winding down while it runs
     torch.set_num_threads(cores)
     from kronos_core import load_bundled
 
@@ -116,6 +99,25 @@ def main(argv: list[str] | None = None) -> int:
     if device == "cuda":
         torch.cuda.synchronize()
     engine_s = time.perf_counter() - t0
+
+
+    ray.init(num_cpus=cores, include_dashboard=False, log_to_driver=False)
+    try:
+        t0 = time.perf_counter()
+        url = start(settings)
+        startup = time.perf_counter() - t0
+        client = httpx.Client(base_url=url, timeout=600)
+        # warm-up: a small request through every replica, then the timed one
+        warm = client.post("/v1/forecast", json={**body, "symbols": symbols[: 4 * args.replicas]})
+        warm.raise_for_status()
+        t0 = time.perf_counter()
+        r = client.post("/v1/forecast", json=body)
+        service_s = time.perf_counter() - t0
+        r.raise_for_status()
+        resp = r.json()
+        assert len(resp["forecasts"]) == len(symbols), (len(resp["forecasts"]), resp["errors"][:3])
+    finally:
+        stop()
 
     svc_close = np.array([f["mean"]["close"] for f in resp["forecasts"]], np.float32)
     same = bool(np.allclose(svc_close, res.mean[:, :, 3], rtol=1e-4, atol=1e-4))

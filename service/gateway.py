@@ -276,7 +276,17 @@ class Gateway:
             for i, s in enumerate(slices)
         ]
         counters = {"shard_retries": 0}
-        tasks = [asyncio.ensure_future(self._run_shard(s, counters)) for s in shards]
+        # Pull model: a request keeps only a few shards in flight (by default two per replica: one
+        # running, one queued so the replica never idles between shards); the next shard goes to
+        # the replica that frees up first (the handle routes to the shorter queue). Sending all
+        # shards at once let the router pile 3 of 4 on one replica while the other idled.
+        in_flight = asyncio.Semaphore(max(1, self.num_replicas * self.settings.shards_in_flight_per_replica))
+
+        async def run(shard: Shard) -> ShardResult:
+            async with in_flight:
+                return await self._run_shard(shard, counters)
+
+        tasks = [asyncio.ensure_future(run(s)) for s in shards]
         try:
             results = await asyncio.gather(*tasks)
         except BaseException:  # cancelled (client gone) or overloaded: stop the other shards

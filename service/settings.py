@@ -43,7 +43,12 @@ class Settings(BaseSettings):
         None, gt=0, description="token budget of one coalesced device batch; default: from the device budget"
     )
     batch_wait_timeout_s: float = Field(0.005, ge=0, description="how long a replica waits to coalesce shards")
-    shards_per_replica: int = Field(2, ge=1, description="target shards per replica for one request")
+    shards_per_replica: int = Field(8, ge=1, description="target shards per replica for one request")
+    shards_in_flight_per_replica: int = Field(
+        2, ge=1,
+        description="shards of one request in flight per replica (2: one running, one queued behind it); the "
+        "rest wait and go to whichever replica frees up first, which balances the load",
+    )
 
     # -- limits and back-pressure
     max_symbols: int = Field(10_000, ge=1, description="symbols (or inline series) per request")

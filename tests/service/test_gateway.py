@@ -152,3 +152,33 @@ def test_future_timestamp_cache_calls_once_per_calendar():
     a = ft(hist, 3)
     b = ft(hist.copy(), 3)
     assert calls == [3] and (a == b).all()
+
+
+class CountingReplicas(FakeReplicas):
+    """Records how many shards of a request are in flight at once."""
+
+    def __init__(self):
+        super().__init__(delay=0.01)
+        self.now = 0
+        self.peak = 0
+
+    async def submit(self, shard):
+        self.now += 1
+        self.peak = max(self.peak, self.now)
+        try:
+            return await super().submit(shard)
+        finally:
+            self.now -= 1
+
+
+@pytest.mark.parametrize("per_replica", [1, 2])
+def test_shards_are_pulled_a_few_at_a_time(per_replica):
+    """A request keeps at most replicas x shards_in_flight_per_replica shards in flight, so the
+    next shard goes to whichever replica frees up first; all still come back in request order."""
+    reps = CountingReplicas()
+    gw, _, _ = _gateway(reps, shards_in_flight_per_replica=per_replica)
+    symbols = [f"S{i:03d}" for i in range(30)]
+    out = asyncio.run(gw.forecast(ForecastRequest(symbols=symbols, horizon=2)))
+    assert out.timing["shards"] == 10 and reps.calls == 10
+    assert reps.peak == 2 * per_replica  # num_replicas=2 in _gateway
+    assert out.symbols == symbols
