@@ -76,3 +76,17 @@ def test_compiled_decode_step_gives_the_same_tokens(tiny, a_share):
     compiled = gen.generate(batch, GenerationConfig(10, 128, GREEDY, compile=True))
     assert torch.equal(eager.s1, compiled.s1) and torch.equal(eager.s2, compiled.s2)
     torch.testing.assert_close(eager.candles, compiled.candles, rtol=1e-4, atol=1e-5)
+
+
+def test_bfloat16_autocast_runs_every_mode(tiny, a_share):
+    """The GPU option (bf16 autocast) exercised on CPU: finite forecasts, and the cached engine
+    still equals full recompute in that precision."""
+    gen = Generator(*tiny)
+    batch = _batch(a_share, [0, 300], [64, 40], 8)
+    out = {
+        mode: gen.generate(batch, GenerationConfig(8, 48, GREEDY, mode, autocast_dtype=torch.bfloat16))
+        for mode in ("exact", "rolling", "recompute")
+    }
+    for res in out.values():
+        assert res.candles.dtype == torch.float32 and torch.isfinite(res.candles).all()
+    assert torch.equal(out["exact"].s1, out["recompute"].s1)
