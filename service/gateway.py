@@ -106,12 +106,18 @@ class FutureTimestamps:
         self.size = size
         self._cache: dict[tuple[bytes, int], np.ndarray] = {}
 
-    def __call__(self, history: np.ndarray, horizon: int) -> np.ndarray:
+    def __call__(self, history: np.ndarray, horizon: int, session: tuple[str | None, str] | None = None) -> np.ndarray:
+        """session: (timezone, session_timezone) from the symbol's metadata, for markets whose
+        sessions follow another clock than their stamps (spot FX: New York)."""
         h = np.ascontiguousarray(history.astype("datetime64[ns]"))
-        key = (hashlib.blake2b(h.view(np.int64).tobytes(), digest_size=16).digest(), horizon)
+        key = (hashlib.blake2b(h.view(np.int64).tobytes(), digest_size=16).digest(), horizon, session)
         hit = self._cache.get(key)
         if hit is None:
-            hit = _to_ns(self.fn(pd.DatetimeIndex(h), horizon))
+            if session is None:
+                hit = _to_ns(self.fn(pd.DatetimeIndex(h), horizon))
+            else:
+                tz, session_tz = session
+                hit = _to_ns(self.fn(pd.DatetimeIndex(h), horizon, timezone=tz, session_timezone=session_tz))
             if len(hit) != horizon:
                 raise ValueError(f"future_timestamps returned {len(hit)} timestamps for horizon {horizon}")
             if len(self._cache) >= self.size:
@@ -177,9 +183,12 @@ class Gateway:
             for e in batch.errors:
                 out.errors.append({"symbol": e.symbol, "code": e.code, "message": e.message})
             items = []
+            metas = getattr(batch, "metadata", None) or [{}] * len(batch.symbols)
             for i, sym in enumerate(batch.symbols):
                 values, ts = batch.series(i)
-                items.append((sym, np.asarray(values, dtype=np.float32), _to_ns(ts)))
+                meta = metas[i] or {}
+                session = (meta.get("timezone"), meta["session_timezone"]) if meta.get("session_timezone") else None
+                items.append((sym, np.asarray(values, dtype=np.float32), _to_ns(ts), session))
         else:
             items = []
             for s in req.series or []:
@@ -188,10 +197,10 @@ class Gateway:
                 except ValueError as exc:  # CandleError is a ValueError
                     out.errors.append({"symbol": s.symbol, "code": "invalid_series", "message": str(exc)})
                     continue
-                items.append((s.symbol, values, ts))
-        for sym, values, ts in items:
+                items.append((s.symbol, values, ts, None))
+        for sym, values, ts, session in items:
             try:
-                y = self.future(ts, req.horizon)
+                y = self.future(ts, req.horizon, session)
             except Exception as exc:
                 out.errors.append({"symbol": sym, "code": "no_calendar", "message": f"future timestamps: {exc}"})
                 continue

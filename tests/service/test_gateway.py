@@ -1,6 +1,7 @@
 import asyncio
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pytest
 from service_fakes import FakePredictor, FakeStore, fake_future, fake_info
@@ -182,3 +183,20 @@ def test_shards_are_pulled_a_few_at_a_time(per_replica):
     assert out.timing["shards"] >= 5 and reps.calls == out.timing["shards"]
     assert reps.peak == 2 * per_replica  # num_replicas=2 in _gateway
     assert out.symbols == symbols
+
+
+def test_future_timestamps_use_the_symbols_session_clock():
+    """A symbol whose metadata names a session time zone (spot FX: New York) gets its future
+    stamps on that clock; others get the plain call. Distinct sessions are cached apart."""
+    calls = []
+
+    def fn(history, horizon, **kw):
+        calls.append(kw)
+        return history[-1] + pd.to_timedelta(np.arange(1, horizon + 1), "h")
+
+    future = FutureTimestamps(fn)
+    hist = pd.date_range("2018-01-02", periods=48, freq="h").to_numpy()
+    future(hist, 3)
+    future(hist, 3, ("UTC", "America/New_York"))
+    future(hist, 3, ("UTC", "America/New_York"))  # cached
+    assert calls == [{}, {"timezone": "UTC", "session_timezone": "America/New_York"}]
