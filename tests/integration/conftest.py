@@ -65,6 +65,9 @@ def live_service():
         num_replicas=2, replica_cpus=1, device="cpu", port=free_port(),
         max_inflight_requests=4,  # small, so that the overload test can reach it
         shard_retries=5,
+        # every shard of a request in flight at once (the default pulls two per replica), so that
+        # the replica-kill test finds shards queued on the replica it kills
+        shards_in_flight_per_replica=64,
     ))
     settings = settings.model_copy(update={"store_dir": settings.resolved_store_dir()})
     started_ray = not ray.is_initialized()
