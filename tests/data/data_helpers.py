@@ -14,3 +14,13 @@ def real_path(name: str) -> Path:
     """The shared copy when the checkout has ../shared beside it, else the bundled one."""
     shared = SHARED_DATA / name
     return shared if shared.is_file() else REAL_DIR / name
+
+
+# Ways to damage an Arrow file that every reader must survive (tests add their own).
+COMMON_DAMAGE = [
+    (lambda b: b[: len(b) // 2], "truncated"),
+    (lambda b: b[:-7], "footer cut"),
+    (lambda b: b"", "empty"),
+    (lambda b: b"not an arrow file" * 10, "garbage"),
+    (lambda b: b[:-10] + b"\x00" * 10, "trailer zeroed"),
+]

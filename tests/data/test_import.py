@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 from data_helpers import REAL_FILES, real_path
 
-from kronos_core.candles import CandleError
+from kronos_core.candles import FEATURES, CandleError
 from kronos_core.cli import main
 from kronos_core.data.importer import import_files
 from kronos_core.data.store import KlineStore
@@ -22,15 +22,7 @@ def test_real_files_validate_clean(real_frames):
     for name, df in real_frames.items():
         frame, tz, report = validate_candles(df, source=name)
         assert len(frame) == len(df) and tz is None and report.repairs == []
-        assert list(frame.columns) == [
-            "timestamps",
-            "open",
-            "high",
-            "low",
-            "close",
-            "volume",
-            "amount",
-        ]
+        assert list(frame.columns) == ["timestamps", *FEATURES]
 
 
 def test_nan_reported_with_rows_and_column(real_frames):

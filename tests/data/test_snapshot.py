@@ -10,7 +10,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 import pytest
+from data_helpers import COMMON_DAMAGE
 
+from kronos_core.candles import FEATURES
 from kronos_core.cli import main
 from kronos_core.data import sample_store as ss
 from kronos_core.data import store as store_mod
@@ -87,15 +89,7 @@ def test_layout_and_snapshot_invisible_as_a_symbol(store):
     with pa.memory_map(str(root / "1h" / SNAPSHOT_NAME)) as src:
         reader = ipc.open_file(src)
         head = json.loads(reader.schema.metadata[b"kronos_snapshot"])
-        assert reader.schema.names == [
-            "timestamps",
-            "open",
-            "high",
-            "low",
-            "close",
-            "volume",
-            "amount",
-        ]
+        assert reader.schema.names == ["timestamps", *FEATURES]
     assert head["format"] == "kronos-kline-snapshot" and head["frequency"] == "1h"
     index = head["index"]
     fields = ("symbol", "batch", "offset", "rows", "inode", "size", "mtime_ns", "meta")
@@ -226,11 +220,7 @@ def _nulls(table, head):
 @pytest.mark.parametrize(
     "mutate,what",
     [
-        (lambda b: b[: len(b) // 2], "truncated"),
-        (lambda b: b[:-7], "footer cut"),
-        (lambda b: b"", "empty"),
-        (lambda b: b"not an arrow file" * 10, "garbage"),
-        (lambda b: b[:-10] + b"\x00" * 10, "trailer zeroed"),
+        *COMMON_DAMAGE,
         (lambda b: _mutate_index(b, _offset_past_end), "index past the rows"),
         (lambda b: _mutate_index(b, _gap), "index with a gap"),
         (lambda b: _mutate_index(b, _wrong_frequency), "other frequency"),

@@ -10,6 +10,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.ipc as ipc
 import pytest
+from data_helpers import COMMON_DAMAGE
 
 from kronos_core.candles import FEATURES, CandleError
 from kronos_core.data import store as store_mod
@@ -198,12 +199,8 @@ def _copy_with(tmp_path, real_store, sym, mutate):
 @pytest.mark.parametrize(
     "mutate,what",
     [
-        (lambda b: b[: len(b) // 2], "truncated"),
-        (lambda b: b[:-7], "footer cut"),
-        (lambda b: b"", "empty"),
-        (lambda b: b"not an arrow file at all" * 10, "garbage"),
+        *COMMON_DAMAGE,
         (lambda b: b[:-74] + b"\xff" * 64 + b[-10:], "footer overwritten"),
-        (lambda b: b[:-10] + b"\x00" * 10, "trailer zeroed"),
     ],
 )
 def test_corrupt_or_truncated_file_is_that_symbols_error(tmp_path, real_store, mutate, what):
