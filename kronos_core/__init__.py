@@ -5,32 +5,25 @@ A plain library (no web or Ray imports): model, engine, predictor, data tools.
 
 from __future__ import annotations
 
-from pathlib import Path
-
+from kronos_core.loading import ModelIdentity, PredictorConfig, load_predictor
 from kronos_core.model import CheckpointError, Kronos, KronosTokenizer
 from kronos_core.predictor import ForecastResult, KronosPredictor
 
 __version__ = "0.1.0"
 
-ASSETS = Path(__file__).parent / "assets"
-BUNDLED_MODEL_DIR = ASSETS / "models" / "kronos-tiny-model"
-BUNDLED_TOKENIZER_DIR = ASSETS / "models" / "kronos-tiny-tokenizer"
-BUNDLED_MAX_CONTEXT = 512
-BUNDLED_DESCRIPTION = (
-    "kronos-tiny: a small RANDOM-WEIGHT checkpoint in the published layout (d_model 32, 2 layers), "
-    "bundled for demos and tests; its forecasts are not meaningful"
-)
-
 
 def load_bundled(device=None) -> tuple[Kronos, KronosTokenizer]:
-    """The bundled random-weight tiny checkpoint (model, tokenizer)."""
-    return (
-        Kronos.from_pretrained(BUNDLED_MODEL_DIR, device=device),
-        KronosTokenizer.from_pretrained(BUNDLED_TOKENIZER_DIR, device=device),
-    )
+    """The bundled random-weight tiny checkpoint (model, tokenizer): for tests and demos only."""
+    from kronos_core.loading import PredictorConfig, load_checkpoints
+
+    loaded = load_checkpoints(PredictorConfig(model="kronos-tiny"))
+    if device is not None:
+        loaded.model.to(device)
+        loaded.tokenizer.to(device)
+    return loaded.model, loaded.tokenizer
 
 
 __all__ = [
-    "BUNDLED_MODEL_DIR", "BUNDLED_TOKENIZER_DIR", "CheckpointError", "ForecastResult", "Kronos",
+    "CheckpointError", "ModelIdentity", "PredictorConfig", "load_predictor", "ForecastResult", "Kronos",
     "KronosPredictor", "KronosTokenizer", "load_bundled",
 ]

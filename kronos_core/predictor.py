@@ -91,6 +91,8 @@ class KronosPredictor:
         self.dtype = dtype
         self.compile = compile
         self.repair = repair
+        self.identity = None  # ModelIdentity when built by kronos_core.loading
+        self.config = None  # the PredictorConfig it was built from, when built by kronos_core.loading
 
     # ---- reference-compatible DataFrame API -----------------------------------------
     def predict(

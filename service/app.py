@@ -28,7 +28,7 @@ from service.gateway import (
     outcome_to_json,
 )
 from service.metrics import CONTENT_TYPE, Metrics
-from service.replica import Predictor, model_info
+from service.replica import Predictor
 from service.schemas import (
     ARROW_STREAM,
     ForecastRequest,
@@ -161,7 +161,8 @@ class Ingress:
         try:
             info = (await self.gateway.info()).model
         except RayActorError:
-            info = model_info(self.settings)
+            return _json({"detail": "no predictor replica is running yet; try again shortly"}, 503,
+                         {"Retry-After": str(self.settings.retry_after_s)})
         return _json({"models": [info]})
 
     @api.get("/v1/symbols", response_model=SymbolsPage)

@@ -48,7 +48,6 @@ def main(argv: list[str] | None = None) -> int:
     import ray
     import torch
 
-    from kronos_core import KronosPredictor
     from kronos_core.data.store import KlineStore
     from service.cli import start, stop
     from service.gateway import FutureTimestamps
@@ -66,24 +65,20 @@ def main(argv: list[str] | None = None) -> int:
     symbols = store.symbols()[: args.symbols]
     if len(symbols) < args.symbols:
         log.warning("store holds %d symbols, asked for %d", len(symbols), args.symbols)
-    lookback = args.lookback or settings.max_context - args.horizon
+    lookback = args.lookback
     body = {"symbols": symbols, "horizon": args.horizon, "lookback": lookback,
             "sample_count": args.sample_count, "seed": 1234}
 
     # engine directly, same windows, same seed, all cores; first, so that no Ray process
     # is still winding down while it runs
     torch.set_num_threads(cores)
-    from kronos_core import load_bundled
+    from kronos_core.loading import load_predictor
 
-    if settings.model_dir:
-        from kronos_core import Kronos, KronosTokenizer
-
-        mdir, tdir = settings.resolved_model_dirs()
-        model, tok = Kronos.from_pretrained(mdir), KronosTokenizer.from_pretrained(tdir)
-    else:
-        model, tok = load_bundled()
     device = "cuda" if (args.device != "cpu" and torch.cuda.is_available()) else "cpu"
-    predictor = KronosPredictor(model, tok, device=device, max_context=settings.max_context)
+    predictor = load_predictor(settings.predictor_config(device=device))
+    if args.lookback is None:
+        lookback = predictor.max_context - args.horizon
+        body["lookback"] = lookback
     batch = store.read_windows(symbols, lookback)
     future = FutureTimestamps()
     series, xts, yts = [], [], []

@@ -6,14 +6,19 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
+import sys
 import threading
 
 log = logging.getLogger(__name__)
 
 # flag -> Settings field
 _FLAGS = {
-    "model_dir": ("--model-dir", str, "Kronos checkpoint folder or Hub id (default: bundled tiny model)"),
-    "tokenizer_dir": ("--tokenizer-dir", str, "tokenizer folder or Hub id (default: bundled)"),
+    "model_dir": ("--model-dir", str, "checkpoint folder, Hub id, alias (kronos-mini|kronos-small|kronos-base) or a "
+                  "folder with model/ and tokenizer/ (default: the bundled model)"),
+    "tokenizer_dir": ("--tokenizer-dir", str, "tokenizer folder or Hub id (default: the model's own)"),
+    "model_revision": ("--revision", str, "Hub revision of the model"),
+    "dtype": ("--dtype", str, "engine precision: float32 | bfloat16 | float16"),
+    "sliding": ("--sliding", str, "window past max_context: exact | rolling | recompute"),
     "store_dir": ("--store", str, "Arrow K-line store folder (default: bundled sample store)"),
     "ray_address": ("--ray-address", str, "running Ray cluster (default: RAY_ADDRESS, else a local Ray)"),
     "num_replicas": ("--replicas", int, "predictor replicas (default: #GPUs, else 1)"),
@@ -30,17 +35,34 @@ _FLAGS = {
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     for dest, (flag, typ, help_text) in _FLAGS.items():
         parser.add_argument(flag, dest=dest, type=typ, default=None, help=help_text + "; env KRONOS_" + dest.upper())
+    parser.add_argument("--compile", dest="compile", action="store_true", default=None,
+                        help="torch.compile the engine's decode step; env KRONOS_COMPILE")
+
+
+def check_model(settings) -> str | None:
+    """Load the configured model once, before Ray starts, so a bad path or an offline Hub id
+    fails in seconds with the loader's own message. Returns that message, or None when fine."""
+    from kronos_core.loading import load_checkpoints
+    from kronos_core.model import CheckpointError
+
+    try:
+        cfg = settings.predictor_config(device="cpu")
+        loaded = load_checkpoints(cfg)
+    except (CheckpointError, ValueError, OSError) as exc:
+        return str(exc)
+    log.info("model %s (sha256 %s), context %d", loaded.identity.name, loaded.identity.sha256[:12],
+             loaded.max_context)
+    return None
 
 
 def settings_from_args(args: argparse.Namespace):
     from service.settings import Settings
 
-    overrides = {k: getattr(args, k) for k in _FLAGS if getattr(args, k, None) is not None}
-    base = Settings()
-    return base.model_copy(update=overrides) if overrides else base
+    overrides = {k: getattr(args, k) for k in [*_FLAGS, "compile"] if getattr(args, k, None) is not None}
+    return Settings(**overrides)
 
 
-def start(settings, wait_ready: bool = True):
+def start(settings):
     """Start Ray (or connect), Serve's HTTP proxy and the app. Returns the base URL."""
     import ray
     from ray import serve
@@ -69,7 +91,17 @@ def stop() -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    settings = settings_from_args(args)
+    from pydantic import ValidationError
+
+    try:
+        settings = settings_from_args(args)
+    except ValidationError as exc:
+        print(f"kronos serve: invalid settings: {exc}", file=sys.stderr)
+        return 2
+    problem = check_model(settings)
+    if problem:
+        print(f"kronos serve: cannot load the model: {problem}", file=sys.stderr)
+        return 2
     stop_event = threading.Event()
 
     def _stop(signum, _frame):

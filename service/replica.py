@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from pathlib import Path
 from typing import Any
 
 from ray import serve
@@ -26,23 +25,17 @@ def _shard_tokens(shards: list[Shard]) -> int:
     return sum(s.tokens for s in shards)
 
 
-def model_info(settings: Settings) -> dict[str, Any]:
-    mdir, tdir = settings.resolved_model_dirs()
-    bundled = settings.is_bundled_model()
-    note = (
-        "bundled tiny checkpoint with RANDOM weights: forecasts are not meaningful; "
-        "point KRONOS_MODEL_DIR / KRONOS_TOKENIZER_DIR at a trained checkpoint"
-        if bundled else "checkpoint from " + mdir
-    )
-    return {
-        "name": Path(mdir.rstrip("/")).name or mdir,
-        "model_dir": mdir,
-        "tokenizer_dir": tdir,
-        "bundled": bundled,
-        "random_weights": bundled,
-        "note": note,
-        "max_context": settings.max_context,
-    }
+def model_info(identity, max_context: int, cfg) -> dict[str, Any]:
+    """The model block of ``/v1/models`` and every forecast response: identity, no server paths."""
+    info = identity.as_dict()
+    info["max_context"] = max_context
+    info["dtype"] = cfg.dtype
+    info["sliding"] = cfg.sliding
+    info["compile"] = cfg.compile
+    if identity.random_weights:
+        info["note"] = ("RANDOM weights: forecasts are not meaningful; set KRONOS_MODEL_DIR (or --model-dir) "
+                        "to a trained checkpoint")
+    return info
 
 
 @serve.deployment(name="Predictor", health_check_period_s=5, health_check_timeout_s=30)
@@ -50,7 +43,7 @@ class Predictor:
     def __init__(self, settings: Settings):
         import torch
 
-        from kronos_core import Kronos, KronosPredictor, KronosTokenizer
+        from kronos_core.loading import load_predictor
 
         self.settings = settings
         try:
@@ -64,12 +57,12 @@ class Predictor:
             threads = int(settings.replica_cpus or 0) or int(os.environ.get("OMP_NUM_THREADS", "0") or 0)
             if threads > 0:
                 torch.set_num_threads(threads)
-        mdir, tdir = settings.resolved_model_dirs()
-        model = Kronos.from_pretrained(mdir)
-        tokenizer = KronosTokenizer.from_pretrained(tdir)
-        self.predictor = KronosPredictor(model, tokenizer, device=self.device, max_context=settings.max_context)
-        self.model_cfg = model.config
-        self.tokenizer_cfg = tokenizer.config
+        self.predictor_config = settings.predictor_config(device=self.device)
+        self.predictor = load_predictor(self.predictor_config)
+        self.max_context = self.predictor.max_context
+        self.model_cfg = self.predictor.model.config
+        self.tokenizer_cfg = self.predictor.tokenizer.config
+        self.model = model_info(self.predictor.identity, self.max_context, self.predictor_config)
         if settings.device_budget_bytes:
             self.budget = int(settings.device_budget_bytes)
         elif self.device.startswith("cuda"):
@@ -88,10 +81,10 @@ class Predictor:
     def _default_batch_tokens(self) -> int:
         from kronos_core.engine.memory import max_batch_that_fits
 
-        half = self.settings.max_context // 2
+        half = self.max_context // 2
         n = max_batch_that_fits(self.model_cfg, self.tokenizer_cfg, self.budget, half, half,
-                                sample_count=1, max_context=self.settings.max_context)
-        return max(1, int(n)) * self.settings.max_context
+                                sample_count=1, max_context=self.max_context)
+        return max(1, int(n)) * self.max_context
 
     def reconfigure(self, user_config: dict) -> None:
         """Live-tunable batching: ``max_batch_tokens``, ``batch_wait_timeout_s``."""
@@ -105,8 +98,8 @@ class Predictor:
     async def describe(self) -> ReplicaInfo:
         return ReplicaInfo(
             replica_id=self.replica_id, device=self.device, budget_bytes=self.budget,
-            max_batch_tokens=self.max_batch_tokens, max_context=self.settings.max_context,
-            model_cfg=self.model_cfg, tokenizer_cfg=self.tokenizer_cfg, model=model_info(self.settings),
+            max_batch_tokens=self.max_batch_tokens, max_context=self.max_context,
+            model_cfg=self.model_cfg, tokenizer_cfg=self.tokenizer_cfg, model=self.model,
         )
 
     async def forecast_shard(self, shard: Shard) -> ShardResult:

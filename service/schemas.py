@@ -173,13 +173,20 @@ class SymbolErrorOut(BaseModel):
 
 
 class ModelInfo(BaseModel):
-    name: str
-    model_dir: str
-    tokenizer_dir: str
-    bundled: bool
-    random_weights: bool
-    note: str
+    """The model that answered: its identity (pin and audit by ``sha256``) and engine options."""
+
+    name: str = Field(..., description="alias, bundle name or checkpoint folder name")
+    sha256: str = Field(..., description="SHA-256 over the model's then the tokenizer's model.safetensors")
+    model_sha256: str = Field(..., description="SHA-256 of the predictor's model.safetensors")
+    tokenizer_sha256: str = Field(..., description="SHA-256 of the tokenizer's model.safetensors")
+    revision: str | None = Field(None, description="Hub commit the weights came from, when from the Hub")
+    bundled: bool = Field(..., description="shipped inside the package")
+    random_weights: bool = Field(..., description="untrained weights: forecasts are not meaningful")
     max_context: int
+    dtype: str = Field(..., description="engine precision: float32, bfloat16 or float16")
+    sliding: str = Field(..., description="exact, rolling or recompute")
+    compile: bool
+    note: str | None = None
 
 
 class ForecastResponse(BaseModel):

@@ -7,7 +7,7 @@ bundled sample store, a local Ray instance, HTTP on 127.0.0.1:8000.
 from __future__ import annotations
 
 import os
-from pathlib import Path
+from typing import Literal
 
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -16,13 +16,28 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 class Settings(BaseSettings):
     """What one deployment of the service needs to know; picklable, sent to every replica."""
 
-    model_config = SettingsConfigDict(env_prefix="KRONOS_", extra="ignore")
+    # extra="forbid": a misspelled key in a Serve config or a flag fails loudly, naming the key.
+    # Environment variables are read only for known fields, so other KRONOS_* variables are ignored.
+    model_config = SettingsConfigDict(env_prefix="KRONOS_", extra="forbid")
 
     # -- model and data
-    model_dir: str | None = Field(None, description="Kronos checkpoint folder or Hub id; default: bundled tiny model")
-    tokenizer_dir: str | None = Field(None, description="tokenizer folder or Hub id; default: bundled tokenizer")
+    model_dir: str | None = Field(
+        None, description="checkpoint folder, Hub id, alias (kronos-mini|kronos-small|kronos-base) or a folder with "
+        "model/ and tokenizer/; default: the bundled model"
+    )
+    tokenizer_dir: str | None = Field(None, description="tokenizer folder or Hub id; default: the model's own")
+    model_revision: str | None = Field(None, description="Hub revision of the model (branch, tag or commit)")
+    dtype: Literal["float32", "bfloat16", "float16", "fp32", "bf16", "fp16"] = Field(
+        "float32", description="engine precision: float32 | bfloat16 | float16 (autocast)"
+    )
+    compile: bool = Field(False, description="torch.compile the engine's decode step")
+    sliding: Literal["exact", "rolling", "recompute"] = Field(
+        "exact", description="window past max_context: exact | rolling | recompute"
+    )
     store_dir: str | None = Field(None, description="Arrow K-line store; default: the bundled sample store")
-    max_context: int = Field(512, ge=8, description="model context in candles (lookback + horizon beyond it slides)")
+    max_context: int | None = Field(
+        None, ge=8, description="model context in candles (lookback + horizon beyond it slides); default: the model's"
+    )
 
     # -- Ray and replicas
     ray_address: str | None = Field(
@@ -32,7 +47,7 @@ class Settings(BaseSettings):
     )
     app_name: str = Field("kronos", description="Serve application name")
     num_replicas: int | None = Field(None, ge=1, description="predictor replicas; default: #GPUs, else 1")
-    device: str = Field("auto", description="auto | cpu | cuda")
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto | cpu | cuda")
     replica_cpus: float | None = Field(
         None, gt=0, description="CPUs per CPU replica (also its torch threads); default: cores / replicas"
     )
@@ -62,26 +77,15 @@ class Settings(BaseSettings):
     host: str = Field("127.0.0.1", description="HTTP bind address")
     port: int = Field(8000, ge=0, le=65535, description="HTTP port")
 
-    def resolved_model_dirs(self) -> tuple[str, str]:
-        """(model, tokenizer) locations, defaulting to the bundled checkpoint."""
-        if self.model_dir and self.tokenizer_dir:
-            return self.model_dir, self.tokenizer_dir
-        bundled = Path(__file__).resolve().parent.parent / "kronos_core" / "assets" / "models"
-        try:
-            import kronos_core
+    def predictor_config(self, device: str | None = None):
+        """The ``kronos_core.loading.PredictorConfig`` every replica (and the CLI check) builds from."""
+        from kronos_core.loading import PredictorConfig
 
-            root = Path(kronos_core.__file__).resolve().parent / "assets" / "models"
-            if root.is_dir():
-                bundled = root
-        except ImportError:  # pragma: no cover - kronos_core is a hard dependency
-            pass
-        return (
-            self.model_dir or str(bundled / "kronos-tiny-model"),
-            self.tokenizer_dir or str(bundled / "kronos-tiny-tokenizer"),
+        return PredictorConfig(
+            model=self.model_dir, tokenizer=self.tokenizer_dir, revision=self.model_revision,
+            device=device or ("auto" if self.device == "auto" else self.device), dtype=self.dtype,
+            compile=self.compile, sliding=self.sliding, max_context=self.max_context,
         )
-
-    def is_bundled_model(self) -> bool:
-        return self.model_dir is None
 
     def resolved_store_dir(self) -> str:
         if self.store_dir:

@@ -22,6 +22,7 @@ import pandas as pd
 import torch
 
 from kronos_core.engine.memory import LiveTensorMeter, memory_breakdown
+from kronos_core.loading import PredictorConfig, build_predictor
 from kronos_core.model import Kronos, KronosConfig, KronosTokenizer, TokenizerConfig
 from kronos_core.predictor import KronosPredictor
 
@@ -35,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--series", type=int, default=8, help="series in workload 1 (default 8)")
     parser.add_argument("--lookback", type=int, default=400)
     parser.add_argument("--horizon", type=int, default=24)
-    parser.add_argument("--device", default=None, help="cpu / cuda (default: cuda if available)")
+    parser.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda, cuda:N")
     parser.add_argument("--skip-sliding", action="store_true", help="skip workload 2")
     parser.add_argument("--skip-memory", action="store_true", help="skip workload 3")
     parser.add_argument("--gpu", action="store_true", help="run workload 4 (1,000 series, horizon 120)")
@@ -120,14 +121,15 @@ def _fmt(name: str, r: dict) -> str:
 
 
 def run(args) -> int:
-    device = torch.device(args.device) if args.device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    cfg = PredictorConfig(device=args.device)
+    device = cfg.torch_device()
     model, tok = random_small(args.seed)
     out: dict = {"device": str(device), "torch": torch.__version__, "threads": torch.get_num_threads()}
     print(f"kronos bench on {device} (torch {torch.__version__}, {torch.get_num_threads()} threads); "
           "Kronos-small dims, random weights, greedy")
 
     # 1. full recompute vs cached engine
-    predictor = KronosPredictor(model, tok, device=device, max_context=512)
+    predictor = build_predictor(model, tok, cfg)
     data = synthetic_series(args.series, args.lookback, args.horizon, args.seed)
     # Warm-up on the same batch shape (oneDNN builds kernels per shape on first use).
     predictor.forecast(data[0], data[1], [y[:2] for y in data[2]], 2, top_k=1)
@@ -196,11 +198,11 @@ def gpu_workload(model, tok, device, args) -> dict:
     data = synthetic_series(n, lb, h, args.seed + 3)
     results = {}
     print(f"\n[4] {n} series, lookback {lb}, horizon {h} on {device}")
-    for name, kwargs in [("float32", {}), ("bfloat16", {"dtype": torch.bfloat16})]:
-        pred = KronosPredictor(model, tok, device=device, max_context=512, **kwargs)
+    for name in ("float32", "bfloat16"):
+        pred = build_predictor(model, tok, PredictorConfig(device=str(device), dtype=name))
         pred.forecast(*[d[:8] for d in data], h, top_k=1)  # warm-up (and compile, where asked)
         _, r = timed_forecast(pred, data, h, "exact")
-        est = memory_breakdown(SMALL, TOKENIZER_BASE, n, lb, h, 1, kwargs.get("dtype", torch.float32),
+        est = memory_breakdown(SMALL, TOKENIZER_BASE, n, lb, h, 1, pred.dtype or torch.float32,
                                ragged=False).total
         r["memory_estimate_bytes"] = est
         print(_fmt(name, r) + f"  (model estimate {est / 2**20:.0f} MiB incl. weights)")

@@ -2,8 +2,8 @@
 
 Example::
 
-    kronos forecast --csv prices.csv --horizon 24                # bundled tiny model
-    kronos forecast --model ckpt/Kronos-small --tokenizer ckpt/Kronos-Tokenizer-base \\
+    kronos forecast --csv prices.csv --horizon 24                # the bundled default model
+    kronos forecast --model kronos-small --dtype bfloat16 \\
         --csv prices.csv --horizon 24 --samples 20 --quantiles 0.1,0.5,0.9 --out forecast.csv
 """
 
@@ -17,16 +17,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from kronos_core.loading import add_predictor_arguments, load_predictor, predictor_config_from_args
+
 log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--csv", required=True, type=Path, help="candles: timestamps, open, high, low, close[, volume, amount]")
     parser.add_argument("--horizon", required=True, type=int, help="candles to forecast")
-    parser.add_argument("--model", help="checkpoint folder or Hub id (default: the bundled tiny random-weight model)")
-    parser.add_argument("--tokenizer", help="tokenizer folder or Hub id (default: the bundled one)")
     parser.add_argument("--lookback", type=int, help="history candles to use (default: what fits max_context with the horizon)")
-    parser.add_argument("--max-context", type=int, default=512)
     parser.add_argument("--timestamp-column", default="timestamps")
     parser.add_argument("--samples", type=int, default=1, help="sample paths (default 1)")
     parser.add_argument("--temperature", "-T", type=float, default=1.0)
@@ -35,9 +34,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, help="seed for reproducible sampling")
     parser.add_argument("--quantiles", help="comma-separated levels, e.g. 0.1,0.5,0.9")
     parser.add_argument("--repair", action="store_true", help="make forecast candles consistent (high >= open/close ...)")
-    parser.add_argument("--sliding", default="exact", choices=["exact", "rolling", "recompute"])
-    parser.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: cuda if available)")
     parser.add_argument("--out", type=Path, help="write .csv, .parquet or .json instead of printing")
+    add_predictor_arguments(parser)
 
 
 def future_stamps(history: pd.DatetimeIndex, horizon: int) -> pd.DatetimeIndex:
@@ -47,9 +45,8 @@ def future_stamps(history: pd.DatetimeIndex, horizon: int) -> pd.DatetimeIndex:
 
 
 def run(args) -> int:
-    from kronos_core import KronosPredictor, load_bundled
     from kronos_core.candles import FEATURES, CandleError, candle_array
-    from kronos_core.model import CheckpointError, Kronos, KronosTokenizer
+    from kronos_core.model import CheckpointError
 
     if args.horizon < 1:
         print("kronos forecast: --horizon must be >= 1", file=sys.stderr)
@@ -69,22 +66,15 @@ def run(args) -> int:
     except CandleError as exc:
         print(f"kronos forecast: {args.csv}: {exc}", file=sys.stderr)
         return 2
-    lookback = args.lookback or max(1, min(len(df), args.max_context - args.horizon))
-    values, stamps = values[-lookback:], stamps[-lookback:]
     try:
-        if args.model or args.tokenizer:
-            if not (args.model and args.tokenizer):
-                print("kronos forecast: give both --model and --tokenizer (or neither for the bundled pair)",
-                      file=sys.stderr)
-                return 2
-            model, tok = Kronos.from_pretrained(args.model), KronosTokenizer.from_pretrained(args.tokenizer)
-        else:
-            log.info("using the bundled random-weight tiny model: forecasts are not meaningful")
-            model, tok = load_bundled()
-        predictor = KronosPredictor(model, tok, device=args.device, max_context=args.max_context, sliding=args.sliding)
+        predictor = load_predictor(predictor_config_from_args(args))
     except (CheckpointError, ValueError) as exc:
         print(f"kronos forecast: {exc}", file=sys.stderr)
         return 2
+    if predictor.identity is not None and predictor.identity.random_weights:
+        log.warning("model %s has RANDOM weights: forecasts are not meaningful", predictor.identity.name)
+    lookback = args.lookback or max(1, min(len(df), predictor.max_context - args.horizon))
+    values, stamps = values[-lookback:], stamps[-lookback:]
     future = future_stamps(stamps, args.horizon)
     levels = tuple(float(q) for q in args.quantiles.split(",")) if args.quantiles else ()
     res = predictor.forecast(

@@ -186,14 +186,14 @@ def test_repair_makes_forecast_candles_consistent(live_service):
 
 
 def test_service_equals_engine_called_directly(live_service):
-    from kronos_core import KronosPredictor, load_bundled
+    from kronos_core import load_predictor
     from service.gateway import FutureTimestamps
 
     symbols = live_service.store.symbols()[30:36]
     req = {"symbols": symbols, **SMALL, "sample_count": 2, "seed": 7}
     body = live_service.client.post("/v1/forecast", json=req).json()
-    model, tok = load_bundled()
-    predictor = KronosPredictor(model, tok, device="cpu", max_context=live_service.settings.max_context)
+    predictor = load_predictor(live_service.settings.predictor_config(device="cpu"))
+    assert body["model"]["sha256"] == predictor.identity.sha256
     batch = live_service.store.read_windows(symbols, SMALL["lookback"])
     ft = FutureTimestamps()
     series, xts, yts = [], [], []

@@ -1,3 +1,4 @@
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from service.metrics import Metrics
@@ -47,9 +48,23 @@ def test_settings_defaults_and_resolution(monkeypatch):
     assert s.resolved_num_replicas(num_gpus=0) == 1
     assert s.resolved_num_replicas(num_gpus=4) == 4 and s.use_gpu(4)
     assert Settings(device="cpu").resolved_num_replicas(4) == 1
-    mdir, tdir = s.resolved_model_dirs()
-    assert mdir.endswith("kronos-tiny-model") and tdir.endswith("kronos-tiny-tokenizer")
-    assert s.is_bundled_model()
+    cfg = s.predictor_config()
+    assert cfg.model is None and cfg.tokenizer is None  # the embedded default
+    assert (cfg.dtype, cfg.sliding, cfg.compile) == ("float32", "exact", False)
+
+
+def test_unknown_settings_keys_are_refused(monkeypatch):
+    """A misspelled Serve-config key fails, naming it; foreign KRONOS_* variables stay ignored."""
+    import pydantic
+
+    with pytest.raises(pydantic.ValidationError, match="devcie"):
+        Settings(devcie="cpu")
+    with pytest.raises(pydantic.ValidationError, match="max_inflight_request"):
+        Settings.model_validate({"max_inflight_request": 3})
+    monkeypatch.setenv("KRONOS_SOMETHING_ELSE", "1")
+    assert Settings().port == 8000
+    with pytest.raises(pydantic.ValidationError, match="dtype"):
+        Settings(dtype="float64")
 
 
 def test_cli_flags_override_environment(monkeypatch):
