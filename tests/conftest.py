@@ -1,4 +1,8 @@
-"""Fixtures shared by the whole suite: the reference fixture checkpoint and real candle data."""
+"""Fixtures shared by the whole suite: the reference fixture checkpoint and real candle data.
+
+Everything comes from inside the repository (``tests/fixtures/`` and the bundled
+``kronos_core/data/real/``); see ``tests/fixtures/README.md`` for where each file came from.
+"""
 
 from __future__ import annotations
 
@@ -8,16 +12,17 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
-FIXTURE_DIR = SHARED / "fixtures" / "kronos-tiny"
-DATA_DIR = SHARED / "data"
+from kronos_core.data.sample_store import REAL_DIR
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+FIXTURE_DIR = FIXTURES / "kronos-tiny"
+DATA_DIR = REAL_DIR
 
 
 @pytest.fixture(scope="session")
 def fixture_dir() -> Path:
     if not FIXTURE_DIR.is_dir():
-        pytest.fail(f"reference fixture not found at {FIXTURE_DIR} (CI lays ../shared beside the clone)")
+        pytest.fail(f"reference fixture not found at {FIXTURE_DIR} (it is part of the repository: restore it with git)")
     return FIXTURE_DIR
 
 

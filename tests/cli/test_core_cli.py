@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-from pathlib import Path
 
 import pandas as pd
 
 from kronos_core.cli import main
+from kronos_core.data.sample_store import REAL_DIR
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+DATA = REAL_DIR
 
 
 def test_forecast_writes_csv_with_quantiles(tmp_path, capsys):

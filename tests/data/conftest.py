@@ -1,4 +1,4 @@
-"""Fixtures for the data tests: the real candle files (shared folder, else bundled copies)."""
+"""Fixtures for the data tests: the real candle files (the copies bundled in kronos_core/data/real)."""
 
 from __future__ import annotations
 

@@ -6,14 +6,14 @@ from pathlib import Path
 
 from kronos_core.data.sample_store import REAL_DIR
 
+# Optional: the team's shared data folder beside the checkout; only compared against, never required.
 SHARED_DATA = Path(__file__).parents[2].parent / "shared" / "data"
 REAL_FILES = ("kline_5min_a_share.csv", "goog_daily.csv", "eurusd_hourly.csv", "sp500_daily.csv")
 
 
 def real_path(name: str) -> Path:
-    """The shared copy when the checkout has ../shared beside it, else the bundled one."""
-    shared = SHARED_DATA / name
-    return shared if shared.is_file() else REAL_DIR / name
+    """The bundled copy inside the repository (``kronos_core/data/real/``)."""
+    return REAL_DIR / name
 
 
 # Ways to damage an Arrow file that every reader must survive (tests add their own).
