@@ -19,6 +19,7 @@ from kronos_core.model.layers import (
     RMSNorm,
     TransformerBlock,
     apply_rotary,
+    padded_positions_and_mask,
 )
 
 # Rows of the five temporal tables, in the order of the time-feature columns.
@@ -79,29 +80,64 @@ class TemporalEmbedding(nn.Module):
 
 
 class CrossAttention(AttentionProjections):
-    """The s2 head's attention: 4 heads, no mask by default, no rotation at inference."""
+    """The s2 head's attention: 4 heads.
 
-    def __init__(self, d_model: int, n_heads: int = DEP_HEADS):
+    At inference: no mask and no rotation (every query and key at position 0).
+    In teacher-forced training: rotary positions 0..L-1 on queries and keys, causal.
+    """
+
+    def __init__(self, d_model: int, n_heads: int = DEP_HEADS, attn_dropout: float = 0.0):
         super().__init__(d_model, n_heads)
+        self.attn_dropout = attn_dropout  # training only
 
-    def project_kv(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """hidden (B, L, d) -> keys, values (B, 4, L, d/4), unrotated (position 0 for all)."""
-        return self.heads(self.k_proj(hidden)), self.heads(self.v_proj(hidden))
+    def _rotate(self, x: torch.Tensor, positions: torch.Tensor | None) -> torch.Tensor:
+        """x (B, 4, L, D); positions (B, L) or None (position 0: the identity)."""
+        return x if positions is None else apply_rotary(x, *self.rotary.cos_sin(positions))
 
-    def attend(self, query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask=None) -> torch.Tensor:
-        """query (B, Lq, d); k, v (B, 4, S, D); key_mask (B, S) bool or None -> (B, Lq, d)."""
-        q = self.heads(self.q_proj(query))  # (B, 4, Lq, D)
-        mask = None if key_mask is None else key_mask[:, None, None, :]  # (B, 1, 1, S)
-        return self.merge(nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask))  # (B, Lq, d)
+    def project_kv(
+        self, hidden: torch.Tensor, positions: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """hidden (B, L, d) -> keys, values (B, 4, L, d/4); keys rotated when positions (B, L) are given."""
+        k = self._rotate(self.heads(self.k_proj(hidden)), positions)  # (B, 4, L, D)
+        return k, self.heads(self.v_proj(hidden))  # (B, 4, L, D) each
+
+    def attend(
+        self,
+        query: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        key_mask: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+        attn_mask: torch.Tensor | None = None,
+        causal: bool = False,
+    ) -> torch.Tensor:
+        """query (B, Lq, d); k, v (B, 4, S, D) -> (B, Lq, d).
+
+        key_mask (B, S) True where a key is real; or a full boolean ``attn_mask``
+        (B, 1, Lq, S); ``causal`` adds the plain causal mask (Lq == S, no attn_mask);
+        positions (B, Lq) rotate the queries (training), None leaves them at 0.
+        """
+        q = self._rotate(self.heads(self.q_proj(query)), positions)  # (B, 4, Lq, D)
+        if key_mask is not None:
+            attn_mask = key_mask[:, None, None, :]  # (B, 1, 1, S)
+        dropout = self.attn_dropout if self.training else 0.0
+        out = nn.functional.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_mask, dropout_p=dropout, is_causal=causal and attn_mask is None
+        )  # (B, 4, Lq, D)
+        return self.merge(out)  # (B, Lq, d)
 
 
 class DependencyLayer(nn.Module):
     """``norm(h + cross_attn(query=emb_s1(s1), keys/values=h))``."""
 
-    def __init__(self, d_model: int):
+    def __init__(self, d_model: int, attn_dropout: float = 0.0):
         super().__init__()
-        self.cross_attn = CrossAttention(d_model)
+        self.cross_attn = CrossAttention(d_model, DEP_HEADS, attn_dropout)
         self.norm = RMSNorm(d_model)
+
+    def forward(self, hidden: torch.Tensor, query: torch.Tensor, k, v, **attend_kwargs) -> torch.Tensor:
+        """hidden, query (B, Lq, d); k, v (B, 4, S, D); kwargs as ``CrossAttention.attend`` -> (B, Lq, d)."""
+        return self.norm(hidden + self.cross_attn.attend(query, k, v, **attend_kwargs))
 
 
 class DualHead(nn.Module):
@@ -127,7 +163,7 @@ class Kronos(PretrainedMixin, nn.Module):
             for _ in range(c.n_layers)
         )
         self.norm = RMSNorm(c.d_model)
-        self.dep_layer = DependencyLayer(c.d_model)
+        self.dep_layer = DependencyLayer(c.d_model, c.attn_dropout_p)
         self.head = DualHead(c.s1_bits, c.s2_bits, c.d_model)
 
     # ---- pieces used by the engine -------------------------------------------------
@@ -166,24 +202,36 @@ class Kronos(PretrainedMixin, nn.Module):
         attends over; key_mask (B, S) True where a key is real.
         """
         query = self.embedding.emb_s1(s1)[:, None, :]  # (B, 1, d), not scaled by sqrt(d)
-        attn = self.dep_layer.cross_attn.attend(query, dep_k, dep_v, key_mask)[:, 0]  # (B, d)
-        return self.head.proj_s2(self.dep_layer.norm(hidden_last + attn))
+        fused = self.dep_layer(hidden_last[:, None, :], query, dep_k, dep_v, key_mask=key_mask)  # (B, 1, d)
+        return self.head.proj_s2(fused[:, 0])  # (B, V2)
 
-    # ---- training-style forward (teacher forcing) ----------------------------------
-    def forward(self, s1: torch.Tensor, s2: torch.Tensor, stamp: torch.Tensor, s1_target: torch.Tensor):
-        """Teacher-forced logits for training: (B, L, 2^s1_bits), (B, L, 2^s2_bits).
+    # ---- training forward (teacher forcing) ---------------------------------------
+    def forward(
+        self,
+        s1: torch.Tensor,
+        s2: torch.Tensor,
+        stamp: torch.Tensor,
+        s1_target: torch.Tensor,
+        pad: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Teacher-forced logits for training over the same layers the engine runs.
 
-        The s2 head's query at every position is ``emb_s1`` of the target s1,
-        causal, with rotary positions 0..L-1.
+        s1, s2 (B, L) input ids; stamp (B, L, 5) time features; s1_target (B, L)
+        the next position's s1 (the s2 head's query at every position); pad (B,)
+        optional left-padding rows per series (as ``EngineBatch.pad``): a padded
+        row computes what it would alone, its padding positions are garbage.
+        Positions are 0..L-1 from each row's first real token, causal, in the
+        trunk and (rotary on queries and keys) in the s2 head.
+
+        Returns s1_logits (B, L, 2^s1_bits) and s2_logits (B, L, 2^s2_bits).
+        At position 0 the s2 head is the engine's; later positions differ by
+        design (inference has no rotation and no causal mask).
         """
         b, length = s1.shape
-        positions = torch.arange(length, device=s1.device).expand(b, length)
-        hidden = self.trunk(self.embed(s1, s2, stamp), positions)  # (B, L, d)
-        attn = self.dep_layer.cross_attn
-        cos, sin = attn.rotary.cos_sin(positions)
-        q = apply_rotary(attn.heads(attn.q_proj(self.embedding.emb_s1(s1_target))), cos, sin)
-        k = apply_rotary(attn.heads(attn.k_proj(hidden)), cos, sin)
-        v = attn.heads(attn.v_proj(hidden))
-        dropout = self.config.attn_dropout_p if self.training else 0.0
-        out = attn.merge(nn.functional.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True))
-        return self.s1_logits(hidden), self.head.proj_s2(self.dep_layer.norm(hidden + out))
+        pad = torch.zeros(b, dtype=torch.long, device=s1.device) if pad is None else pad.to(s1.device)
+        positions, mask = padded_positions_and_mask(pad, length)  # (B, L), (B, 1, L, L) or None
+        hidden = self.trunk(self.embed(s1, s2, stamp), positions, mask)  # (B, L, d)
+        k, v = self.dep_layer.cross_attn.project_kv(hidden, positions)  # (B, 4, L, D) each
+        query = self.embedding.emb_s1(s1_target)  # (B, L, d), not scaled by sqrt(d)
+        fused = self.dep_layer(hidden, query, k, v, positions=positions, attn_mask=mask, causal=True)  # (B, L, d)
+        return self.s1_logits(hidden), self.head.proj_s2(fused)

@@ -8,10 +8,12 @@ post_quant_embed -> causal decoder blocks -> head.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
+from kronos_core.model.bsq import QuantizerLoss, bsq_loss, quantize_ste
 from kronos_core.model.checkpoint import PretrainedMixin
 from kronos_core.model.config import TokenizerConfig
 from kronos_core.model.layers import TransformerBlock, padded_positions_and_mask
@@ -30,6 +32,14 @@ class _QuantizerHolder(nn.Module):
     def __init__(self, codebook_dim: int, group_size: int):
         super().__init__()
         self.bsq = _BSQBuffers(codebook_dim, group_size)
+
+
+@dataclass
+class TokenizerTrainingOutput:
+    coarse: torch.Tensor  # (B, L, d_in) reconstruction from the s1 bits alone (post_quant_embed_pre)
+    full: torch.Tensor  # (B, L, d_in) reconstruction from all bits (post_quant_embed), as ``decode``
+    code: torch.Tensor  # (B, L, s1_bits + s2_bits) quantised code ±1/sqrt(bits), straight-through gradient
+    quant: QuantizerLoss  # quantiser loss and its parts; ``quant.total`` is the term to add
 
 
 class KronosTokenizer(PretrainedMixin, nn.Module):
@@ -106,3 +116,22 @@ class KronosTokenizer(PretrainedMixin, nn.Module):
         for block in self.decoder:
             z = block(z, positions, mask)
         return self.head(z)
+
+    def training_forward(self, x: torch.Tensor, pad: torch.Tensor | None = None) -> TokenizerTrainingOutput:
+        """Training pass: x (B, L, d_in) normalized candles -> both reconstructions and the quantiser loss.
+
+        The code's bits are exactly ``encode``'s; gradients pass the quantiser
+        straight through. The caller fits ``coarse`` and ``full`` to ``x`` with MSE
+        and adds ``quant.total``. pad (B,) optional left-padding rows per series
+        (padded rows are left out of the quantiser loss; mask them in the MSE too).
+        """
+        c = self.config
+        z = self.encode_latent(x, pad)  # (B, L, bits), unit norm
+        code = quantize_ste(z)  # (B, L, bits)
+        real = None
+        if pad is not None:
+            real = torch.arange(x.shape[1], device=x.device)[None, :] >= pad.to(x.device)[:, None]  # (B, L)
+        quant = bsq_loss(z, code, c.beta, c.gamma0, c.gamma, c.zeta, c.group_size, real)
+        coarse = self.decode_code(self.post_quant_embed_pre(code[..., : c.s1_bits]), pad)  # (B, L, d_in)
+        full = self.decode_code(self.post_quant_embed(code), pad)  # (B, L, d_in)
+        return TokenizerTrainingOutput(coarse, full, code, quant)
