@@ -135,6 +135,13 @@ def plan_shards(
 
 # --------------------------------------------------------------------------- replica side
 
+# torch raises no dedicated type when the CPU allocator fails: ``torch.empty(2**62)`` on CPU gives a
+# plain RuntimeError "[enforce fail at alloc_cpu.cpp:...] ... DefaultCPUAllocator: can't allocate
+# memory: you tried to allocate N bytes". Matching that allocator message is the only way to tell it
+# from other RuntimeErrors (shape bugs must not be retried in halves). CUDA has its own type.
+_OOM_MESSAGES = ("DefaultCPUAllocator: can't allocate memory", "CUDA out of memory")
+
+
 def _oom_types() -> tuple[type[BaseException], ...]:
     import torch
 
@@ -143,6 +150,14 @@ def _oom_types() -> tuple[type[BaseException], ...]:
         if t is not None and t not in types:
             types.append(t)
     return tuple(types)
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """True for a device allocation failure: torch's OutOfMemoryError (CUDA), or the CPU
+    allocator's plain RuntimeError, recognised by its message (see ``_OOM_MESSAGES``)."""
+    if isinstance(exc, _oom_types()):
+        return True
+    return isinstance(exc, RuntimeError) and any(m in str(exc) for m in _OOM_MESSAGES)
 
 
 def device_memory(device: str) -> tuple[int, int, int]:
@@ -173,7 +188,6 @@ class BatchRunner:
         self.replica_id = replica_id
         self.device = device
         self.min_split = min_split
-        self._oom = _oom_types()
 
     def _forecast(self, values, xts, yts, key: SamplingKey, splits: list[int], calls: list[int]):
         """Returns (mean, quantiles, paths, tokens) for the given series, splitting on OOM."""
@@ -188,9 +202,9 @@ class BatchRunner:
             q = np.asarray(res.quantiles, dtype=np.float32) if key.quantiles else None
             paths = np.asarray(res.paths, dtype=np.float32) if key.return_paths else None
             return np.asarray(res.mean, dtype=np.float32), q, paths, tokens
-        except self._oom:
+        except Exception as exc:
             n = len(values)
-            if n <= self.min_split:
+            if n <= self.min_split or not is_out_of_memory(exc):
                 raise
             splits[0] += 1
             log.warning("replica %s: out of memory on %d series, splitting in half", self.replica_id, n)

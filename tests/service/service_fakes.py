@@ -73,10 +73,13 @@ class FakeStats:
 
 class FakePredictor:
     """forecast(): each series' forecast = its last close, so results identify their inputs.
-    Raises torch.OutOfMemoryError above ``oom_above`` series."""
+    Above ``oom_above`` series it runs out of memory for real: ``oom="cpu"`` asks the CPU
+    allocator for 2**62 bytes (a plain RuntimeError, "DefaultCPUAllocator: can't allocate
+    memory ..."), ``oom="cuda"`` raises torch.OutOfMemoryError (what CUDA raises; no GPU here)."""
 
-    def __init__(self, oom_above: int | None = None):
+    def __init__(self, oom_above: int | None = None, oom: str = "cpu"):
         self.oom_above = oom_above
+        self.oom = oom
         self.calls: list[int] = []
 
     def forecast(self, series, x_timestamps, y_timestamps, horizon, sample_count=1, T=1.0, top_k=0,
@@ -85,7 +88,9 @@ class FakePredictor:
 
         self.calls.append(len(series))
         if self.oom_above is not None and len(series) > self.oom_above:
-            raise torch.OutOfMemoryError("fake OOM")
+            if self.oom == "cpu":
+                torch.empty(2**62, dtype=torch.uint8)  # raises the CPU allocator's RuntimeError
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
         last = np.stack([s[-1] for s in series]).astype(np.float32)  # (B, 6)
         paths = np.repeat(last[:, None, None, :], sample_count, 1).repeat(horizon, 2)  # (B, S, H, 6)
         mean = paths.mean(1)

@@ -1,8 +1,9 @@
 import numpy as np
 import pytest
+import torch
 from service_fakes import FakePredictor, make_key, make_shard
 
-from service.shards import BatchRunner, TooLargeError, plan_shards, shard_tokens
+from service.shards import BatchRunner, TooLargeError, is_out_of_memory, plan_shards, shard_tokens
 
 
 def _sizes(slices):
@@ -74,8 +75,26 @@ def test_batch_runner_groups_by_sampling_options():
     assert [r.mean.shape[0] for r in results] == [2, 3, 1]
 
 
-def test_batch_runner_splits_on_oom_and_keeps_order():
-    pred = FakePredictor(oom_above=2)
+def _cpu_oom() -> RuntimeError:
+    try:
+        torch.empty(2**62, dtype=torch.uint8)
+    except RuntimeError as exc:
+        return exc
+    raise AssertionError("allocating 2**62 bytes on CPU succeeded")
+
+
+def test_out_of_memory_is_recognised_on_cpu_and_cuda():
+    cpu = _cpu_oom()
+    assert type(cpu) is RuntimeError and "DefaultCPUAllocator" in str(cpu)  # torch gives no own type
+    assert is_out_of_memory(cpu)
+    assert is_out_of_memory(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"))
+    assert not is_out_of_memory(RuntimeError("mat1 and mat2 shapes cannot be multiplied (4x6 and 7x8)"))
+    assert not is_out_of_memory(ValueError("DefaultCPUAllocator: can't allocate memory"))
+
+
+@pytest.mark.parametrize("oom", ["cpu", "cuda"])
+def test_batch_runner_splits_on_oom_and_keeps_order(oom):
+    pred = FakePredictor(oom_above=2, oom=oom)
     runner = BatchRunner(pred, "r1", "cpu")
     shards = [make_shard(3, 0, start=0, key=make_key(quantiles=(0.1, 0.9), return_paths=True)),
               make_shard(4, 1, start=10, key=make_key(quantiles=(0.1, 0.9), return_paths=True))]
@@ -90,5 +109,21 @@ def test_batch_runner_splits_on_oom_and_keeps_order():
 def test_batch_runner_single_series_oom_fails_only_that_group():
     pred = FakePredictor(oom_above=0)
     runner = BatchRunner(pred, "r1", "cpu")
-    results, _ = runner.run([make_shard(2, 0)])
-    assert results[0].error and "OutOfMemory" in results[0].error and results[0].mean is None
+    results, _ = runner.run([make_shard(2, 0), make_shard(1, 1, key=make_key(seed=3))])
+    assert pred.calls == [2, 1, 1]  # group 1 split to a single series that still fails; group 2 alone
+    assert all(r.error and "can't allocate memory" in r.error and r.mean is None for r in results)
+    cuda = BatchRunner(FakePredictor(oom_above=0, oom="cuda"), "r1", "cpu").run([make_shard(1, 0)])[0][0]
+    assert cuda.error.startswith("OutOfMemoryError")
+
+
+class ShapeBug(FakePredictor):
+    def forecast(self, series, *a, **kw):
+        self.calls.append(len(series))
+        raise RuntimeError("mat1 and mat2 shapes cannot be multiplied (4x6 and 7x8)")
+
+
+def test_batch_runner_does_not_split_other_errors():
+    pred = ShapeBug()
+    results, report = BatchRunner(pred, "r1", "cpu").run([make_shard(4, 0)])
+    assert pred.calls == [4] and report.oom_splits == 0
+    assert results[0].error.startswith("RuntimeError: mat1 and mat2")
