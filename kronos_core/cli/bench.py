@@ -8,6 +8,10 @@ Workloads (Kronos-small dimensions, random weights, greedy decoding):
    cache, with the rolling mode's deviation from exact.
 3. Memory: the memory model's estimate against the measured peak of live tensors.
 4. On a GPU (``--gpu``): 1,000 series, lookback 400, horizon 120.
+
+Every run also writes a ``ResourceMonitor`` report (CPU %, RSS, GPU use and
+memory, series/s; ``--monitor-out``, default next to ``--json`` or
+``bench-monitor.json``).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import torch
 from kronos_core.engine.memory import LiveTensorMeter, memory_breakdown
 from kronos_core.loading import PredictorConfig, build_predictor
 from kronos_core.model import Kronos, KronosConfig, KronosTokenizer, TokenizerConfig
+from kronos_core.monitor import ResourceMonitor
 from kronos_core.predictor import KronosPredictor
 
 SMALL = KronosConfig(s1_bits=10, s2_bits=10, n_layers=8, d_model=512, n_heads=8, ff_dim=1024)
@@ -43,6 +48,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpu-series", type=int, default=1000)
     parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--monitor-out", type=Path, default=None,
+                        help="resource report (JSON) of the run; default: <--json stem>.monitor.json, "
+                             "else bench-monitor.json")
+    parser.add_argument("--monitor-interval", type=float, default=0.5, help="seconds between samples")
+
+
+def monitor_path(args) -> Path:
+    if args.monitor_out is not None:
+        return args.monitor_out
+    if args.json is not None:
+        return args.json.with_name(args.json.stem + ".monitor.json")
+    return Path("bench-monitor.json")
 
 
 def random_small(seed: int) -> tuple[Kronos, KronosTokenizer]:
@@ -121,6 +138,19 @@ def _fmt(name: str, r: dict) -> str:
 
 
 def run(args) -> int:
+    with ResourceMonitor(interval=args.monitor_interval, label="kronos bench") as monitor:
+        code = _run(args, monitor)
+    path = monitor_path(args)
+    report = monitor.report(path)
+    s = report["summary"]
+    print(f"resource report written to {path} (peak RSS {s['rss_bytes_peak'] / 2**20:.0f} MiB, "
+          f"mean CPU {s['cpu_percent_mean'] or 0:.0f}%)")
+    for warning in report["warnings"]:
+        print(f"  warning: {warning}")
+    return code
+
+
+def _run(args, monitor: ResourceMonitor) -> int:
     cfg = PredictorConfig(device=args.device)
     device = cfg.torch_device()
     model, tok = random_small(args.seed)
@@ -135,8 +165,10 @@ def run(args) -> int:
     predictor.forecast(data[0], data[1], [y[:2] for y in data[2]], 2, top_k=1)
     print(f"\n[1] {args.series} series, lookback {args.lookback}, horizon {args.horizon}")
     res_a, a = timed_forecast(predictor, data, args.horizon, "recompute", memory_horizon=2)
+    monitor.step(n_samples=args.series)
     print(_fmt("(a) full recompute", a) + "  (peak of a 2-step run)")
     res_b, b = timed_forecast(predictor, data, args.horizon, "exact")
+    monitor.step(n_samples=args.series)
     print(_fmt("(b) cached engine", b))
     identical = bool(np.array_equal(res_a.paths, res_b.paths))
     max_rel = float(np.max(np.abs(res_a.paths - res_b.paths) / (np.abs(res_a.paths) + 1e-9)))
@@ -152,6 +184,7 @@ def run(args) -> int:
         res_e, e = timed_forecast(predictor, data2, args.horizon, "exact", memory_horizon=2)
         print(_fmt("exact (recompute on slide)", e))
         res_r, r = timed_forecast(predictor, data2, args.horizon, "rolling")
+        monitor.step(n_samples=2 * args.series)
         print(_fmt("rolling cache", r))
         dev_close = np.abs(res_r.mean[..., 3] - res_e.mean[..., 3]) / np.abs(res_e.mean[..., 3])
         scale = np.std(np.concatenate([v[:, 3] for v in data2[0]]))
@@ -186,6 +219,7 @@ def run(args) -> int:
     # 4. GPU workload
     if args.gpu:
         out["gpu"] = gpu_workload(model, tok, device, args)
+        monitor.step(n_samples=2 * args.gpu_series)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(out, indent=2, default=str))

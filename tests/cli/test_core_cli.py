@@ -67,3 +67,7 @@ def test_bench_runs_and_checks_identity(tmp_path, capsys):
     assert figures["fits_context"]["identical"] is True
     assert figures["fits_context"]["ratio"] > 0
     assert figures["fits_context"]["cached"]["peak_bytes"] > 0
+    monitor = json.loads((tmp_path / "bench.monitor.json").read_text())  # the run's resource report
+    assert monitor["summary"]["steps"] >= 1 and monitor["summary"]["samples"] >= 2
+    assert monitor["summary"]["rss_bytes_peak"] > 0 and monitor["timeseries"]
+    assert "resource report written to" in text
