@@ -1,9 +1,11 @@
 """The generation loop: tokenize once, prefill once, decode one token per step from caches.
 
-One step (``_step``) is: run the trunk for the rows' newest token (from the
-key/value cache) or, for rows whose window slides in exact mode, over their
-whole window; sample s1 from the last hidden state; sample s2 from the s2 head,
-whose keys/values over the window's hidden states are cached too. Modes:
+Each step is plan -> run -> sample -> append. The plan (``kronos_core.engine.plan``,
+a pure function of the rows' lengths) says which rows decode their newest token
+from the key/value caches, which leave the caches, and which run over their whole
+window. Run gives each row's last hidden state and the s2 head's keys/values over
+its window; sample draws s1 from the last hidden state, then s2 from the s2 head
+given that s1; append writes both to the token sequences. Modes:
 
 * ``exact`` (default): cached while history + generated fits ``max_context``;
   a row whose window slides is recomputed over its whole window each step, as
@@ -24,13 +26,12 @@ from dataclasses import dataclass, field
 import torch
 
 from kronos_core.engine.batch import EngineBatch
+from kronos_core.engine.plan import SLIDING_MODES, StepPlan, plan_step
 from kronos_core.engine.sampling import SamplingParams, counter_uniforms, sample_tokens
 from kronos_core.model.config import DEP_HEADS
 from kronos_core.model.kronos import Kronos
 from kronos_core.model.layers import KVCache, padded_positions_and_mask
 from kronos_core.model.tokenizer import KronosTokenizer
-
-SLIDING_MODES = ("exact", "rolling", "recompute")
 
 
 @dataclass(frozen=True)
@@ -92,13 +93,17 @@ class _CachedRows:
     def __init__(self, model: Kronos, rows: torch.Tensor, pad: torch.Tensor, width: int, capacity: int, dtype):
         c = model.config
         n, dev = rows.numel(), rows.device
-        self.rows, self.pad, self.width = rows, pad, width  # pad (n,) within the cache layout
+        self.ids = tuple(range(n))  # batch rows held, on the host (the plan's row ids)
+        self.rows, self.pad, self.width = rows, pad, width  # rows, pad (n,) on the device
         self.caches = [KVCache(n, c.n_heads, capacity, c.head_dim, dtype, dev) for _ in range(c.n_layers)]
         self.dep = KVCache(n, DEP_HEADS, capacity, c.d_model // DEP_HEADS, dtype, dev)
 
-    def keep(self, keep: torch.Tensor) -> None:
-        """Drop rows: keep (n,) bool."""
-        idx = keep.nonzero()[:, 0]
+    def evict(self, leaving: tuple[int, ...]) -> None:
+        """Drop the batch rows ``leaving`` from every cache."""
+        gone = set(leaving)
+        keep = [i for i, r in enumerate(self.ids) if r not in gone]  # positions within the caches
+        self.ids = tuple(self.ids[i] for i in keep)
+        idx = torch.tensor(keep, dtype=torch.long, device=self.rows.device)  # (n',)
         self.rows, self.pad = self.rows[idx], self.pad[idx]
         for cache in (*self.caches, self.dep):
             cache.select_rows(idx)
@@ -125,6 +130,21 @@ def decode_step_forward(model: Kronos, s1, s2, stamp, positions, mask, caches, s
     return model.trunk(model.embed(s1, s2, stamp), positions, mask, caches, slot)
 
 
+@dataclass
+class _Sequences:
+    """Token and time-feature sequences of history + generated, left-padded, one row per path."""
+
+    s1: torch.Tensor  # (N, Lmax + H) int64
+    s2: torch.Tensor  # (N, Lmax + H) int64
+    stamps: torch.Tensor  # (N, Lmax + H, 5) time features of history and future
+    lengths: torch.Tensor  # (N,) real history length of each row
+    lmax: int  # history columns; generated token of step s goes to column lmax + s
+
+    def append(self, step: int, s1: torch.Tensor, s2: torch.Tensor) -> None:
+        """s1, s2 (N,) sampled tokens of ``step``."""
+        self.s1[:, self.lmax + step], self.s2[:, self.lmax + step] = s1, s2
+
+
 class Generator:
     """Runs ``generate`` for one model/tokenizer pair; keeps the compiled step between calls."""
 
@@ -146,26 +166,18 @@ class Generator:
 
     @torch.inference_mode()
     def generate(self, batch: EngineBatch, cfg: GenerationConfig) -> GenerationOutput:
-        model, tok = self.model, self.tokenizer
-        dev = batch.x.device
-        n_rows, lmax, horizon, mc = batch.rows, batch.x.shape[1], cfg.horizon, cfg.max_context
-        if batch.horizon != horizon:
-            raise ValueError(f"batch has {batch.horizon} future stamps, config asks for horizon {horizon}")
+        """Tokenize, then plan -> run -> sample -> append for each step, then detokenize."""
+        if batch.horizon != cfg.horizon:
+            raise ValueError(f"batch has {batch.horizon} future stamps, config asks for horizon {cfg.horizon}")
+        n_rows, horizon = batch.rows, cfg.horizon
         stats = EngineStats(rows=n_rows, horizon=horizon, tokens_generated=n_rows * horizon)
-        lengths, pad = batch.lengths, batch.pad
-        cache_dtype = cfg.autocast_dtype or torch.float32
-        decode_fn = self._decode_fn(cfg.compile)
-
-        with _autocast(dev, cfg.autocast_dtype):
+        lengths_host = batch.lengths.tolist()
+        with _autocast(batch.x.device, cfg.autocast_dtype):
             t0 = time.perf_counter()
-            s1_hist, s2_hist = tok.encode(batch.x, pad if int(pad.max()) > 0 else None)  # (N, Lmax)
+            seqs = self._tokenize(batch)
             stats.tokenize_seconds = time.perf_counter() - t0
 
             t0 = time.perf_counter()
-            seq_s1 = torch.cat([s1_hist, s1_hist.new_zeros(n_rows, horizon)], dim=1)  # (N, Lmax + H)
-            seq_s2 = torch.cat([s2_hist, s2_hist.new_zeros(n_rows, horizon)], dim=1)
-            stamps = torch.cat([batch.x_stamp, batch.y_stamp], dim=1)  # (N, Lmax + H, 5)
-            all_rows = torch.arange(n_rows, device=dev)
             cached: _CachedRows | None = None
             steps = range(horizon)
             if cfg.progress:
@@ -173,105 +185,119 @@ class Generator:
 
                 steps = tqdm(steps, desc="generating", unit="step", leave=False)
             for step in steps:
-                end = lmax + step  # column after each row's newest token
-                n_tokens = lengths + step  # (N,) tokens each row has before this step
-                groups: list[_StepInputs] = []
-                if cfg.sliding == "recompute":
-                    slide = torch.ones(n_rows, dtype=torch.bool, device=dev)
-                elif cfg.sliding == "exact":
-                    slide = n_tokens > mc
-                else:
-                    slide = torch.zeros(n_rows, dtype=torch.bool, device=dev)
-
-                if cfg.sliding != "recompute":
-                    if step == 0:
-                        cached, first = self._prefill(seq_s1, seq_s2, stamps, lengths, lmax, mc, horizon, cache_dtype)
-                        groups.append(first)
-                    elif cached is not None:
-                        leaving = slide[cached.rows]
-                        if bool(leaving.any()):
-                            cached.keep(~leaving)
-                        if cached.rows.numel():
-                            groups.append(self._decode(cached, seq_s1, seq_s2, stamps, step, end, cfg, decode_fn))
-                        else:
-                            cached = None
-                if step > 0 or cfg.sliding == "recompute":
-                    rows = all_rows[slide]
-                    if rows.numel():
-                        groups.append(self._recompute(rows, seq_s1, seq_s2, stamps, n_tokens, end, mc))
-                        stats.recomputed_row_steps += rows.numel()
-
-                hidden_last = torch.empty(n_rows, model.config.d_model, device=dev, dtype=groups[0].hidden_last.dtype)
-                for g in groups:
-                    hidden_last[g.rows] = g.hidden_last
-                s1 = sample_tokens(model.s1_logits(hidden_last), cfg.sampling, self._uniforms(batch, step, 0))
-                logits2 = None
-                for g in groups:
-                    part = model.s2_logits(g.hidden_last, s1[g.rows], g.dep_k, g.dep_v, g.key_mask)
-                    if logits2 is None:
-                        logits2 = part.new_empty(n_rows, part.shape[-1])
-                    logits2[g.rows] = part
-                s2 = sample_tokens(logits2, cfg.sampling, self._uniforms(batch, step, 1))
-                seq_s1[:, end], seq_s2[:, end] = s1, s2
+                plan = plan_step(lengths_host, step, cfg.max_context, cfg.sliding)
+                cached, groups = self._run(plan, seqs, cached, cfg)
+                s1, s2 = self._sample(groups, batch, step, cfg)
+                seqs.append(step, s1, s2)
+                stats.recomputed_row_steps += len(plan.recompute)
             stats.generate_seconds = time.perf_counter() - t0
 
             t0 = time.perf_counter()
-            total = lmax + horizon
-            window = torch.clamp(lengths + horizon, max=mc)  # (N,)
-            width = int(window.max())
-            dec_pad = width - window
-            candles = tok.decode(
-                seq_s1[:, total - width :], seq_s2[:, total - width :], dec_pad if int(dec_pad.max()) > 0 else None
-            )[:, -horizon:].float()  # (N, H, 6)
+            candles = self._detokenize(seqs, horizon, cfg.max_context)  # (N, H, 6)
             stats.detokenize_seconds = time.perf_counter() - t0
-        return GenerationOutput(seq_s1[:, lmax:], seq_s2[:, lmax:], candles, stats)
+        return GenerationOutput(seqs.s1[:, seqs.lmax :], seqs.s2[:, seqs.lmax :], candles, stats)
+
+    def _tokenize(self, batch: EngineBatch) -> _Sequences:
+        """Encode the history and lay out room for the horizon's tokens."""
+        pad = batch.pad
+        s1, s2 = self.tokenizer.encode(batch.x, pad if int(pad.max()) > 0 else None)  # (N, Lmax) each
+        room = s1.new_zeros(batch.rows, batch.horizon)  # (N, H)
+        stamps = torch.cat([batch.x_stamp, batch.y_stamp], dim=1)  # (N, Lmax + H, 5)
+        return _Sequences(torch.cat([s1, room], 1), torch.cat([s2, room], 1), stamps, batch.lengths, s1.shape[1])
+
+    def _run(self, plan: StepPlan, seqs: _Sequences, cached: _CachedRows | None, cfg: GenerationConfig):
+        """Carry out a step's plan -> (caches left, groups of rows with their s2-head inputs)."""
+        groups: list[_StepInputs] = []
+        if plan.prefill:
+            cached, first = self._prefill(seqs, cfg)
+            groups.append(first)
+        elif plan.cached:
+            if plan.evict:
+                cached.evict(plan.evict)
+            groups.append(self._decode(cached, seqs, plan, cfg))
+        else:
+            cached = None  # no row is cached any more: free the caches
+        if plan.recompute:
+            rows = torch.tensor(plan.recompute, dtype=torch.long, device=seqs.s1.device)  # (n,)
+            groups.append(self._recompute(rows, seqs, plan.step, cfg.max_context))
+        return cached, groups
+
+    def _sample(self, groups: list[_StepInputs], batch: EngineBatch, step: int, cfg: GenerationConfig):
+        """s1 from every row's last hidden state, then s2 given that s1 -> (s1, s2) each (N,)."""
+        model, n_rows = self.model, batch.rows
+        first = groups[0].hidden_last
+        hidden_last = first.new_empty(n_rows, first.shape[-1])  # (N, d)
+        for g in groups:
+            hidden_last[g.rows] = g.hidden_last
+        s1 = sample_tokens(model.s1_logits(hidden_last), cfg.sampling, self._uniforms(batch, step, 0))  # (N,)
+        logits2 = None
+        for g in groups:
+            part = model.s2_logits(g.hidden_last, s1[g.rows], g.dep_k, g.dep_v, g.key_mask)  # (n, V2)
+            if logits2 is None:
+                logits2 = part.new_empty(n_rows, part.shape[-1])  # (N, V2)
+            logits2[g.rows] = part
+        s2 = sample_tokens(logits2, cfg.sampling, self._uniforms(batch, step, 1))  # (N,)
+        return s1, s2
+
+    def _detokenize(self, seqs: _Sequences, horizon: int, max_context: int) -> torch.Tensor:
+        """Decode each row's last window in one causal pass; keep the horizon -> (N, H, 6) float32."""
+        total = seqs.lmax + horizon
+        window = torch.clamp(seqs.lengths + horizon, max=max_context)  # (N,)
+        width = int(window.max())
+        pad = width - window  # (N,)
+        cols = slice(total - width, total)
+        decoded = self.tokenizer.decode(seqs.s1[:, cols], seqs.s2[:, cols], pad if int(pad.max()) > 0 else None)
+        return decoded[:, -horizon:].float()  # (N, H, 6)
 
     @staticmethod
     def _uniforms(batch: EngineBatch, step: int, kind: int) -> torch.Tensor | None:
         return None if batch.row_keys is None else counter_uniforms(batch.row_keys, step, kind)
 
-    def _prefill(self, seq_s1, seq_s2, stamps, lengths, lmax, mc, horizon, cache_dtype):
+    def _prefill(self, seqs: _Sequences, cfg: GenerationConfig):
         """Run every row's first window once, filling the caches. Returns (state, step-0 inputs)."""
-        model = self.model
-        window = torch.clamp(lengths, max=mc)  # (N,)
+        model, lmax, mc = self.model, seqs.lmax, cfg.max_context
+        window = torch.clamp(seqs.lengths, max=mc)  # (N,)
         width = int(window.max())
         pad = width - window  # (N,)
         cols = slice(lmax - width, lmax)
-        rows = torch.arange(seq_s1.shape[0], device=seq_s1.device)
-        state = _CachedRows(model, rows, pad, width, width + horizon, cache_dtype)
-        positions, mask = padded_positions_and_mask(pad, width)
-        x = model.embed(seq_s1[:, cols], seq_s2[:, cols], stamps[:, cols])  # (N, W, d)
+        rows = torch.arange(seqs.s1.shape[0], device=seqs.s1.device)  # (N,)
+        state = _CachedRows(model, rows, pad, width, width + cfg.horizon, cfg.autocast_dtype or torch.float32)
+        positions, mask = padded_positions_and_mask(pad, width)  # (N, W), (N, 1, W, W) or None
+        x = model.embed(seqs.s1[:, cols], seqs.s2[:, cols], seqs.stamps[:, cols])  # (N, W, d)
         hidden = model.trunk(x, positions, mask, state.caches, 0)  # (N, W, d)
         k, v = model.dep_layer.cross_attn.project_kv(hidden)  # (N, 4, W, D)
         state.dep.write(0, k, v)
-        key_mask = state.key_mask(width - 1, mc, rolling=False)
+        key_mask = state.key_mask(width - 1, mc, rolling=False)  # (N, W) or None
         return state, _StepInputs(rows, hidden[:, -1], state.dep.k[:, :, :width], state.dep.v[:, :, :width], key_mask)
 
-    def _decode(self, state: _CachedRows, seq_s1, seq_s2, stamps, step, end, cfg, decode_fn) -> _StepInputs:
-        """Feed each cached row's newest token (column end - 1) through the caches."""
+    def _decode(self, state: _CachedRows, seqs: _Sequences, plan: StepPlan, cfg: GenerationConfig) -> _StepInputs:
+        """Feed each cached row's newest token (column lmax + step - 1) through the caches."""
         model, rows = self.model, state.rows
-        slot = state.width + step - 1  # the new token's cache slot
-        key_mask = state.key_mask(slot, cfg.max_context, rolling=cfg.sliding == "rolling")  # (n, slot + 1)
+        slot = state.width + plan.step - 1  # the new token's cache slot
+        key_mask = state.key_mask(slot, cfg.max_context, rolling=plan.trim_window)  # (n, slot + 1) or None
         attn_mask = None if key_mask is None else key_mask[:, None, None, :]  # (n, 1, 1, slot + 1)
         positions = (slot - state.pad)[:, None]  # (n, 1)
+        end = seqs.lmax + plan.step
         col = slice(end - 1, end)
-        hidden = decode_fn(
-            model, seq_s1[rows, col], seq_s2[rows, col], stamps[rows, col], positions, attn_mask, state.caches, slot
+        hidden = self._decode_fn(cfg.compile)(
+            model, seqs.s1[rows, col], seqs.s2[rows, col], seqs.stamps[rows, col], positions, attn_mask,
+            state.caches, slot,
         )  # (n, 1, d)
         k, v = model.dep_layer.cross_attn.project_kv(hidden)  # (n, 4, 1, D)
         state.dep.write(slot, k, v)
         s = slot + 1
         return _StepInputs(rows, hidden[:, 0], state.dep.k[:, :, :s], state.dep.v[:, :, :s], key_mask)
 
-    def _recompute(self, rows, seq_s1, seq_s2, stamps, n_tokens, end, mc) -> _StepInputs:
+    def _recompute(self, rows: torch.Tensor, seqs: _Sequences, step: int, mc: int) -> _StepInputs:
         """Full forward over each row's window (positions restart at 0), no cache."""
         model = self.model
-        window = torch.clamp(n_tokens[rows], max=mc)  # (n,)
+        end = seqs.lmax + step  # column after each row's newest token
+        window = torch.clamp(seqs.lengths[rows] + step, max=mc)  # (n,)
         width = int(window.max())
-        pad = width - window
+        pad = width - window  # (n,)
         cols = slice(end - width, end)
-        positions, mask = padded_positions_and_mask(pad, width)
-        x = model.embed(seq_s1[rows, cols], seq_s2[rows, cols], stamps[rows, cols])  # (n, W, d)
+        positions, mask = padded_positions_and_mask(pad, width)  # (n, W), (n, 1, W, W) or None
+        x = model.embed(seqs.s1[rows, cols], seqs.s2[rows, cols], seqs.stamps[rows, cols])  # (n, W, d)
         hidden = model.trunk(x, positions, mask)  # (n, W, d)
         k, v = model.dep_layer.cross_attn.project_kv(hidden)  # (n, 4, W, D)
         key_mask = None if mask is None else torch.arange(width, device=rows.device)[None, :] >= pad[:, None]
