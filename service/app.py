@@ -17,6 +17,7 @@ from ray import serve
 from ray.exceptions import RayActorError
 from ray.serve.exceptions import BackPressureError
 from ray.serve.handle import DeploymentHandle
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.gateway import (
     Gateway,
@@ -50,6 +51,7 @@ api = FastAPI(
 )
 
 
+MAX_SYMBOL_OFFSET = 2**31 - 1  # /v1/symbols offset ceiling: bounded so that no answer holds a >64-bit int
 _METRICS: Metrics | None = None  # the ingress's metrics, for the middleware below
 
 
@@ -78,6 +80,18 @@ async def _invalid(request: Request, exc: RequestValidationError) -> Response:
         _METRICS.record_error("invalid_request")
     detail = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")} for e in exc.errors()]
     return _json({"detail": detail}, 422)
+
+
+@api.exception_handler(StarletteHTTPException)
+async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
+    """FastAPI answers 400 for a body it cannot decode (invalid UTF-8, nesting too deep for the
+    JSON parser): answer the documented 422 instead, in the validation-error shape."""
+    if exc.status_code == 400:
+        if _METRICS is not None:
+            _METRICS.record_error("invalid_request")
+        return _json({"detail": [{"loc": ["body"], "msg": f"unreadable body: {exc.detail}; send UTF-8 JSON",
+                                  "type": "json_invalid"}]}, 422)
+    return _json({"detail": exc.detail}, exc.status_code, headers=getattr(exc, "headers", None))
 
 
 def _json(content, status_code: int = 200, headers: dict | None = None) -> Response:
@@ -150,7 +164,7 @@ class Ingress:
             return self._overloaded(exc)
         except RequestInvalid as exc:
             self.metrics.record_error("invalid_request")
-            return _json({"detail": [{"loc": ["body", exc.field], "msg": exc.message, "type": "value_error"}]}, 422)
+            return _json({"detail": exc.detail()}, 422)
         if accept and ARROW_STREAM in accept:
             return Response(outcome_to_arrow(out), media_type=ARROW_STREAM,
                             headers={"X-Kronos-Errors": str(len(out.errors))})
@@ -169,7 +183,7 @@ class Ingress:
     async def symbols(
         self,
         limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
-        offset: Annotated[int, Query(ge=0)] = 0,
+        offset: Annotated[int, Query(ge=0, le=MAX_SYMBOL_OFFSET)] = 0,
     ) -> Response:
         if self._symbols is None:
             self._symbols = await asyncio.to_thread(self.store.symbols)
@@ -201,7 +215,8 @@ class Ingress:
         except Exception as exc:
             detail = f"no replica answered: {type(exc).__name__}"
         self.metrics.replicas_ready.set(running)
-        body = {"ready": ready, "replicas_ready": running, "replicas_target": self.num_replicas, "detail": detail}
+        body = {"ready": ready, "replicas_ready": running, "replicas_target": self.num_replicas,
+                "detail": self.gateway.public(detail)}
         return _json(body, 200 if ready else 503)
 
     @api.get("/metrics", include_in_schema=False)

@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import os
+import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -41,10 +43,16 @@ class ReplicaGone(Exception):
 class RequestInvalid(Exception):
     """A request the service cannot run as asked (422); ``field`` names the culprit."""
 
-    def __init__(self, field: str, message: str):
+    def __init__(self, field: str, message: str, details: list[tuple[list, str]] | None = None):
         super().__init__(message)
         self.field = field
         self.message = message
+        self.details = details  # (loc, message) per culprit, when there are several
+
+    def detail(self) -> list[dict]:
+        """The 422 body's ``detail``: FastAPI's validation-error shape."""
+        pairs = self.details or [(["body", self.field], self.message)]
+        return [{"loc": loc, "msg": msg, "type": "value_error"} for loc, msg in pairs]
 
 
 @dataclass
@@ -92,7 +100,8 @@ def _to_ns(ts) -> np.ndarray:
     idx = pd.DatetimeIndex(ts)
     if idx.tz is not None:
         idx = idx.tz_localize(None)
-    return idx.to_numpy(dtype="datetime64[ns]")
+    # as_unit raises OutOfBoundsDatetime (a ValueError) outside 1677-2262, where a plain cast wraps silently
+    return idx.as_unit("ns").to_numpy(dtype="datetime64[ns]")
 
 
 class FutureTimestamps:
@@ -127,13 +136,58 @@ class FutureTimestamps:
 
 
 def inline_arrays(s: InlineSeries, lookback: int) -> tuple[np.ndarray, np.ndarray]:
-    """(values (L, 6) float32, timestamps (L,) datetime64[ns]) of an inline series, last ``lookback``."""
-    from kronos_core.candles import candle_array
+    """(values (L, 6) float32, timestamps (L,) datetime64[ns]) of an inline series, last ``lookback``.
 
-    cols = {name: getattr(s, name) for name in FEATURE_NAMES if getattr(s, name) is not None}
-    values = candle_array(pd.DataFrame(cols))
-    ts = _to_ns(s.timestamps)
+    Raises ``ValueError`` naming the first bad value (``close[7] is NaN``) or timestamp: the
+    gateway reports it as this series' ``invalid_series`` error and forecasts the others.
+    """
+    rows = s.candles
+    n = len(rows)
+    raw = np.zeros((n, 6), dtype=np.float64)  # (L, 6)
+    width = np.fromiter((len(r) for r in rows), dtype=np.int64, count=n)  # (L,) 5, 6 or 7
+    for i, r in enumerate(rows):
+        raw[i, : len(r) - 1] = r[1:]
+    prices = raw[:, :4]  # (L, 4)
+    raw[width == 5, 4] = 0.0  # no volume: volume = amount = 0
+    no_amount = width <= 6
+    raw[no_amount, 5] = raw[no_amount, 4] * prices[no_amount].mean(axis=1)
+    with np.errstate(over="ignore"):
+        values = raw.astype(np.float32)  # (L, 6); beyond float32's range becomes inf, caught below
+    bad = ~np.isfinite(values)
+    if bad.any():
+        i, k = (int(x) for x in np.argwhere(bad)[0])
+        what = "NaN" if np.isnan(raw[i, k]) else "infinite or beyond float32 range"
+        raise ValueError(
+            f"{FEATURE_NAMES[k]}[{i}] is {what} ({int(bad.sum())} bad value(s)); candles must be finite numbers"
+        )
+    try:
+        ts = _to_ns([r[0] for r in rows])
+    except Exception as exc:  # out of the datetime64[ns] range (years 1677-2262), mixed time zones
+        raise ValueError(f"timestamps: {exc}") from None
+    steps = np.diff(ts.view(np.int64))  # (L-1,)
+    if (steps <= 0).any():
+        i = int(np.argmax(steps <= 0)) + 1
+        how = "repeats" if steps[i - 1] == 0 else "is before"
+        raise ValueError(
+            f"timestamps must be strictly increasing: timestamps[{i}] = {rows[i][0]} {how} timestamps[{i - 1}]"
+        )
     return values[-lookback:], ts[-lookback:]
+
+
+_ABS_PATH = re.compile(r"(?<![\w.:/])(?:/[^\s'\"/,;:()\[\]]+)+/?")
+
+
+def public_message(message: str, store_root: Any = None) -> str:
+    """Strip server file paths from a message sent to clients (paths stay in the logs).
+
+    The store's folder becomes its name (``store sample-store-v1``), any other absolute path
+    its last component (``/root/.cache/kronos/x/AAPL.arrow`` -> ``AAPL.arrow``).
+    """
+    if store_root is not None:
+        root = str(store_root).rstrip("/")
+        if root:
+            message = message.replace(root + "/", "").replace(root, os.path.basename(root) or "store")
+    return _ABS_PATH.sub(lambda m: os.path.basename(m.group(0).rstrip("/")) or "/", message)
 
 
 class Gateway:
@@ -161,6 +215,10 @@ class Gateway:
         self._info: ReplicaInfo | None = None
         self._inflight = 0
         self._shards_inflight = 0
+
+    def public(self, message: str) -> str:
+        """``message`` fit for a client: the store named by its folder name, no server paths."""
+        return public_message(message, getattr(self.store, "root", None))
 
     @property
     def future(self) -> Callable[[np.ndarray, int], np.ndarray]:
@@ -191,11 +249,17 @@ class Gateway:
                 items.append((sym, np.asarray(values, dtype=np.float32), _to_ns(ts), session))
         else:
             items = []
-            for s in req.series or []:
+            seen: dict[str, int] = {}
+            for j, s in enumerate(req.series or []):
+                if s.symbol in seen:
+                    out.errors.append({"symbol": s.symbol, "code": "invalid_series", "message": (
+                        f"series[{j}]: symbol {s.symbol!r} repeats series[{seen[s.symbol]}]; names must be unique")})
+                    continue
+                seen[s.symbol] = j
                 try:
                     values, ts = inline_arrays(s, lookback)
-                except ValueError as exc:  # CandleError is a ValueError
-                    out.errors.append({"symbol": s.symbol, "code": "invalid_series", "message": str(exc)})
+                except ValueError as exc:
+                    out.errors.append({"symbol": s.symbol, "code": "invalid_series", "message": f"series[{j}]: {exc}"})
                     continue
                 items.append((s.symbol, values, ts, None))
         for sym, values, ts, session in items:
@@ -265,6 +329,11 @@ class Gateway:
             lookback = req.lookback
         prep = await asyncio.to_thread(self.prepare, req, lookback)
         t_read = time.perf_counter()
+        if req.series is not None and not prep.symbols:
+            # nothing usable: the request as a whole is invalid (422), one entry per series
+            raise RequestInvalid("series", "no inline series is usable", details=[
+                (["body", "series", i], self.public(e["message"])) for i, e in enumerate(prep.errors)
+            ])
 
         key = SamplingKey(
             horizon=req.horizon, sample_count=req.sample_count, temperature=req.temperature,
@@ -322,6 +391,7 @@ class Gateway:
                 out.quantiles.append(None if res.quantiles is None else res.quantiles[:, j])
                 out.paths.append(None if res.paths is None else res.paths[j])
         self.metrics.series_forecast.inc(len(out.symbols))
+        out.errors = [{**e, "message": self.public(e["message"])} for e in out.errors]
         for e in out.errors:
             self.metrics.record_error(e["code"])
         out.timing = {

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import math
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic.json_schema import SkipJsonSchema
 
 MAX_SYMBOLS = 10_000  # symbols or inline series in one request
 MAX_HORIZON = 512  # candles forecast per series
@@ -23,67 +24,94 @@ MAX_SERIES_LENGTH = 100_000  # candles in one inline series
 FEATURE_NAMES = ("open", "high", "low", "close", "volume", "amount")
 
 
-def _reject_missing(field: str, values: list[Any]) -> list[float]:
-    """Candles may not hold null / NaN / Infinity; name the first bad index."""
-    out: list[float] = []
-    for i, v in enumerate(values):
-        if v is None:
-            raise ValueError(f"{field}[{i}] is null; candles must be finite numbers (NaN is not allowed)")
-        if isinstance(v, str):
-            try:
-                v = float(v)
-            except ValueError:
-                raise ValueError(f"{field}[{i}] = {v!r} is not a number") from None
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise ValueError(f"{field}[{i}] = {v!r} is not a number")
-        if not math.isfinite(v):
-            raise ValueError(f"{field}[{i}] is {v}; candles must be finite numbers (NaN is not allowed)")
-        out.append(float(v))
-    return out
+def _column_number(field: str, i: int, v: Any) -> float:
+    """One value of the legacy column form: a number, or NaN for null / "NaN" (reported per series later)."""
+    if v is None:
+        return math.nan
+    if isinstance(v, str):
+        try:
+            return float(v)
+        except ValueError:
+            raise ValueError(f"{field}[{i}] = {v[:32]!r} is not a number") from None
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ValueError(f"{field}[{i}] = {str(v)[:32]} is not a number")
+    try:
+        return float(v)
+    except OverflowError:  # an integer beyond the float range
+        raise ValueError(f"{field}[{i}] is an integer too large for a float") from None
+
+
+def columns_to_candles(data: dict) -> dict:
+    """The legacy column form (``timestamps``, ``open`` ... ``amount``, equal lengths) as
+    candle rows. Kept working for existing clients; the schema documents ``candles`` only."""
+    data = dict(data)
+    ts = data.pop("timestamps")
+    if not isinstance(ts, list):
+        raise ValueError("timestamps must be a list")
+    cols = []
+    if data.get("amount") is not None and data.get("volume") is None:
+        raise ValueError("amount given without volume")
+    for name in FEATURE_NAMES:
+        values = data.pop(name, None)
+        if values is None and name in ("volume", "amount"):
+            continue
+        if not isinstance(values, list):
+            raise ValueError(f"{name} must be a list of numbers")
+        if len(values) != len(ts):
+            raise ValueError(f"{name} has {len(values)} values but timestamps has {len(ts)}")
+        cols.append([_column_number(name, i, v) for i, v in enumerate(values)])
+    data["candles"] = [[t, *row] for t, *row in zip(ts, *cols, strict=True)]
+    return data
+
+
+# One candle: [timestamp, open, high, low, close] with optional volume, then amount. Rows are
+# tuples so that every series is rectangular by construction of the schema.
+CandleRow = Union[  # noqa: UP007 - three tuple widths, one anyOf in the schema
+    tuple[datetime, float, float, float, float],
+    tuple[datetime, float, float, float, float, float],
+    tuple[datetime, float, float, float, float, float, float],
+]
 
 
 class InlineSeries(BaseModel):
-    """Candles the store does not hold, column by column, oldest first."""
+    """Candles the store does not hold: rows ``[timestamp, open, high, low, close, volume?, amount?]``,
+    oldest first. No volume: volume = amount = 0; no amount: volume x mean(open, high, low, close).
+
+    A series whose values are not finite or whose timestamps are not strictly increasing is
+    reported in the response's ``errors`` (code ``invalid_series``); the others are forecast.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
     symbol: str = Field(..., min_length=1, max_length=64, description="name used in the response")
-    timestamps: list[datetime] = Field(..., min_length=2, max_length=MAX_SERIES_LENGTH)
-    # list[Any] so that null / "NaN" reach our validator and get a message naming the field
-    open: list[Any] = Field(..., description="finite numbers; null or NaN rejected")
-    high: list[Any]
-    low: list[Any]
-    close: list[Any]
-    volume: list[Any] | None = Field(None, description="absent: volume = amount = 0")
-    amount: list[Any] | None = Field(None, description="absent: volume x mean(open, high, low, close)")
+    candles: list[CandleRow] = Field(
+        ..., min_length=2, max_length=MAX_SERIES_LENGTH,
+        description="[timestamp, open, high, low, close] or with volume, or with volume and amount; oldest first",
+    )
 
-    @model_validator(mode="after")
-    def _check(self) -> InlineSeries:
-        n = len(self.timestamps)
-        for name in FEATURE_NAMES:
-            values = getattr(self, name)
-            if values is None:
-                continue
-            if len(values) != n:
-                raise ValueError(f"{name} has {len(values)} values but timestamps has {n}")
-            setattr(self, name, _reject_missing(name, values))
-        ts = self.timestamps
-        for i in range(1, n):
-            if ts[i] <= ts[i - 1]:
-                raise ValueError(f"timestamps must be strictly increasing (timestamps[{i}] = {ts[i]} <= timestamps[{i - 1}])")
-        return self
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_columns(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "candles" not in data and "timestamps" in data:
+            return columns_to_candles(data)
+        return data
 
 
 class ForecastRequest(BaseModel):
     """One portfolio forecast: store symbols or inline series, and sampling options."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"oneOf": [
+        {"required": ["symbols"], "not": {"required": ["series"]}},
+        {"required": ["series"], "not": {"anyOf": [{"required": ["symbols"]}, {"required": ["as_of"]}]}},
+    ]})
 
-    symbols: list[str] | None = Field(
-        None, min_length=1, max_length=MAX_SYMBOLS, description="symbols read from the store"
+    # exactly one of symbols / series (the oneOf below says so in the schema); neither is nullable there
+    symbols: Annotated[list[str], Field(min_length=1, max_length=MAX_SYMBOLS)] | SkipJsonSchema[None] = Field(
+        None, description="symbols read from the store, unique",
+        json_schema_extra={"uniqueItems": True},
     )
-    series: list[InlineSeries] | None = Field(
-        None, min_length=1, max_length=MAX_SYMBOLS, description="inline candles"
+    series: Annotated[list[InlineSeries], Field(min_length=1, max_length=MAX_SYMBOLS)] | SkipJsonSchema[None] = Field(
+        None, description="inline candles; a series that fails validation is reported in errors, the rest forecast",
     )
     horizon: int = Field(..., ge=1, le=MAX_HORIZON, description="candles to forecast")
     lookback: int | None = Field(
@@ -101,13 +129,26 @@ class ForecastRequest(BaseModel):
     top_k: int = Field(0, ge=0, le=4096, description="0: off")
     top_p: float = Field(0.9, gt=0, le=1)
     seed: int | None = Field(None, ge=0, le=2**63 - 1, description="same seed, same answer")
-    quantiles: list[float] = Field(default_factory=list, max_length=MAX_QUANTILES)
+    quantiles: list[Annotated[float, Field(gt=0, lt=1)]] = Field(
+        default_factory=list, max_length=MAX_QUANTILES, json_schema_extra={"uniqueItems": True},
+        description="levels strictly between 0 and 1, unique",
+    )
     return_paths: bool = Field(False, description="include every sample path")
     repair: bool = Field(
         False,
         description="make forecast candles consistent: volume, amount >= 0; high >= max(open, close); "
         "low <= min(open, close). Off by default: results then equal the reference model's",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_null_source(cls, data: Any) -> Any:
+        """The schema says symbols / series are arrays: an explicit null is refused, not read as absent."""
+        if isinstance(data, dict):
+            for name in ("symbols", "series"):
+                if name in data and data[name] is None:
+                    raise ValueError(f"{name} is null; leave it out or give an array")
+        return data
 
     @field_validator("symbols")
     @classmethod
@@ -135,9 +176,6 @@ class ForecastRequest(BaseModel):
         if (self.symbols is None) == (self.series is None):
             raise ValueError("give exactly one of symbols or series")
         if self.series is not None:
-            names = [s.symbol for s in self.series]
-            if len(set(names)) != len(names):
-                raise ValueError("series[*].symbol must be unique")
             if self.as_of is not None:
                 raise ValueError("as_of applies to store symbols only; cut inline series yourself")
         if self.return_paths and self.sample_count * self.horizon * len(self.symbols or self.series or []) > 5_000_000:
