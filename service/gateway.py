@@ -436,13 +436,19 @@ def _candles(a: np.ndarray) -> dict[str, np.ndarray]:
     return {name: np.ascontiguousarray(a[:, k]) for k, name in enumerate(FEATURE_NAMES)}
 
 
+def quantile_label(level: float) -> str:
+    """A quantile level as text, exact and distinct: Python's shortest round-trip repr
+    (0.1 -> "0.1", 0.1234567 -> "0.1234567"). JSON keys and Arrow column names both use it."""
+    return repr(float(level))
+
+
 def outcome_to_json(out: Outcome) -> dict:
     forecasts = []
     for i, sym in enumerate(out.symbols):
         f: dict[str, Any] = {"symbol": sym, "timestamps": _iso(out.timestamps[i]), "mean": _candles(out.mean[i])}
         q = out.quantiles[i]
         if q is not None:
-            f["quantiles"] = {repr(float(lv)): _candles(q[k]) for k, lv in enumerate(out.quantile_levels)}
+            f["quantiles"] = {quantile_label(lv): _candles(q[k]) for k, lv in enumerate(out.quantile_levels)}
         p = out.paths[i]
         if p is not None:
             f["paths"] = [_candles(p[s]) for s in range(p.shape[0])]
@@ -452,8 +458,9 @@ def outcome_to_json(out: Outcome) -> dict:
 
 def outcome_to_arrow(out: Outcome) -> bytes:
     """Long format: one row per (symbol, step). Columns: symbol, step, timestamp, the six
-    mean columns, then ``<feature>_q<level>`` per quantile. Errors, model and timing are in
-    the schema metadata (``kronos.errors``, ``kronos.model``, ``kronos.timing``, JSON)."""
+    mean columns, then ``<feature>_q<level>`` per quantile (level as in ``quantile_label``).
+    Errors, model and timing are in the schema metadata (``kronos.errors``, ``kronos.model``,
+    ``kronos.timing``, JSON)."""
     import orjson
     import pyarrow as pa
 
@@ -470,11 +477,12 @@ def outcome_to_arrow(out: Outcome) -> bytes:
     mean = np.concatenate(out.mean, axis=0) if n else np.zeros((0, 6), np.float32)  # (n*H, 6)
     for k, name in enumerate(FEATURE_NAMES):
         cols[name] = pa.array(np.ascontiguousarray(mean[:, k]), pa.float32())
-    if out.quantile_levels and n:
-        q = np.concatenate(out.quantiles, axis=1)  # (Q, n*H, 6)
+    if out.quantile_levels:  # the columns exist even when no symbol succeeded: one schema per request
+        nq = len(out.quantile_levels)
+        q = np.concatenate(out.quantiles, axis=1) if n else np.zeros((nq, 0, 6), np.float32)  # (Q, n*H, 6)
         for qi, lv in enumerate(out.quantile_levels):
             for k, name in enumerate(FEATURE_NAMES):
-                cols[f"{name}_q{lv:g}"] = pa.array(np.ascontiguousarray(q[qi, :, k]), pa.float32())
+                cols[f"{name}_q{quantile_label(lv)}"] = pa.array(np.ascontiguousarray(q[qi, :, k]), pa.float32())
     meta = {
         b"kronos.model": orjson.dumps(out.model),
         b"kronos.errors": orjson.dumps(out.errors),

@@ -1,19 +1,26 @@
 import asyncio
 
 import numpy as np
+import orjson
 import pandas as pd
 import pyarrow as pa
 import pytest
+from response_checks import assert_arrow_equals_json
 from service_fakes import FakePredictor, FakeStore, fake_future, fake_info
 
+from kronos_core.engine.memory import estimate_inference_bytes
 from service.gateway import (
     FutureTimestamps,
     Gateway,
+    Outcome,
     Overloaded,
     ReplicaGone,
+    ReplicaInfo,
     RequestInvalid,
+    memory_model_fit,
     outcome_to_arrow,
     outcome_to_json,
+    quantile_label,
 )
 from service.metrics import Metrics
 from service.schemas import ForecastRequest
@@ -200,3 +207,178 @@ def test_future_timestamps_use_the_symbols_session_clock():
     future(hist, 3, ("UTC", "America/New_York"))
     future(hist, 3, ("UTC", "America/New_York"))  # cached
     assert calls == [{}, {"timezone": "UTC", "session_timezone": "America/New_York"}]
+
+
+def _outcome(n_symbols: int, levels: tuple[float, ...], horizon: int = 3, seed: int = 0) -> Outcome:
+    """An Outcome with a distinct random value in every cell, so a swapped column shows."""
+    rng = np.random.default_rng(seed)
+    syms = [f"SYM{i}" for i in range(n_symbols)]
+    start = pd.Timestamp("2024-05-01 09:30")
+    return Outcome(
+        model={"name": "fake", "sha256": "ab" * 32},
+        symbols=syms,
+        timestamps=[pd.date_range(start + pd.Timedelta(days=i), periods=horizon, freq="h").to_numpy()
+                    for i in range(n_symbols)],
+        mean=[rng.normal(100, 5, (horizon, 6)).astype(np.float32) for _ in syms],
+        quantile_levels=levels,
+        quantiles=[rng.normal(100, 5, (len(levels), horizon, 6)).astype(np.float32) if levels else None
+                   for _ in syms],
+        paths=[None] * n_symbols,
+        errors=[{"symbol": "GONE", "code": "unknown_symbol", "message": "GONE is not in the store"}],
+        timing={"total_ms": 1.5, "series": float(n_symbols)},
+    )
+
+
+def _wire_json(out: Outcome) -> dict:
+    """outcome_to_json as the client sees it: through orjson, like service.app._json."""
+    return orjson.loads(orjson.dumps(outcome_to_json(out), option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS))
+
+
+@pytest.mark.parametrize("levels", [(), (0.1, 0.5, 0.9), (0.1234567, 0.1234568)])
+def test_arrow_equals_json_every_column_symbol_and_level(levels):
+    out = _outcome(4, levels)
+    js = _wire_json(out)
+    table = assert_arrow_equals_json(outcome_to_arrow(out), js, levels, compare_timing=True)
+    assert table.num_rows == 4 * 3
+    assert len(table.column_names) == 3 + 6 * (1 + len(levels))
+
+
+def test_arrow_quantile_columns_stay_distinct_for_close_levels():
+    """0.1234567 and 0.1234568 are two levels: two JSON keys and two Arrow columns, each with its own values."""
+    out = _outcome(2, (0.1234567, 0.1234568))
+    js = _wire_json(out)
+    assert list(js["forecasts"][0]["quantiles"]) == ["0.1234567", "0.1234568"]
+    table = pa.ipc.open_stream(outcome_to_arrow(out)).read_all()
+    a, b = table.column("close_q0.1234567").to_numpy(), table.column("close_q0.1234568").to_numpy()
+    np.testing.assert_array_equal(a, np.concatenate([q[0, :, 3] for q in out.quantiles]))
+    np.testing.assert_array_equal(b, np.concatenate([q[1, :, 3] for q in out.quantiles]))
+    assert quantile_label(0.1) == "0.1" and quantile_label(1 / 3) == repr(1 / 3)
+
+
+def test_arrow_equals_json_when_no_symbol_succeeded():
+    out = _outcome(0, (0.25, 0.75))
+    js = _wire_json(out)
+    assert js["forecasts"] == [] and js["errors"][0]["symbol"] == "GONE"
+    table = assert_arrow_equals_json(outcome_to_arrow(out), js, (0.25, 0.75), compare_timing=True)
+    assert table.num_rows == 0 and "close_q0.75" in table.column_names
+
+
+class BlockingReplicas(FakeReplicas):
+    """submit() blocks until released (a slow replica); records which shards started, finished
+    and were cancelled. ``fail_index``: that shard raises Overloaded (a full replica queue)."""
+
+    def __init__(self, fail_index: int | None = None):
+        super().__init__()
+        self.fail_index = fail_index
+        self.started: list[int] = []
+        self.finished: list[int] = []
+        self.cancelled: list[int] = []
+        self.release = asyncio.Event()
+
+    async def submit(self, shard):
+        self.started.append(shard.index)
+        try:
+            if shard.index == self.fail_index:
+                await asyncio.sleep(0.01)
+                raise Overloaded("replicas' queues are full", 1)
+            await self.release.wait()
+        except asyncio.CancelledError:
+            self.cancelled.append(shard.index)
+            raise
+        self.finished.append(shard.index)
+        return await super().submit(shard)
+
+
+async def _until(cond, what: str, timeout: float = 30.0) -> None:
+    """Polls ``cond()`` on the event loop until true (generous deadline: this is not a timing test)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not cond():
+        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.005)
+
+
+def test_cancelled_request_cancels_its_in_flight_shards_and_sends_no_more():
+    """The client went away (the ingress task is cancelled): every shard call in flight is
+    cancelled, none of the waiting shards is ever sent, and the gauges return to zero."""
+    reps = BlockingReplicas()
+    gw, m, _ = _gateway(reps)  # 2 replicas x 2 shards in flight
+    symbols = [f"S{i:03d}" for i in range(20)]  # 7 shards of <= 3 series
+
+    async def main():
+        task = asyncio.ensure_future(gw.forecast(ForecastRequest(symbols=symbols, horizon=2)))
+        await _until(lambda: len(reps.started) == 4, "4 shards in flight")
+        assert _sample(m, "kronos_queue_depth", {"stage": "shards"}) == 4
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        reps.release.set()  # a replica that would now answer must find nobody waiting
+        for _ in range(20):
+            await asyncio.sleep(0)
+
+    asyncio.run(main())
+    assert sorted(reps.cancelled) == sorted(reps.started) == [0, 1, 2, 3]
+    assert reps.finished == [] and len(reps.started) == 4  # shards 4..6 were never sent
+    assert _sample(m, "kronos_queue_depth", {"stage": "shards"}) == 0
+    assert _sample(m, "kronos_queue_depth", {"stage": "requests"}) == 0
+    assert gw._inflight == 0
+
+
+def test_a_failing_shard_cancels_the_other_shards():
+    """One shard is refused (Overloaded): the request answers 503 at once, and the shards
+    still running for it are cancelled instead of holding replicas for a dead request."""
+    reps = BlockingReplicas(fail_index=1)
+    gw, m, _ = _gateway(reps)
+    symbols = [f"S{i:03d}" for i in range(20)]
+
+    async def main():
+        with pytest.raises(Overloaded):
+            await asyncio.wait_for(gw.forecast(ForecastRequest(symbols=symbols, horizon=2)), timeout=10)
+        # checked before asyncio.run's own clean-up could cancel leftovers
+        return list(reps.started), list(reps.cancelled), gw._shards_inflight
+
+    started, cancelled, shards_inflight = asyncio.run(main())
+    assert 1 in started and sorted(cancelled) == sorted(i for i in started if i != 1)
+    assert len(cancelled) >= 3 and reps.finished == []
+    assert shards_inflight == 0 and gw._inflight == 0
+
+
+def _tiny_info(tiny, budget: int, max_context: int = 64) -> ReplicaInfo:
+    return ReplicaInfo("fake-replica", "cpu", budget, 1 << 30, max_context, tiny[0].config, tiny[1].config,
+                       {"name": "fake", "bundled": True})
+
+
+@pytest.mark.parametrize("lookback, horizon, samples", [(62, 2, 1), (300, 24, 4), (700, 16, 2)])
+def test_memory_model_fit_inverts_the_engine_estimate(tiny, lookback, horizon, samples):
+    """The real ``memory_model_fit``: with a budget of exactly k series' estimate it fits k."""
+    m, t = tiny[0].config, tiny[1].config
+    for k in (1, 7):
+        budget = estimate_inference_bytes(m, t, k, lookback, horizon, samples, max_context=512)
+        fit = memory_model_fit(_tiny_info(tiny, budget, max_context=512), horizon, samples)
+        assert fit(lookback) == k
+        assert estimate_inference_bytes(m, t, k + 1, lookback, horizon, samples, max_context=512) > budget
+        assert fit(lookback + 100) <= k  # longer windows fit no more
+
+
+def test_gateway_sizes_shards_with_the_real_memory_model(tiny):
+    """No fit_factory given: the gateway plans shards with ``memory_model_fit`` from the
+    replica's budget; a budget of 3 series' estimate gives shards of at most 3 series."""
+    horizon = 2
+    lookback = 64 - horizon  # the default lookback: max_context - horizon
+    budget = estimate_inference_bytes(tiny[0].config, tiny[1].config, 3, lookback, horizon, 1, max_context=64)
+    reps = FakeReplicas()
+    info = _tiny_info(tiny, budget)
+
+    async def describe():
+        return info
+
+    sizes = []
+
+    async def submit(shard):
+        sizes.append(shard.size)
+        return await reps.submit(shard)
+
+    gw = Gateway(Settings(max_context=64, shards_per_replica=1), FakeStore(), submit, describe, Metrics(),
+                 num_replicas=1, future=FutureTimestamps(fake_future))
+    out = asyncio.run(gw.forecast(ForecastRequest(symbols=[f"S{i:03d}" for i in range(20)], horizon=horizon)))
+    assert len(out.symbols) == 20 and out.timing["lookback"] == lookback
+    assert sizes == [3] * 6 + [2] and out.timing["shards"] == 7

@@ -1,0 +1,158 @@
+"""The ingress's replica calls (``service.app.Ingress``) against a fake Serve handle that raises
+Ray's own exceptions: a full replica queue (``BackPressureError``) answers 503 with Retry-After,
+a dead replica (``ActorDiedError``) is retried then reported per symbol, and a cancelled request
+cancels its Ray call. No Ray cluster runs here; tests/integration/ runs the real one."""
+
+from __future__ import annotations
+
+import asyncio
+
+import orjson
+import pytest
+from service_fakes import FakePredictor, FakeStore, fake_future, fake_info, make_shard
+
+pytest.importorskip("ray.serve")
+
+from ray.exceptions import ActorDiedError  # noqa: E402
+from ray.serve.exceptions import BackPressureError  # noqa: E402
+
+from service.app import Ingress  # noqa: E402
+from service.gateway import FutureTimestamps, Gateway, Overloaded, ReplicaGone  # noqa: E402
+from service.metrics import Metrics  # noqa: E402
+from service.schemas import ForecastRequest  # noqa: E402
+from service.settings import Settings  # noqa: E402
+from service.shards import BatchRunner  # noqa: E402
+
+
+class FakeResponse:
+    """A ``DeploymentResponse``: awaitable once, ``cancel()`` records the cancellation."""
+
+    def __init__(self, outcome):
+        self.outcome = outcome  # an exception to raise, a coroutine function to await, or a value
+        self.cancelled = False
+
+    def cancel(self):
+        self.cancelled = True
+
+    def __await__(self):
+        return self._run().__await__()
+
+    async def _run(self):
+        if isinstance(self.outcome, BaseException):
+            raise self.outcome
+        if callable(self.outcome):
+            return await self.outcome()
+        return self.outcome
+
+
+class FakeMethod:
+    def __init__(self, answer):
+        self.answer = answer  # callable(*args) -> outcome
+        self.responses: list[FakeResponse] = []
+
+    def remote(self, *args):
+        r = FakeResponse(self.answer(*args))
+        self.responses.append(r)
+        return r
+
+
+class FakeHandle:
+    """``handle.forecast_shard.remote(shard)`` and ``handle.describe.remote()``."""
+
+    def __init__(self, forecast_answer):
+        self.forecast_shard = FakeMethod(forecast_answer)
+        self.describe = FakeMethod(lambda: fake_info(max_context=64))
+
+
+def _ingress(handle: FakeHandle, **settings) -> Ingress:
+    """An Ingress without Ray: the real class and methods, its fields set by hand."""
+    # the user class under Serve's ASGI wrapper (whose async __del__ expects a running replica)
+    cls = next(c for c in Ingress.func_or_class.__mro__ if "_submit" in c.__dict__)
+    ing = object.__new__(cls)
+    ing.settings = Settings(**{"max_context": 64, "shards_per_replica": 2, "retry_after_s": 7, **settings})
+    ing.handle = handle
+    ing.num_replicas = 2
+    ing.metrics = Metrics()
+    ing.store = FakeStore()
+    ing._symbols = None
+    ing.gateway = Gateway(ing.settings, ing.store, ing._submit, ing._describe, ing.metrics, 2,
+                          fit_factory=lambda info, h, sc: (lambda L: 3), future=FutureTimestamps(fake_future))
+    return ing
+
+
+def _run_shard(shard):
+    results, report = BatchRunner(FakePredictor(), "fake-replica", "cpu").run([shard])
+    results[0].reports = [report]
+    return results[0]
+
+
+def _errors(ing: Ingress, code: str) -> float:
+    return ing.metrics.registry.get_sample_value("kronos_errors_total", {"code": code}) or 0.0
+
+
+REQ = ForecastRequest(symbols=[f"S{i:03d}" for i in range(8)], horizon=2)
+
+
+def test_full_replica_queue_is_503_with_retry_after():
+    handle = FakeHandle(lambda shard: BackPressureError(num_queued_requests=64, max_queued_requests=64))
+    ing = _ingress(handle)
+    resp = asyncio.run(ing.forecast(REQ, accept=None))
+    assert resp.status_code == 503 and resp.headers["Retry-After"] == "7"
+    body = orjson.loads(resp.body)
+    assert body["code"] == "overloaded" and "queues are full" in body["detail"]
+    assert _errors(ing, "overloaded") >= 1
+    with pytest.raises(Overloaded):  # the translation itself, shard by shard
+        asyncio.run(ing._submit(make_shard(1)))
+
+
+def test_dead_replica_is_retried_then_answered():
+    calls = []
+
+    def answer(shard):
+        calls.append(shard.index)
+        return ActorDiedError() if len(calls) <= 2 else _run_shard(shard)
+
+    ing = _ingress(FakeHandle(answer))
+    resp = asyncio.run(ing.forecast(REQ, accept=None))
+    assert resp.status_code == 200
+    body = orjson.loads(resp.body)
+    assert [f["symbol"] for f in body["forecasts"]] == REQ.symbols and body["errors"] == []
+    assert body["timing"]["shard_retries"] == 2
+
+
+def test_replica_that_stays_dead_gives_per_symbol_errors():
+    ing = _ingress(FakeHandle(lambda shard: ActorDiedError()), shard_retries=1)
+    with pytest.raises(ReplicaGone, match="ActorDiedError"):
+        asyncio.run(ing._submit(make_shard(1)))
+    resp = asyncio.run(ing.forecast(REQ, accept=None))
+    body = orjson.loads(resp.body)
+    assert resp.status_code == 200 and body["forecasts"] == []
+    assert [e["symbol"] for e in body["errors"]] == REQ.symbols
+    assert {e["code"] for e in body["errors"]} == {"replica_unavailable"}
+
+
+def test_cancelled_request_cancels_the_ray_call():
+    """The client left: the ingress task is cancelled, and each shard's Ray call with it."""
+    gate = asyncio.Event
+
+    async def never():
+        await gate().wait()
+
+    handle = FakeHandle(lambda shard: never)
+    ing = _ingress(handle)
+
+    async def main():
+        task = asyncio.ensure_future(ing.forecast(REQ, accept=None))
+        deadline = asyncio.get_running_loop().time() + 30
+        while len(handle.forecast_shard.responses) < 4:
+            assert asyncio.get_running_loop().time() < deadline, "shards never reached the handle"
+            await asyncio.sleep(0.005)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    sent = handle.forecast_shard.responses
+    assert len(sent) == 4  # 8 series in shards of 2 (2 replicas x 2 shards each); 2 x 2 in flight: all sent
+    assert all(r.cancelled for r in sent)
+    assert ing.gateway._shards_inflight == 0
