@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "import": ("kronos_core.data.cli_import", "import CSV/Parquet candles into an Arrow store"),
     "sample-store": ("kronos_core.data.cli_sample_store", "generate a synthetic sample store"),
     "bench-store": ("kronos_core.data.cli_bench_store", "benchmark store reads against CSV"),
+    "train": ("kronos_core.cli.train", "train the tokenizer or predictor (or the bundled default model)"),
     "serve": ("service.cli", "start the forecasting service (Ray Serve + FastAPI)"),
 }
 

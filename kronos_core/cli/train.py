@@ -1,0 +1,108 @@
+"""``kronos train tokenizer|predictor|default|bench``.
+
+``tokenizer`` / ``predictor``: one run from a YAML config (``--config``) with flags
+overriding it. ``default``: the bundled default model (tokenizer, then
+predictor) from ``kronos_core/train/configs/default.yaml``. ``bench``: training
+throughput and peak memory for a few techniques.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+
+log = logging.getLogger(__name__)
+
+# flag dest -> dotted config key
+OVERRIDES = {
+    "out": "out", "max_steps": "max_steps", "init": "init", "tokenizer": "tokenizer_init",
+    "batch_size": "batch_size", "accum_steps": "accum_steps", "precision": "precision",
+    "grad_checkpointing": "grad_checkpointing", "seed": "seed", "device": "device", "lr": "optim.lr",
+    "num_workers": "data.num_workers", "lookback": "data.lookback", "horizon": "data.horizon",
+    "store": "data.store", "symbols": "data.symbols", "frequency": "data.frequency",
+    "data": "data.paths", "eval_every": "eval_every", "save_every": "save_every",
+    "max_context": "max_context", "name": "name", "threads": "threads",
+}
+
+
+def _batch(text: str):
+    return text if text == "auto" else int(text)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("what", choices=["tokenizer", "predictor", "default", "bench"],
+                        help="what to train (default: the bundled default model; bench: throughput figures)")
+    parser.add_argument("--config", help="YAML training config (see docs/training.md); flags override it")
+    parser.add_argument("--data", nargs="+", help="CSV/Parquet files or folders of them")
+    parser.add_argument("--store", help="Arrow store root (with --frequency, optional --symbols)")
+    parser.add_argument("--symbols", nargs="+", help="store symbols (default: the whole universe)")
+    parser.add_argument("--frequency", help="store frequency, e.g. 5min or 1d")
+    parser.add_argument("--out", help="output folder (best/, last/, metrics.jsonl)")
+    parser.add_argument("--max-steps", type=int)
+    parser.add_argument("--resume", action="store_true", help="continue from OUT/last")
+    parser.add_argument("--init", help="start from this checkpoint (folder with model/ + tokenizer/, or Hub id)")
+    parser.add_argument("--tokenizer", help="tokenizer folder or Hub id (a predictor run keeps it frozen)")
+    parser.add_argument("--batch-size", type=_batch, help="windows per optimiser step, or 'auto'")
+    parser.add_argument("--accum-steps", type=int, help="micro-batches per step (gradient accumulation)")
+    parser.add_argument("--precision", choices=["fp32", "bf16", "fp16"])
+    parser.add_argument("--grad-checkpointing", action="store_true", default=None)
+    parser.add_argument("--seed", type=int)
+    parser.add_argument("--device", help="auto | cpu | cuda | cuda:N")
+    parser.add_argument("--lr", type=float)
+    parser.add_argument("--num-workers", type=int, help="data-loading worker processes (0: in-process)")
+    parser.add_argument("--lookback", type=int)
+    parser.add_argument("--horizon", type=int)
+    parser.add_argument("--eval-every", type=int)
+    parser.add_argument("--save-every", type=int)
+    parser.add_argument("--max-context", type=int)
+    parser.add_argument("--name")
+    parser.add_argument("--threads", type=int, help="torch CPU threads (1 avoids thrashing on a shared machine)")
+    parser.add_argument("--backend", choices=["local", "ray"], default="local",
+                        help="local (one process, or torchrun) or ray (Ray Train TorchTrainer)")
+    parser.add_argument("--ray", action="store_true", help="same as --backend ray")
+    parser.add_argument("--workers", type=int, default=2, help="Ray Train workers")
+    parser.add_argument("--use-gpu", action="store_true", help="Ray Train: one GPU per worker")
+    parser.add_argument("--ray-address", default=None, help="Ray cluster address (default: auto / local)")
+    parser.add_argument("--work", help="default: folder for the two run folders (default runs/kronos-default)")
+    parser.add_argument("--steps", type=int, default=8, help="bench: steps per configuration")
+
+
+def config_from_args(args: argparse.Namespace, kind: str):
+    from kronos_core.train.config import load_config
+
+    overrides = {key: getattr(args, dest, None) for dest, key in OVERRIDES.items()}
+    overrides["kind"] = kind
+    return load_config(args.config, overrides)
+
+
+def run(args: argparse.Namespace) -> int:
+    from kronos_core.train.config import ConfigFileError
+
+    try:
+        if args.what == "default":
+            from kronos_core.train.default import train_default
+
+            summary = train_default(args)
+        elif args.what == "bench":
+            from kronos_core.train.bench import run_bench
+
+            return run_bench(args)
+        else:
+            cfg = config_from_args(args, args.what)
+            if args.ray or args.backend == "ray":
+                from kronos_core.train.ray_backend import train_with_ray
+
+                summary = train_with_ray(cfg, workers=args.workers, use_gpu=args.use_gpu,
+                                         resume=args.resume, address=args.ray_address)
+            else:
+                from kronos_core.train.trainer import train
+
+                summary = train(cfg, resume=args.resume)
+    except (ConfigFileError, ValueError, FileNotFoundError) as exc:
+        print(f"kronos train: {exc}", file=sys.stderr)
+        return 2
+    if summary is not None:
+        print(json.dumps(summary, indent=2))
+    return 0

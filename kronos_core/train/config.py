@@ -1,0 +1,169 @@
+"""Training configuration: a pydantic model read from YAML, with command-line overrides.
+
+``load_config(path, overrides)`` validates the YAML file (unknown keys are errors
+that name the key) and applies dotted overrides such as ``{"optim.lr": 1e-3}``.
+Defaults describe a small model that trains on a CPU in minutes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class TokenizerSize(_Strict):
+    """Constructor keywords of a new ``KronosTokenizer`` (when not starting from a checkpoint)."""
+
+    d_model: int = 64
+    n_heads: int = 4
+    ff_dim: int = 128
+    n_enc_layers: int = 3
+    n_dec_layers: int = 3
+    s1_bits: int = 8
+    s2_bits: int = 8
+    ffn_dropout_p: float = 0.0
+    attn_dropout_p: float = 0.0
+    resid_dropout_p: float = 0.0
+    beta: float = 0.05
+    gamma0: float = 1.0
+    gamma: float = 1.1
+    zeta: float = 0.05
+    group_size: int = 4
+
+
+class ModelSize(_Strict):
+    """Constructor keywords of a new ``Kronos`` predictor (bits come from the tokenizer)."""
+
+    d_model: int = 96
+    n_layers: int = 3
+    n_heads: int = 4
+    ff_dim: int = 192
+    ffn_dropout_p: float = 0.0
+    attn_dropout_p: float = 0.0
+    resid_dropout_p: float = 0.0
+    token_dropout_p: float = 0.0
+    learn_te: bool = True
+
+
+class DataConfig(_Strict):
+    """Where the candles come from and how they are cut into windows."""
+
+    paths: list[str] = Field(default_factory=list, description="CSV/Parquet files")
+    store: str | None = Field(None, description="Arrow store root (KlineStore)")
+    symbols: list[str] | None = Field(None, description="store symbols; None = whole universe")
+    frequency: str | None = None
+    timestamp_column: str = "timestamps"
+    lookback: int = 96
+    horizon: int = 32
+    stride: int = 16
+    val_fraction: float = Field(0.15, ge=0.0, lt=1.0)
+    clip: float = 5.0
+    num_workers: int = Field(0, ge=0)
+
+    @property
+    def window(self) -> int:
+        return self.lookback + self.horizon
+
+
+class OptimConfig(_Strict):
+    lr: float = 1e-3
+    weight_decay: float = 0.05
+    betas: tuple[float, float] = (0.9, 0.95)
+    warmup_steps: int = 20
+    min_lr_ratio: float = 0.1
+    grad_clip: float | None = 1.0
+
+
+class TrainConfig(_Strict):
+    """Everything one training run needs; see ``docs/training.md``."""
+
+    kind: Literal["tokenizer", "predictor"] = "predictor"
+    out: str = "runs/train"
+    init: str | None = Field(None, description="checkpoint to start from (folder with model/ and tokenizer/, or a model folder / Hub id)")
+    tokenizer_init: str | None = Field(None, description="tokenizer folder / Hub id (predictor runs: frozen)")
+    tokenizer: TokenizerSize = Field(default_factory=TokenizerSize)
+    model: ModelSize = Field(default_factory=ModelSize)
+    data: DataConfig = Field(default_factory=DataConfig)
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    batch_size: int | Literal["auto"] = 16
+    micro_batch_size: int | None = Field(None, description="None = batch_size (no accumulation)")
+    accum_steps: int = Field(1, ge=1)
+    max_steps: int = Field(200, ge=1)
+    eval_every: int = Field(50, ge=1)
+    save_every: int = Field(50, ge=1)
+    log_every: int = Field(10, ge=1)
+    early_stopping_patience: int | None = Field(None, description="evaluations without improvement before stopping")
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    grad_checkpointing: bool = False
+    seed: int = 0
+    device: str = "auto"
+    threads: int | None = Field(None, ge=1, description="torch CPU threads (None = torch's default); 1 on a busy machine")
+    max_context: int = 512
+    name: str = "kronos-custom"
+    val_batches: int | None = Field(None, description="cap on validation batches (None = all)")
+    tensorboard: bool = True
+
+    @field_validator("batch_size")
+    @classmethod
+    def _positive_batch(cls, v):
+        if v != "auto" and v < 1:
+            raise ValueError("batch_size must be >= 1 or 'auto'")
+        return v
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.data.window > self.max_context + 1 and self.kind == "predictor":
+            raise ValueError(
+                f"data.lookback + data.horizon = {self.data.window} exceeds max_context + 1 = "
+                f"{self.max_context + 1}; shorten the window or raise max_context"
+            )
+        return self
+
+
+class ConfigFileError(ValueError):
+    """A training config that does not validate; the message names the file and field."""
+
+
+def _set_dotted(tree: dict, dotted: str, value: Any) -> None:
+    node = tree
+    *parents, leaf = dotted.split(".")
+    for key in parents:
+        node = node.setdefault(key, {})
+        if not isinstance(node, dict):
+            raise ConfigFileError(f"override {dotted}: {key} is not a section")
+    node[leaf] = value
+
+
+def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> TrainConfig:
+    """Read ``path`` (YAML; None = defaults), apply dotted ``overrides`` (None values skipped), validate."""
+    import yaml
+
+    tree: dict[str, Any] = {}
+    source = "defaults"
+    if path is not None:
+        source = str(path)
+        try:
+            tree = yaml.safe_load(Path(path).read_text()) or {}
+        except FileNotFoundError as exc:
+            raise ConfigFileError(f"config file {path} not found") from exc
+        except yaml.YAMLError as exc:
+            raise ConfigFileError(f"{path}: not valid YAML: {exc}") from exc
+        if not isinstance(tree, dict):
+            raise ConfigFileError(f"{path}: expected a mapping of keys at the top level")
+    for key, value in (overrides or {}).items():
+        if value is not None:
+            _set_dotted(tree, key, value)
+    try:
+        return TrainConfig.model_validate(tree)
+    except ValidationError as exc:
+        lines = [f"  {'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
+        raise ConfigFileError(f"{source}: invalid training config:\n" + "\n".join(lines)) from exc
+
+
+DEFAULT_CONFIG_DIR = Path(__file__).parent / "configs"

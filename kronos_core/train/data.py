@@ -1,0 +1,173 @@
+"""Training data: series from files or the Arrow store, time-split windows, a resumable sampler.
+
+* ``load_series`` reads every series (CSV/Parquet files, or store symbols) as
+  float32 candles (n, 6) plus time features (n, 5).
+* ``split_windows`` cuts each series by time: training windows end before the
+  validation part starts, so no validation candle is ever seen in training.
+* ``WindowDataset`` normalises each window on its lookback part only (the future
+  part never leaks into the statistics) and clips like inference does.
+* ``StepBatchSampler`` yields, for each optimisation step, this rank's share of
+  the step's batch, from a seeded per-epoch permutation; its position
+  ``(epoch, batch)`` is saved in checkpoints so a resumed run sees the same data.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+from kronos_core.candles import NORM_EPS, CandleError, candle_array, time_features
+from kronos_core.train.config import DataConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Series:
+    name: str
+    values: np.ndarray  # (n, 6) float32 candles
+    stamps: np.ndarray  # (n, 5) float32 [minute, hour, weekday, day, month]
+
+
+def _series_from_frame(name: str, df, timestamp_column: str) -> Series:
+    import pandas as pd
+
+    if timestamp_column not in df.columns:
+        raise CandleError(f"{name}: no {timestamp_column!r} column (columns: {list(df.columns)}); "
+                          "set data.timestamp_column")
+    stamps = pd.DatetimeIndex(pd.to_datetime(df[timestamp_column]))
+    order = np.argsort(stamps.asi8, kind="stable")
+    if not (order == np.arange(len(order))).all():
+        log.warning("%s: rows not in time order; sorting them", name)
+        df, stamps = df.iloc[order], stamps[order]
+    return Series(name, candle_array(df), time_features(stamps))
+
+
+def load_series(cfg: DataConfig) -> list[Series]:
+    """All series named by ``cfg`` (files, and/or store symbols), oldest row first."""
+    from kronos_core.data.importer import CSV_SUFFIXES, PARQUET_SUFFIXES, read_table
+
+    out: list[Series] = []
+    for path in cfg.paths:
+        p = Path(path)
+        tables = CSV_SUFFIXES + PARQUET_SUFFIXES
+        files = sorted(f for f in p.iterdir() if f.name.lower().endswith(tables)) if p.is_dir() else [p]
+        for f in files:
+            if not f.exists():
+                raise FileNotFoundError(f"training data file {f} not found")
+            out.append(_series_from_frame(str(f), read_table(f), cfg.timestamp_column))
+    if cfg.store:
+        from kronos_core.data.store import KlineStore
+
+        store = KlineStore(cfg.store, cfg.frequency)
+        symbols = cfg.symbols or store.symbols(cfg.frequency)
+        for sym in symbols:
+            out.append(_series_from_frame(f"{cfg.store}:{sym}", store.read(sym), "timestamps"))
+    if not out:
+        raise ValueError("no training data: give data.paths (CSV/Parquet files) or data.store")
+    return out
+
+
+def split_windows(series: list[Series], cfg: DataConfig) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """(series index, start) of training and validation windows.
+
+    Per series the last ``val_fraction`` of rows is validation: every training
+    window ends at or before the split row and every validation window starts at
+    or after it. Windows step by ``cfg.stride``.
+    """
+    width, train, val = cfg.window, [], []
+    for i, s in enumerate(series):
+        n = len(s.values)
+        split = int(round(n * (1.0 - cfg.val_fraction)))
+        train += [(i, start) for start in range(0, split - width + 1, cfg.stride)]
+        if cfg.val_fraction > 0:
+            val += [(i, start) for start in range(split, n - width + 1, cfg.stride)]
+        if split < width:
+            log.warning("%s: %d training rows, fewer than one window of %d; skipped", s.name, split, width)
+    if not train:
+        names = ", ".join(s.name for s in series)
+        raise ValueError(f"no training window of {width} rows fits in {names}; lower data.lookback/horizon")
+    return train, val
+
+
+def normalize_window(window: np.ndarray, lookback: int, clip: float) -> np.ndarray:
+    """window (W, 6) -> normalised (W, 6) with the mean/std of its first ``lookback`` rows only."""
+    past = window[:lookback]  # (lookback, 6)
+    mean, std = past.mean(axis=0), past.std(axis=0)
+    return np.clip((window - mean) / (std + NORM_EPS), -clip, clip).astype(np.float32)
+
+
+class WindowDataset(Dataset):
+    """Windows of ``lookback + horizon`` rows: {"x": (W, 6) normalised, "stamp": (W, 5)}."""
+
+    def __init__(self, series: list[Series], index: list[tuple[int, int]], cfg: DataConfig):
+        self.series, self.index, self.cfg = series, index, cfg
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        sid, start = self.index[i]
+        s, end = self.series[sid], start + self.cfg.window
+        x = normalize_window(s.values[start:end], self.cfg.lookback, self.cfg.clip)
+        return {"x": torch.from_numpy(x), "stamp": torch.from_numpy(s.stamps[start:end].copy())}
+
+
+class StepBatchSampler(Sampler):
+    """Yields one list of indices per optimisation step: this rank's share of the step's batch.
+
+    The step batch of ``batch_size`` rows is cut into ``world`` equal parts; rank
+    r gets part r. The order comes from ``torch.randperm`` seeded with
+    ``seed + epoch`` (``shuffle``), so it is the same for every world size: two
+    ranks with half the batch see exactly the rows one rank with the whole batch sees.
+    Set ``epoch`` and ``position`` (the first step batch to yield) before iterating.
+    """
+
+    def __init__(self, n: int, batch_size: int, *, seed: int = 0, rank: int = 0, world: int = 1,
+                 shuffle: bool = True, drop_last: bool = True):
+        if batch_size % world:
+            raise ValueError(f"batch size {batch_size} is not divisible by the {world} processes")
+        self.n, self.batch_size, self.seed = n, batch_size, seed
+        self.rank, self.world, self.shuffle, self.drop_last = rank, world, shuffle, drop_last
+        self.epoch, self.position = 0, 0  # position: next step batch within the epoch
+
+    def batches_per_epoch(self) -> int:
+        full, rest = divmod(self.n, self.batch_size)
+        return full if (self.drop_last or rest == 0) else full + 1
+
+    def _order(self) -> list[int]:
+        if not self.shuffle:
+            return list(range(self.n))
+        gen = torch.Generator().manual_seed(self.seed + self.epoch)
+        return torch.randperm(self.n, generator=gen).tolist()
+
+    def __iter__(self):
+        """Step batches of ``epoch`` from ``position`` on; the caller tracks what it consumed
+        (a DataLoader with workers reads ahead) and sets both before the next epoch."""
+        order, share = self._order(), self.batch_size // self.world
+        for step in range(self.position, self.batches_per_epoch()):
+            rows = order[step * self.batch_size:(step + 1) * self.batch_size]
+            if len(rows) < self.batch_size:  # last partial batch (drop_last False): split as evenly as possible
+                yield rows[self.rank::self.world]
+            else:
+                yield rows[self.rank * share:(self.rank + 1) * share]
+
+    def __len__(self) -> int:
+        return self.batches_per_epoch() - self.position
+
+
+def make_loader(dataset: Dataset, sampler: Sampler, num_workers: int,
+                generator: torch.Generator | None = None) -> DataLoader:
+    """A DataLoader over step batches; ``num_workers`` > 0 loads in worker processes.
+
+    Its own ``generator`` keeps the loader from drawing on the global RNG, so a
+    resumed run's dropout masks match an uninterrupted run's.
+    """
+    return DataLoader(dataset, batch_sampler=sampler, num_workers=num_workers,
+                      generator=generator or torch.Generator().manual_seed(0),
+                      pin_memory=torch.cuda.is_available())

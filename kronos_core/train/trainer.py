@@ -1,0 +1,350 @@
+"""The training loop shared by ``kronos train tokenizer|predictor``, torchrun and Ray Train.
+
+One ``Trainer`` trains either the tokenizer (the predictor rides along unchanged)
+or the predictor (the tokenizer frozen). Each optimisation step takes this rank's
+share of ``batch_size`` windows, cuts it into ``accum_steps`` micro-batches,
+back-propagates each (weighted by its size), clips, steps AdamW and the warm-up +
+cosine schedule. On an out-of-memory error the step is redone with twice the
+micro-batches (half the size each), so the effective batch stays the same.
+
+Output folder (rank 0 writes): ``last/`` and ``best/`` (each ``model/``,
+``tokenizer/``, ``kronos.json``; ``last/trainer_state.pt`` holds optimiser,
+scheduler, RNG and data position for ``resume``), ``metrics.jsonl``,
+``config.yaml``, ``resources.json`` (when ``kronos_core.monitor`` exists).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import shutil
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+from tqdm import tqdm
+
+from kronos_core.train.config import TrainConfig
+from kronos_core.train.data import StepBatchSampler, WindowDataset, load_series, make_loader, split_windows
+from kronos_core.train.distributed import all_reduce_sum, init_distributed, pick_device, shutdown
+from kronos_core.train.losses import predictor_loss, tokenizer_loss
+from kronos_core.train.metrics import MetricsLog
+from kronos_core.train.modules import build_modules, save_pair
+from kronos_core.train.techniques import (
+    adamw,
+    autocast_context,
+    enable_block_checkpointing,
+    is_out_of_memory,
+    make_scaler,
+    rng_state,
+    seed_everything,
+    set_rng_state,
+    warmup_cosine,
+)
+
+log = logging.getLogger(__name__)
+STATE_FILE = "trainer_state.pt"
+
+
+class Objective(nn.Module):
+    """Wraps the pair so DDP sees one ``forward(x, stamp) -> loss``; parts of the last call in ``parts``."""
+
+    def __init__(self, kind: str, model, tok):
+        super().__init__()
+        self.kind, self.model, self.tok = kind, model, tok
+        self.parts: dict[str, float] = {}
+
+    def forward(self, x: torch.Tensor, stamp: torch.Tensor) -> torch.Tensor:
+        if self.kind == "tokenizer":
+            out = tokenizer_loss(self.tok, x)
+        else:
+            out = predictor_loss(self.model, self.tok, x, stamp)
+        self.parts = out.parts
+        return out.loss
+
+
+class Trainer:
+    def __init__(self, cfg: TrainConfig, resume: bool = False):
+        self.cfg, self.out = cfg, Path(cfg.out)
+        self.dist = init_distributed(cfg.device)
+        self.device = pick_device(cfg.device, self.dist)
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        seed_everything(cfg.seed)
+        series = load_series(cfg.data)
+        train_idx, val_idx = split_windows(series, cfg.data)
+        self.train_set = WindowDataset(series, train_idx, cfg.data)
+        self.val_set = WindowDataset(series, val_idx, cfg.data)
+        self.tok, self.model = build_modules(cfg)
+        self._setup_modules()
+        self._setup_batch()
+        self.objective = Objective(cfg.kind, self.model, self.tok)
+        self.net = self._wrap_ddp(self.objective)
+        o = cfg.optim
+        self.optimizer = adamw(self.trainable, o.lr, o.weight_decay, o.betas)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda s: warmup_cosine(s, o.warmup_steps, cfg.max_steps, o.min_lr_ratio))
+        self.scaler = make_scaler(cfg.precision, self.device)
+        self.sampler = StepBatchSampler(len(self.train_set), self.batch_size, seed=cfg.seed,
+                                        rank=self.dist.rank, world=self.dist.world)
+        self.step = self.epoch = self.position = 0
+        self.best_val, self.bad_evals, self.stopped_early = math.inf, 0, False
+        self.history: list[dict] = []
+        if resume:
+            self._load_state()
+        self.metrics = MetricsLog(self.out, enabled=self.dist.is_main, tensorboard=cfg.tensorboard,
+                                  keep_until=self.step if resume else 0)
+
+    # ---- set-up ---------------------------------------------------------------------
+    def _setup_modules(self) -> None:
+        cfg = self.cfg
+        self.trainable = self.tok if cfg.kind == "tokenizer" else self.model
+        frozen = self.model if cfg.kind == "tokenizer" else self.tok
+        frozen.requires_grad_(False).eval()
+        self.trainable.requires_grad_(True).train()
+        self.tok.to(self.device)
+        self.model.to(self.device)
+        if cfg.grad_checkpointing:
+            if cfg.kind == "tokenizer":
+                enable_block_checkpointing(self.tok.encoder)
+                enable_block_checkpointing(self.tok.decoder)
+            else:
+                enable_block_checkpointing(self.model.transformer)
+
+    def _setup_batch(self) -> None:
+        cfg, world = self.cfg, self.dist.world
+        if cfg.batch_size == "auto":
+            from kronos_core.train.batch_size import auto_batch_size
+
+            micro = auto_batch_size(cfg.kind, self.model, self.tok, cfg.data.window, cfg.precision,
+                                    cfg.grad_checkpointing, self.device)
+            self.batch_size = micro * cfg.accum_steps * world
+        else:
+            self.batch_size = cfg.batch_size
+        if self.batch_size % world:
+            raise ValueError(f"batch_size {self.batch_size} is not divisible by the {world} processes")
+        if self.batch_size > len(self.train_set):
+            raise ValueError(f"batch_size {self.batch_size} exceeds the {len(self.train_set)} training "
+                             "windows; lower batch_size or data.stride")
+        self.accum = min(cfg.accum_steps, self.batch_size // world)
+
+    def _wrap_ddp(self, objective: nn.Module) -> nn.Module:
+        if self.dist.world <= 1:
+            return objective
+        from torch.nn.parallel import DistributedDataParallel
+
+        ids = [self.device.index] if self.device.type == "cuda" else None
+        return DistributedDataParallel(objective, device_ids=ids)
+
+    @property
+    def micro_batch_size(self) -> int:
+        return math.ceil(self.batch_size // self.dist.world / self.accum)
+
+    # ---- one step -------------------------------------------------------------------
+    def _micro_steps(self, x: torch.Tensor, stamp: torch.Tensor) -> tuple[float, dict]:
+        """Forward/backward every micro-batch of this rank's share; returns the share's mean loss and parts."""
+        n = x.shape[0]
+        chunks = torch.arange(n).tensor_split(min(self.accum, n))
+        total, parts = 0.0, {}
+        for i, rows in enumerate(chunks):
+            last = i == len(chunks) - 1
+            sync = contextlib.nullcontext() if last or self.dist.world == 1 else self.net.no_sync()
+            with sync:
+                with autocast_context(self.cfg.precision, self.device):
+                    loss = self.net(x[rows], stamp[rows])
+                weighted = loss * (len(rows) / n)
+                (self.scaler.scale(weighted) if self.scaler else weighted).backward()
+            total += loss.item() * len(rows) / n
+            for k, v in self.objective.parts.items():
+                parts[k] = parts.get(k, 0.0) + v * len(rows) / n
+        return total, parts
+
+    def _apply_update(self) -> float | None:
+        clip = self.cfg.optim.grad_clip
+        if self.scaler:
+            self.scaler.unscale_(self.optimizer)
+        norm = torch.nn.utils.clip_grad_norm_(self.trainable.parameters(), clip) if clip else None
+        if self.scaler:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.scheduler.step()
+        return None if norm is None else float(norm)
+
+    def train_step(self, batch: dict) -> dict:
+        """One optimisation step on a step batch; halves the micro-batch and retries on OOM."""
+        x, stamp = batch["x"].to(self.device), batch["stamp"].to(self.device)  # (b, W, 6), (b, W, 5)
+        while True:
+            self.optimizer.zero_grad(set_to_none=True)
+            try:
+                loss, parts = self._micro_steps(x, stamp)
+                break
+            except Exception as exc:  # noqa: BLE001 - only OOM is handled, the rest re-raised
+                if not is_out_of_memory(exc) or self.micro_batch_size <= 1:
+                    raise
+                self.accum *= 2
+                log.warning("out of memory (%s); retrying with micro-batch %d x %d accumulation",
+                            str(exc).splitlines()[0][:80], self.micro_batch_size, self.accum)
+                if self.device.type == "cuda":
+                    torch.cuda.empty_cache()
+        lr = self.optimizer.param_groups[0]["lr"]
+        grad_norm = self._apply_update()
+        loss_sum, rows = all_reduce_sum([loss * x.shape[0], float(x.shape[0])], self.dist, self.device)
+        return {"loss": loss_sum / rows, "lr": lr, "grad_norm": grad_norm, "micro_batch": self.micro_batch_size,
+                "accum": self.accum, **parts}
+
+    # ---- evaluation -----------------------------------------------------------------
+    @torch.no_grad()
+    def evaluate(self) -> float | None:
+        """Mean loss over the validation windows (all ranks together); None without any."""
+        if len(self.val_set) == 0:
+            return None
+        sampler = StepBatchSampler(len(self.val_set), self.micro_batch_size * self.dist.world, shuffle=False, drop_last=False,
+                                   rank=self.dist.rank, world=self.dist.world)
+        self.objective.eval()
+        total = count = 0.0
+        for i, batch in enumerate(make_loader(self.val_set, sampler, 0)):
+            if self.cfg.val_batches is not None and i >= self.cfg.val_batches:
+                break
+            x, stamp = batch["x"].to(self.device), batch["stamp"].to(self.device)
+            with autocast_context(self.cfg.precision, self.device):
+                loss = self.objective(x, stamp)
+            total, count = total + loss.item() * x.shape[0], count + x.shape[0]
+        self.trainable.train()
+        total, count = all_reduce_sum([total, count], self.dist, self.device)
+        return total / count if count else None
+
+    # ---- the loop -------------------------------------------------------------------
+    def fit(self) -> dict:
+        """Train until ``max_steps`` (or early stopping); returns a summary."""
+        cfg = self.cfg
+        if self.dist.is_main:
+            self.out.mkdir(parents=True, exist_ok=True)
+            (self.out / "config.yaml").write_text(_yaml(cfg))
+        bar = tqdm(total=cfg.max_steps, initial=self.step, desc=f"train {cfg.kind}", disable=not self.dist.is_main,
+                   dynamic_ncols=True)
+        started, samples = time.perf_counter(), 0
+        while self.step < cfg.max_steps and not self.stopped_early:
+            self.sampler.epoch, self.sampler.position = self.epoch, self.position
+            loader = make_loader(self.train_set, self.sampler, cfg.data.num_workers,
+                                 generator=torch.Generator().manual_seed(cfg.seed + self.epoch))
+            for batch in loader:
+                t0 = time.perf_counter()
+                record = self.train_step(batch)
+                self.step, self.position = self.step + 1, self.position + 1
+                samples += self.batch_size
+                record.update(step=self.step, epoch=self.epoch, step_s=time.perf_counter() - t0,
+                              samples_per_s=self.batch_size / max(time.perf_counter() - t0, 1e-9))
+                self._after_step(record, bar)
+                if self.step >= cfg.max_steps or self.stopped_early:
+                    break
+            else:
+                self.epoch, self.position = self.epoch + 1, 0
+        bar.close()
+        if self.dist.is_main and not (self.out / "best").is_dir():
+            self._save("best")  # no validation windows: the last weights are the best we know
+        elapsed = time.perf_counter() - started
+        self.metrics.close()
+        shutdown(self.dist)
+        return {"steps": self.step, "best_val_loss": None if math.isinf(self.best_val) else self.best_val,
+                "stopped_early": self.stopped_early, "seconds": elapsed,
+                "samples_per_s": samples / elapsed if elapsed else None, "out": str(self.out),
+                "batch_size": self.batch_size, "micro_batch": self.micro_batch_size, "accum": self.accum}
+
+    def _after_step(self, record: dict, bar) -> None:
+        cfg = self.cfg
+        if self.step % cfg.eval_every == 0 or self.step == cfg.max_steps:
+            val = self.evaluate()
+            record["val_loss"] = val
+            if val is not None and val < self.best_val:
+                self.best_val, self.bad_evals = val, 0
+                if self.dist.is_main:
+                    self._save("best", {"val_loss": val})
+            elif val is not None:
+                self.bad_evals += 1
+                patience = cfg.early_stopping_patience
+                if patience is not None and self.bad_evals >= patience:
+                    self.stopped_early = True
+                    log.info("early stopping at step %d: no validation gain in %d evaluations", self.step, patience)
+        self.history.append(record)
+        self.metrics.write(record)
+        bar.update(1)
+        bar.set_postfix(loss=f"{record['loss']:.4f}", **({"val": f"{record['val_loss']:.4f}"}
+                                                         if record.get("val_loss") is not None else {}))
+        last = self.step == cfg.max_steps or self.stopped_early
+        if self.dist.is_main and (self.step % cfg.save_every == 0 or last):
+            self._save("last")
+
+    # ---- checkpoints ----------------------------------------------------------------
+    def _save(self, which: str, extra: dict | None = None) -> None:
+        """Write ``out/which`` via a temporary folder so a kill never leaves a half-written one."""
+        target, tmp = self.out / which, self.out / f".{which}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        save_pair(tmp, self.model, self.tok, self.cfg, {"step": self.step, **(extra or {})})
+        if which == "last":
+            torch.save(self._state(), tmp / STATE_FILE)
+        old = self.out / f".{which}.old"
+        shutil.rmtree(old, ignore_errors=True)
+        if target.exists():
+            target.rename(old)
+        tmp.rename(target)
+        shutil.rmtree(old, ignore_errors=True)
+
+    def _state(self) -> dict:
+        return {
+            "step": self.step, "epoch": self.epoch, "position": self.position,
+            "best_val": self.best_val, "bad_evals": self.bad_evals, "accum": self.accum,
+            "batch_size": self.batch_size, "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(), "rng": rng_state(),
+            "scaler": self.scaler.state_dict() if self.scaler else None,
+        }
+
+    def _load_state(self) -> None:
+        folder = self.out / "last"
+        if not (folder / STATE_FILE).is_file():
+            folder = self.out / ".last.old"  # killed while replacing last/
+        if not (folder / STATE_FILE).is_file():
+            raise FileNotFoundError(f"--resume: no {STATE_FILE} under {self.out}/last; start without --resume")
+        from kronos_core.model.checkpoint import load_state_strict, read_weights
+
+        load_state_strict(self.model, read_weights(folder / "model"), str(folder / "model"))
+        load_state_strict(self.tok, read_weights(folder / "tokenizer"), str(folder / "tokenizer"))
+        state = torch.load(folder / STATE_FILE, map_location="cpu", weights_only=True)
+        if state["batch_size"] != self.batch_size:
+            raise ValueError(f"--resume: the run used batch_size {state['batch_size']}, now {self.batch_size}")
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        if self.scaler and state["scaler"]:
+            self.scaler.load_state_dict(state["scaler"])
+        self.step, self.epoch, self.position = state["step"], state["epoch"], state["position"]
+        self.best_val, self.bad_evals, self.accum = state["best_val"], state["bad_evals"], state["accum"]
+        set_rng_state(state["rng"])
+        log.info("resumed %s at step %d (epoch %d, batch %d)", folder, self.step, self.epoch, self.position)
+
+
+def _yaml(cfg: TrainConfig) -> str:
+    import yaml
+
+    return yaml.safe_dump(json.loads(cfg.model_dump_json()), sort_keys=False)
+
+
+def train(cfg: TrainConfig, resume: bool = False) -> dict:
+    """Build a ``Trainer`` and run it, wrapped in a ``ResourceMonitor`` when one is available."""
+    try:
+        from kronos_core.monitor import ResourceMonitor
+    except ImportError:
+        ResourceMonitor = None  # noqa: N806
+    trainer = Trainer(cfg, resume=resume)
+    if ResourceMonitor is None or not trainer.dist.is_main:
+        return trainer.fit()
+    with ResourceMonitor() as monitor:
+        summary = trainer.fit()
+    try:
+        monitor.report(str(Path(cfg.out) / "resources.json"))
+    except Exception as exc:  # noqa: BLE001 - the report is extra, the run is done
+        log.warning("resource report failed: %s", exc)
+    return summary
