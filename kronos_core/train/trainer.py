@@ -28,7 +28,13 @@ from torch import nn
 from tqdm import tqdm
 
 from kronos_core.train.config import TrainConfig
-from kronos_core.train.data import StepBatchSampler, WindowDataset, load_series, make_loader, split_windows
+from kronos_core.train.data import (
+    StepBatchSampler,
+    WindowDataset,
+    load_series,
+    make_loader,
+    split_windows,
+)
 from kronos_core.train.distributed import all_reduce_sum, init_distributed, pick_device, shutdown
 from kronos_core.train.losses import predictor_loss, tokenizer_loss
 from kronos_core.train.metrics import MetricsLog
@@ -93,6 +99,7 @@ class Trainer:
         self.step = self.epoch = self.position = 0
         self.best_val, self.bad_evals, self.stopped_early = math.inf, 0, False
         self.history: list[dict] = []
+        self.monitor = None  # a kronos_core.monitor.ResourceMonitor told about every step, when set
         if resume:
             self._load_state()
         self.metrics = MetricsLog(self.out, enabled=self.dist.is_main, tensorboard=cfg.tensorboard,
@@ -237,6 +244,8 @@ class Trainer:
                 record = self.train_step(batch)
                 self.step, self.position = self.step + 1, self.position + 1
                 samples += self.batch_size
+                if self.monitor is not None:
+                    self.monitor.step(n_samples=self.batch_size)
                 record.update(step=self.step, epoch=self.epoch, step_s=time.perf_counter() - t0,
                               samples_per_s=self.batch_size / max(time.perf_counter() - t0, 1e-9))
                 self._after_step(record, bar)
@@ -341,7 +350,8 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict:
     trainer = Trainer(cfg, resume=resume)
     if ResourceMonitor is None or not trainer.dist.is_main:
         return trainer.fit()
-    with ResourceMonitor() as monitor:
+    with ResourceMonitor(label=f"train {cfg.kind}") as monitor:
+        trainer.monitor = monitor
         summary = trainer.fit()
     try:
         monitor.report(str(Path(cfg.out) / "resources.json"))

@@ -91,12 +91,13 @@ def test_fp16_needs_cuda(tiny_config, tmp_path):
                 _first_batch(Trainer(tiny_config(out=tmp_path / "b"))))
 
 
+@pytest.mark.filterwarnings("ignore:Seems like `optimizer.step")  # the test wraps optimizer.step
 def test_gradients_are_clipped(tiny_config, tmp_path):
     trainer = Trainer(tiny_config(out=tmp_path / "a", **{"optim.grad_clip": 1e-3}))
     norms = []
     original = trainer.optimizer.step
 
-    def step(*args, **kwargs):
+    def step(*args, **kwargs):  # counts the norm the optimiser sees
         grads = [p.grad for p in trainer.trainable.parameters() if p.grad is not None]
         norms.append(float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads]))))
         return original(*args, **kwargs)

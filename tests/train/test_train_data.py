@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from train_helpers import GOOG, REAL
 
 from kronos_core.train.config import DataConfig
 from kronos_core.train.data import (
@@ -15,8 +16,6 @@ from kronos_core.train.data import (
     normalize_window,
     split_windows,
 )
-
-from train_helpers import GOOG, REAL
 
 
 def test_future_part_does_not_change_the_input():

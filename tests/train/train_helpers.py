@@ -18,6 +18,7 @@ def tiny_overrides(out: Path, kind: str = "predictor", **extra) -> dict:
         "tokenizer.s2_bits": 4, "model.d_model": 16, "model.n_heads": 2, "model.n_layers": 2,
         "model.ff_dim": 32, "batch_size": 8, "max_steps": 4, "eval_every": 2, "save_every": 2,
         "optim.warmup_steps": 1, "val_batches": 2, "tensorboard": False, "device": "cpu", "max_context": 64,
+        "threads": 1,
     }
     base.update(extra)
     return base

@@ -1,0 +1,81 @@
+"""``kronos train``: config validation, flags over YAML, a run whose output loads in KronosPredictor."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+import yaml
+from train_helpers import GOOG, tiny_overrides
+
+from kronos_core.cli import main
+from kronos_core.train.config import ConfigFileError, load_config
+
+
+def _yaml_for(tmp_path, **extra) -> str:
+    tree: dict = {}
+    for key, value in {**tiny_overrides(tmp_path / "x"), **extra}.items():
+        if key in ("out", "kind", "data.paths"):
+            continue
+        node = tree
+        *parents, leaf = key.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(tree))
+    return str(path)
+
+
+def test_unknown_key_is_named(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("optim:\n  lrate: 0.1\n")
+    with pytest.raises(ConfigFileError, match=r"optim\.lrate"):
+        load_config(bad)
+
+
+def test_flags_override_the_file(tmp_path):
+    path = _yaml_for(tmp_path, max_steps=9)
+    cfg = load_config(path, {"max_steps": 3, "optim.lr": None})
+    assert cfg.max_steps == 3 and cfg.model.d_model == 16 and cfg.optim.lr == 1e-3
+
+
+def test_window_longer_than_context_is_refused():
+    with pytest.raises(ConfigFileError, match="max_context"):
+        load_config(None, {"max_context": 16, "data.lookback": 32})
+
+
+def test_predictor_run_on_an_unseen_csv_loads_in_the_predictor(tmp_path, capsys):
+    # a CSV the project never shipped: GOOG rows with other column order and a 'date' column
+    df = pd.read_csv(GOOG).rename(columns={"timestamps": "date"})
+    csv = tmp_path / "unseen.csv"
+    df[["date", "close", "open", "low", "high", "volume"]].iloc[:900].to_csv(csv, index=False)
+    out = tmp_path / "run"
+    args = ["train", "predictor", "--config", _yaml_for(tmp_path, **{"data.timestamp_column": "date"}),
+            "--data", str(csv), "--max-steps", "2", "--out", str(out)]
+    assert main(args) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["steps"] == 2
+    assert main([*args[:-4], "--max-steps", "3", "--out", str(out), "--resume"]) == 0
+    assert [r["step"] for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())] == [1, 2, 3]
+
+    from kronos_core import KronosPredictor
+    from kronos_core.model import Kronos, KronosTokenizer
+
+    for which in ("best", "last"):
+        folder = out / which
+        assert json.loads((folder / "kronos.json").read_text())["max_context"] == 64
+        predictor = KronosPredictor(Kronos.from_pretrained(folder / "model"),
+                                    KronosTokenizer.from_pretrained(folder / "tokenizer"), device="cpu", max_context=64)
+        hist = pd.read_csv(GOOG, parse_dates=["timestamps"]).iloc[:40]
+        future = pd.Series(pd.date_range(hist["timestamps"].iloc[-1], periods=4, freq="D")[1:])
+        pred = predictor.predict(hist.drop(columns="timestamps"), hist["timestamps"], future, pred_len=3,
+                                 top_k=1, verbose=False)
+        assert pred.shape == (3, 6) and pred.notna().all().all()
+
+
+def test_missing_data_is_a_clear_error(tmp_path, capsys):
+    code = main(["train", "predictor", "--config", _yaml_for(tmp_path), "--data", str(tmp_path / "nope.csv"),
+                 "--out", str(tmp_path / "o")])
+    assert code == 2 and "nope.csv" in capsys.readouterr().err
