@@ -20,6 +20,7 @@ from ray.serve.handle import DeploymentHandle
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.gateway import (
+    DeadlineExceeded,
     Gateway,
     Overloaded,
     ReplicaGone,
@@ -28,10 +29,12 @@ from service.gateway import (
     outcome_to_arrow,
     outcome_to_json,
 )
+from service.limits import BodyLimitMiddleware
 from service.metrics import CONTENT_TYPE, Metrics
 from service.replica import Predictor
 from service.schemas import (
     ARROW_STREAM,
+    ErrorBody,
     ForecastRequest,
     ForecastResponse,
     ModelsResponse,
@@ -53,6 +56,10 @@ api = FastAPI(
 
 MAX_SYMBOL_OFFSET = 2**31 - 1  # /v1/symbols offset ceiling: bounded so that no answer holds a >64-bit int
 _METRICS: Metrics | None = None  # the ingress's metrics, for the middleware below
+
+
+# the body limit sits inside the latency middleware below, so that its 413s are observed too
+api.add_middleware(BodyLimitMiddleware)
 
 
 @api.middleware("http")
@@ -91,7 +98,12 @@ async def _http_error(request: Request, exc: StarletteHTTPException) -> Response
             _METRICS.record_error("invalid_request")
         return _json({"detail": [{"loc": ["body"], "msg": f"unreadable body: {exc.detail}; send UTF-8 JSON",
                                   "type": "json_invalid"}]}, 422)
-    return _json({"detail": exc.detail}, exc.status_code, headers=getattr(exc, "headers", None))
+    body = {"detail": exc.detail}
+    if exc.status_code == 413:
+        body["code"] = "too_large"
+        if _METRICS is not None:
+            _METRICS.record_error("too_large")
+    return _json(body, exc.status_code, headers=getattr(exc, "headers", None))
 
 
 def _json(content, status_code: int = 200, headers: dict | None = None) -> Response:
@@ -120,6 +132,9 @@ class Ingress:
         import service.app as app_module
 
         app_module._METRICS = self.metrics
+        import service.limits
+
+        service.limits.LIMITS.max_body_bytes = settings.max_body_bytes
 
     # ------------------------------------------------------------- replica calls
     async def _submit(self, shard: Shard) -> ShardResult:
@@ -154,12 +169,26 @@ class Ingress:
     # ------------------------------------------------------------------ routes
     @api.post(
         "/v1/forecast", response_model=ForecastResponse,
-        responses={200: {"content": {ARROW_STREAM: {}}}, 422: {}, 503: {"description": "overloaded; see Retry-After"}},
+        responses={
+            200: {"content": {ARROW_STREAM: {}}}, 422: {},
+            413: {"model": ErrorBody, "description": "body above KRONOS_MAX_BODY_BYTES (refused from Content-Length)"},
+            503: {"model": ErrorBody, "description": "overloaded; see Retry-After"},
+            504: {"model": ErrorBody, "description": "past the request deadline; pending shards were cancelled"},
+        },
     )
     @api.post("/forecast", response_model=ForecastResponse, include_in_schema=False)
-    async def forecast(self, req: ForecastRequest, accept: Annotated[str | None, Header()] = None) -> Response:
+    async def forecast(
+        self, req: ForecastRequest, accept: Annotated[str | None, Header()] = None,
+        x_kronos_timeout_s: Annotated[float | None, Header(
+            gt=0, le=86_400, description="deadline in seconds, at most KRONOS_REQUEST_TIMEOUT_S")] = None,
+    ) -> Response:
+        timeout = self.settings.request_timeout_s
+        if x_kronos_timeout_s is not None:
+            timeout = min(timeout, x_kronos_timeout_s)
         try:
-            out = await self.gateway.forecast(req)
+            out = await self.gateway.forecast(req, timeout_s=timeout)
+        except DeadlineExceeded as exc:
+            return _json({"detail": str(exc), "code": "deadline_exceeded"}, 504)
         except Overloaded as exc:
             return self._overloaded(exc)
         except RequestInvalid as exc:

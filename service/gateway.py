@@ -36,6 +36,10 @@ class Overloaded(Exception):
         self.status_code = status_code
 
 
+class DeadlineExceeded(Exception):
+    """The request ran past its deadline (504); its pending shards were cancelled."""
+
+
 class ReplicaGone(Exception):
     """The replica running a shard died or is unreachable: the shard may be retried."""
 
@@ -302,7 +306,20 @@ class Gateway:
             self._shards_inflight -= 1
             self.metrics.queue_depth.labels(stage="shards").set(self._shards_inflight)
 
-    async def forecast(self, req: ForecastRequest) -> Outcome:
+    async def forecast(self, req: ForecastRequest, timeout_s: float | None = None) -> Outcome:
+        """Run ``req``; past ``timeout_s`` (default: the ``request_timeout_s`` setting) raise
+        ``DeadlineExceeded`` after cancelling every shard still pending or running."""
+        timeout_s = self.settings.request_timeout_s if timeout_s is None else timeout_s
+        try:
+            return await asyncio.wait_for(self._admit(req), timeout_s)
+        except TimeoutError:
+            self.metrics.record_error("deadline_exceeded")
+            raise DeadlineExceeded(
+                f"the forecast took longer than its {timeout_s:g} s deadline; its pending shards were cancelled "
+                "(ask fewer series, or raise KRONOS_REQUEST_TIMEOUT_S)"
+            ) from None
+
+    async def _admit(self, req: ForecastRequest) -> Outcome:
         if req.n_series > self.settings.max_symbols:
             field_name = "symbols" if req.symbols is not None else "series"
             raise RequestInvalid(field_name, f"{field_name}: {req.n_series} given, at most {self.settings.max_symbols} per request")

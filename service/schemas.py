@@ -236,6 +236,7 @@ class ForecastResponse(BaseModel):
 
 class ErrorBody(BaseModel):
     detail: Any
+    code: str | None = Field(None, description="overloaded, too_large, deadline_exceeded, shutting_down, ...")
 
 
 class SymbolsPage(BaseModel):

@@ -72,6 +72,15 @@ class Settings(BaseSettings):
     replica_max_queued: int = Field(64, ge=1, description="shards queued per replica handle; beyond: 503")
     retry_after_s: int = Field(1, ge=1, description="Retry-After seconds sent with 503/429")
     shard_retries: int = Field(3, ge=0, description="retries of a shard whose replica died")
+    max_body_bytes: int = Field(
+        128 * 1024 * 1024, ge=1024,
+        description="request body limit in bytes; above it: 413, refused from Content-Length before the body is read",
+    )
+    request_timeout_s: float = Field(
+        300.0, gt=0,
+        description="forecast deadline in seconds (a client may ask less with X-Kronos-Timeout-S); past it: 504 "
+        "and the request's pending shards are cancelled",
+    )
 
     # -- HTTP
     host: str = Field("127.0.0.1", description="HTTP bind address")

@@ -1,0 +1,64 @@
+"""Body limit and request deadline against the live service."""
+
+from __future__ import annotations
+
+import socket
+import time
+from urllib.parse import urlparse
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+def _raw_post_headers(url: str, content_length: int, first_bytes: bytes = b"") -> bytes:
+    """Send only the head of a request (and a few body bytes); return what the server answers."""
+    u = urlparse(url)
+    with socket.create_connection((u.hostname, u.port), timeout=30) as s:
+        s.sendall(
+            b"POST /v1/forecast HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {content_length}\r\n\r\n".encode() + first_bytes
+        )
+        data = b""
+        while b"\r\n\r\n" not in data or not data.rstrip().endswith(b"}"):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        return data
+
+
+def test_body_above_the_limit_is_413_from_content_length_alone(live_service):
+    limit = live_service.settings.max_body_bytes
+    assert limit == 128 * 1024 * 1024  # the default
+    t0 = time.monotonic()
+    answer = _raw_post_headers(live_service.url, 200_000_000, b'{"symbols": [')
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+    assert b"too_large" in answer and b"KRONOS_MAX_BODY_BYTES" in answer
+    assert time.monotonic() - t0 < 20  # answered without waiting for 200 MB that never come
+    schema = live_service.client.get("/openapi.json").json()
+    assert "413" in schema["paths"]["/v1/forecast"]["post"]["responses"]
+    assert live_service.client.get("/healthz").status_code == 200
+
+
+def test_deadline_gives_504_and_cancels_pending_shards(live_service):
+    live_service.wait_ready(2, timeout=120)
+    symbols = live_service.store.symbols()[:1000]
+    req = {"symbols": symbols, "lookback": 256, "horizon": 16}  # ~10 s of work on 2 cores
+    t0 = time.monotonic()
+    r = live_service.client.post("/v1/forecast", json=req, headers={"X-Kronos-Timeout-S": "1"})
+    elapsed = time.monotonic() - t0
+    assert r.status_code == 504, r.text[:300]
+    assert r.json()["code"] == "deadline_exceeded" and elapsed < 8
+    deadline = time.monotonic() + 5
+    while live_service.metric("kronos_queue_depth", {"stage": "shards"}) > 0:
+        assert time.monotonic() < deadline, "shards still pending 5 s after the deadline"
+        time.sleep(0.1)
+    assert live_service.metric("kronos_errors_total", {"code": "deadline_exceeded"}) >= 1
+    schema = live_service.client.get("/openapi.json").json()
+    assert "504" in schema["paths"]["/v1/forecast"]["post"]["responses"]
+    r = live_service.client.post("/v1/forecast", json={"symbols": symbols[:3], "lookback": 32, "horizon": 2})
+    assert r.status_code == 200 and len(r.json()["forecasts"]) == 3
+    with pytest.raises(httpx.HTTPStatusError):  # a deadline must be positive
+        live_service.client.post("/v1/forecast", json=req, headers={"X-Kronos-Timeout-S": "0"}).raise_for_status()
