@@ -19,12 +19,12 @@ from ray.serve.exceptions import BackPressureError
 from ray.serve.handle import DeploymentHandle
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from kronos_core.errors import ErrorCode
 from service.gateway import (
     DeadlineExceeded,
     Gateway,
     Overloaded,
     ReplicaGone,
-    ReplicaInfo,
     RequestInvalid,
     outcome_to_arrow,
     outcome_to_json,
@@ -34,15 +34,15 @@ from service.metrics import CONTENT_TYPE, Metrics
 from service.replica import Predictor
 from service.schemas import (
     ARROW_STREAM,
-    ErrorBody,
     ForecastRequest,
     ForecastResponse,
     ModelsResponse,
     Readiness,
+    RequestErrorOut,
     SymbolsPage,
 )
 from service.settings import Settings
-from service.shards import Shard, ShardResult
+from service.shards import ReplicaInfo, Shard, ShardResult
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ async def _observe(request: Request, call_next):
 async def _invalid(request: Request, exc: RequestValidationError) -> Response:
     """422 naming the field; the offending input is not echoed (it may hold NaN, or be huge)."""
     if _METRICS is not None:
-        _METRICS.record_error("invalid_request")
+        _METRICS.record_error(ErrorCode.INVALID_REQUEST)
     detail = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")} for e in exc.errors()]
     return _json({"detail": detail}, 422)
 
@@ -95,15 +95,15 @@ async def _http_error(request: Request, exc: StarletteHTTPException) -> Response
     JSON parser): answer the documented 422 instead, in the validation-error shape."""
     if exc.status_code == 400:
         if _METRICS is not None:
-            _METRICS.record_error("invalid_request")
+            _METRICS.record_error(ErrorCode.INVALID_REQUEST)
         return _json({"detail": [{"loc": ["body"], "msg": f"unreadable body: {exc.detail}; send UTF-8 JSON",
                                   "type": "json_invalid"}]}, 422)
     body = {"detail": exc.detail}
     if exc.status_code == 413:
-        body["code"] = "too_large"
+        body["code"] = ErrorCode.TOO_LARGE
         if _METRICS is not None:
-            _METRICS.record_error("too_large")
-    return _json(body, exc.status_code, headers=getattr(exc, "headers", None))
+            _METRICS.record_error(ErrorCode.TOO_LARGE)
+    return _json(body, exc.status_code, headers=exc.headers)
 
 
 def _json(content, status_code: int = 200, headers: dict | None = None) -> Response:
@@ -111,6 +111,40 @@ def _json(content, status_code: int = 200, headers: dict | None = None) -> Respo
         orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS),
         status_code=status_code, media_type="application/json", headers=headers,
     )
+
+
+class ServeReplicas:
+    """The predictor replicas behind a Serve handle, as the gateway's ``Replicas``: Ray's
+    failures become the gateway's ``ReplicaGone`` (retry the shard) and ``Overloaded`` (503)."""
+
+    def __init__(self, handle: DeploymentHandle, settings: Settings, metrics: Metrics):
+        self.handle = handle
+        self.settings = settings
+        self.metrics = metrics
+
+    async def forecast_shard(self, shard: Shard) -> ShardResult:
+        resp = self.handle.forecast_shard.remote(shard)
+        try:
+            return await resp
+        except asyncio.CancelledError:
+            resp.cancel()  # client gone: drop the shard where Ray still can
+            raise
+        except BackPressureError as exc:
+            self.metrics.record_error(ErrorCode.OVERLOADED)
+            raise Overloaded(f"replicas' queues are full: {exc}", self.settings.retry_after_s) from exc
+        except RayActorError as exc:
+            first_line = str(exc).splitlines()[0] if str(exc) else ""
+            raise ReplicaGone(f"{type(exc).__name__}: {first_line}") from exc
+
+    async def describe(self) -> ReplicaInfo:
+        for attempt in range(self.settings.shard_retries + 1):
+            try:
+                return await self.handle.describe.remote()
+            except RayActorError:
+                if attempt == self.settings.shard_retries:
+                    raise
+                await asyncio.sleep(0.5)
+        raise AssertionError("unreachable")
 
 
 @serve.deployment(name="Gateway", ray_actor_options={"num_cpus": 0})
@@ -124,7 +158,8 @@ class Ingress:
         self.num_replicas = num_replicas
         self.store = KlineStore(settings.resolved_store_dir())
         self.metrics = Metrics()
-        self.gateway = Gateway(settings, self.store, self._submit, self._describe, self.metrics, num_replicas)
+        self.replicas = ServeReplicas(predictor, settings, self.metrics)
+        self.gateway = Gateway(settings, self.store, self.replicas, self.metrics, num_replicas)
         self._symbols: list[str] | None = None
 
         # serve.ingress pickles this class by value, so `global` would bind a copy of the
@@ -136,33 +171,9 @@ class Ingress:
 
         service.limits.LIMITS.max_body_bytes = settings.max_body_bytes
 
-    # ------------------------------------------------------------- replica calls
-    async def _submit(self, shard: Shard) -> ShardResult:
-        resp = self.handle.forecast_shard.remote(shard)
-        try:
-            return await resp
-        except asyncio.CancelledError:
-            resp.cancel()  # client gone: drop the shard where Ray still can
-            raise
-        except BackPressureError as exc:
-            self.metrics.record_error("overloaded")
-            raise Overloaded(f"replicas' queues are full: {exc}", self.settings.retry_after_s) from exc
-        except RayActorError as exc:
-            raise ReplicaGone(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from exc
-
-    async def _describe(self) -> ReplicaInfo:
-        for attempt in range(self.settings.shard_retries + 1):
-            try:
-                return await self.handle.describe.remote()
-            except RayActorError:
-                if attempt == self.settings.shard_retries:
-                    raise
-                await asyncio.sleep(0.5)
-        raise AssertionError("unreachable")
-
     def _overloaded(self, exc: Overloaded) -> Response:
         return _json(
-            {"detail": str(exc), "code": "overloaded"}, exc.status_code,
+            {"detail": str(exc), "code": ErrorCode.OVERLOADED}, exc.status_code,
             headers={"Retry-After": str(exc.retry_after_s)},
         )
 
@@ -171,9 +182,9 @@ class Ingress:
         "/v1/forecast", response_model=ForecastResponse,
         responses={
             200: {"content": {ARROW_STREAM: {}}}, 422: {},
-            413: {"model": ErrorBody, "description": "body above KRONOS_MAX_BODY_BYTES (refused from Content-Length)"},
-            503: {"model": ErrorBody, "description": "overloaded; see Retry-After"},
-            504: {"model": ErrorBody, "description": "past the request deadline; pending shards were cancelled"},
+            413: {"model": RequestErrorOut, "description": "body above KRONOS_MAX_BODY_BYTES (refused from Content-Length)"},
+            503: {"model": RequestErrorOut, "description": "overloaded; see Retry-After"},
+            504: {"model": RequestErrorOut, "description": "past the request deadline; pending shards were cancelled"},
         },
     )
     @api.post("/forecast", response_model=ForecastResponse, include_in_schema=False)
@@ -188,11 +199,11 @@ class Ingress:
         try:
             out = await self.gateway.forecast(req, timeout_s=timeout)
         except DeadlineExceeded as exc:
-            return _json({"detail": str(exc), "code": "deadline_exceeded"}, 504)
+            return _json({"detail": str(exc), "code": ErrorCode.DEADLINE_EXCEEDED}, 504)
         except Overloaded as exc:
             return self._overloaded(exc)
         except RequestInvalid as exc:
-            self.metrics.record_error("invalid_request")
+            self.metrics.record_error(ErrorCode.INVALID_REQUEST)
             return _json({"detail": exc.detail()}, 422)
         if accept and ARROW_STREAM in accept:
             return Response(outcome_to_arrow(out), media_type=ARROW_STREAM,
@@ -238,8 +249,7 @@ class Ingress:
         status_known = not detail
         try:
             info = await asyncio.wait_for(self.handle.describe.remote(), timeout=10)
-            if self.gateway._info is None:
-                self.gateway._info = info
+            self.gateway.remember(info)
             ready = running >= 1 or not status_known
         except Exception as exc:
             detail = f"no replica answered: {type(exc).__name__}"

@@ -1,6 +1,7 @@
 """The gateway: one portfolio request -> store windows -> memory-sized shards -> replicas
--> forecasts in request order. No Ray and no FastAPI here: the replica call is an injected
-async ``submit(shard)``, so the whole flow is unit-testable with a fake.
+-> forecasts in request order. No Ray and no FastAPI here: the store and the replicas are
+injected objects typed by ``service.interfaces`` (``CandleStore``, ``Replicas``), so the
+whole flow is unit-testable with the fakes of ``tests/service/service_fakes.py``.
 """
 
 from __future__ import annotations
@@ -12,17 +13,20 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from kronos_core.errors import ErrorCode, WarningCode
+from service.interfaces import CandleStore, Replicas
 from service.metrics import Metrics
 from service.schemas import FEATURE_NAMES, ForecastRequest, InlineSeries
 from service.settings import Settings
-from service.shards import SamplingKey, Shard, ShardResult, TooLargeError, plan_shards
+from service.shards import ReplicaInfo, SamplingKey, Shard, ShardResult, TooLargeError, plan_shards
 
 log = logging.getLogger(__name__)
 
@@ -60,17 +64,14 @@ class RequestInvalid(Exception):
 
 
 @dataclass
-class ReplicaInfo:
-    """What a predictor replica reports about itself (``Predictor.describe``)."""
+class _Series:
+    """One usable series on its way to a shard."""
 
-    replica_id: str
-    device: str
-    budget_bytes: int  # device memory one batch may use
-    max_batch_tokens: int  # token budget of one coalesced batch
-    max_context: int
-    model_cfg: Any  # model.config dataclass, for the memory model
-    tokenizer_cfg: Any
-    model: dict  # ModelInfo fields
+    symbol: str
+    values: np.ndarray  # (L, 6) float32
+    ts: np.ndarray  # (L,) datetime64[ns]
+    session: tuple[str | None, str] | None = None  # (timezone, session_timezone) from metadata
+    warnings: list[dict] = field(default_factory=list)  # {code, message}
 
 
 @dataclass
@@ -81,6 +82,7 @@ class Prepared:
     values: list[np.ndarray] = field(default_factory=list)  # (L_i, 6) float32
     x_ts: list[np.ndarray] = field(default_factory=list)  # (L_i,) datetime64[ns]
     y_ts: list[np.ndarray] = field(default_factory=list)  # (H,) datetime64[ns]
+    warnings: list[list[dict]] = field(default_factory=list)  # per usable series: {code, message}
     errors: list[dict] = field(default_factory=list)  # {symbol, code, message}
 
 
@@ -97,6 +99,9 @@ class Outcome:
     paths: list[np.ndarray | None]  # (S, H, 6)
     errors: list[dict]
     timing: dict[str, float]
+    history_length: list[int] = field(default_factory=list)  # candles of history each series used
+    last_timestamp: list[np.datetime64] = field(default_factory=list)  # its last input candle
+    warnings: list[list[dict]] = field(default_factory=list)  # {code, message} per series
 
 
 def _to_ns(ts) -> np.ndarray:
@@ -108,16 +113,47 @@ def _to_ns(ts) -> np.ndarray:
     return idx.as_unit("ns").to_numpy(dtype="datetime64[ns]")
 
 
+def _error(symbol: str, code: ErrorCode, message: str) -> dict:
+    return {"symbol": symbol, "code": code, "message": message}
+
+
+def _warning(code: WarningCode, message: str) -> dict:
+    return {"code": code, "message": message}
+
+
+def _wall_clock(t: pd.Timestamp, tz: str | None) -> pd.Timestamp:
+    """``t`` as a naive wall-clock time of zone ``tz`` (how the store keeps stamps)."""
+    if t.tzinfo is None:
+        return t
+    return (t.tz_convert(tz) if tz else t).tz_localize(None)
+
+
+def as_of_warning(as_of: datetime, ts: np.ndarray, meta: dict) -> dict | None:
+    """A warning when ``as_of`` lies more than one candle after the symbol's last stored
+    candle (``meta["last"]``): the forecast then starts after that older candle."""
+    last = meta.get("last")
+    if last is None or len(ts) < 2 or pd.Timestamp(ts[-1]) != pd.Timestamp(last):
+        return None  # the window stops inside the data: as_of is within it
+    step = pd.Timestamp(ts[-1]) - pd.Timestamp(ts[-2])
+    wall = _wall_clock(pd.Timestamp(as_of), meta.get("timezone"))
+    if wall <= pd.Timestamp(last) + step:
+        return None
+    return _warning(
+        WarningCode.AS_OF_AFTER_DATA,
+        f"as_of {wall} is after the last stored candle {last}; the forecast starts after {last}",
+    )
+
+
 class FutureTimestamps:
     """``future_timestamps`` with a cache: portfolios share calendars, so 1,000 symbols
     usually need only a handful of distinct calls."""
 
-    def __init__(self, fn: Callable[[pd.DatetimeIndex, int], pd.DatetimeIndex] | None = None, size: int = 4096):
+    def __init__(self, fn: Callable[..., pd.DatetimeIndex] | None = None, size: int = 4096):
         if fn is None:
             from kronos_core.data.timestamps import future_timestamps as fn
         self.fn = fn
         self.size = size
-        self._cache: dict[tuple[bytes, int], np.ndarray] = {}
+        self._cache: dict[tuple, np.ndarray] = {}
 
     def __call__(self, history: np.ndarray, horizon: int, session: tuple[str | None, str] | None = None) -> np.ndarray:
         """session: (timezone, session_timezone) from the symbol's metadata, for markets whose
@@ -195,23 +231,21 @@ def public_message(message: str, store_root: Any = None) -> str:
 
 
 class Gateway:
-    """Turns a ``ForecastRequest`` into shards, runs them through ``submit``, gathers in order."""
+    """Turns a ``ForecastRequest`` into shards, runs them on the ``replicas``, gathers in order."""
 
     def __init__(
         self,
         settings: Settings,
-        store: Any,
-        submit: Callable[[Shard], Awaitable[ShardResult]],
-        describe: Callable[[], Awaitable[ReplicaInfo]],
+        store: CandleStore,
+        replicas: Replicas,
         metrics: Metrics,
         num_replicas: int,
         fit_factory: Callable[[ReplicaInfo, int, int], Callable[[int], int]] | None = None,
-        future: Callable[[np.ndarray, int], np.ndarray] | None = None,
+        future: Callable[..., np.ndarray] | None = None,
     ):
         self.settings = settings
         self.store = store
-        self.submit = submit
-        self.describe = describe
+        self.replicas = replicas
         self.metrics = metrics
         self.num_replicas = num_replicas
         self.fit_factory = fit_factory or memory_model_fit
@@ -220,62 +254,85 @@ class Gateway:
         self._inflight = 0
         self._shards_inflight = 0
 
-    def public(self, message: str) -> str:
-        """``message`` fit for a client: the store named by its folder name, no server paths."""
-        return public_message(message, getattr(self.store, "root", None))
-
     @property
-    def future(self) -> Callable[[np.ndarray, int], np.ndarray]:
+    def future(self) -> Callable[..., np.ndarray]:
         if self._future is None:
             self._future = FutureTimestamps()
         return self._future
 
     async def info(self) -> ReplicaInfo:
         if self._info is None:
-            self._info = await self.describe()
+            self._info = await self.replicas.describe()
         return self._info
 
+    def public(self, message: str) -> str:
+        """``message`` fit for a client: the store named by its folder name, no server paths."""
+        return public_message(message, self.store.root)
+
+    def remember(self, info: ReplicaInfo) -> None:
+        """Keep a replica description obtained elsewhere (the readiness probe)."""
+        if self._info is None:
+            self._info = info
+
     # ------------------------------------------------------------------ inputs
+    def _store_series(self, req: ForecastRequest, lookback: int, errors: list[dict]) -> list[_Series]:
+        # the store reads a naive as_of as each symbol's wall clock, an aware one converted
+        as_of = None if req.as_of is None else pd.Timestamp(req.as_of)
+        batch = self.store.read_windows(list(req.symbols or []), lookback, as_of=as_of, frequency=req.frequency)
+        errors.extend(_error(e.symbol, ErrorCode(e.code), e.message) for e in batch.errors)
+        items = []
+        for i, sym in enumerate(batch.symbols):
+            values, ts = batch.series(i)
+            meta = batch.metadata[i]
+            session = (meta.get("timezone"), meta["session_timezone"]) if meta.get("session_timezone") else None
+            item = _Series(sym, np.asarray(values, dtype=np.float32), _to_ns(ts), session)
+            if req.as_of is not None:
+                w = as_of_warning(req.as_of, item.ts, self.store.metadata(sym, req.frequency))
+                if w is not None:
+                    item.warnings.append(w)
+            items.append(item)
+        return items
+
+    def _inline_series(self, req: ForecastRequest, lookback: int, errors: list[dict]) -> list[_Series]:
+        items = []
+        seen: dict[str, int] = {}
+        for j, s in enumerate(req.series or []):
+            if s.symbol in seen:
+                errors.append(_error(s.symbol, ErrorCode.INVALID_SERIES,
+                                     f"series[{j}]: symbol {s.symbol!r} repeats series[{seen[s.symbol]}]; names must be unique"))
+                continue
+            seen[s.symbol] = j
+            try:
+                values, ts = inline_arrays(s, lookback)
+            except ValueError as exc:
+                errors.append(_error(s.symbol, ErrorCode.INVALID_SERIES, f"series[{j}]: {exc}"))
+                continue
+            items.append(_Series(s.symbol, values, ts))
+        return items
+
     def prepare(self, req: ForecastRequest, lookback: int) -> Prepared:
         out = Prepared()
         if req.symbols is not None:
-            # the store reads a naive as_of as each symbol's wall clock, an aware one converted
-            as_of = None if req.as_of is None else pd.Timestamp(req.as_of)
-            batch = self.store.read_windows(list(req.symbols), lookback, as_of=as_of, frequency=req.frequency)
-            for e in batch.errors:
-                out.errors.append({"symbol": e.symbol, "code": e.code, "message": e.message})
-            items = []
-            metas = getattr(batch, "metadata", None) or [{}] * len(batch.symbols)
-            for i, sym in enumerate(batch.symbols):
-                values, ts = batch.series(i)
-                meta = metas[i] or {}
-                session = (meta.get("timezone"), meta["session_timezone"]) if meta.get("session_timezone") else None
-                items.append((sym, np.asarray(values, dtype=np.float32), _to_ns(ts), session))
+            items = self._store_series(req, lookback, out.errors)
         else:
-            items = []
-            seen: dict[str, int] = {}
-            for j, s in enumerate(req.series or []):
-                if s.symbol in seen:
-                    out.errors.append({"symbol": s.symbol, "code": "invalid_series", "message": (
-                        f"series[{j}]: symbol {s.symbol!r} repeats series[{seen[s.symbol]}]; names must be unique")})
-                    continue
-                seen[s.symbol] = j
-                try:
-                    values, ts = inline_arrays(s, lookback)
-                except ValueError as exc:
-                    out.errors.append({"symbol": s.symbol, "code": "invalid_series", "message": f"series[{j}]: {exc}"})
-                    continue
-                items.append((s.symbol, values, ts, None))
-        for sym, values, ts, session in items:
+            items = self._inline_series(req, lookback, out.errors)
+        short = self.settings.min_history_warning
+        for it in items:
             try:
-                y = self.future(ts, req.horizon, session)
+                y = self.future(it.ts, req.horizon, it.session)
             except Exception as exc:
-                out.errors.append({"symbol": sym, "code": "no_calendar", "message": f"future timestamps: {exc}"})
+                out.errors.append(_error(it.symbol, ErrorCode.NO_CALENDAR, f"future timestamps: {exc}"))
                 continue
-            out.symbols.append(sym)
-            out.values.append(values)
-            out.x_ts.append(ts)
+            if len(it.values) < short:
+                it.warnings.append(_warning(
+                    WarningCode.SHORT_HISTORY,
+                    f"{len(it.values)} candles of history, fewer than {short}: the forecast has little to go on",
+                ))
+            out.symbols.append(it.symbol)
+            out.values.append(it.values)
+            out.x_ts.append(it.ts)
             out.y_ts.append(y)
+            out.warnings.append(it.warnings)
         if req.symbols is not None:  # errors in request order, like the forecasts
             order = {s: i for i, s in enumerate(req.symbols)}
             out.errors.sort(key=lambda e: order.get(e["symbol"], len(order)))
@@ -289,7 +346,7 @@ class Gateway:
         try:
             while True:
                 try:
-                    res = await self.submit(shard)
+                    res = await self.replicas.forecast_shard(shard)
                     for rep in res.reports:
                         self.metrics.record_batch(rep)
                     return res
@@ -297,7 +354,8 @@ class Gateway:
                     attempts += 1
                     if attempts > self.settings.shard_retries:
                         return ShardResult(shard.request_id, shard.index, "", None, None, None,
-                                           error=f"replica unavailable after {attempts} attempts: {exc}")
+                                           error=f"replica unavailable after {attempts} attempts: {exc}",
+                                           error_code=ErrorCode.REPLICA_UNAVAILABLE)
                     counters["shard_retries"] += 1
                     self.metrics.shard_retries.inc()
                     log.warning("shard %s/%d: replica gone (%s); retry %d", shard.request_id, shard.index, exc, attempts)
@@ -313,7 +371,7 @@ class Gateway:
         try:
             return await asyncio.wait_for(self._admit(req), timeout_s)
         except TimeoutError:
-            self.metrics.record_error("deadline_exceeded")
+            self.metrics.record_error(ErrorCode.DEADLINE_EXCEEDED)
             raise DeadlineExceeded(
                 f"the forecast took longer than its {timeout_s:g} s deadline; its pending shards were cancelled "
                 "(ask fewer series, or raise KRONOS_REQUEST_TIMEOUT_S)"
@@ -324,7 +382,7 @@ class Gateway:
             field_name = "symbols" if req.symbols is not None else "series"
             raise RequestInvalid(field_name, f"{field_name}: {req.n_series} given, at most {self.settings.max_symbols} per request")
         if self._inflight >= self.settings.max_inflight_requests:
-            self.metrics.record_error("overloaded")
+            self.metrics.record_error(ErrorCode.OVERLOADED)
             raise Overloaded(
                 f"{self._inflight} forecast requests in flight (limit {self.settings.max_inflight_requests})",
                 self.settings.retry_after_s,
@@ -337,21 +395,7 @@ class Gateway:
             self._inflight -= 1
             self.metrics.queue_depth.labels(stage="requests").set(self._inflight)
 
-    async def _forecast(self, req: ForecastRequest) -> Outcome:
-        t0 = time.perf_counter()
-        info = await self.info()
-        if req.lookback is None:
-            lookback = max(2, info.max_context - req.horizon)
-        else:
-            lookback = req.lookback
-        prep = await asyncio.to_thread(self.prepare, req, lookback)
-        t_read = time.perf_counter()
-        if req.series is not None and not prep.symbols:
-            # nothing usable: the request as a whole is invalid (422), one entry per series
-            raise RequestInvalid("series", "no inline series is usable", details=[
-                (["body", "series", i], self.public(e["message"])) for i, e in enumerate(prep.errors)
-            ])
-
+    def _shards(self, req: ForecastRequest, prep: Prepared, info: ReplicaInfo) -> tuple[list[slice], list[Shard]]:
         key = SamplingKey(
             horizon=req.horizon, sample_count=req.sample_count, temperature=req.temperature,
             top_k=req.top_k, top_p=req.top_p, seed=req.seed,
@@ -366,11 +410,10 @@ class Gateway:
         except TooLargeError as exc:
             raise RequestInvalid("lookback", str(exc)) from None
         rid = uuid.uuid4().hex[:12]
-        shards = [
-            Shard(rid, i, prep.values[s], prep.x_ts[s], prep.y_ts[s], key)
-            for i, s in enumerate(slices)
-        ]
-        counters = {"shard_retries": 0}
+        shards = [Shard(rid, i, prep.values[s], prep.x_ts[s], prep.y_ts[s], key) for i, s in enumerate(slices)]
+        return slices, shards
+
+    async def _run_all(self, shards: list[Shard], counters: dict[str, int]) -> list[ShardResult]:
         # Pull model: a request keeps only a few shards in flight (by default two per replica: one
         # running, one queued so the replica never idles between shards); the next shard goes to
         # the replica that frees up first (the handle routes to the shorter queue). Sending all
@@ -383,30 +426,29 @@ class Gateway:
 
         tasks = [asyncio.ensure_future(run(s)) for s in shards]
         try:
-            results = await asyncio.gather(*tasks)
+            return list(await asyncio.gather(*tasks))
         except BaseException:  # cancelled (client gone) or overloaded: stop the other shards
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             raise
-        t_fc = time.perf_counter()
 
-        out = Outcome(
-            model=info.model, symbols=[], timestamps=[], mean=[], quantile_levels=key.quantiles,
-            quantiles=[], paths=[], errors=list(prep.errors), timing={},
-        )
-        for sl, res in zip(slices, results, strict=True):
-            syms = prep.symbols[sl]
-            if res.error is not None:
-                code = "replica_unavailable" if res.error.startswith("replica unavailable") else "forecast_failed"
-                out.errors.extend({"symbol": s, "code": code, "message": res.error} for s in syms)
-                continue
-            for j, sym in enumerate(syms):
-                out.symbols.append(sym)
-                out.timestamps.append(prep.y_ts[sl.start + j])
-                out.mean.append(res.mean[j])
-                out.quantiles.append(None if res.quantiles is None else res.quantiles[:, j])
-                out.paths.append(None if res.paths is None else res.paths[j])
+    async def _forecast(self, req: ForecastRequest) -> Outcome:
+        t0 = time.perf_counter()
+        info = await self.info()
+        lookback = max(2, info.max_context - req.horizon) if req.lookback is None else req.lookback
+        prep = await asyncio.to_thread(self.prepare, req, lookback)
+        t_read = time.perf_counter()
+        if req.series is not None and not prep.symbols:
+            # nothing usable: the request as a whole is invalid (422), one entry per series
+            raise RequestInvalid("series", "no inline series is usable", details=[
+                (["body", "series", i], self.public(e["message"])) for i, e in enumerate(prep.errors)
+            ])
+        slices, shards = self._shards(req, prep, info)
+        counters = {"shard_retries": 0}
+        results = await self._run_all(shards, counters)
+        t_fc = time.perf_counter()
+        out = gather_outcome(info.model, tuple(req.quantiles), prep, slices, results)
         self.metrics.series_forecast.inc(len(out.symbols))
         out.errors = [{**e, "message": self.public(e["message"])} for e in out.errors]
         for e in out.errors:
@@ -418,9 +460,32 @@ class Gateway:
             "series": float(len(out.symbols)),
             "shards": float(len(shards)),
             "shard_retries": float(counters["shard_retries"]),
-            "lookback": float(lookback),
+            "lookback": float(lookback),  # the window asked for; each series' own: history_length
         }
         return out
+
+
+def gather_outcome(model: dict, levels: tuple[float, ...], prep: Prepared, slices: list[slice],
+                   results: list[ShardResult]) -> Outcome:
+    """The shards' results put back in request order; a failed shard's symbols become errors."""
+    out = Outcome(model=model, symbols=[], timestamps=[], mean=[], quantile_levels=levels,
+                  quantiles=[], paths=[], errors=list(prep.errors), timing={})
+    for sl, res in zip(slices, results, strict=True):
+        if res.error is not None:
+            code = res.error_code or ErrorCode.FORECAST_FAILED
+            out.errors.extend(_error(s, code, res.error) for s in prep.symbols[sl])
+            continue
+        for j in range(sl.stop - sl.start):
+            i = sl.start + j
+            out.symbols.append(prep.symbols[i])
+            out.timestamps.append(prep.y_ts[i])
+            out.mean.append(res.mean[j])
+            out.quantiles.append(None if res.quantiles is None else res.quantiles[:, j])
+            out.paths.append(None if res.paths is None else res.paths[j])
+            out.history_length.append(len(prep.values[i]))
+            out.last_timestamp.append(prep.x_ts[i][-1])
+            out.warnings.append(prep.warnings[i])
+    return out
 
 
 def memory_model_fit(info: ReplicaInfo, horizon: int, sample_count: int) -> Callable[[int], int]:
@@ -459,10 +524,20 @@ def quantile_label(level: float) -> str:
     return repr(float(level))
 
 
+def _inputs(out: Outcome, i: int) -> dict[str, Any]:
+    """What series i's forecast was made from: its history length, last input candle, warnings."""
+    return {
+        "history_length": out.history_length[i],
+        "last_timestamp": _iso(out.last_timestamp[i : i + 1])[0],
+        "warnings": out.warnings[i],
+    }
+
+
 def outcome_to_json(out: Outcome) -> dict:
     forecasts = []
     for i, sym in enumerate(out.symbols):
-        f: dict[str, Any] = {"symbol": sym, "timestamps": _iso(out.timestamps[i]), "mean": _candles(out.mean[i])}
+        f: dict[str, Any] = {"symbol": sym, **_inputs(out, i), "timestamps": _iso(out.timestamps[i]),
+                             "mean": _candles(out.mean[i])}
         q = out.quantiles[i]
         if q is not None:
             f["quantiles"] = {quantile_label(lv): _candles(q[k]) for k, lv in enumerate(out.quantile_levels)}
@@ -476,8 +551,9 @@ def outcome_to_json(out: Outcome) -> dict:
 def outcome_to_arrow(out: Outcome) -> bytes:
     """Long format: one row per (symbol, step). Columns: symbol, step, timestamp, the six
     mean columns, then ``<feature>_q<level>`` per quantile (level as in ``quantile_label``).
-    Errors, model and timing are in the schema metadata (``kronos.errors``, ``kronos.model``,
-    ``kronos.timing``, JSON)."""
+    Errors, model, timing and each series' inputs (``{symbol, history_length, last_timestamp,
+    warnings}``) are JSON in the schema metadata (``kronos.errors``, ``kronos.model``,
+    ``kronos.timing``, ``kronos.inputs``)."""
     import orjson
     import pyarrow as pa
 
@@ -504,6 +580,7 @@ def outcome_to_arrow(out: Outcome) -> bytes:
         b"kronos.model": orjson.dumps(out.model),
         b"kronos.errors": orjson.dumps(out.errors),
         b"kronos.timing": orjson.dumps(out.timing),
+        b"kronos.inputs": orjson.dumps([{"symbol": sym, **_inputs(out, i)} for i, sym in enumerate(out.symbols)]),
     }
     table = pa.table(cols).replace_schema_metadata(meta)
     sink = pa.BufferOutputStream()

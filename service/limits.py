@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import orjson
 from starlette.exceptions import HTTPException
 
+from kronos_core.errors import ErrorCode
+
 DEFAULT_MAX_BODY_BYTES = 128 * 1024 * 1024  # fits 1,000 inline series of 512 candles as JSON rows
 
 
@@ -77,7 +79,7 @@ def _content_length(scope) -> int | None:
 
 
 async def _answer_413(send, message: str) -> None:
-    body = orjson.dumps({"detail": message, "code": "too_large"})
+    body = orjson.dumps({"detail": message, "code": ErrorCode.TOO_LARGE})
     await send({"type": "http.response.start", "status": 413, "headers": [
         (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
         (b"connection", b"close"),

@@ -12,6 +12,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from kronos_core.errors import ErrorCode
 from service.shards import BatchReport
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
@@ -94,9 +95,9 @@ class Metrics:
         for kind, value in (("allocated", rep.mem_allocated), ("reserved", rep.mem_reserved), ("peak", rep.mem_peak)):
             self.device_memory.labels(replica=lbl, device=rep.device, kind=kind).set(value)
 
-    def record_error(self, code: str, n: int = 1) -> None:
+    def record_error(self, code: ErrorCode, n: int = 1) -> None:
         if n:
-            self.errors.labels(code=code).inc(n)
+            self.errors.labels(code=ErrorCode(code).value).inc(n)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

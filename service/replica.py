@@ -12,9 +12,8 @@ from typing import Any
 
 from ray import serve
 
-from service.gateway import ReplicaInfo
 from service.settings import Settings
-from service.shards import BatchReport, BatchRunner, Shard, ShardResult
+from service.shards import BatchReport, BatchRunner, ReplicaInfo, Shard, ShardResult
 
 log = logging.getLogger(__name__)
 

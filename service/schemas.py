@@ -14,6 +14,8 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
+from kronos_core.errors import REQUEST_ERROR_CODES, SYMBOL_ERROR_CODES, ErrorCode, WarningCode
+
 MAX_SYMBOLS = 10_000  # symbols or inline series in one request
 MAX_HORIZON = 512  # candles forecast per series
 MAX_LOOKBACK = 4096  # candles of history per series
@@ -196,18 +198,46 @@ class Candles(BaseModel):
     amount: list[float]
 
 
+class SymbolWarning(BaseModel):
+    """The forecast was made, but its input deserves a look."""
+
+    code: WarningCode
+    message: str
+
+
 class SymbolForecast(BaseModel):
     symbol: str
+    history_length: int = Field(..., description="candles of history this forecast was made from")
+    last_timestamp: datetime = Field(..., description="the last input candle's time (wall clock)")
+    warnings: list[SymbolWarning] = Field(
+        default_factory=list, description="short_history, as_of_after_data: the forecast is made anyway"
+    )
     timestamps: list[datetime]
     mean: Candles
     quantiles: dict[str, Candles] | None = Field(None, description="level (as text) -> candles")
     paths: list[Candles] | None = None
 
 
+# exactly the codes a forecast response's ``errors`` can hold (tests/service/test_error_codes.py)
+SymbolErrorCode = Literal[tuple(c.value for c in SYMBOL_ERROR_CODES)]  # type: ignore[valid-type]
+
+
 class SymbolErrorOut(BaseModel):
     symbol: str
-    code: str = Field(..., description="unknown_symbol, invalid_symbol, corrupt_file, no_data, invalid_series, too_large, forecast_failed")
-    message: str
+    code: SymbolErrorCode = Field(..., description="machine-readable reason; kronos_core.errors.ErrorCode")
+    message: str = Field(..., description="for people: names the cause and the fix; do not parse")
+
+
+# the codes of a whole request's failure that carry a body with ``code`` (422 has FastAPI's shape)
+RequestErrorCode = Literal[tuple(c.value for c in REQUEST_ERROR_CODES if c is not ErrorCode.INVALID_REQUEST)]  # type: ignore[valid-type]
+
+
+class RequestErrorOut(BaseModel):
+    """The body of a 413, 503 or 504: the request as a whole got no answer."""
+
+    detail: str
+    code: RequestErrorCode = Field(..., description="too_large (413), overloaded (503: see Retry-After), "
+                                   "deadline_exceeded (504)")
 
 
 class ModelInfo(BaseModel):
@@ -234,11 +264,6 @@ class ForecastResponse(BaseModel):
     timing: dict[str, float]
 
 
-class ErrorBody(BaseModel):
-    detail: Any
-    code: str | None = Field(None, description="overloaded, too_large, deadline_exceeded, shutting_down, ...")
-
-
 class SymbolsPage(BaseModel):
     symbols: list[str]
     total: int
@@ -257,5 +282,4 @@ class Readiness(BaseModel):
     detail: str = ""
 
 
-ArrowMime = Literal["application/vnd.apache.arrow.stream"]
 ARROW_STREAM = "application/vnd.apache.arrow.stream"

@@ -81,6 +81,9 @@ class Settings(BaseSettings):
         description="forecast deadline in seconds (a client may ask less with X-Kronos-Timeout-S); past it: 504 "
         "and the request's pending shards are cancelled",
     )
+    min_history_warning: int = Field(
+        32, ge=0, description="a series with fewer history candles gets a short_history warning (0: never)"
+    )
 
     # -- HTTP
     host: str = Field("127.0.0.1", description="HTTP bind address")

@@ -12,8 +12,14 @@ import resource
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from kronos_core.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from service.interfaces import ForecastEngine
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +89,22 @@ class ShardResult:
     quantiles: np.ndarray | None  # (Q, B, H, 6)
     paths: np.ndarray | None  # (B, S, H, 6) when return_paths
     error: str | None = None  # the whole shard failed: message
+    error_code: ErrorCode | None = None  # set with ``error``: forecast_failed or replica_unavailable
     reports: list[BatchReport] = field(default_factory=list)  # batches not yet reported to the gateway
+
+
+@dataclass
+class ReplicaInfo:
+    """What a predictor replica reports about itself (``Predictor.describe``)."""
+
+    replica_id: str
+    device: str
+    budget_bytes: int  # device memory one batch may use
+    max_batch_tokens: int  # token budget of one coalesced batch
+    max_context: int
+    model_cfg: Any  # model.config dataclass, for the memory model
+    tokenizer_cfg: Any
+    model: dict  # ModelInfo fields
 
 
 def shard_tokens(lengths: Sequence[int], horizon: int, sample_count: int) -> int:
@@ -183,7 +204,7 @@ class BatchRunner:
     """Runs coalesced shards through ``predictor.forecast``: groups by sampling options,
     splits a sub-batch in half on out-of-memory and retries, slices results per shard."""
 
-    def __init__(self, predictor, replica_id: str, device: str, min_split: int = 1):
+    def __init__(self, predictor: ForecastEngine, replica_id: str, device: str, min_split: int = 1):
         self.predictor = predictor
         self.replica_id = replica_id
         self.device = device
@@ -198,7 +219,7 @@ class BatchRunner:
                 sample_count=key.sample_count, T=key.temperature, top_k=key.top_k, top_p=key.top_p,
                 seed=key.seed, quantiles=key.quantiles, repair=key.repair,
             )
-            tokens = int(getattr(getattr(res, "stats", None), "tokens_generated", 0) or 0)
+            tokens = int(res.stats.tokens_generated)
             q = np.asarray(res.quantiles, dtype=np.float32) if key.quantiles else None
             paths = np.asarray(res.paths, dtype=np.float32) if key.return_paths else None
             return np.asarray(res.mean, dtype=np.float32), q, paths, tokens
@@ -244,7 +265,8 @@ class BatchRunner:
                 msg = f"{type(exc).__name__}: {exc}"
                 for i in idx:
                     s = shards[i]
-                    results[i] = ShardResult(s.request_id, s.index, self.replica_id, None, None, None, error=msg)
+                    results[i] = ShardResult(s.request_id, s.index, self.replica_id, None, None, None,
+                                             error=msg, error_code=ErrorCode.FORECAST_FAILED)
                 continue
             start = 0
             for i in idx:

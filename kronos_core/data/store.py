@@ -44,6 +44,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from kronos_core.candles import FEATURES, CandleError
+from kronos_core.errors import ErrorCode
 
 try:  # POSIX advisory locks serialize writers of one symbol; absent on Windows.
     import fcntl
@@ -65,7 +66,14 @@ SCHEMA_FIELDS = [pa.field(TIME_COLUMN, pa.timestamp("ns"), nullable=False)] + [
 SYMBOL_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 FREQUENCY_PATTERN = re.compile(r"^[A-Za-z0-9]{1,16}$")
 
-ERROR_CODES = ("invalid_symbol", "unknown_symbol", "corrupt_file", "no_data")
+# the codes a store read can report (``StoreError`` subclasses below); see kronos_core.errors
+ERROR_CODES: tuple[ErrorCode, ...] = (
+    ErrorCode.INVALID_SYMBOL,
+    ErrorCode.UNKNOWN_SYMBOL,
+    ErrorCode.AMBIGUOUS_SYMBOL,
+    ErrorCode.CORRUPT_FILE,
+    ErrorCode.NO_DATA,
+)
 _NAT = np.iinfo(np.int64).min
 
 
@@ -73,9 +81,9 @@ _NAT = np.iinfo(np.int64).min
 
 
 class StoreError(Exception):
-    """A per-symbol store failure; ``code`` is one of ``ERROR_CODES``."""
+    """A per-symbol store failure; ``code`` (set by each subclass) is one of ``ERROR_CODES``."""
 
-    code = "store_error"
+    code: ErrorCode
 
     def __init__(self, symbol: str, message: str):
         super().__init__(message)
@@ -90,28 +98,33 @@ class StoreError(Exception):
 
 
 class InvalidSymbolError(StoreError, ValueError):
-    code = "invalid_symbol"
+    code = ErrorCode.INVALID_SYMBOL
 
 
 class UnknownSymbolError(StoreError, KeyError):
-    code = "unknown_symbol"
+    code = ErrorCode.UNKNOWN_SYMBOL
+
+
+class AmbiguousSymbolError(StoreError, LookupError):
+    """The symbol is stored at several frequencies and none was chosen."""
+
+    code = ErrorCode.AMBIGUOUS_SYMBOL
 
 
 class CorruptFileError(StoreError):
-    code = "corrupt_file"
+    code = ErrorCode.CORRUPT_FILE
 
 
 class NoDataError(StoreError):
-    code = "no_data"
+    code = ErrorCode.NO_DATA
 
 
 @dataclass(frozen=True)
 class SymbolError:
-    """One symbol's failure in a batch read. ``code``: invalid_symbol, unknown_symbol,
-    corrupt_file or no_data."""
+    """One symbol's failure in a batch read. ``code``: one of ``ERROR_CODES``."""
 
     symbol: str
-    code: str
+    code: ErrorCode
     message: str
 
 
@@ -786,7 +799,7 @@ class KlineStore:
         if not found:
             raise UnknownSymbolError(symbol, f"unknown symbol {symbol!r} in store {self.root}")
         if len(found) > 1:
-            raise UnknownSymbolError(
+            raise AmbiguousSymbolError(
                 symbol,
                 f"symbol {symbol!r} is stored at several frequencies {[f for _, f, _ in found]}; "
                 "choose one with frequency=",
@@ -881,7 +894,8 @@ class KlineStore:
     def metadata(self, symbol: str, frequency: str | None = None) -> dict:
         """The symbol's metadata: frequency, timezone, source, rows, first, last, ...
 
-        Raises ``InvalidSymbolError``, ``UnknownSymbolError`` or ``CorruptFileError``.
+        Raises ``InvalidSymbolError``, ``UnknownSymbolError``, ``AmbiguousSymbolError`` or
+        ``CorruptFileError``.
         """
         entry = self._entry(symbol, frequency or self.frequency)
         meta = dict(entry.meta)
@@ -1110,9 +1124,8 @@ class KlineStore:
         if frequency is None:
             try:
                 _, existing_freq, _ = self._locate(symbol, None)
-            except UnknownSymbolError as exc:
-                if "several frequencies" in exc.message:
-                    raise
+            except UnknownSymbolError:  # a new symbol (AmbiguousSymbolError propagates)
+                pass
             frequency = existing_freq or (infer_frequency(ts_new) if len(ts_new) > 1 else None)
             if frequency is None:
                 raise CandleError(

@@ -15,6 +15,7 @@ from data_helpers import COMMON_DAMAGE
 from kronos_core.candles import FEATURES, CandleError
 from kronos_core.data import store as store_mod
 from kronos_core.data.store import (
+    AmbiguousSymbolError,
     InvalidSymbolError,
     KlineStore,
     UnknownSymbolError,
@@ -380,10 +381,9 @@ def test_symbol_at_several_frequencies(tmp_path, real_frames):
     st.write("X", frame, frequency="1w")
     assert st.symbols() == ["X"] and st.symbols("1w") == ["X"]
     batch = st.read_windows(["X"], 5)
-    assert (
-        batch.errors[0].code == "unknown_symbol"
-        and "several frequencies" in batch.errors[0].message
-    )
+    assert batch.errors[0].code == "ambiguous_symbol" and "1d" in batch.errors[0].message
+    with pytest.raises(AmbiguousSymbolError):
+        st.metadata("X")
     assert st.read_windows(["X"], 5, frequency="1w").lengths.tolist() == [5]
     assert KlineStore(tmp_path, frequency="1d").read_windows(["X"], 5).symbols == ["X"]
     with pytest.raises(UnknownSymbolError):

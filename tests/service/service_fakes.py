@@ -1,56 +1,75 @@
 """Fakes for the service unit tests (imported as ``service_fakes``): they stand in for the store, the replicas and the
 engine so that the gateway, sharding, batching and metrics logic run without a model or
-Ray. The real pieces are exercised in tests/integration/."""
+Ray. Each implements the protocol of ``service.interfaces`` that the production piece does
+(``tests/service/test_interfaces.py`` checks it). The real pieces are exercised in
+tests/integration/."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
-from service.gateway import ReplicaInfo
-from service.shards import SamplingKey, Shard
+from kronos_core.errors import ErrorCode
+from service.gateway import ReplicaGone
+from service.shards import BatchRunner, ReplicaInfo, SamplingKey, Shard, ShardResult
 
 
 @dataclass
 class FakeSymbolError:
+    """A ``SymbolFailure``."""
+
     symbol: str
-    code: str
+    code: ErrorCode
     message: str
 
 
 @dataclass
 class FakeWindowBatch:
+    """``Windows``: what ``FakeStore.read_windows`` returns."""
+
     symbols: list[str]
     _series: list[tuple[np.ndarray, pd.DatetimeIndex]]
     errors: list[FakeSymbolError] = field(default_factory=list)
+    metadata: list[dict] = field(default_factory=list)
 
     def series(self, i):
         return self._series[i]
 
 
 class FakeStore:
-    """Symbols S000..S{n-1}; hourly candles whose close encodes the symbol number."""
+    """A ``CandleStore``: symbols S000..S{n-1}; hourly candles whose close encodes the symbol
+    number. ``as_of`` (naive) cuts the history like the real store."""
 
-    def __init__(self, n: int = 20, length: int = 300):
-        self.n, self.length = n, length
+    def __init__(self, n: int = 20, length: int = 300, root: str = "/srv/fake-store"):
+        self.n, self.length, self.root = n, length, root
         self.idx = pd.date_range("2024-01-01", periods=length, freq="h")
 
-    def symbols(self):
+    def symbols(self, frequency=None):
         return [f"S{i:03d}" for i in range(self.n)]
+
+    def metadata(self, symbol, frequency=None):
+        if symbol not in self.symbols():
+            raise KeyError(symbol)
+        return {"frequency": "1h", "timezone": None, "first": str(self.idx[0]), "last": str(self.idx[-1])}
 
     def read_windows(self, symbols, lookback, as_of=None, frequency=None):
         ok, series, errors = [], [], []
+        end = self.length if as_of is None else int(self.idx.searchsorted(pd.Timestamp(as_of), "right"))
         for s in symbols:
             if s not in self.symbols():
-                errors.append(FakeSymbolError(s, "unknown_symbol", f"{s} is not in the store"))
+                errors.append(FakeSymbolError(s, ErrorCode.UNKNOWN_SYMBOL, f"{s} is not in the store"))
+                continue
+            if end == 0:
+                errors.append(FakeSymbolError(s, ErrorCode.NO_DATA, f"{s}: no candles at or before {as_of}"))
                 continue
             k = int(s[1:])
-            v = np.full((self.length, 6), 100.0 + k, np.float32)
+            v = np.full((end, 6), 100.0 + k, np.float32)
             ok.append(s)
-            series.append((v[-lookback:], self.idx[-lookback:]))
-        return FakeWindowBatch(ok, series, errors)
+            series.append((v[-lookback:], self.idx[:end][-lookback:]))
+        return FakeWindowBatch(ok, series, errors, [{"timezone": None} for _ in ok])
 
 
 def fake_future(history: pd.DatetimeIndex, horizon: int) -> pd.DatetimeIndex:
@@ -60,6 +79,8 @@ def fake_future(history: pd.DatetimeIndex, horizon: int) -> pd.DatetimeIndex:
 
 @dataclass
 class FakeResult:
+    """An ``EngineResult``."""
+
     paths: np.ndarray
     mean: np.ndarray
     quantiles: np.ndarray
@@ -72,7 +93,7 @@ class FakeStats:
 
 
 class FakePredictor:
-    """forecast(): each series' forecast = its last close, so results identify their inputs.
+    """A ``ForecastEngine``. forecast(): each series' forecast = its last close, so results identify their inputs.
     Above ``oom_above`` series it runs out of memory for real: ``oom="cpu"`` asks the CPU
     allocator for 2**62 bytes (a plain RuntimeError, "DefaultCPUAllocator: can't allocate
     memory ..."), ``oom="cuda"`` raises torch.OutOfMemoryError (what CUDA raises; no GPU here)."""
@@ -83,7 +104,7 @@ class FakePredictor:
         self.calls: list[int] = []
 
     def forecast(self, series, x_timestamps, y_timestamps, horizon, sample_count=1, T=1.0, top_k=0,
-                 top_p=0.9, seed=None, quantiles=(), **kw):
+                 top_p=0.9, seed=None, quantiles=(), repair=None, **kw):
         import torch
 
         self.calls.append(len(series))
@@ -118,3 +139,28 @@ def fake_info(budget: int = 1 << 30, max_context: int = 64, max_batch_tokens: in
     return ReplicaInfo("fake-replica", "cpu", budget, max_batch_tokens, max_context, None, None,
                        {"name": "fake", "bundled": True})
 
+
+
+class FakeReplicas:
+    """``Replicas``: forecast_shard() runs the shard through a real BatchRunner + FakePredictor;
+    the first ``die_first`` calls raise ReplicaGone; each call can be delayed."""
+
+    def __init__(self, die_first: int = 0, delay: float = 0.0, info: ReplicaInfo | None = None):
+        self.runner = BatchRunner(FakePredictor(), "fake-replica", "cpu")
+        self.die_first = die_first
+        self.delay = delay
+        self.info = info or fake_info()
+        self.calls = 0
+
+    async def forecast_shard(self, shard: Shard) -> ShardResult:
+        self.calls += 1
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        if self.calls <= self.die_first:
+            raise ReplicaGone("ActorDiedError: killed")
+        results, report = self.runner.run([shard])
+        results[0].reports = [report]
+        return results[0]
+
+    async def describe(self) -> ReplicaInfo:
+        return self.info

@@ -16,7 +16,7 @@ pytest.importorskip("ray.serve")
 from ray.exceptions import ActorDiedError  # noqa: E402
 from ray.serve.exceptions import BackPressureError  # noqa: E402
 
-from service.app import Ingress  # noqa: E402
+from service.app import Ingress, ServeReplicas  # noqa: E402
 from service.gateway import FutureTimestamps, Gateway, Overloaded, ReplicaGone  # noqa: E402
 from service.metrics import Metrics  # noqa: E402
 from service.schemas import ForecastRequest  # noqa: E402
@@ -67,7 +67,7 @@ class FakeHandle:
 def _ingress(handle: FakeHandle, **settings) -> Ingress:
     """An Ingress without Ray: the real class and methods, its fields set by hand."""
     # the user class under Serve's ASGI wrapper (whose async __del__ expects a running replica)
-    cls = next(c for c in Ingress.func_or_class.__mro__ if "_submit" in c.__dict__)
+    cls = next(c for c in Ingress.func_or_class.__mro__ if "forecast" in c.__dict__)
     ing = object.__new__(cls)
     ing.settings = Settings(**{"max_context": 64, "shards_per_replica": 2, "retry_after_s": 7, **settings})
     ing.handle = handle
@@ -75,7 +75,8 @@ def _ingress(handle: FakeHandle, **settings) -> Ingress:
     ing.metrics = Metrics()
     ing.store = FakeStore()
     ing._symbols = None
-    ing.gateway = Gateway(ing.settings, ing.store, ing._submit, ing._describe, ing.metrics, 2,
+    ing.replicas = ServeReplicas(handle, ing.settings, ing.metrics)
+    ing.gateway = Gateway(ing.settings, ing.store, ing.replicas, ing.metrics, 2,
                           fit_factory=lambda info, h, sc: (lambda L: 3), future=FutureTimestamps(fake_future))
     return ing
 
@@ -102,7 +103,7 @@ def test_full_replica_queue_is_503_with_retry_after():
     assert body["code"] == "overloaded" and "queues are full" in body["detail"]
     assert _errors(ing, "overloaded") >= 1
     with pytest.raises(Overloaded):  # the translation itself, shard by shard
-        asyncio.run(ing._submit(make_shard(1)))
+        asyncio.run(ing.replicas.forecast_shard(make_shard(1)))
 
 
 def test_dead_replica_is_retried_then_answered():
@@ -123,7 +124,7 @@ def test_dead_replica_is_retried_then_answered():
 def test_replica_that_stays_dead_gives_per_symbol_errors():
     ing = _ingress(FakeHandle(lambda shard: ActorDiedError()), shard_retries=1)
     with pytest.raises(ReplicaGone, match="ActorDiedError"):
-        asyncio.run(ing._submit(make_shard(1)))
+        asyncio.run(ing.replicas.forecast_shard(make_shard(1)))
     resp = asyncio.run(ing.forecast(REQ, accept=None))
     body = orjson.loads(resp.body)
     assert resp.status_code == 200 and body["forecasts"] == []

@@ -6,7 +6,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 from response_checks import assert_arrow_equals_json
-from service_fakes import FakePredictor, FakeStore, fake_future, fake_info
+from service_fakes import FakeReplicas, FakeStore, fake_future
 
 from kronos_core.engine.memory import estimate_inference_bytes
 from service.gateway import (
@@ -14,8 +14,6 @@ from service.gateway import (
     Gateway,
     Outcome,
     Overloaded,
-    ReplicaGone,
-    ReplicaInfo,
     RequestInvalid,
     memory_model_fit,
     outcome_to_arrow,
@@ -25,37 +23,14 @@ from service.gateway import (
 from service.metrics import Metrics
 from service.schemas import ForecastRequest
 from service.settings import Settings
-from service.shards import BatchRunner
-
-
-class FakeReplicas:
-    """submit() runs the shard through a real BatchRunner + FakePredictor; can die or stall."""
-
-    def __init__(self, die_first: int = 0, delay: float = 0.0):
-        self.runner = BatchRunner(FakePredictor(), "fake-replica", "cpu")
-        self.die_first = die_first
-        self.delay = delay
-        self.calls = 0
-
-    async def submit(self, shard):
-        self.calls += 1
-        if self.delay:
-            await asyncio.sleep(self.delay)
-        if self.calls <= self.die_first:
-            raise ReplicaGone("ActorDiedError: killed")
-        results, report = self.runner.run([shard])
-        results[0].reports = [report]
-        return results[0]
-
-    async def describe(self):
-        return fake_info()
+from service.shards import ReplicaInfo
 
 
 def _gateway(replicas=None, **settings):
     replicas = replicas or FakeReplicas()
     s = Settings(**{"max_context": 64, "shards_per_replica": 2, **settings})
     m = Metrics()
-    gw = Gateway(s, FakeStore(), replicas.submit, replicas.describe, m, num_replicas=2,
+    gw = Gateway(s, FakeStore(), replicas, m, num_replicas=2,
                  fit_factory=lambda info, h, sc: (lambda L: 3), future=FutureTimestamps(fake_future))
     return gw, m, replicas
 
@@ -170,11 +145,11 @@ class CountingReplicas(FakeReplicas):
         self.now = 0
         self.peak = 0
 
-    async def submit(self, shard):
+    async def forecast_shard(self, shard):
         self.now += 1
         self.peak = max(self.peak, self.now)
         try:
-            return await super().submit(shard)
+            return await super().forecast_shard(shard)
         finally:
             self.now -= 1
 
@@ -226,6 +201,9 @@ def _outcome(n_symbols: int, levels: tuple[float, ...], horizon: int = 3, seed: 
         paths=[None] * n_symbols,
         errors=[{"symbol": "GONE", "code": "unknown_symbol", "message": "GONE is not in the store"}],
         timing={"total_ms": 1.5, "series": float(n_symbols)},
+        history_length=[10 + i for i in range(n_symbols)],
+        last_timestamp=[(start + pd.Timedelta(days=i, hours=-1)).to_datetime64() for i in range(n_symbols)],
+        warnings=[[] for _ in syms],
     )
 
 
@@ -264,7 +242,7 @@ def test_arrow_equals_json_when_no_symbol_succeeded():
 
 
 class BlockingReplicas(FakeReplicas):
-    """submit() blocks until released (a slow replica); records which shards started, finished
+    """forecast_shard() blocks until released (a slow replica); records which shards started, finished
     and were cancelled. ``fail_index``: that shard raises Overloaded (a full replica queue)."""
 
     def __init__(self, fail_index: int | None = None):
@@ -275,7 +253,7 @@ class BlockingReplicas(FakeReplicas):
         self.cancelled: list[int] = []
         self.release = asyncio.Event()
 
-    async def submit(self, shard):
+    async def forecast_shard(self, shard):
         self.started.append(shard.index)
         try:
             if shard.index == self.fail_index:
@@ -286,7 +264,7 @@ class BlockingReplicas(FakeReplicas):
             self.cancelled.append(shard.index)
             raise
         self.finished.append(shard.index)
-        return await super().submit(shard)
+        return await super().forecast_shard(shard)
 
 
 async def _until(cond, what: str, timeout: float = 30.0) -> None:
@@ -365,20 +343,72 @@ def test_gateway_sizes_shards_with_the_real_memory_model(tiny):
     horizon = 2
     lookback = 64 - horizon  # the default lookback: max_context - horizon
     budget = estimate_inference_bytes(tiny[0].config, tiny[1].config, 3, lookback, horizon, 1, max_context=64)
-    reps = FakeReplicas()
-    info = _tiny_info(tiny, budget)
-
-    async def describe():
-        return info
-
     sizes = []
 
-    async def submit(shard):
-        sizes.append(shard.size)
-        return await reps.submit(shard)
+    class Sizing(FakeReplicas):
+        async def forecast_shard(self, shard):
+            sizes.append(shard.size)
+            return await super().forecast_shard(shard)
 
-    gw = Gateway(Settings(max_context=64, shards_per_replica=1), FakeStore(), submit, describe, Metrics(),
+    reps = Sizing(info=_tiny_info(tiny, budget))
+    gw = Gateway(Settings(max_context=64, shards_per_replica=1), FakeStore(), reps, Metrics(),
                  num_replicas=1, future=FutureTimestamps(fake_future))
     out = asyncio.run(gw.forecast(ForecastRequest(symbols=[f"S{i:03d}" for i in range(20)], horizon=horizon)))
     assert len(out.symbols) == 20 and out.timing["lookback"] == lookback
     assert sizes == [3] * 6 + [2] and out.timing["shards"] == 7
+
+
+def test_each_forecast_says_what_history_it_used():
+    """history_length / last_timestamp per series (not the lookback cap), and a short
+    history is a warning, not a silent forecast."""
+    gw, _, _ = _gateway(min_history_warning=32)
+    ts = [f"2024-01-01T{h:02d}:00:00" for h in range(6)]
+    req = ForecastRequest(
+        series=[{"symbol": "MINE", "timestamps": ts, "open": [1] * 6, "high": [2] * 6, "low": [0.5] * 6,
+                 "close": [1] * 6}],
+        horizon=2,
+    )
+    out = asyncio.run(gw.forecast(req))
+    assert out.timing["lookback"] == 62 and out.history_length == [6]
+    f = outcome_to_json(out)["forecasts"][0]
+    assert f["history_length"] == 6 and f["last_timestamp"] == "2024-01-01T05:00:00"
+    assert [w["code"] for w in f["warnings"]] == ["short_history"] and "6 candles" in f["warnings"][0]["message"]
+    inputs = pa.ipc.open_stream(outcome_to_arrow(out)).read_all().schema.metadata[b"kronos.inputs"]
+    assert b'"history_length":6' in inputs and b"short_history" in inputs
+    # a long enough store series carries no warning
+    out = asyncio.run(gw.forecast(ForecastRequest(symbols=["S001"], horizon=2, lookback=40)))
+    assert out.history_length == [40] and out.warnings == [[]]
+
+
+def test_as_of_past_the_end_of_the_data_is_a_warning():
+    gw, _, _ = _gateway()
+    store = gw.store  # hourly 2024-01-01 00:00 .. 300 candles
+    last = store.idx[-1]
+    inside = asyncio.run(gw.forecast(ForecastRequest(symbols=["S001"], horizon=2, as_of=store.idx[100])))
+    assert inside.warnings == [[]] and inside.last_timestamp[0] == store.idx[100].to_datetime64()
+    within_a_candle = asyncio.run(gw.forecast(
+        ForecastRequest(symbols=["S001"], horizon=2, as_of=last + pd.Timedelta("30min"))))
+    assert within_a_candle.warnings == [[]]
+    late = asyncio.run(gw.forecast(ForecastRequest(symbols=["S001", "S002"], horizon=2, as_of="2025-01-01T00:00")))
+    assert [[w["code"] for w in ws] for ws in late.warnings] == [["as_of_after_data"]] * 2
+    assert str(last) in late.warnings[0][0]["message"]
+    assert late.last_timestamp[0] == last.to_datetime64()
+
+
+def test_a_failed_shard_reports_the_replicas_code_not_its_wording():
+    """The code comes from ShardResult.error_code: a forecast failure whose message happens to
+    start like a retry failure stays forecast_failed."""
+
+    class Failing(FakeReplicas):
+        async def forecast_shard(self, shard):
+            from kronos_core.errors import ErrorCode
+            from service.shards import ShardResult
+
+            return ShardResult(shard.request_id, shard.index, "r", None, None, None,
+                               error="replica unavailable (a message, not a code)",
+                               error_code=ErrorCode.FORECAST_FAILED)
+
+    gw, m, _ = _gateway(Failing())
+    out = asyncio.run(gw.forecast(ForecastRequest(symbols=["S001"], horizon=2)))
+    assert [e["code"] for e in out.errors] == ["forecast_failed"]
+    assert _sample(m, "kronos_errors_total", {"code": "forecast_failed"}) == 1

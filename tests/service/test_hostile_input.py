@@ -10,13 +10,12 @@ import math
 import numpy as np
 import pytest
 from pydantic import ValidationError
-from service_fakes import FakePredictor, FakeStore, fake_future, fake_info
+from service_fakes import FakeReplicas, FakeStore, fake_future
 
 from service.gateway import FutureTimestamps, Gateway, RequestInvalid, public_message
 from service.metrics import Metrics
 from service.schemas import ForecastRequest
 from service.settings import Settings
-from service.shards import BatchRunner
 
 HUGE = 10**30  # beyond 64 bits
 
@@ -30,17 +29,7 @@ def _rows(n=8, start_hour=0, close=1.0, width=7):
 
 
 def _gateway():
-    runner = BatchRunner(FakePredictor(), "fake-replica", "cpu")
-
-    async def submit(shard):
-        results, report = runner.run([shard])
-        results[0].reports = [report]
-        return results[0]
-
-    async def describe():
-        return fake_info()
-
-    gw = Gateway(Settings(max_context=64), FakeStore(), submit, describe, Metrics(), num_replicas=2,
+    gw = Gateway(Settings(max_context=64), FakeStore(), FakeReplicas(), Metrics(), num_replicas=2,
                  fit_factory=lambda info, h, sc: (lambda L: 3), future=FutureTimestamps(fake_future))
     return gw
 
@@ -168,8 +157,6 @@ def test_public_messages_carry_no_server_paths(message, root, expected):
 
 def test_store_errors_reach_clients_without_paths(tmp_path):
     class RootedStore(FakeStore):
-        root = tmp_path / "my-store"
-
         def read_windows(self, symbols, lookback, as_of=None, frequency=None):
             batch = super().read_windows(symbols, lookback, as_of, frequency)
             for e in batch.errors:
@@ -177,7 +164,7 @@ def test_store_errors_reach_clients_without_paths(tmp_path):
             return batch
 
     gw = _gateway()
-    gw.store = RootedStore()
+    gw.store = RootedStore(root=tmp_path / "my-store")
     out = asyncio.run(gw.forecast(ForecastRequest(symbols=["S001", "NOPE"], horizon=2)))
     assert out.symbols == ["S001"]
     assert out.errors[0]["message"] == "unknown symbol 'NOPE' in store my-store"

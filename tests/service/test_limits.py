@@ -77,7 +77,7 @@ class _SlowReplicas:
     def __init__(self, delay: float):
         self.delay, self.started, self.cancelled, self.finished = delay, 0, 0, 0
 
-    async def submit(self, shard):
+    async def forecast_shard(self, shard):
         self.started += 1
         try:
             await asyncio.sleep(self.delay)
@@ -94,7 +94,7 @@ class _SlowReplicas:
 def test_deadline_cancels_pending_shards():
     reps = _SlowReplicas(delay=30)
     m = Metrics()
-    gw = Gateway(Settings(max_context=64, request_timeout_s=0.3), FakeStore(), reps.submit, reps.describe, m,
+    gw = Gateway(Settings(max_context=64, request_timeout_s=0.3), FakeStore(), reps, m,
                  num_replicas=2, fit_factory=lambda info, h, sc: (lambda L: 2), future=FutureTimestamps(fake_future))
     req = ForecastRequest(symbols=[f"S{i:03d}" for i in range(12)], horizon=2)
 

@@ -1,0 +1,70 @@
+"""The one list of machine-readable error and warning codes.
+
+The store raises errors carrying these codes, the service's gateway and replicas report
+them, the REST schema lists them (``SymbolErrorOut.code``, ``SymbolWarning.code``), and the
+``kronos_errors_total{code}`` metric counts them. Code branches on these values, never on
+the wording of a message.
+
+``ErrorCode`` is a ``str`` enum (Python 3.10 has no ``StrEnum``): a member compares equal to
+its value, serialises as it in JSON, and reads well in logs.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class ErrorCode(str, Enum):
+    """Why a symbol (or a whole request) got no forecast."""
+
+    # -- per symbol: the ``errors`` list of a forecast response
+    INVALID_SYMBOL = "invalid_symbol"  # not a valid store name (characters, length)
+    UNKNOWN_SYMBOL = "unknown_symbol"  # not in the store (at the frequency asked for)
+    AMBIGUOUS_SYMBOL = "ambiguous_symbol"  # in several frequency folders and no frequency given
+    CORRUPT_FILE = "corrupt_file"  # the symbol's store file cannot be read
+    NO_DATA = "no_data"  # no candles at or before as_of
+    INVALID_SERIES = "invalid_series"  # inline candles the engine cannot use
+    NO_CALENDAR = "no_calendar"  # no future timestamps could be derived from the history
+    FORECAST_FAILED = "forecast_failed"  # the engine raised on this symbol's batch
+    REPLICA_UNAVAILABLE = "replica_unavailable"  # no replica answered after the retries
+
+    # -- per request: an HTTP status; in the body's ``code`` (not 422) and in metrics
+    INVALID_REQUEST = "invalid_request"  # 422 (body: FastAPI's validation-error shape)
+    TOO_LARGE = "too_large"  # 413: body above KRONOS_MAX_BODY_BYTES
+    OVERLOADED = "overloaded"  # 503 with Retry-After
+    DEADLINE_EXCEEDED = "deadline_exceeded"  # 504: past the request deadline
+
+    def __str__(self) -> str:
+        return self.value
+
+
+SYMBOL_ERROR_CODES: tuple[ErrorCode, ...] = (
+    ErrorCode.INVALID_SYMBOL,
+    ErrorCode.UNKNOWN_SYMBOL,
+    ErrorCode.AMBIGUOUS_SYMBOL,
+    ErrorCode.CORRUPT_FILE,
+    ErrorCode.NO_DATA,
+    ErrorCode.INVALID_SERIES,
+    ErrorCode.NO_CALENDAR,
+    ErrorCode.FORECAST_FAILED,
+    ErrorCode.REPLICA_UNAVAILABLE,
+)
+"""Codes that can appear in a forecast response's ``errors`` list."""
+
+REQUEST_ERROR_CODES: tuple[ErrorCode, ...] = (
+    ErrorCode.INVALID_REQUEST,
+    ErrorCode.TOO_LARGE,
+    ErrorCode.OVERLOADED,
+    ErrorCode.DEADLINE_EXCEEDED,
+)
+"""Codes of whole-request failures (an HTTP status, counted in metrics)."""
+
+
+class WarningCode(str, Enum):
+    """A forecast was made, but the caller should know something about its input."""
+
+    SHORT_HISTORY = "short_history"  # fewer candles than the deployment's min_history_warning
+    AS_OF_AFTER_DATA = "as_of_after_data"  # as_of is past the symbol's last stored candle
+
+    def __str__(self) -> str:
+        return self.value
