@@ -20,6 +20,7 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "forecast": ("kronos_core.cli.forecast", "forecast the next candles of a CSV file"),
     "bench": ("kronos_core.cli.bench", "benchmark the cached engine against full recompute"),
+    "plan": ("kronos_core.cli.plan", "plan memory, batch size and time of training or inference"),
     "import": ("kronos_core.data.cli_import", "import CSV/Parquet candles into an Arrow store"),
     "sample-store": ("kronos_core.data.cli_sample_store", "generate a synthetic sample store"),
     "bench-store": ("kronos_core.data.cli_bench_store", "benchmark store reads against CSV"),

@@ -1,0 +1,161 @@
+"""Time estimates from a roofline: FLOPs and bytes of each phase against a device's peak figures.
+
+Each phase (matrix products, element-wise/activation traffic, optimizer step,
+decode step...) takes ``max(flops / (peak * COMPUTE_EFF), bytes / (bw * MEMORY_EFF))``
+plus a fixed cost per kernel launch (``Device.op_overhead_s``); phases add up.
+fp32 uses the FP32 (non-tensor-core) peak, as PyTorch keeps TF32 matmuls off
+by default; bf16/fp16 use the dense tensor-core peak with FP32 accumulate.
+The CPU has no datasheet here: ``probe_cpu`` measures its matmul rate and copy
+bandwidth in about a second, and those measured rates serve as its peaks.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, replace
+
+from kronos_core.model.config import KronosConfig, TokenizerConfig
+from kronos_core.train.planner import InferencePlan, TrainPlan, count_parameters
+
+COMPUTE_EFF = 0.5  # assumed share of the peak FLOP rate real kernels reach (GPU)
+MEMORY_EFF = 0.7  # assumed share of the peak bandwidth
+GB = 1e9
+
+
+@dataclass(frozen=True)
+class Device:
+    name: str
+    memory_bytes: int
+    fp32_flops: float  # FLOP/s, FP32 (CUDA cores)
+    half_flops: float  # FLOP/s, bf16/fp16 tensor cores, dense, FP32 accumulate
+    bandwidth: float  # bytes/s of device memory
+    link: float  # bytes/s one way between devices (all-reduce), PCIe 4.0 x16 where no NVLink
+    source: str
+    op_overhead_s: float = 5e-6  # per kernel launch
+    compute_eff: float = COMPUTE_EFF
+    memory_eff: float = MEMORY_EFF
+
+    def flops(self, precision: str) -> float:
+        return (self.fp32_flops if precision == "fp32" else self.half_flops) * self.compute_eff
+
+    def bytes_per_s(self) -> float:
+        return self.bandwidth * self.memory_eff
+
+    @property
+    def usable_bytes(self) -> int:
+        """What tensors may use: minus the CUDA context (~0.5 GiB) and 5% allocator fragmentation."""
+        if self.name == "cpu" or self.name == "budget":
+            return self.memory_bytes
+        return int(self.memory_bytes * 0.95 - 0.5 * 2**30)
+
+
+PCIE4 = 32 * GB
+# Sources: NVIDIA datasheets / architecture whitepapers (dense figures; the datasheets' "with
+# sparsity" tensor numbers are twice these).
+DEVICES: dict[str, Device] = {
+    "rtx3080": Device("rtx3080", 10 * 2**30, 29.8e12, 59.5e12, 760 * GB, PCIE4,
+                      "NVIDIA Ampere GA102 whitepaper (2020), GeForce RTX 3080 table"),
+    "rtx4090": Device("rtx4090", 24 * 2**30, 82.6e12, 165.2e12, 1008 * GB, PCIE4,
+                      "NVIDIA Ada Lovelace architecture whitepaper (2022), GeForce RTX 4090 table"),
+    "a6000": Device("a6000", 48 * 2**30, 38.7e12, 154.8e12, 768 * GB, 56 * GB,
+                    "NVIDIA RTX A6000 datasheet (2021); NVLink bridge 112.5 GB/s both ways"),
+    "a100-40gb": Device("a100-40gb", 40 * 2**30, 19.5e12, 312e12, 1555 * GB, 300 * GB,
+                        "NVIDIA A100 Tensor Core GPU datasheet (2021), SXM4 40GB; NVLink 600 GB/s both ways"),
+    "a100-80gb": Device("a100-80gb", 80 * 2**30, 19.5e12, 312e12, 2039 * GB, 300 * GB,
+                        "NVIDIA A100 Tensor Core GPU datasheet (2021), SXM4 80GB; NVLink 600 GB/s both ways"),
+    "h100": Device("h100", 80 * 2**30, 67e12, 989.4e12, 3350 * GB, 450 * GB,
+                   "NVIDIA H100 Tensor Core GPU datasheet (2023), SXM5; NVLink 900 GB/s both ways"),
+    "h200": Device("h200", 141 * 10**9, 67e12, 989.4e12, 4800 * GB, 450 * GB,
+                   "NVIDIA H200 Tensor Core GPU datasheet (2024), SXM; NVLink 900 GB/s both ways"),
+}
+
+
+def probe_cpu(seconds: float = 0.5) -> Device:
+    """This machine's CPU as a ``Device``: measured fp32 matmul rate and copy bandwidth, available RAM."""
+    import psutil
+    import torch
+
+    a, b = torch.randn(512, 512), torch.randn(512, 512)
+    a @ b
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds / 2:
+        a @ b
+        n += 1
+    flops = n * 2 * 512**3 / (time.perf_counter() - t0)
+    src, dst = torch.randn(8 * 2**20), torch.empty(8 * 2**20)  # 32 MiB each
+    dst.copy_(src)
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds / 2:
+        dst.copy_(src)
+        n += 1
+    bandwidth = n * 2 * src.numel() * 4 / (time.perf_counter() - t0)
+    half = flops  # CPU bf16 matmuls: assume no faster than fp32 (true without AMX)
+    return Device("cpu", int(psutil.virtual_memory().available), flops, half, bandwidth, 0.0,
+                  f"measured on this machine ({torch.get_num_threads()} threads): 512x512 fp32 matmul, "
+                  "32 MiB copy", op_overhead_s=8e-6, compute_eff=1.0, memory_eff=1.0)
+
+
+def budget_device(nbytes: int, like: Device | None = None) -> Device:
+    """A device with only a memory budget (``--device BYTES``); speed figures from ``like`` (or an A100-80GB)."""
+    return replace(like or DEVICES["a100-80gb"], name="budget", memory_bytes=int(nbytes),
+                   source=f"memory budget {nbytes:,} bytes; speed figures of {(like or DEVICES['a100-80gb']).name}")
+
+
+def _phase(device: Device, precision: str, flops: float, nbytes: float, ops: int) -> float:
+    return max(flops / device.flops(precision), nbytes / device.bytes_per_s()) + ops * device.op_overhead_s
+
+
+# Kernel launches per transformer block forward (norms, projections, rotary, attention, SwiGLU, residuals).
+OPS_PER_BLOCK = 30
+
+
+def train_step_seconds(cfg: KronosConfig, plan: TrainPlan, device: Device) -> dict[str, float]:
+    """Seconds of one optimizer step (all micro-batches, all-reduce included) on ``plan.gpus`` devices."""
+    counts = count_parameters(cfg)
+    tokens = plan.batch * plan.window
+    a = 4 if plan.precision == "fp32" else 2
+    attn = 2 * tokens * plan.window * cfg.d_model * (cfg.n_layers + 1)  # causal QK^T and AV
+    fwd = 2 * tokens * counts.linear + attn
+    passes = 3 + (1 if plan.checkpointing else 0)  # backward = 2 forwards; checkpointing recomputes one
+    weights_traffic = passes * counts.linear * a + 4 * counts.trainable  # read weights, write grads
+    matmul = _phase(device, plan.precision, passes * fwd, weights_traffic, 0)
+    saved = plan.activations_no_checkpointing
+    elementwise = _phase(device, plan.precision, 0, 3 * saved, passes * OPS_PER_BLOCK * (cfg.n_layers + 2))
+    micro = (matmul + elementwise) * plan.accumulation
+    optimizer = _phase(device, "fp32", 0, 28 * counts.trainable, 12 * (7 + 9 * cfg.n_layers))
+    allreduce = 2 * (plan.gpus - 1) / plan.gpus * 4 * counts.trainable / device.link if plan.gpus > 1 else 0.0
+    return {"compute": micro, "optimizer": optimizer, "allreduce": allreduce,
+            "total": micro + optimizer + allreduce}
+
+
+def infer_seconds(cfg: KronosConfig, tok: TokenizerConfig, plan: InferencePlan, series: int, device: Device,
+                  gpus: int = 1, max_context: int = 512) -> dict[str, float]:
+    """Seconds to forecast ``series`` series, ``plan.batch`` per engine call, on ``gpus`` devices."""
+    p = plan.precision
+    a = 4 if p == "fp32" else 2
+    counts, tcounts = count_parameters(cfg), count_parameters(tok)
+    n = plan.batch * plan.sample_count
+    window = min(plan.lookback, max_context)
+    d, layers = cfg.d_model, cfg.n_layers
+    enc_tokens, dec_tokens = n * plan.lookback, n * min(plan.lookback + plan.horizon, max_context)
+    tok_layers = tok.n_enc_layers + tok.n_dec_layers - 2
+    tok_flops = 2 * tcounts.linear * (enc_tokens + dec_tokens) / 2
+    tokenize = _phase(device, "fp32", tok_flops, 20 * (enc_tokens + dec_tokens) * tok.d_model * 4,
+                      2 * OPS_PER_BLOCK * tok_layers)
+    prefill = _phase(device, p, 2 * n * window * counts.linear + 2 * n * window**2 * d * layers,
+                     counts.total * a + 20 * n * window * d * a * layers, OPS_PER_BLOCK * layers)
+    steps = 0.0
+    for step in range(plan.horizon):
+        ctx = window + step
+        if plan.lookback + step > max_context:  # the window slides: exact mode recomputes it
+            steps += _phase(device, p, 2 * n * max_context * counts.linear + 2 * n * max_context**2 * d * layers,
+                            counts.total * a + 20 * n * max_context * d * a * layers, OPS_PER_BLOCK * layers + 40)
+            continue
+        flops = 2 * n * counts.linear + 4 * n * ctx * d * (layers + 1)
+        nbytes = counts.total * a + 2 * (layers + 1) * n * ctx * d * a  # weights + cache reads
+        steps += _phase(device, p, flops, nbytes, OPS_PER_BLOCK * layers + 40)  # + sampling, s2 head
+    per_call = tokenize + prefill + steps
+    calls = math.ceil(series / (plan.batch * gpus)) if plan.batch else 0
+    return {"per_call": per_call, "calls_per_device": calls, "total": per_call * calls,
+            "tokenize_detokenize": tokenize, "prefill": prefill, "decode": steps}
