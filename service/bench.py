@@ -2,8 +2,9 @@
 end to end over HTTP, against ``KronosPredictor.forecast`` called directly on the same
 windows, in the same run.
 
-    python -m service.bench                       # 1,000 symbols, bundled model, sample store, 2 CPU replicas
-    python -m service.bench --replicas 1 --horizon 120 --json out.json
+    kronos bench service                          # 1,000 symbols, bundled model, sample store, 2 CPU replicas
+    kronos bench service --replicas 1 --horizon 120 --json out.json
+    python -m service.bench ...                   # the same
 
 The engine side gets all of this machine's cores as torch threads; the service side gets
 the same cores split over its replicas (one torch thread per core). Both use the same seed,
@@ -31,8 +32,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m service.bench", description=__doc__.split("\n\n")[0])
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--symbols", type=int, default=1000)
     p.add_argument("--horizon", type=int, default=24)
     p.add_argument("--lookback", type=int, default=None, help="default: max_context - horizon")
@@ -41,44 +41,30 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--store", default=None, help="default: the bundled sample store")
     p.add_argument("--device", default="auto")
     p.add_argument("--json", default=None, help="write the figures here")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m service.bench``: the same as ``kronos bench service``."""
+    p = argparse.ArgumentParser(prog="kronos bench service", description=__doc__.split("\n\n")[0])
+    add_arguments(p)
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return run(args)
 
-    import httpx
-    import ray
+
+def _engine_side(args, settings, store, symbols: list[str], lookback: int | None, cores: int):
+    """The engine called directly on the same windows, same seed, all cores: (result, seconds,
+    lookback, device). Runs first, so that no Ray process is still winding down meanwhile."""
     import torch
 
-    from kronos_core.data.store import KlineStore
-    from service.cli import start, stop
-    from service.gateway import FutureTimestamps
-    from service.settings import Settings
-
-    cores = os.cpu_count() or 1
-    overrides = dict(num_replicas=args.replicas, device=args.device, port=_free_port(),
-                     replica_cpus=max(1, cores // args.replicas) if args.device != "cuda" else None)
-    if args.store:
-        overrides["store_dir"] = args.store
-    settings = Settings().model_copy(update=overrides)
-    store_dir = settings.resolved_store_dir()
-    settings = settings.model_copy(update={"store_dir": store_dir})
-    store = KlineStore(store_dir)
-    symbols = store.symbols()[: args.symbols]
-    if len(symbols) < args.symbols:
-        log.warning("store holds %d symbols, asked for %d", len(symbols), args.symbols)
-    lookback = args.lookback
-    body = {"symbols": symbols, "horizon": args.horizon, "lookback": lookback,
-            "sample_count": args.sample_count, "seed": 1234}
-
-    # engine directly, same windows, same seed, all cores; first, so that no Ray process
-    # is still winding down while it runs
-    torch.set_num_threads(cores)
     from kronos_core.loading import load_predictor
+    from service.gateway import FutureTimestamps
 
+    torch.set_num_threads(cores)
     device = "cuda" if (args.device != "cpu" and torch.cuda.is_available()) else "cpu"
     predictor = load_predictor(settings.predictor_config(device=device))
-    if args.lookback is None:
+    if lookback is None:
         lookback = predictor.max_context - args.horizon
-        body["lookback"] = lookback
     batch = store.read_windows(symbols, lookback)
     future = FutureTimestamps()
     series, xts, yts = [], [], []
@@ -93,8 +79,15 @@ def main(argv: list[str] | None = None) -> int:
     res = predictor.forecast(series, xts, yts, args.horizon, **kw)
     if device == "cuda":
         torch.cuda.synchronize()
-    engine_s = time.perf_counter() - t0
+    return res, time.perf_counter() - t0, lookback, device
 
+
+def _service_side(args, settings, body: dict, cores: int) -> tuple[dict, float, float]:
+    """One timed ``POST /v1/forecast`` after a warm-up: (response, seconds, startup seconds)."""
+    import httpx
+    import ray
+
+    from service.cli import start, stop
 
     ray.init(num_cpus=cores, include_dashboard=False, log_to_driver=False)
     try:
@@ -103,16 +96,39 @@ def main(argv: list[str] | None = None) -> int:
         startup = time.perf_counter() - t0
         client = httpx.Client(base_url=url, timeout=600)
         # warm-up: a small request through every replica, then the timed one
-        warm = client.post("/v1/forecast", json={**body, "symbols": symbols[: 4 * args.replicas]})
+        warm = client.post("/v1/forecast", json={**body, "symbols": body["symbols"][: 4 * args.replicas]})
         warm.raise_for_status()
         t0 = time.perf_counter()
         r = client.post("/v1/forecast", json=body)
         service_s = time.perf_counter() - t0
         r.raise_for_status()
         resp = r.json()
-        assert len(resp["forecasts"]) == len(symbols), (len(resp["forecasts"]), resp["errors"][:3])
+        assert len(resp["forecasts"]) == len(body["symbols"]), (len(resp["forecasts"]), resp["errors"][:3])
     finally:
         stop()
+    return resp, service_s, startup
+
+
+def run(args: argparse.Namespace) -> int:
+    from kronos_core.data.store import KlineStore
+    from service.settings import Settings
+
+    cores = os.cpu_count() or 1
+    overrides = dict(num_replicas=args.replicas, device=args.device, port=_free_port(),
+                     replica_cpus=max(1, cores // args.replicas) if args.device != "cuda" else None)
+    if args.store:
+        overrides["store_dir"] = args.store
+    settings = Settings().model_copy(update=overrides)
+    settings = settings.model_copy(update={"store_dir": settings.resolved_store_dir()})
+    store = KlineStore(settings.store_dir)
+    symbols = store.symbols()[: args.symbols]
+    if len(symbols) < args.symbols:
+        log.warning("store holds %d symbols, asked for %d", len(symbols), args.symbols)
+
+    res, engine_s, lookback, device = _engine_side(args, settings, store, symbols, args.lookback, cores)
+    body = {"symbols": symbols, "horizon": args.horizon, "lookback": lookback,
+            "sample_count": args.sample_count, "seed": 1234}
+    resp, service_s, startup = _service_side(args, settings, body, cores)
 
     svc_close = np.array([f["mean"]["close"] for f in resp["forecasts"]], np.float32)
     same = bool(np.allclose(svc_close, res.mean[:, :, 3], rtol=1e-4, atol=1e-4))

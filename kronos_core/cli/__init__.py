@@ -7,6 +7,12 @@ Each subcommand lives in its own module with two functions:
 
 Modules are imported only when their subcommand runs, so ``kronos forecast``
 never pays for importing Ray or FastAPI.
+
+Commands are the core's own (``COMMANDS``) plus those other installed packages register
+under the entry-point group ``kronos.commands``: each entry point names a table like
+``COMMANDS`` (``service.commands:COMMANDS`` adds ``serve``, ``bench service`` and
+``loadtest``). The core never names those packages' modules. A command name may have two
+words (``bench store``); ``kronos bench`` alone is ``kronos bench engine``.
 """
 
 from __future__ import annotations
@@ -15,46 +21,93 @@ import argparse
 import importlib
 import logging
 import sys
+from importlib import metadata
+
+ENTRY_POINT_GROUP = "kronos.commands"
 
 # name -> (module path, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "forecast": ("kronos_core.cli.forecast", "forecast the next candles of a CSV file"),
-    "bench": ("kronos_core.cli.bench", "benchmark the cached engine against full recompute"),
     "plan": ("kronos_core.cli.plan", "plan memory, batch size and time of training or inference"),
     "import": ("kronos_core.data.cli_import", "import CSV/Parquet candles into an Arrow store"),
     "sample-store": ("kronos_core.data.cli_sample_store", "generate a synthetic sample store"),
-    "bench-store": ("kronos_core.data.cli_bench_store", "benchmark store reads against CSV"),
     "train": ("kronos_core.cli.train", "train the tokenizer or predictor (or the bundled default model)"),
-    "serve": ("service.cli", "start the forecasting service (Ray Serve + FastAPI)"),
+    "bench engine": ("kronos_core.cli.bench", "benchmark the cached engine against full recompute"),
+    "bench store": ("kronos_core.data.cli_bench_store", "benchmark store reads against CSV"),
 }
 
+# old spellings that still work (not listed in --help)
+ALIASES: dict[str, str] = {"bench": "bench engine", "bench-store": "bench store"}
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kronos", description="Kronos portfolio forecasting")
+
+def plugin_commands() -> dict[str, tuple[str, str]]:
+    """Commands other installed packages register under ``kronos.commands``. A package whose
+    table cannot be loaded (a missing extra) is skipped with a debug note."""
+    found: dict[str, tuple[str, str]] = {}
+    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            table = ep.load()
+        except ImportError as exc:  # pragma: no cover - a broken or partial install
+            logging.getLogger(__name__).debug("kronos.commands %s: %s", ep.name, exc)
+            continue
+        found.update({str(k): (str(v[0]), str(v[1])) for k, v in dict(table).items()})
+    return found
+
+
+def all_commands() -> dict[str, tuple[str, str]]:
+    """The core's commands, then the registered ones (a core name is never replaced)."""
+    out = dict(COMMANDS)
+    for name, spec in plugin_commands().items():
+        out.setdefault(name, spec)
+    return out
+
+
+def build_parser(commands: dict[str, tuple[str, str]] | None = None) -> argparse.ArgumentParser:
+    commands = all_commands() if commands is None else commands
+    parser = argparse.ArgumentParser(
+        prog="kronos", description="Kronos portfolio forecasting",
+        epilog="`kronos COMMAND --help` describes a command's flags. `kronos bench` alone is `kronos bench engine`.",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, (_module, help_text) in COMMANDS.items():
+    for name, (_module, help_text) in commands.items():
         sub.add_parser(name, help=help_text, add_help=False)
     return parser
 
 
+def resolve(argv: list[str], commands: dict[str, tuple[str, str]]) -> tuple[int, int, str] | None:
+    """(index of the command's first word, words it took, its name) in ``argv``, or None.
+    Two-word names win (``bench store``); aliases map old spellings."""
+    for i, word in enumerate(argv):
+        if word.startswith("-"):
+            continue  # a leading option such as -v
+        pair = f"{word} {argv[i + 1]}" if i + 1 < len(argv) else None
+        if pair in commands:
+            return i, 2, pair
+        if word in commands:
+            return i, 1, word
+        if word in ALIASES and ALIASES[word] in commands:
+            return i, 1, ALIASES[word]
+        return None
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    top = build_parser()
-    # Parse only the leading options and the command name; the command's own
-    # parser handles the rest after its module is imported.
-    idx = next((i for i, a in enumerate(argv) if a in COMMANDS), None)
-    if idx is None:
-        top.parse_args(argv)  # handles --help
+    commands = all_commands()
+    top = build_parser(commands)
+    found = resolve(argv, commands)
+    if found is None:
+        top.parse_args(argv)  # handles --help and unknown commands
         top.print_help()
         return 2
-    top_args = top.parse_args(argv[: idx + 1])
+    idx, words, name = found
+    top_args, _ = top.parse_known_args(argv[:idx])
     logging.basicConfig(
         level=logging.DEBUG if top_args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    name = argv[idx]
-    module_path, help_text = COMMANDS[name]
+    module_path, help_text = commands[name]
     try:
         module = importlib.import_module(module_path)
     except ModuleNotFoundError as exc:
@@ -62,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     parser = argparse.ArgumentParser(prog=f"kronos {name}", description=help_text)
     module.add_arguments(parser)
-    args = parser.parse_args(argv[idx + 1 :])
+    args = parser.parse_args(argv[idx + words:])
     return int(module.run(args) or 0)
 
 

@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 def test_locust_headless_run_against_the_service(live_service, tmp_path):
     before = live_service.client.get("/metrics").text
     proc = subprocess.run(
-        [sys.executable, "-m", "loadtests.run", "--host", live_service.url, "--users", "3",
+        [sys.executable, "-m", "kronos_core.cli", "loadtest", "--host", live_service.url, "--users", "3",
          "--spawn-rate", "3", "--run-time", "8s", "--out", str(tmp_path)],
         cwd=REPO, capture_output=True, text=True, timeout=180,
     )

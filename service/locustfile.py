@@ -1,0 +1,65 @@
+"""Locust users for the Kronos service.
+
+    locust -f service/locustfile.py --host http://127.0.0.1:8000   # (or loadtests/locustfile.py)
+    kronos loadtest --users 8 --run-time 30s                      # headless, writes a summary
+
+Knobs (environment): KRONOS_LOAD_SYMBOLS (portfolio size, default 50),
+KRONOS_LOAD_HORIZON (default 8), KRONOS_LOAD_LOOKBACK (default 128).
+A 503/429 with Retry-After counts as back-pressure, not as a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+
+from locust import HttpUser, between, events, task
+
+PORTFOLIO = int(os.environ.get("KRONOS_LOAD_SYMBOLS", "50"))
+HORIZON = int(os.environ.get("KRONOS_LOAD_HORIZON", "8"))
+LOOKBACK = int(os.environ.get("KRONOS_LOAD_LOOKBACK", "128"))
+
+_universe: list[str] = []
+backpressure = {"count": 0}
+
+
+@events.test_start.add_listener
+def _load_universe(environment, **_kw):
+    backpressure["count"] = 0
+
+
+class PortfolioUser(HttpUser):
+    wait_time = between(0.05, 0.2)
+
+    def on_start(self):
+        global _universe
+        if not _universe:
+            r = self.client.get("/v1/symbols", params={"limit": 5000}, name="/v1/symbols")
+            _universe = r.json()["symbols"]
+
+    def _post(self, body: dict, name: str, accept: str | None = None):
+        headers = {"Accept": accept} if accept else {}
+        with self.client.post("/v1/forecast", json=body, headers=headers, name=name, catch_response=True) as r:
+            if r.status_code in (429, 503) and "Retry-After" in r.headers:
+                backpressure["count"] += 1
+                r.success()  # the service shedding load as designed
+            elif r.status_code != 200:
+                r.failure(f"HTTP {r.status_code}: {r.text[:200]}")
+            elif accept is None and len(r.json()["forecasts"]) + len(r.json()["errors"]) != body_size(body):
+                r.failure("forecasts + errors != symbols asked")
+
+    @task(8)
+    def portfolio_json(self):
+        syms = random.sample(_universe, min(PORTFOLIO, len(_universe)))
+        self._post({"symbols": syms, "horizon": HORIZON, "lookback": LOOKBACK}, "/v1/forecast json")
+
+    @task(2)
+    def portfolio_arrow_quantiles(self):
+        syms = random.sample(_universe, min(PORTFOLIO, len(_universe)))
+        body = {"symbols": syms, "horizon": HORIZON, "lookback": LOOKBACK, "sample_count": 4,
+                "quantiles": [0.1, 0.5, 0.9]}
+        self._post(body, "/v1/forecast arrow", accept="application/vnd.apache.arrow.stream")
+
+
+def body_size(body: dict) -> int:
+    return len(body.get("symbols") or body.get("series") or [])
