@@ -155,6 +155,7 @@ class KronosPredictor:
         sliding: str | None = None,
         series_keys: Sequence[int] | None = None,
         verbose: bool = False,
+        calibration=None,
     ) -> ForecastResult:
         """Sample paths, mean and quantiles for ragged raw-scale series.
 
@@ -162,12 +163,17 @@ class KronosPredictor:
         x_timestamps[i] L_i datetimes; y_timestamps[i] ``horizon`` datetimes.
         seed: with a seed, each series' paths depend only on the seed and the
         series' key (``series_keys[i]``, default a hash of its values), not on
-        the rest of the batch. Returns ``ForecastResult`` (shapes in its fields).
+        the rest of the batch. calibration: a ``kronos_core.eval.calibration.Calibration``
+        fitted for this model; it corrects the quantiles (the paths and mean stay raw) and is
+        refused (``CalibrationMismatch``) when fitted for another model.
+        Returns ``ForecastResult`` (shapes in its fields).
         """
         levels = tuple(float(q) for q in quantiles)
         bad = [q for q in levels if not 0 < q < 1]
         if bad:
             raise ValueError(f"quantiles must be in (0, 1), got {bad}")
+        if calibration is not None:
+            calibration.check_model(self.identity)  # before spending time on the forecast
         arrays = [self._check_array(i, a) for i, a in enumerate(series)]
         norm, mean, std, stats = self._run(
             arrays, x_timestamps, y_timestamps, horizon, T, top_k, top_p, sample_count, seed, series_keys,
@@ -185,6 +191,8 @@ class KronosPredictor:
             if levels
             else np.zeros((0, *path_mean.shape), dtype=np.float32)
         )
+        if calibration is not None and levels:
+            qs = calibration.apply(paths, levels, self.identity)  # (Q, B, H, 6)
         return ForecastResult(paths, path_mean.astype(np.float32), qs, levels, stats)
 
     # ---- shared path ------------------------------------------------------------------------

@@ -34,6 +34,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("kronos_core.cli.train", "train the tokenizer or predictor (or the bundled default model)"),
     "bench engine": ("kronos_core.cli.bench", "benchmark the cached engine against full recompute"),
     "bench store": ("kronos_core.data.cli_bench_store", "benchmark store reads against CSV"),
+    "eval": ("kronos_core.cli.eval", "walk-forward evaluation against baselines (metrics, regimes, plots)"),
+    "calibrate": ("kronos_core.cli.calibrate", "fit conformal (CQR) corrections of the forecast quantiles"),
+    "backtest": ("kronos_core.cli.backtest", "walk-forward top-k portfolio backtest with costs"),
 }
 
 # old spellings that still work (not listed in --help)

@@ -35,6 +35,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quantiles", help="comma-separated levels, e.g. 0.1,0.5,0.9")
     parser.add_argument("--repair", action="store_true", help="make forecast candles consistent (high >= open/close ...)")
     parser.add_argument("--out", type=Path, help="write .csv, .parquet or .json instead of printing")
+    parser.add_argument("--calibration", type=Path,
+                        help="calibration JSON from `kronos calibrate` (fitted for this model) for the quantiles")
+    parser.add_argument("--summary", action="store_true",
+                        help="also print the risk summary (expected return, P(up), volatility, VaR, ES)")
     add_predictor_arguments(parser)
 
 
@@ -68,6 +72,12 @@ def run(args) -> int:
         return 2
     try:
         predictor = load_predictor(predictor_config_from_args(args))
+        calibration = None
+        if args.calibration:
+            from kronos_core.eval.calibration import Calibration
+
+            calibration = Calibration.load(args.calibration)
+            calibration.check_model(predictor.identity)
     except (CheckpointError, ValueError) as exc:
         print(f"kronos forecast: {exc}", file=sys.stderr)
         return 2
@@ -80,7 +90,7 @@ def run(args) -> int:
     res = predictor.forecast(
         [values], [stamps], [future], args.horizon, sample_count=args.samples, T=args.temperature,
         top_k=args.top_k, top_p=args.top_p, seed=args.seed, quantiles=levels, repair=args.repair,
-        verbose=sys.stderr.isatty(),
+        verbose=sys.stderr.isatty(), calibration=calibration,
     )
     table = pd.DataFrame(res.mean[0], columns=list(FEATURES), index=pd.Index(future, name="timestamps"))
     for qi, q in enumerate(levels):
@@ -98,6 +108,13 @@ def run(args) -> int:
     else:
         with pd.option_context("display.width", 200, "display.max_columns", 50):
             print(table.to_string(float_format=lambda v: f"{v:.4f}"))
+    if args.summary:
+        from kronos_core.eval.risk import risk_summary
+
+        close = FEATURES.index("close")
+        summary = risk_summary(res.paths[0, :, :, close], float(values[-1, close]), values[:, close])
+        print("risk summary: " + ", ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}"
+                                           for k, v in summary.to_dict().items()))
     log.info("forecast of %d candles from %d history candles in %.2fs", args.horizon, len(values),
              res.stats.total_seconds)
     return 0 if np.isfinite(res.mean).all() else 1

@@ -113,3 +113,16 @@ def risk_table(symbols, summaries) -> pa.Table:
     """Summaries as an Arrow table in ``RISK_ARROW_SCHEMA``."""
     rows = [dict(symbol=s, **r.to_dict()) for s, r in zip(symbols, summaries)]
     return pa.Table.from_pylist(rows, schema=RISK_ARROW_SCHEMA)
+
+
+def summarize(result, series, vol_factor: float = VOL_FACTOR, realized_window: int = REALIZED_WINDOW) -> list[RiskSummary]:
+    """One ``RiskSummary`` per series of a ``ForecastResult`` (paths (B, S, H, 6)) and the
+    raw-scale input series (L_i, 6) it was forecast from."""
+    from kronos_core.candles import FEATURES
+
+    close = FEATURES.index("close")
+    out = []
+    for i, values in enumerate(series):
+        hist = np.asarray(values, dtype=np.float64)[:, close]
+        out.append(risk_summary(result.paths[i, :, :, close], float(hist[-1]), hist, vol_factor, realized_window))
+    return out

@@ -1,0 +1,193 @@
+"""Conformalized quantile regression (CQR) of the forecast quantiles, per horizon step and level.
+
+Method: Romano, Patterson & Candès (2019), "Conformalized Quantile Regression",
+NeurIPS. For a central interval of nominal level ``c`` (lower/upper quantile
+levels ``(1 - c) / 2`` and ``(1 + c) / 2``, read off the sample paths), each
+calibration window gives a conformity score
+
+    E = max(lo - y, y - hi)
+
+and the interval is widened (or narrowed, E can be negative) by the
+``ceil((n + 1) c)``-th smallest of the n scores. With exchangeable windows the
+corrected interval covers a new truth with probability >= c. Here everything is
+done on log prices, so a correction multiplies the bands and carries over
+between price levels, and separately for every horizon step and every level.
+
+``method="cqr-r"`` divides each score by the interval's log width, so the
+correction scales with the model's own uncertainty (the width-scaled variant
+compared in Sesia & Candès 2020, "A comparison of some conformal quantile
+regression methods", Stat 9(1)). It transfers better between series with
+different volatility; plain ``cqr`` is the default.
+
+A calibration is tied to the model it was fitted for (its identity's SHA-256);
+applying it to another model raises ``CalibrationMismatch``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from kronos_core.candles import FEATURES
+
+METHODS = ("cqr", "cqr-r")
+PRICE_FEATURES = ("open", "high", "low", "close")
+FORMAT = "kronos-calibration/1"
+CITATION = "Romano, Patterson, Candès (2019), Conformalized Quantile Regression, NeurIPS"
+
+
+class CalibrationError(ValueError):
+    """A calibration file that cannot be used (bad file, levels or horizon out of its range)."""
+
+
+class CalibrationMismatch(CalibrationError):
+    """A calibration fitted for another model than the one asked to apply it."""
+
+
+def _log(x) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64)
+    if (x <= 0).any():
+        raise CalibrationError("calibration works on log prices: forecasts and truths must be positive")
+    return np.log(x)
+
+
+def conformal_quantile(scores: np.ndarray, level: float) -> float:
+    """The ceil((n + 1) level)-th smallest score (the CQR correction)."""
+    s = np.sort(np.asarray(scores, dtype=np.float64))
+    k = math.ceil((len(s) + 1) * level)
+    if k > len(s):
+        need = math.ceil(level / (1 - level))
+        raise CalibrationError(f"{len(s)} calibration windows are too few for a {level:g} interval; "
+                               f"need at least {need} (raise --windows)")
+    return float(s[k - 1])
+
+
+def _scores(lo, hi, y, method):
+    lo, hi, y = _log(lo), _log(hi), _log(y)
+    e = np.maximum(lo - y, y - hi)
+    return e / np.maximum(hi - lo, 1e-12) if method == "cqr-r" else e
+
+
+@dataclass
+class Calibration:
+    """Corrections ``(C, H, F)``: per central level, horizon step and feature (log units,
+    or interval widths for ``cqr-r``)."""
+
+    method: str
+    model: dict  # identity of the model fitted for (ModelIdentity.as_dict())
+    levels: tuple[float, ...]  # central levels, ascending, e.g. (0.5, 0.8, 0.9)
+    features: tuple[str, ...]  # calibrated features (price columns)
+    corrections: np.ndarray  # (C, H, F)
+    info: dict = field(default_factory=dict)  # windows, lookback, sample_count, data ...
+
+    @property
+    def horizon(self) -> int:
+        return int(self.corrections.shape[1])
+
+    # ---- fit / file ---------------------------------------------------------------------
+    @classmethod
+    def fit(cls, samples: np.ndarray, truth: np.ndarray, levels: Sequence[float], model: dict,
+            method: str = "cqr", features: Sequence[str] = PRICE_FEATURES, info: dict | None = None) -> Calibration:
+        """Fit on sample paths (N, S, H, 6) and truths (N, H, 6) of calibration windows."""
+        if method not in METHODS:
+            raise CalibrationError(f"method must be one of {METHODS}, got {method!r}")
+        levels = tuple(sorted(float(c) for c in levels))
+        fidx = [FEATURES.index(f) for f in features]
+        corr = np.zeros((len(levels), samples.shape[2], len(fidx)))
+        for ci, c in enumerate(levels):
+            q = np.quantile(samples[..., fidx], [(1 - c) / 2, (1 + c) / 2], axis=1)  # (2, N, H, F)
+            e = _scores(q[0], q[1], truth[..., fidx], method)  # (N, H, F)
+            for h in range(e.shape[1]):
+                for j in range(e.shape[2]):
+                    corr[ci, h, j] = conformal_quantile(e[:, h, j], c)
+        return cls(method, dict(model), levels, tuple(features), corr, dict(info or {}))
+
+    def to_dict(self) -> dict:
+        return {
+            "format": FORMAT, "method": self.method, "citation": CITATION, "model": self.model,
+            "levels": list(self.levels), "features": list(self.features), "horizon": self.horizon,
+            "corrections": {f: {f"{c:g}": self.corrections[ci, :, j].tolist() for ci, c in enumerate(self.levels)}
+                            for j, f in enumerate(self.features)},
+            "info": self.info,
+        }
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_dict(), indent=1))
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> Calibration:
+        path = Path(path)
+        try:
+            d = json.loads(path.read_text())
+            if d.get("format") != FORMAT:
+                raise CalibrationError(f"{path}: not a calibration file (format {d.get('format')!r}, want {FORMAT})")
+            levels = tuple(float(c) for c in d["levels"])
+            feats = tuple(d["features"])
+            corr = np.array([[d["corrections"][f][f"{c:g}"] for f in feats] for c in levels])  # (C, F, H)
+            return cls(d["method"], d["model"], levels, feats, corr.transpose(0, 2, 1), d.get("info", {}))
+        except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            if isinstance(exc, CalibrationError):
+                raise
+            raise CalibrationError(f"cannot read calibration {path}: {exc}") from exc
+
+    # ---- apply ---------------------------------------------------------------------------
+    def check_model(self, identity) -> None:
+        """Raise ``CalibrationMismatch`` unless ``identity`` (ModelIdentity or None) is the fitted model."""
+        want = self.model.get("sha256")
+        got = None if identity is None else identity.sha256
+        if got != want:
+            name = "a predictor without a model identity" if identity is None else f"{identity.name} ({got[:12]})"
+            raise CalibrationMismatch(
+                f"calibration fitted for model {self.model.get('name')} ({str(want)[:12]}) cannot be applied to "
+                f"{name}; fit one for this model with `kronos calibrate`")
+
+    def _correction(self, c: float, h: int, j: int) -> float:
+        lv = np.array(self.levels)
+        if c < lv[0] - 1e-9 or c > lv[-1] + 1e-9:
+            raise CalibrationError(f"central level {c:g} is outside the calibrated levels {list(self.levels)}; "
+                                   "calibrate with --quantiles covering it")
+        return float(np.interp(c, lv, self.corrections[:, h, j]))
+
+    def quantiles(self, samples: np.ndarray, levels: Sequence[float], feature: str = "close") -> np.ndarray:
+        """Corrected quantiles (Q, N, H) of one feature's samples (N, S, H), non-crossing.
+
+        Level 0.5 and features outside ``self.features`` are the raw sample quantiles.
+        """
+        levels = [float(q) for q in levels]
+        if samples.shape[2] > self.horizon:
+            raise CalibrationError(f"horizon {samples.shape[2]} exceeds the calibrated horizon {self.horizon}")
+        raw = np.quantile(samples, levels, axis=1)  # (Q, N, H)
+        if feature not in self.features or not levels:
+            return raw
+        j = self.features.index(feature)
+        mirror = np.quantile(samples, [1 - q for q in levels], axis=1)  # (Q, N, H)
+        out = raw.astype(np.float64).copy()
+        for qi, q in enumerate(levels):
+            if abs(q - 0.5) < 1e-12:
+                continue
+            c, sign = abs(2 * q - 1), (1.0 if q > 0.5 else -1.0)
+            lr, lm = _log(raw[qi]), _log(mirror[qi])
+            width = np.abs(lr - lm) if self.method == "cqr-r" else 1.0
+            for h in range(samples.shape[2]):
+                corr = self._correction(c, h, j) * (width[:, h] if self.method == "cqr-r" else width)
+                out[qi, :, h] = np.exp(lr[:, h] + sign * corr)
+        order = np.argsort(levels)
+        out[order] = np.sort(out[order], axis=0)  # rearrangement: quantiles never cross
+        return out
+
+    def apply(self, paths: np.ndarray, levels: Sequence[float], identity) -> np.ndarray:
+        """Corrected quantiles (Q, B, H, 6) of sample paths (B, S, H, 6) for the model ``identity``."""
+        self.check_model(identity)
+        out = np.quantile(paths, list(levels), axis=1)  # (Q, B, H, 6)
+        for f in self.features:
+            fi = FEATURES.index(f)
+            out[..., fi] = self.quantiles(paths[..., fi], levels, f)
+        return out.astype(np.float32)

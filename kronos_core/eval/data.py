@@ -1,0 +1,82 @@
+"""Candle series for evaluation and backtests, from CSV/Parquet files or an Arrow store."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from kronos_core.candles import CandleError, candle_array
+
+
+@dataclass
+class Series:
+    """One symbol's whole history."""
+
+    name: str  # symbol or file stem
+    values: np.ndarray  # (T, 6) float32, FEATURES order
+    timestamps: pd.DatetimeIndex  # (T,) increasing
+    source: str  # file or store it came from
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+
+class DataError(ValueError):
+    """Unusable input data; the message names the file or symbol and the fix."""
+
+
+def _from_frame(df: pd.DataFrame, name: str, source: str, column: str) -> Series:
+    if column not in df.columns:
+        raise DataError(f"{source}: no {column!r} column (columns: {list(df.columns)}); "
+                        f"pass --timestamp-column")
+    stamps = pd.DatetimeIndex(pd.to_datetime(df[column]))
+    if not stamps.is_monotonic_increasing or stamps.has_duplicates:
+        raise DataError(f"{source}: timestamps must be strictly increasing (sort and de-duplicate the file)")
+    try:
+        values = candle_array(df)
+    except CandleError as exc:
+        raise DataError(f"{source}: {exc}") from exc
+    if not np.isfinite(values).all():
+        raise DataError(f"{source}: non-finite candle values")
+    return Series(name, values, stamps, source)
+
+
+def load_series(sources: Sequence[str | Path], symbols: Sequence[str] | None = None,
+                timestamp_column: str = "timestamps") -> list[Series]:
+    """Series from CSV/Parquet files (one symbol each, named by the file stem) and store
+    folders (``symbols`` picks from a store; all its symbols without it)."""
+    out: list[Series] = []
+    for src in sources:
+        path = Path(src)
+        if path.is_dir():
+            out.extend(_from_store(path, symbols))
+        elif path.is_file():
+            try:
+                df = pd.read_parquet(path) if path.suffix.lower() == ".parquet" else pd.read_csv(path)
+            except (OSError, ValueError, UnicodeDecodeError) as exc:
+                raise DataError(f"cannot read {path}: {exc}") from exc
+            out.append(_from_frame(df, path.stem, str(path), timestamp_column))
+        else:
+            raise DataError(f"{path}: no such file or store folder")
+    if not out:
+        raise DataError("no series: give --data with CSV files or a store folder")
+    return out
+
+
+def _from_store(root: Path, symbols: Sequence[str] | None) -> list[Series]:
+    from kronos_core.data.store import TIME_COLUMN, KlineStore, StoreError
+
+    store = KlineStore(root)
+    names = list(symbols) if symbols else store.symbols()
+    out = []
+    for sym in names:
+        try:
+            df = store.read(sym)
+        except (StoreError, KeyError) as exc:
+            raise DataError(f"store {root}: {exc}") from exc
+        out.append(_from_frame(df, sym, f"{root}:{sym}", TIME_COLUMN))
+    return out

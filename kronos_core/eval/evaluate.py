@@ -1,0 +1,117 @@
+"""Score a model's walk-forward forecasts and the baselines on the same windows.
+
+``evaluate`` returns the ``metrics``, ``baselines`` and ``regimes`` sections of the
+report written by ``kronos eval``; ``markdown`` renders them as tables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from kronos_core.candles import FEATURES
+from kronos_core.eval import baselines as bl
+from kronos_core.eval.regimes import REGIME_THRESHOLD, REGIME_WINDOW, REGIMES, classify
+from kronos_core.eval.scoring import DEFAULT_COVERAGE, DEFAULT_QUANTILES, headline, score
+from kronos_core.eval.windows import Windows
+
+CLOSE = FEATURES.index("close")
+
+
+def baseline_samples(w: Windows, seasons: Sequence[int | None], horizon: int) -> dict[str, np.ndarray]:
+    """Each baseline's samples (N, S, H) of the close. Seasonal naive only when every series has a season."""
+    history = w.context[..., CLOSE].astype(np.float64)  # (N, L)
+    out = {"last_value": bl.last_value(history, horizon), "drift": bl.drift(history, horizon)}
+    per_window = [seasons[k] for k in w.series_index]
+    if all(s and s <= history.shape[1] for s in per_window):
+        sn = np.empty((len(w), 1, horizon))
+        for s in set(per_window):
+            m = np.array([p == s for p in per_window])
+            sn[m] = bl.seasonal_naive(history[m], horizon, s)
+        out["seasonal_naive"] = sn
+    out["hist_vol"] = bl.hist_vol(history, horizon)
+    return out
+
+
+def _cards(w: Windows, idx, model_samples, base, quantiles, coverage, calibration) -> tuple[dict, dict]:
+    truth = w.truth[idx, :, CLOSE].astype(np.float64)  # (n, H)
+    history = w.context[idx, :, CLOSE].astype(np.float64)  # (n, L)
+    last = history[:, -1]
+    ms = model_samples[idx]  # (n, S, H)
+    qfn = None
+    if calibration is not None:
+        def qfn(levels):
+            return calibration.quantiles(ms, levels, "close")
+    model = score(ms, ms.mean(axis=1), truth, last, history, quantiles, coverage, qfn)
+    baselines = {}
+    for name, s in base.items():
+        bs = s[idx]
+        point = np.median(bs, axis=1) if name == "hist_vol" else bs.mean(axis=1)
+        baselines[name] = score(bs, point, truth, last, history, quantiles, coverage)
+    return model, baselines
+
+
+def evaluate(w: Windows, paths: np.ndarray, seasons: Sequence[int | None], quantiles=DEFAULT_QUANTILES,
+             coverage=DEFAULT_COVERAGE, calibration=None, all_features: bool = False) -> dict:
+    """metrics / baselines / regimes sections from the model's paths (N, S, H, 6) on ``w``."""
+    horizon = paths.shape[2]
+    model_samples = paths[..., CLOSE].astype(np.float64)  # (N, S, H)
+    base = baseline_samples(w, seasons, horizon)
+    everything = np.arange(len(w))
+    metrics, baselines = _cards(w, everything, model_samples, base, quantiles, coverage, calibration)
+    if all_features:
+        metrics["features"] = {}
+        for fi, f in enumerate(FEATURES):
+            s = paths[..., fi].astype(np.float64)
+            tr = w.truth[..., fi].astype(np.float64)
+            hist = w.context[..., fi].astype(np.float64)
+            card = score(s, s.mean(axis=1), tr, hist[:, -1], hist, quantiles, coverage)
+            metrics["features"][f] = headline(card)
+    labels = classify(w.context[..., CLOSE].astype(np.float64))
+    regimes = {"rule": {"window": REGIME_WINDOW, "threshold": REGIME_THRESHOLD,
+                        "trend": "log return over the window / (std of one-bar log returns * sqrt(window))",
+                        "bull": f"trend > {REGIME_THRESHOLD}", "bear": f"trend < -{REGIME_THRESHOLD}",
+                        "sideways": "otherwise"}}
+    for r in REGIMES:
+        idx = np.flatnonzero(labels == r)
+        if len(idx) == 0:
+            regimes[r] = {"windows": 0}
+            continue
+        m, b = _cards(w, idx, model_samples, base, quantiles, coverage, calibration)
+        regimes[r] = {"windows": int(len(idx)), "model": headline(m),
+                      "baselines": {k: headline(v) for k, v in b.items()}}
+    return {"metrics": metrics, "baselines": baselines, "regimes": regimes}
+
+
+def _fmt(v, pct=False) -> str:
+    if v is None or (isinstance(v, float) and not np.isfinite(v)):
+        return "—"
+    return f"{100 * v:.1f}" if pct else f"{v:.4g}"
+
+
+def table(rows: dict[str, dict], coverage=DEFAULT_COVERAGE) -> str:
+    """Markdown table: one row per forecaster, the headline metrics as columns."""
+    cov_cols = [f"{c:g}" for c in coverage]
+    head = ["forecaster", "MAE", "RMSE", "MAPE %", "MASE", "dir. acc.", "CRPS", "Brier up"] + \
+        [f"cov {c}" for c in cov_cols]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, c in rows.items():
+        cells = [name, _fmt(c["mae"]), _fmt(c["rmse"]), _fmt(c["mape"]), _fmt(c["mase"]),
+                 _fmt(c["direction_accuracy"]), _fmt(c["crps"]), _fmt(c["brier_up"])]
+        cells += [_fmt(c["coverage"].get(k), pct=True) for k in cov_cols]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def markdown(report: dict, coverage=DEFAULT_COVERAGE) -> str:
+    """The report's tables: all windows, then per regime."""
+    name = report["model"].get("name", "model")
+    rows = {name: report["metrics"], **report["baselines"]}
+    parts = [f"### All windows ({report['metrics']['windows']})", "", table(rows, coverage)]
+    for r in REGIMES:
+        reg = report["regimes"][r]
+        if reg.get("windows"):
+            parts += ["", f"### Regime {r} ({reg['windows']} windows)", "",
+                      table({name: reg["model"], **reg["baselines"]}, coverage)]
+    return "\n".join(parts)

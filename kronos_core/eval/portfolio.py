@@ -1,0 +1,149 @@
+"""The walk-forward portfolio backtest: a universe on one calendar, decisions, and the report.
+
+``Universe`` aligns the series on their common timestamps. ``forecast_scores`` makes
+the decision input at one rebalance row from rows before it only. ``run_backtest``
+runs the model strategy, the momentum baseline and the equal-weight universe over
+the same rebalance dates and costs (arithmetic in ``kronos_core.eval.backtest``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+from tqdm.auto import tqdm
+
+from kronos_core.candles import FEATURES
+from kronos_core.data.timestamps import future_timestamps
+from kronos_core.eval import backtest as bt
+from kronos_core.eval.data import Series
+
+log = logging.getLogger(__name__)
+CLOSE = FEATURES.index("close")
+
+
+@dataclass
+class Universe:
+    """M symbols on their T common timestamps."""
+
+    names: list[str]
+    values: np.ndarray  # (M, T, 6) float32
+    timestamps: pd.DatetimeIndex  # (T,)
+
+    @classmethod
+    def from_series(cls, series: Sequence[Series]) -> Universe:
+        common = series[0].timestamps
+        for s in series[1:]:
+            common = common.intersection(s.timestamps)
+        if len(common) < 2:
+            raise ValueError("the series share fewer than 2 timestamps; a backtest needs one calendar")
+        vals = np.stack([s.values[s.timestamps.get_indexer(common)] for s in series])  # (M, T, 6)
+        dropped = {s.name: len(s) - len(common) for s in series if len(s) > len(common)}
+        if dropped:
+            log.info("aligned on %d common timestamps (rows left out per symbol: %s)", len(common), dropped)
+        return cls([s.name for s in series], vals, pd.DatetimeIndex(common))
+
+    @property
+    def closes(self) -> np.ndarray:
+        return self.values[:, :, CLOSE].T.astype(np.float64)  # (T, M)
+
+
+def forecast_scores(predictor, uni: Universe, row: int, lookback: int, horizon: int, sample_count: int,
+                    rank: str = "return", seed: int = 0, batch_size: int = 512) -> np.ndarray:
+    """Scores (M,) at rebalance ``row`` from rows [row - lookback, row) only.
+
+    rank "return": the mean forecast return to the horizon; "sharpe": that mean over
+    the standard deviation of the path returns. The universe goes through the
+    engine ``batch_size`` symbols per call.
+    """
+    ctx = uni.values[:, row - lookback:row]  # (M, L, 6)
+    ts = uni.timestamps[row - lookback:row]
+    fut = future_timestamps(ts, horizon)
+    last = ctx[:, -1, CLOSE].astype(np.float64)  # (M,)
+    scores = np.empty(len(uni.names))
+    for lo in range(0, len(uni.names), batch_size):
+        hi = min(len(uni.names), lo + batch_size)
+        res = predictor.forecast(list(ctx[lo:hi]), [ts] * (hi - lo), [fut] * (hi - lo), horizon,
+                                 sample_count=sample_count, seed=seed)
+        ret = res.paths[:, :, -1, CLOSE].astype(np.float64) / last[lo:hi, None] - 1.0  # (b, S)
+        mean = ret.mean(axis=1)
+        if rank == "sharpe":
+            sd = ret.std(axis=1, ddof=1) if ret.shape[1] > 1 else np.zeros(len(ret))
+            scores[lo:hi] = np.where(sd > 0, mean / np.where(sd > 0, sd, 1.0), np.nan)
+        else:
+            scores[lo:hi] = mean
+    return scores
+
+
+def momentum_scores(uni: Universe, row: int, window: int) -> np.ndarray:
+    """Trailing return over ``window`` rows before ``row`` (M,)."""
+    c = uni.closes
+    return c[row - 1] / c[row - 1 - window] - 1.0
+
+
+def rebalance_rows(uni: Universe, first: int, every: int, start=None, end=None) -> list[int]:
+    """Rebalance rows r (the decision is taken at the close of row r - 1, stamped
+    ``timestamps[r - 1]``), every ``every`` rows from ``first``, decision times within [start, end]."""
+    ts = uni.timestamps
+    lo = first if start is None else max(first, int(ts.searchsorted(pd.Timestamp(start), "left")) + 1)
+    hi = len(ts) - 1 if end is None else min(len(ts) - 1, int(ts.searchsorted(pd.Timestamp(end), "right")))
+    return list(range(max(lo, 1), hi + 1, every))
+
+
+@dataclass
+class BacktestResult:
+    rows: list[int]
+    decisions: list[dict]  # per rebalance: time, scores, weights (model strategy)
+    sims: dict[str, bt.Simulation]
+    performance: dict[str, dict]
+    seconds: float
+    extra: dict = field(default_factory=dict)
+
+
+def run_backtest(predictor, uni: Universe, lookback: int, horizon: int, rebalance: int, top: int,
+                 long_short: bool = False, cost_bps: float = 0.0, rank: str = "return", sample_count: int = 16,
+                 momentum_window: int | None = None, start=None, end=None, seed: int = 0,
+                 batch_size: int = 512, progress: bool = True) -> BacktestResult:
+    """Model strategy, momentum baseline and equal-weight universe over the same rebalance rows."""
+    mw = momentum_window or lookback
+    rows = rebalance_rows(uni, max(lookback, mw + 1), rebalance, start, end)
+    if not rows:
+        raise ValueError(f"no rebalance date: the common calendar has {len(uni.timestamps)} rows, "
+                         f"lookback {lookback} / momentum window {mw} need more")
+    t0 = time.perf_counter()
+    model_w, mom_w, decisions = [], [], []
+    for r in tqdm(rows, desc="rebalance", unit="date", disable=not progress):
+        s = forecast_scores(predictor, uni, r, lookback, horizon, sample_count, rank, seed, batch_size)
+        w = bt.target_weights(s, top, long_short)
+        model_w.append(w)
+        mom_w.append(bt.target_weights(momentum_scores(uni, r, mw), top, long_short))
+        decisions.append({"time": str(uni.timestamps[r - 1]), "row": r, "scores": s.tolist(), "weights": w.tolist()})
+    seconds = time.perf_counter() - t0
+    ew = [np.full(len(uni.names), 1.0 / len(uni.names))] * len(rows)
+    prices = uni.closes
+    sims = {name: bt.simulate(prices, rows, ws, cost_bps)
+            for name, ws in (("model", model_w), ("momentum", mom_w), ("equal_weight", ew))}
+    ppy = bt.periods_per_year(uni.timestamps)
+    perf = {name: bt.performance(sim, ppy) for name, sim in sims.items()}
+    for name in ("model", "momentum"):
+        perf[name]["excess_annual_return"] = perf[name]["annual_return"] - perf["equal_weight"]["annual_return"]
+    return BacktestResult(rows, decisions, sims, perf, seconds, {"periods_per_year": ppy, "momentum_window": mw})
+
+
+def markdown(perf: dict[str, dict]) -> str:
+    cols = [("annual_return", "ann. return", True), ("annual_volatility", "ann. vol", True),
+            ("sharpe", "Sharpe", False), ("sortino", "Sortino", False), ("max_drawdown", "max DD", True),
+            ("calmar", "Calmar", False), ("hit_rate", "hit rate", True), ("turnover", "turnover", False),
+            ("excess_annual_return", "excess vs EW", True)]
+    lines = ["| strategy | " + " | ".join(c[1] for c in cols) + " |", "|" + "---|" * (len(cols) + 1)]
+    for name, p in perf.items():
+        cells = []
+        for key, _, pct in cols:
+            v = p.get(key)
+            cells.append("—" if v is None or not np.isfinite(v) else (f"{100 * v:.2f}%" if pct else f"{v:.3f}"))
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)

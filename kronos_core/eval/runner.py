@@ -1,0 +1,87 @@
+"""What ``kronos eval`` and ``kronos calibrate`` share: flags, loading, windows and forecasts."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+
+from kronos_core.eval.baselines import season_length
+from kronos_core.eval.data import Series, load_series
+from kronos_core.eval.scoring import DEFAULT_COVERAGE, DEFAULT_QUANTILES
+from kronos_core.eval.windows import Windows, build_windows, forecast_windows
+
+log = logging.getLogger(__name__)
+
+
+def floats(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(v) for v in text.split(",") if v.strip())
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from exc
+
+
+def add_window_arguments(parser: argparse.ArgumentParser) -> None:
+    """Data, windowing and sampling flags (the same for eval and calibrate)."""
+    g = parser.add_argument_group("data and windows")
+    g.add_argument("--data", nargs="+", required=True, help="CSV/Parquet files (one series each) or store folders")
+    g.add_argument("--symbols", nargs="+", help="symbols to take from a store (default: all)")
+    g.add_argument("--timestamp-column", default="timestamps")
+    g.add_argument("--lookback", type=int, default=256, help="context candles per window (default 256)")
+    g.add_argument("--horizon", type=int, required=True, help="candles forecast per window")
+    g.add_argument("--windows", type=int, default=50, help="windows per series, counted back from the end")
+    g.add_argument("--step", type=int, help="rows between origins (default: the horizon, non-overlapping truths)")
+    g.add_argument("--start", help="only origins at or after this time")
+    g.add_argument("--end", help="only windows whose truth ends before this time")
+    g.add_argument("--sample-count", type=int, default=32, help="sample paths per window (default 32)")
+    g.add_argument("--seed", type=int, default=0, help="sampling seed (per window content, batch-invariant)")
+    g.add_argument("--batch-size", type=int, default=256, help="windows per engine call (default 256)")
+    g.add_argument("--quantiles", type=floats, default=DEFAULT_QUANTILES, help="quantile levels for pinball loss")
+    g.add_argument("--coverage", type=floats, default=DEFAULT_COVERAGE, help="central interval levels")
+
+
+@dataclass
+class WalkForward:
+    """Windows of the loaded series and the model's sample paths on them."""
+
+    series: list[Series]
+    windows: Windows
+    paths: np.ndarray  # (N, S, H, 6)
+    seconds: float  # forecasting time
+
+    @property
+    def windows_per_second(self) -> float:
+        return len(self.windows) / self.seconds if self.seconds > 0 else float("nan")
+
+    def seasons(self) -> list[int | None]:
+        return [season_length(s.timestamps) for s in self.series]
+
+
+def load_data(args) -> list[Series]:
+    return load_series(args.data, args.symbols, args.timestamp_column)
+
+
+def walk_forward(args, predictor, series: list[Series], start=None, end=None, windows=None) -> WalkForward:
+    """Build the windows from ``args`` and forecast them all in batches."""
+    w = build_windows(series, args.lookback, args.horizon, windows or args.windows, args.step,
+                      start=start, end=end)
+    log.info("%d windows over %d series, lookback %d, horizon %d, %d sample paths, batches of %d",
+             len(w), len(series), args.lookback, args.horizon, args.sample_count, args.batch_size)
+    paths, secs = forecast_windows(predictor, w, args.horizon, args.sample_count, args.seed, args.batch_size)
+    return WalkForward(series, w, paths, secs)
+
+
+def data_section(args, wf: WalkForward) -> dict:
+    counts = np.bincount(wf.windows.series_index, minlength=len(wf.series))
+    return {
+        "series": [{"name": s.name, "source": s.source, "rows": len(s), "windows": int(c),
+                    "first": str(s.timestamps[0]), "last": str(s.timestamps[-1]),
+                    "season": season_length(s.timestamps)}
+                   for s, c in zip(wf.series, counts)],
+        "lookback": args.lookback, "horizon": args.horizon, "windows": len(wf.windows),
+        "step": args.step or args.horizon, "sample_count": args.sample_count, "seed": args.seed,
+        "start": args.start, "end": args.end, "feature": "close",
+        "quantiles": list(args.quantiles), "coverage_levels": list(args.coverage),
+    }

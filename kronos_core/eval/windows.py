@@ -1,0 +1,111 @@
+"""Walk-forward windows (rolling forecast origins) and their batched forecasts.
+
+A window has an *origin* row ``t`` of one series: its context is rows
+``[t - lookback, t)`` and its truth rows ``[t, t + horizon)``. Only the context
+(values and stamps) reaches the forecast; the future timestamps are extrapolated
+from the context's own trading sessions, never read from the data, so nothing at
+or after an origin can influence the forecast made there.
+
+Origins are counted back from the end of each series: the last window's truth
+ends at the last row (or before ``end``), and each earlier origin is ``step``
+rows before the next.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from tqdm.auto import tqdm
+
+from kronos_core.data.timestamps import future_timestamps
+from kronos_core.eval.data import Series
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Windows:
+    """N windows over one or more series, all with the same lookback L and horizon H."""
+
+    series_index: np.ndarray  # (N,) which series
+    origins: np.ndarray  # (N,) origin row in that series
+    context: np.ndarray  # (N, L, 6) float32 candles before the origin
+    context_ts: list[pd.DatetimeIndex]  # N x (L,) their stamps
+    future_ts: list[pd.DatetimeIndex]  # N x (H,) stamps extrapolated from the context
+    truth: np.ndarray  # (N, H, 6) float32 candles from the origin on
+    names: list[str]  # series names (indexed by series_index)
+
+    def __len__(self) -> int:
+        return len(self.origins)
+
+    def subset(self, idx) -> Windows:
+        idx = np.asarray(idx)
+        return Windows(self.series_index[idx], self.origins[idx], self.context[idx],
+                       [self.context_ts[i] for i in idx], [self.future_ts[i] for i in idx],
+                       self.truth[idx], self.names)
+
+
+def origins_for(n_rows: int, lookback: int, horizon: int, windows: int, step: int,
+                first: int = 0, stop: int | None = None) -> np.ndarray:
+    """Origin rows (ascending): up to ``windows`` of them, ``step`` apart, the last one's
+    truth ending at ``stop`` (default ``n_rows``); none before ``max(lookback, first)``."""
+    if lookback < 1 or horizon < 1 or windows < 1 or step < 1:
+        raise ValueError(f"lookback, horizon, windows and step must be >= 1, got "
+                         f"{lookback}, {horizon}, {windows}, {step}")
+    last = min(n_rows, n_rows if stop is None else stop) - horizon
+    lo = max(lookback, first)
+    out = [o for o in (last - j * step for j in range(windows)) if o >= lo]
+    return np.array(sorted(out), dtype=np.int64)
+
+
+def build_windows(series: Sequence[Series], lookback: int, horizon: int, windows: int, step: int | None = None,
+                  start=None, end=None) -> Windows:
+    """Windows of every series. start: origins at or after this time; end: truths before it."""
+    step = step or horizon
+    rows = []
+    for k, s in enumerate(series):
+        first = 0 if start is None else int(s.timestamps.searchsorted(pd.Timestamp(start), "left"))
+        stop = None if end is None else int(s.timestamps.searchsorted(pd.Timestamp(end), "left"))
+        origins = origins_for(len(s), lookback, horizon, windows, step, first, stop)
+        if len(origins) < windows:
+            log.warning("%s: %d of %d windows fit (rows %d, lookback %d, horizon %d, step %d)",
+                        s.name, len(origins), windows, len(s), lookback, horizon, step)
+        rows.extend((k, int(o)) for o in origins)
+    if not rows:
+        raise ValueError(f"no window fits: series need more than lookback + horizon = {lookback + horizon} rows "
+                         "in the chosen period")
+    idx = np.array([k for k, _ in rows])
+    org = np.array([o for _, o in rows])
+    context = np.stack([series[k].values[o - lookback:o] for k, o in rows])  # (N, L, 6)
+    truth = np.stack([series[k].values[o:o + horizon] for k, o in rows])  # (N, H, 6)
+    ctx_ts = [series[k].timestamps[o - lookback:o] for k, o in rows]
+    fut_ts = [future_timestamps(ts, horizon) for ts in ctx_ts]
+    return Windows(idx, org, context, ctx_ts, fut_ts, truth, [s.name for s in series])
+
+
+def forecast_windows(predictor, w: Windows, horizon: int, sample_count: int, seed: int = 0,
+                     batch_size: int = 256, progress: bool = True) -> tuple[np.ndarray, float]:
+    """Sample paths (N, S, H, 6) of every window, ``batch_size`` windows per engine call.
+
+    Seeded per window content, so a window's paths do not depend on the batch
+    around it. Returns the paths and the seconds spent forecasting.
+    """
+    n = len(w)
+    out = np.empty((n, sample_count, horizon, w.context.shape[2]), dtype=np.float32)
+    t0 = time.perf_counter()
+    bar = tqdm(total=n, unit="win", desc="forecast", disable=not progress)
+    for lo in range(0, n, batch_size):
+        hi = min(n, lo + batch_size)
+        res = predictor.forecast(
+            list(w.context[lo:hi]), w.context_ts[lo:hi], w.future_ts[lo:hi], horizon,
+            sample_count=sample_count, seed=seed,
+        )
+        out[lo:hi] = res.paths  # (b, S, H, 6)
+        bar.update(hi - lo)
+    bar.close()
+    return out, time.perf_counter() - t0

@@ -1,0 +1,96 @@
+"""`kronos eval`, `kronos calibrate`, `kronos backtest` and `kronos forecast --calibration`
+on bundled real data and on CSVs the project has never seen (tiny windows, bundled model)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kronos_core.cli import main
+
+PNG = b"\x89PNG\r\n\x1a\n"
+KEYS = {"mae", "rmse", "mase", "direction_accuracy", "crps", "brier_up", "coverage"}
+
+
+def _png(path):
+    assert path.is_file() and path.read_bytes()[:8] == PNG and path.stat().st_size > 5000, path
+
+
+def test_eval_on_real_and_unseen_data(real_dir, unseen_csv, tmp_path, capsys):
+    out = tmp_path / "report.json"
+    rc = main(["eval", "--data", str(real_dir / "goog_daily.csv"), str(unseen_csv), "--lookback", "32",
+               "--horizon", "2", "--windows", "3", "--sample-count", "4", "--device", "cpu",
+               "--out", str(out), "--plot", str(tmp_path / "plots"), "--plot-series", "usdeur_hourly"])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "| forecaster |" in text and "windows/s" in text and "hist_vol" in text
+    report = json.loads(out.read_text())
+    assert {"model", "data", "metrics", "baselines", "regimes"} <= set(report)
+    assert KEYS <= set(report["metrics"])
+    assert set(report["metrics"]["coverage"]) == {"0.5", "0.8", "0.9"}
+    assert set(report["baselines"]) == {"last_value", "drift", "seasonal_naive", "hist_vol"}
+    for card in report["baselines"].values():
+        assert KEYS <= set(card)
+        assert all(0 <= v <= 1 for v in card["coverage"].values())
+    assert report["data"]["windows"] == 6 and report["model"]["sha256"]
+    assert sum(report["regimes"][r]["windows"] for r in ("bull", "bear", "sideways")) == 6
+    assert report["data"]["series"][1]["season"] == 24  # hourly FX: a daily season
+    for name in ("coverage.png", "pit.png", "fan_usdeur_hourly.png"):
+        _png(tmp_path / "plots" / name)
+
+
+def test_calibrate_then_forecast_with_it(unseen_csv, tmp_path, capsys):
+    cal = tmp_path / "cal.json"
+    rc = main(["calibrate", "--data", str(unseen_csv), "--lookback", "32", "--horizon", "2", "--windows", "10",
+               "--holdout", "0.3", "--holdout-windows", "3", "--sample-count", "2", "--device", "cpu",
+               "--out", str(cal)])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "coverage before" in text and "| usdeur_hourly | 0.9 | 3 |" in text
+    saved = json.loads(cal.read_text())
+    assert saved["method"] == "cqr" and saved["horizon"] == 2 and saved["levels"] == [0.5, 0.8, 0.9]
+    assert saved["model"]["sha256"] and "Romano" in saved["citation"]
+    rc = main(["forecast", "--csv", str(unseen_csv), "--horizon", "2", "--samples", "4", "--seed", "1",
+               "--quantiles", "0.1,0.9", "--calibration", str(cal), "--summary", "--device", "cpu"])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "close_q0.9" in text and "var_95=" in text and "p_up=" in text
+    saved["model"]["sha256"] = "0" * 64
+    saved["model"]["name"] = "someone-else"
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(saved))
+    rc = main(["forecast", "--csv", str(unseen_csv), "--horizon", "2", "--calibration", str(other),
+               "--device", "cpu"])
+    assert rc == 2
+    assert "someone-else" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("extra", [[], ["--long-short", "--rank", "sharpe"]])
+def test_backtest_on_unseen_universe(unseen_universe, tmp_path, capsys, extra):
+    out = tmp_path / "bt"
+    rc = main(["backtest", "--data", *map(str, unseen_universe), "--lookback", "32", "--horizon", "2",
+               "--rebalance", "60", "--top", "1", "--cost-bps", "5", "--sample-count", "2", "--device", "cpu",
+               "--out", str(out), *extra])
+    assert rc == 0
+    assert "| momentum |" in capsys.readouterr().out
+    report = json.loads((out / "backtest.json").read_text())
+    assert set(report["performance"]) == {"model", "momentum", "equal_weight"}
+    perf = report["performance"]["model"]
+    for key in ("annual_return", "annual_volatility", "sharpe", "sortino", "max_drawdown", "calmar",
+                "hit_rate", "turnover", "excess_annual_return"):
+        assert key in perf
+    weights = report["decisions"][0]["weights"]
+    assert sum(w > 0 for w in weights) == 1 and sum(w < 0 for w in weights) == (1 if extra else 0)
+    assert (out / "backtest.md").read_text().startswith("# Backtest")
+    _png(out / "equity.png")
+
+
+def test_backtest_on_real_data_and_bad_inputs(real_dir, tmp_path, capsys):
+    rc = main(["backtest", "--data", str(real_dir / "goog_daily.csv"), str(real_dir / "sp500_daily.csv"),
+               "--lookback", "32", "--horizon", "2", "--rebalance", "500", "--top", "1", "--sample-count", "2",
+               "--device", "cpu"])
+    assert rc == 0 and "| model |" in capsys.readouterr().out
+    rc = main(["backtest", "--data", str(tmp_path / "missing.csv"), "--horizon", "2", "--rebalance", "5",
+               "--top", "1"])
+    assert rc == 2 and "missing.csv" in capsys.readouterr().err
