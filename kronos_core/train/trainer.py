@@ -10,7 +10,7 @@ micro-batches (half the size each), so the effective batch stays the same.
 Output folder (rank 0 writes): ``last/`` and ``best/`` (each ``model/``,
 ``tokenizer/``, ``kronos.json``; ``last/trainer_state.pt`` holds optimiser,
 scheduler, RNG and data position for ``resume``), ``metrics.jsonl``,
-``config.yaml``, ``resources.json`` (when ``kronos_core.monitor`` exists).
+``config.yaml``, ``summary.json``, ``resources.json`` (when ``kronos_core.monitor`` exists).
 """
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ from kronos_core.train.techniques import (
 
 log = logging.getLogger(__name__)
 STATE_FILE = "trainer_state.pt"
+SUMMARY_FILE = "summary.json"
 
 
 class Objective(nn.Module):
@@ -259,10 +260,14 @@ class Trainer:
         elapsed = time.perf_counter() - started
         self.metrics.close()
         shutdown(self.dist)
-        return {"steps": self.step, "best_val_loss": None if math.isinf(self.best_val) else self.best_val,
-                "stopped_early": self.stopped_early, "seconds": elapsed,
-                "samples_per_s": samples / elapsed if elapsed else None, "out": str(self.out),
-                "batch_size": self.batch_size, "micro_batch": self.micro_batch_size, "accum": self.accum}
+        summary = {"steps": self.step, "best_val_loss": None if math.isinf(self.best_val) else self.best_val,
+                   "stopped_early": self.stopped_early, "seconds": elapsed,
+                   "samples_per_s": samples / elapsed if elapsed else None, "out": str(self.out),
+                   "batch_size": self.batch_size, "micro_batch": self.micro_batch_size, "accum": self.accum,
+                   "world_size": self.dist.world}
+        if self.dist.is_main:
+            (self.out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
+        return summary
 
     def _after_step(self, record: dict, bar) -> None:
         cfg = self.cfg
