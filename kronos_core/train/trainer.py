@@ -129,6 +129,7 @@ class Trainer:
 
             micro = auto_batch_size(cfg.kind, self.model, self.tok, cfg.data.window, cfg.precision,
                                     cfg.grad_checkpointing, self.device)
+            micro = max(1, min(micro, len(self.train_set) // (cfg.accum_steps * world)))  # no more than the data
             self.batch_size = micro * cfg.accum_steps * world
         else:
             self.batch_size = cfg.batch_size

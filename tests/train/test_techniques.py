@@ -171,3 +171,29 @@ def test_other_errors_are_not_taken_for_oom(tiny_config, tmp_path, monkeypatch):
     monkeypatch.setattr(type(trainer.objective), "forward", broken)
     with pytest.raises(RuntimeError, match="shape mismatch"):
         trainer.train_step(_first_batch(trainer))
+
+
+def test_auto_batch_size_asks_the_planner(tiny_config, tmp_path, monkeypatch):
+    from kronos_core.train import planner
+
+    asked = {}
+
+    def largest_batch(**kwargs):
+        asked.update(kwargs)
+        return 4
+
+    monkeypatch.setattr(planner, "largest_batch", largest_batch)
+    trainer = Trainer(tiny_config(out=tmp_path / "a", batch_size="auto", accum_steps=2))
+    assert trainer.batch_size == 8 and trainer.micro_batch_size == 4  # planner's micro-batch x accumulation
+    assert asked["window"] == 32 and asked["mode"] == "train" and asked["model"] is trainer.model
+
+
+def test_auto_batch_size_falls_back_when_the_planner_cannot_answer(tiny_config, tmp_path, monkeypatch):
+    from kronos_core.train import planner
+
+    def broken(**kwargs):
+        raise NotImplementedError("tokenizer training is not planned")
+
+    monkeypatch.setattr(planner, "largest_batch", broken)
+    trainer = Trainer(tiny_config("tokenizer", out=tmp_path / "a", batch_size="auto"))
+    assert 1 <= trainer.batch_size <= len(trainer.train_set)
