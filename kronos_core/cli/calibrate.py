@@ -29,8 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--method", default="cqr", choices=METHODS,
                         help="cqr: Romano et al. 2019 on log prices; cqr-r: scores scaled by the interval width")
     parser.add_argument("--holdout", type=float,
-                        help="fit on windows before the last FRACTION of each series and report coverage "
-                             "before/after calibration on windows in that last part")
+                        help="fit on windows before the last FRACTION of each series (from --start on) and "
+                             "report coverage before/after calibration on windows in that last part")
     parser.add_argument("--holdout-windows", type=int, help="held-out windows per series (default: --windows)")
     parser.add_argument("--out", type=Path, default=Path("calibration.json"), help="calibration JSON to write")
 
@@ -93,7 +93,8 @@ def run(args) -> int:
         series = load_data(args)
         predictor = load_predictor(predictor_config_from_args(args))
         if args.holdout is not None:  # calibration windows end where each series' held-out part begins
-            wfs = [walk_forward(args, predictor, [s], end=t) for s, t in zip(series, split_times(series, args.holdout))]
+            wfs = [walk_forward(args, predictor, [s], start=args.start, end=t)
+                   for s, t in zip(series, split_times(series, args.holdout))]
             paths = np.concatenate([w.paths for w in wfs])
             truth = np.concatenate([w.windows.truth for w in wfs])
             n_windows, seconds = len(truth), sum(w.seconds for w in wfs)
