@@ -102,6 +102,8 @@ class Outcome:
     history_length: list[int] = field(default_factory=list)  # candles of history each series used
     last_timestamp: list[np.datetime64] = field(default_factory=list)  # its last input candle
     warnings: list[list[dict]] = field(default_factory=list)  # {code, message} per series
+    histories: list[np.ndarray] = field(default_factory=list)  # (L, 6) input candles per series
+    summaries: list[dict | None] = field(default_factory=list)  # risk summary per series, with summary
 
 
 def _to_ns(ts) -> np.ndarray:
@@ -399,7 +401,7 @@ class Gateway:
         key = SamplingKey(
             horizon=req.horizon, sample_count=req.sample_count, temperature=req.temperature,
             top_k=req.top_k, top_p=req.top_p, seed=req.seed,
-            quantiles=tuple(req.quantiles), return_paths=req.return_paths, repair=req.repair,
+            quantiles=tuple(req.quantiles), return_paths=req.return_paths or req.summary, repair=req.repair,
         )
         fit = self.fit_factory(info, req.horizon, req.sample_count)
         try:
@@ -449,6 +451,8 @@ class Gateway:
         results = await self._run_all(shards, counters)
         t_fc = time.perf_counter()
         out = gather_outcome(info.model, tuple(req.quantiles), prep, slices, results)
+        if req.summary:
+            add_summaries(out, req.vol_alert_factor, keep_paths=req.return_paths)
         self.metrics.series_forecast.inc(len(out.symbols))
         out.errors = [{**e, "message": self.public(e["message"])} for e in out.errors]
         for e in out.errors:
@@ -485,7 +489,23 @@ def gather_outcome(model: dict, levels: tuple[float, ...], prep: Prepared, slice
             out.history_length.append(len(prep.values[i]))
             out.last_timestamp.append(prep.x_ts[i][-1])
             out.warnings.append(prep.warnings[i])
+            out.histories.append(prep.values[i])
     return out
+
+
+def add_summaries(out: Outcome, vol_factor: float, keep_paths: bool) -> None:
+    """Each forecast's risk summary from its close paths; drops the paths unless asked for."""
+    from kronos_core.eval.risk import risk_summary
+
+    close = FEATURE_NAMES.index("close")
+    for i, p in enumerate(out.paths):
+        hist = out.histories[i][:, close].astype(np.float64)
+        try:
+            out.summaries.append(risk_summary(p[:, :, close], float(hist[-1]), hist, vol_factor).to_dict())
+        except (ValueError, TypeError, IndexError):  # non-positive prices or no paths: no summary
+            out.summaries.append(None)
+        if not keep_paths:
+            out.paths[i] = None
 
 
 def memory_model_fit(info: ReplicaInfo, horizon: int, sample_count: int) -> Callable[[int], int]:
@@ -544,6 +564,8 @@ def outcome_to_json(out: Outcome) -> dict:
         p = out.paths[i]
         if p is not None:
             f["paths"] = [_candles(p[s]) for s in range(p.shape[0])]
+        if out.summaries and out.summaries[i] is not None:
+            f["summary"] = out.summaries[i]
         forecasts.append(f)
     return {"model": out.model, "forecasts": forecasts, "errors": out.errors, "timing": out.timing}
 

@@ -136,6 +136,14 @@ class ForecastRequest(BaseModel):
         description="levels strictly between 0 and 1, unique",
     )
     return_paths: bool = Field(False, description="include every sample path")
+    summary: bool = Field(
+        False, description="add a per-symbol risk summary from the sample paths: expected return, P(up), "
+        "volatility, 95% VaR and ES of the horizon return, vol_alert (see docs/evaluation.md; per symbol only, "
+        "no portfolio VaR: paths of different symbols are independent)",
+    )
+    vol_alert_factor: float = Field(
+        2.0, gt=0, le=100, description="summary.vol_alert: forecast volatility > this x the recent realised one",
+    )
     repair: bool = Field(
         False,
         description="make forecast candles consistent: volume, amount >= 0; high >= max(open, close); "
@@ -205,6 +213,19 @@ class SymbolWarning(BaseModel):
     message: str
 
 
+class RiskSummaryOut(BaseModel):
+    """Per-symbol risk figures from the sample paths (kronos_core.eval.risk; returns as fractions)."""
+
+    expected_return: float = Field(..., description="mean simple return of the close to the last step")
+    p_up: float = Field(..., description="share of paths ending above the last close")
+    volatility: float = Field(..., description="std of one-bar log returns along the paths")
+    horizon_volatility: float = Field(..., description="std of the horizon log return")
+    var_95: float = Field(..., description="95% value-at-risk of the horizon return (a loss, positive)")
+    es_95: float = Field(..., description="95% expected shortfall of the horizon return (a loss, positive)")
+    realized_volatility: float = Field(..., description="std of the last 20 one-bar log returns of the history")
+    vol_alert: bool = Field(..., description="volatility > vol_alert_factor x realized_volatility")
+
+
 class SymbolForecast(BaseModel):
     symbol: str
     history_length: int = Field(..., description="candles of history this forecast was made from")
@@ -216,6 +237,7 @@ class SymbolForecast(BaseModel):
     mean: Candles
     quantiles: dict[str, Candles] | None = Field(None, description="level (as text) -> candles")
     paths: list[Candles] | None = None
+    summary: RiskSummaryOut | None = Field(None, description="with summary: true")
 
 
 # exactly the codes a forecast response's ``errors`` can hold (tests/service/test_error_codes.py)

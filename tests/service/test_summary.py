@@ -1,0 +1,42 @@
+"""`"summary": true`: each forecast carries its risk summary, computed from its own sample paths."""
+
+import asyncio
+
+import numpy as np
+import pytest
+from service_fakes import FakeReplicas, FakeStore, fake_future
+
+from kronos_core.eval.risk import risk_summary
+from service.gateway import FutureTimestamps, Gateway, outcome_to_json
+from service.metrics import Metrics
+from service.schemas import ForecastRequest, SymbolForecast
+from service.settings import Settings
+
+
+def _gateway():
+    s = Settings(max_context=64, shards_per_replica=2)
+    return Gateway(s, FakeStore(), FakeReplicas(), Metrics(), num_replicas=2,
+                   fit_factory=lambda info, h, sc: (lambda L: 3), future=FutureTimestamps(fake_future))
+
+
+@pytest.mark.parametrize("return_paths", [False, True])
+def test_summary_matches_numpy_on_the_forecast_paths(return_paths):
+    gw = _gateway()
+    req = ForecastRequest(symbols=["S003", "S007"], horizon=3, sample_count=4, summary=True,
+                          return_paths=return_paths, vol_alert_factor=3.0)
+    out = asyncio.run(gw.forecast(req))
+    body = outcome_to_json(out)
+    assert [f["symbol"] for f in body["forecasts"]] == ["S003", "S007"]
+    for f, hist in zip(body["forecasts"], out.histories):
+        SymbolForecast.model_validate(f)  # the schema accepts it
+        assert ("paths" in f) == return_paths
+        close = hist[:, 3].astype(np.float64)
+        paths = np.repeat(close[-1], 4 * 3).reshape(4, 3)  # the fake replica repeats the last candle
+        want = risk_summary(paths, float(close[-1]), close, 3.0).to_dict()
+        assert f["summary"] == pytest.approx(want, nan_ok=True)
+        assert f["summary"]["var_95"] == pytest.approx(0.0) and f["summary"]["p_up"] == 0.0
+
+
+def test_no_summary_unless_asked():
+    out = asyncio.run(_gateway().forecast(ForecastRequest(symbols=["S001"], horizon=2)))
+    assert "summary" not in outcome_to_json(out)["forecasts"][0]
