@@ -190,6 +190,7 @@ class Generator:
                 s1, s2 = self._sample(groups, batch, step, cfg)
                 seqs.append(step, s1, s2)
                 stats.recomputed_row_steps += len(plan.recompute)
+            cached = None  # free the caches before the decoder runs
             stats.generate_seconds = time.perf_counter() - t0
 
             t0 = time.perf_counter()

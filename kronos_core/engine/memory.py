@@ -1,19 +1,29 @@
 """Memory model for inference, and a meter that measures it.
 
 ``estimate_inference_bytes`` predicts the peak bytes one engine call needs for
-a batch (weights, caches, inputs and the largest transient working set of the
-four phases: tokenize, prefill, decode/recompute, detokenize).
-``max_batch_that_fits`` inverts it for a byte budget; the service sizes its
-shards with it. ``LiveTensorMeter`` measures the peak of live tensor bytes on
-any device (``torch.cuda.max_memory_allocated`` is the GPU's own measure).
+a batch: weights, inputs (candles, time features, token sequences), and the
+largest of the phases, each with what is alive during it:
 
-Working-set constants are counted from the block structure (see
-``_block_activation``); ``kronos bench --memory`` compares estimates with
-measured peaks and prints the error.
+* tokenize: the tokenizer's encoder over the whole lookback;
+* prefill: the key/value caches (allocated here) + one trunk pass over the window;
+* sample: caches + the prefill's hidden states + logits, sorted copies, probabilities;
+* recompute (exact mode once the window slides, or recompute mode): caches + a trunk
+  pass over ``max_context`` tokens for every row;
+* detokenize (caches freed): the tokenizer's decoder over the last window.
+
+A pass costs per token: the residual stream and the RMSNorm work in float32
+(12 bytes per model dim) plus three ff-wide tensors in the activation dtype
+(``_pass_bytes``); attention runs in fused kernels, with no (L, L) score
+matrix. A padded (ragged) batch also holds a boolean (rows, L, L) mask. The
+constants were read off ``LiveTensorMeter`` on single blocks and whole calls;
+``tests/engine/test_memory.py`` checks estimate >= peak and < 1.5 x peak on a
+grid, and ``kronos bench --memory`` prints the error. Parameters are counted
+from the modules themselves (built on the meta device).
 """
 
 from __future__ import annotations
 
+import functools
 import weakref
 from dataclasses import dataclass
 
@@ -21,54 +31,85 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from kronos_core.model.config import DEP_HEADS, KronosConfig, TokenizerConfig
+from kronos_core.model.config import KronosConfig, TokenizerConfig
 
 SAFETY = 1.10  # headroom on the estimate for allocator rounding and small temporaries
-ATTN_WIDTH = 4  # d-wide tensors alive at a block's peak (calibrated with LiveTensorMeter)
-FFN_WIDTH = 2  # ff-wide tensors alive at a block's peak (calibrated with LiveTensorMeter)
+RESIDUAL_BYTES = 20  # bytes per model dim per token of a pass: residual, norm (float32), block input, output
+FFN_WIDTH = 3  # ff-wide tensors alive at a block's peak, in the activation dtype
+SAMPLE_BYTES = 24  # bytes per vocabulary entry per row while sampling (logits, sorted, probs, float64 cdf)
 
 
-def _block_activation(rows: int, length: int, d: int, ff: int, heads: int, act_bytes: int, masked: bool) -> int:
-    """Transient bytes of one transformer block over (rows, length) tokens.
+def _pass_bytes(tokens: int, d: int, ff: int, act_bytes: int) -> int:
+    """Transient bytes of one pass of transformer blocks over ``tokens`` tokens (blocks run one at a time)."""
+    return tokens * (RESIDUAL_BYTES * d + FFN_WIDTH * ff * act_bytes)
 
-    Counting every intermediate gives ~10 d-wide and 4 ff-wide tensors per token,
-    but many die before the peak; the widths above were fitted to measured peaks
-    (the estimate stays 10-25% above them, SAFETY included). A padded (ragged)
-    batch also holds a boolean mask (rows, length, length).
-    """
-    tokens = rows * length
-    per_token = (ATTN_WIDTH * d + FFN_WIDTH * ff) * act_bytes
-    mask = rows * length * length if masked else 0
-    return tokens * per_token + mask
+
+def _cache_bytes(m: KronosConfig, n: int, window: int, horizon: int, act: int, sliding: str) -> int:
+    """Trunk caches (2 per layer) and the s2 head's keys/values, ``window + horizon`` slots each."""
+    return 0 if sliding == "recompute" else (2 * m.n_layers + 2) * n * (window + horizon) * m.d_model * act
+
+
+def _mask_bytes(rows: int, length: int, ragged: bool) -> int:
+    """The boolean (rows, 1, L, L) mask of a left-padded batch."""
+    return rows * length * length if ragged else 0
+
+
+@functools.cache
+def parameter_count(cfg: KronosConfig | TokenizerConfig) -> int:
+    """Parameters of the module a config builds, counted from the module (on the meta device)."""
+    from kronos_core.model.kronos import Kronos
+    from kronos_core.model.tokenizer import KronosTokenizer
+
+    cls = Kronos if isinstance(cfg, KronosConfig) else KronosTokenizer
+    with torch.device("meta"):
+        module = cls(cfg)
+    return sum(p.numel() for p in module.parameters())
 
 
 @dataclass(frozen=True)
 class MemoryEstimate:
-    weights: int  # model + tokenizer parameters and buffers
-    inputs: int  # candles, time features and token buffers of the whole batch
+    weights: int  # model + tokenizer parameters (float32)
+    inputs: int  # candles, time features and token sequences of the whole batch
     caches: int  # trunk and s2-head key/value caches
-    transient: int  # the largest phase working set
-    total: int  # (weights + inputs + caches + transient) * SAFETY
+    transient: int  # working set of the peak phase beyond inputs, caches included where alive
+    phase: str  # the peak phase: tokenize | prefill | sample | recompute | detokenize
+    total: int  # (weights + inputs + transient) * SAFETY
 
-    def as_dict(self) -> dict[str, int]:
-        return {k: getattr(self, k) for k in ("weights", "inputs", "caches", "transient", "total")}
+    def as_dict(self) -> dict[str, int | str]:
+        return {k: getattr(self, k) for k in ("weights", "inputs", "caches", "transient", "phase", "total")}
 
 
 def _param_bytes(model_cfg: KronosConfig, tok_cfg: TokenizerConfig) -> int:
-    d, ff, v1, v2 = model_cfg.d_model, model_cfg.ff_dim, 2**model_cfg.s1_bits, 2**model_cfg.s2_bits
-    block = 4 * (d * d + d) + 3 * d * ff + 2 * d
-    model = (v1 + v2) * d + (2 * d * d + d) + 136 * d + model_cfg.n_layers * block + d
-    model += 4 * (d * d + d) + d + (d + 1) * (v1 + v2)
-    td, tff, bits = tok_cfg.d_model, tok_cfg.ff_dim, tok_cfg.codebook_dim
-    tblock = 4 * (td * td + td) + 3 * td * tff + 2 * td
-    tok = (tok_cfg.d_in + 1) * td + (tok_cfg.n_enc_layers + tok_cfg.n_dec_layers - 2) * tblock
-    tok += (td + 1) * bits + (tok_cfg.s1_bits + 1) * td + (bits + 1) * td + (td + 1) * tok_cfg.d_in
-    return 4 * (model + tok)
+    return 4 * (parameter_count(model_cfg) + parameter_count(tok_cfg))
 
 
 def estimate_inference_bytes(*args, **kwargs) -> int:
     """Peak bytes for ``batch`` series in one engine call; the arguments of ``memory_breakdown``."""
     return memory_breakdown(*args, **kwargs).total
+
+
+def _phases(m: KronosConfig, t: TokenizerConfig, n: int, lookback: int, horizon: int, act: int,
+            max_context: int, ragged: bool, sliding: str) -> dict[str, int]:
+    """Working set of each phase (bytes, beyond the inputs) for n rows."""
+    d, vocab = m.d_model, 2**m.s1_bits + 2**m.s2_bits
+    window = min(lookback, max_context)
+    caches = _cache_bytes(m, n, window, horizon, act, sliding)
+    per_token_out = 3 * d * act  # last pass's hidden states + the s2 head's keys/values, alive while sampling
+    phases = {
+        "tokenize": _pass_bytes(n * lookback, t.d_model, t.ff_dim, act) + _mask_bytes(n, lookback, ragged),
+    }
+    if sliding != "recompute":
+        phases["prefill"] = caches + _pass_bytes(n * window, d, m.ff_dim, act) + _mask_bytes(n, window, ragged)
+    width = window
+    if sliding == "recompute" or (sliding == "exact" and lookback + horizon - 1 > max_context):
+        # Equal-length rows leave the caches together (freed); ragged rows may recompute beside cached ones.
+        width = min(lookback + horizon - 1, max_context)
+        phases["recompute"] = (caches if ragged else 0) + _pass_bytes(n * width, d, m.ff_dim, act) \
+            + _mask_bytes(n, width, ragged)
+    phases["sample"] = caches + n * width * per_token_out + n * vocab * SAMPLE_BYTES
+    dec_len = min(lookback + horizon, max_context)
+    phases["detokenize"] = _pass_bytes(n * dec_len, t.d_model, t.ff_dim, act) + _mask_bytes(n, dec_len, ragged)
+    return phases
 
 
 def memory_breakdown(
@@ -82,38 +123,26 @@ def memory_breakdown(
     max_context: int = 512,
     ragged: bool = True,
     include_weights: bool = True,
+    sliding: str = "exact",
 ) -> MemoryEstimate:
-    """``estimate_inference_bytes`` with its parts. ``ragged``: assume padded rows (masks)."""
+    """``estimate_inference_bytes`` with its parts.
+
+    lookback: the longest series' history (a ragged batch is left-padded to it);
+    ragged: assume padded rows (masks); sliding: the engine's mode (exact | rolling | recompute).
+    """
     if batch <= 0:
-        return MemoryEstimate(0, 0, 0, 0, 0)
+        return MemoryEstimate(0, 0, 0, 0, "none", 0)
     n = batch * sample_count
     act = torch.tensor([], dtype=dtype).element_size()
-    d, ff, layers = model_cfg.d_model, model_cfg.ff_dim, model_cfg.n_layers
-    td, tff = tokenizer_cfg.d_model, tokenizer_cfg.ff_dim
-    vocab = 2**model_cfg.s1_bits + 2**model_cfg.s2_bits
-    window = min(lookback, max_context)
-    capacity = window + horizon
     total_len = lookback + horizon
-
     inputs = n * (lookback * 6 * 4 + lookback * 5 * 4 + horizon * 5 * 4)  # candles + stamps (float32)
     inputs += n * total_len * (5 * 4 + 2 * 8)  # concatenated stamps + two int64 token sequences
-    caches = (2 * layers * n * capacity * d + 2 * n * capacity * d) * act
-
-    tokenize = _block_activation(n, lookback, td, tff, tokenizer_cfg.n_heads, 4, ragged) + n * lookback * (
-        2 * td + tokenizer_cfg.codebook_dim
-    ) * 4
-    embed = n * window * 8 * d * act
-    prefill = max(embed, _block_activation(n, window, d, ff, model_cfg.n_heads, act, ragged))
-    prefill += n * window * d * act * 3 + 2 * n * DEP_HEADS * window * (d // DEP_HEADS) * act  # hidden + dep k/v
-    steps = n * vocab * 4 * 6  # logits, filtered copies, probabilities, cdf (float64)
-    if lookback + horizon - 1 > max_context:  # rows recomputed over a full window each step
-        steps += _block_activation(n, max_context, d, ff, model_cfg.n_heads, act, False) + n * max_context * d * act * 3
-    dec_len = min(total_len, max_context)
-    detokenize = _block_activation(n, dec_len, td, tff, tokenizer_cfg.n_heads, 4, ragged)
-    transient = max(tokenize, prefill, steps, detokenize)
+    caches = _cache_bytes(model_cfg, n, min(lookback, max_context), horizon, act, sliding)
+    phases = _phases(model_cfg, tokenizer_cfg, n, lookback, horizon, act, max_context, ragged, sliding)
+    phase = max(phases, key=phases.get)
     weights = _param_bytes(model_cfg, tokenizer_cfg) if include_weights else 0
-    total = int((weights + inputs + caches + transient) * SAFETY)
-    return MemoryEstimate(weights, inputs, caches, transient, total)
+    total = int((weights + inputs + phases[phase]) * SAFETY)
+    return MemoryEstimate(weights, inputs, caches, phases[phase], phase, total)
 
 
 def max_batch_that_fits(

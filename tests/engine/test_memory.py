@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 import torch
 
 from kronos_core import KronosPredictor
@@ -12,7 +13,9 @@ from kronos_core.engine.memory import (
     estimate_inference_bytes,
     max_batch_that_fits,
     memory_breakdown,
+    parameter_count,
 )
+from kronos_core.model import KronosConfig
 
 
 def test_estimate_grows_with_every_dimension(tiny):
@@ -42,18 +45,60 @@ def test_weights_counted_exactly(tiny):
     assert memory_breakdown(model.config, tok.config, 1, 10, 1).weights == 4 * params
 
 
-def test_estimate_bounds_measured_peak(tiny):
-    """The estimate is above the measured peak of live tensors, and not wildly (< 2x)."""
-    predictor = KronosPredictor(*tiny, device="cpu", max_context=512)
+GRID = [
+    # id, history lengths, horizon, samples, max_context, sliding, autocast dtype
+    ("short-lookback-long-horizon", [8] * 4, 24, 1, 512, "exact", None),
+    ("long-lookback-short-horizon", [200] * 2, 4, 1, 512, "exact", None),
+    ("sliding-exact", [40] * 2, 12, 1, 32, "exact", None),
+    ("sliding-rolling", [40] * 2, 12, 1, 32, "rolling", None),
+    ("sliding-recompute", [40] * 2, 6, 1, 32, "recompute", None),
+    ("ragged", [10, 30, 50], 8, 2, 128, "exact", None),
+    ("ragged-sliding", [10, 30, 50], 12, 1, 32, "exact", None),
+    ("one-sample", [32], 8, 1, 512, "exact", None),
+    ("many-samples", [16], 8, 8, 512, "exact", None),
+    ("bf16", [32] * 2, 8, 1, 512, "exact", torch.bfloat16),
+    ("bf16-sliding", [40] * 2, 12, 2, 32, "exact", torch.bfloat16),
+    ("bf16-rolling", [40] * 2, 12, 1, 32, "rolling", torch.bfloat16),
+    pytest.param("issue-9-case-1-sample", [32] * 16, 64, 1, 512, "exact", None, marks=pytest.mark.slow),
+    pytest.param("issue-9-case-4-samples", [32] * 16, 64, 4, 512, "exact", None, marks=pytest.mark.slow),
+]
+
+
+def measured_and_estimated(tiny, lengths, horizon, samples, max_context, sliding, dtype) -> tuple[int, int]:
+    """Peak live tensor bytes of one forecast call, and the estimate for it (weights excluded)."""
+    predictor = KronosPredictor(*tiny, device="cpu", max_context=max_context, sliding=sliding, dtype=dtype)
     rng = np.random.default_rng(0)
-    n, lookback, horizon, samples = 12, 300, 24, 2
-    values = [np.abs(rng.normal(10, 1, (lookback, 6))).astype(np.float32) for _ in range(n)]
-    ts = pd.date_range("2024-01-02 09:35", periods=lookback + horizon, freq="5min")
+    values = [np.abs(rng.normal(10, 1, (n, 6))).astype(np.float32) for n in lengths]
+    ts = pd.date_range("2024-01-02 09:35", periods=max(lengths) + horizon, freq="5min")
     meter = LiveTensorMeter()
     with meter:
-        predictor.forecast(values, [ts[:lookback]] * n, [ts[lookback:]] * n, horizon, sample_count=samples, seed=0)
+        predictor.forecast(
+            values, [ts[:n] for n in lengths], [ts[n : n + horizon] for n in lengths], horizon,
+            sample_count=samples, seed=0,
+        )
     est = estimate_inference_bytes(
-        tiny[0].config, tiny[1].config, n, lookback, horizon, samples, include_weights=False
+        tiny[0].config, tiny[1].config, len(lengths), max(lengths), horizon, samples,
+        dtype or torch.float32, max_context, ragged=len(set(lengths)) > 1, include_weights=False, sliding=sliding,
     )
-    assert meter.peak > 0
-    assert meter.peak <= est < 2 * meter.peak
+    return meter.peak, est
+
+
+@pytest.mark.parametrize(("case", "lengths", "horizon", "samples", "max_context", "sliding", "dtype"), GRID)
+def test_estimate_bounds_measured_peak(tiny, case, lengths, horizon, samples, max_context, sliding, dtype):
+    """On every grid point the estimate covers the measured peak, and not by more than half again."""
+    peak, est = measured_and_estimated(tiny, lengths, horizon, samples, max_context, sliding, dtype)
+    assert peak > 0
+    assert peak <= est < 1.5 * peak, f"{case}: estimate {est} vs peak {peak} (ratio {est / peak:.2f})"
+
+
+def test_parameters_counted_from_the_modules(tiny):
+    """The published checkpoints' parameter counts, from configs alone (modules built on the meta device)."""
+    def model(layers, d, heads, ff):
+        return KronosConfig(s1_bits=10, s2_bits=10, n_layers=layers, d_model=d, n_heads=heads, ff_dim=ff)
+
+    assert parameter_count(model(4, 256, 4, 512)) == 4_108_032  # Kronos-mini
+    assert parameter_count(model(8, 512, 8, 1024)) == 24_741_376  # Kronos-small
+    assert parameter_count(model(12, 832, 16, 2048)) == 102_310_592  # Kronos-base
+    m, t = tiny
+    assert parameter_count(m.config) == sum(p.numel() for p in m.parameters())
+    assert parameter_count(t.config) == sum(p.numel() for p in t.parameters())
