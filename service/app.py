@@ -20,6 +20,7 @@ from ray.serve.handle import DeploymentHandle
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from kronos_core.errors import ErrorCode
+from service.docs_ui import install_docs
 from service.gateway import (
     DeadlineExceeded,
     Gateway,
@@ -51,7 +52,10 @@ api = FastAPI(
     version="0.1.0",
     description="Forecast the next candles of a whole portfolio with Kronos. "
     "JSON by default; `Accept: application/vnd.apache.arrow.stream` for an Arrow IPC stream.",
+    docs_url=None,  # served from the package by install_docs: no CDN
+    redoc_url=None,
 )
+install_docs(api)
 
 
 MAX_SYMBOL_OFFSET = 2**31 - 1  # /v1/symbols offset ceiling: bounded so that no answer holds a >64-bit int
