@@ -70,8 +70,8 @@ def test_codes_are_never_bare_strings_in_the_code_base():
 
 
 def test_no_branch_reads_an_exception_message():
-    pattern = re.compile(r"""["'][^"']*["']\s+(not\s+)?in\s+(str\(\w+\)|\w+\.message|\w+\.args)"""
-                         r"""|(str\(\w+\)|\w+\.(message|error))\.(startswith|endswith)\(""")
+    exc = r"(?:str\((?:exc|err|error|ex|e)\)|\b(?:exc|err|error|ex|e)\.(?:message|args)|\w+\.message|\w+\.error)"
+    pattern = re.compile(rf"""["'][^"']*["']\s+(not\s+)?in\s+{exc}|{exc}\.(startswith|endswith)\(""")
     offenders = [
         f"{p.relative_to(REPO)}:{i}: {line.strip()}"
         for p in [*SOURCES, *(REPO / "loadtests").rglob("*.py")]
