@@ -33,6 +33,7 @@ class ErrorCode(str, Enum):
     TOO_LARGE = "too_large"  # 413: body above KRONOS_MAX_BODY_BYTES
     OVERLOADED = "overloaded"  # 503 with Retry-After
     DEADLINE_EXCEEDED = "deadline_exceeded"  # 504: past the request deadline
+    SHUTTING_DOWN = "shutting_down"  # 503 with Retry-After: the gateway is draining (SIGTERM)
 
     def __str__(self) -> str:
         return self.value
@@ -56,6 +57,7 @@ REQUEST_ERROR_CODES: tuple[ErrorCode, ...] = (
     ErrorCode.TOO_LARGE,
     ErrorCode.OVERLOADED,
     ErrorCode.DEADLINE_EXCEEDED,
+    ErrorCode.SHUTTING_DOWN,
 )
 """Codes of whole-request failures (an HTTP status, counted in metrics)."""
 

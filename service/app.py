@@ -30,6 +30,7 @@ from service.gateway import (
     outcome_to_arrow,
     outcome_to_json,
 )
+from service.lifecycle import DrainMiddleware
 from service.limits import BodyLimitMiddleware
 from service.metrics import CONTENT_TYPE, Metrics
 from service.replica import Predictor
@@ -62,8 +63,20 @@ MAX_SYMBOL_OFFSET = 2**31 - 1  # /v1/symbols offset ceiling: bounded so that no 
 _METRICS: Metrics | None = None  # the ingress's metrics, for the middleware below
 
 
-# the body limit sits inside the latency middleware below, so that its 413s are observed too
+# both sit inside the latency middleware below, so that their 413s and 503s are observed too
 api.add_middleware(BodyLimitMiddleware)
+api.add_middleware(DrainMiddleware)  # outside the body limit: a draining gateway reads no body
+
+
+def _lifecycle():
+    """This process's ``service.lifecycle.STATE``, looked up through the module: the Ingress class
+    is pickled by value, so a name imported here would be a copy inside the replica."""
+    import service.lifecycle
+
+    return service.lifecycle.STATE
+
+
+_SHUTTING_DOWN = {"model": RequestErrorOut, "description": "shutting down (code shutting_down); see Retry-After"}
 
 
 @api.middleware("http")
@@ -174,6 +187,18 @@ class Ingress:
         import service.limits
 
         service.limits.LIMITS.max_body_bytes = settings.max_body_bytes
+        _lifecycle().retry_after_s = settings.retry_after_s
+
+    # ------------------------------------------------------------ shutdown control (handle calls)
+    async def drain(self) -> int:
+        """Stop taking work: new requests get 503, /readyz is not ready. Returns requests in flight."""
+        state = _lifecycle()
+        state.draining = True
+        log.info("gateway draining: %d request(s) in flight", state.active)
+        return state.active
+
+    async def in_flight(self) -> int:
+        return _lifecycle().active
 
     def _overloaded(self, exc: Overloaded) -> Response:
         return _json(
@@ -187,7 +212,8 @@ class Ingress:
         responses={
             200: {"content": {ARROW_STREAM: {}}}, 422: {},
             413: {"model": RequestErrorOut, "description": "body above KRONOS_MAX_BODY_BYTES (refused from Content-Length)"},
-            503: {"model": RequestErrorOut, "description": "overloaded; see Retry-After"},
+            503: {"model": RequestErrorOut, "description": "overloaded (code overloaded) or shutting down (shutting_down); "
+                  "see Retry-After"},
             504: {"model": RequestErrorOut, "description": "past the request deadline; pending shards were cancelled"},
         },
     )
@@ -214,7 +240,7 @@ class Ingress:
                             headers={"X-Kronos-Errors": str(len(out.errors))})
         return _json(outcome_to_json(out))
 
-    @api.get("/v1/models", response_model=ModelsResponse)
+    @api.get("/v1/models", response_model=ModelsResponse, responses={503: _SHUTTING_DOWN})
     async def models(self) -> Response:
         try:
             info = (await self.gateway.info()).model
@@ -223,7 +249,7 @@ class Ingress:
                          {"Retry-After": str(self.settings.retry_after_s)})
         return _json({"models": [info]})
 
-    @api.get("/v1/symbols", response_model=SymbolsPage)
+    @api.get("/v1/symbols", response_model=SymbolsPage, responses={503: _SHUTTING_DOWN})
     async def symbols(
         self,
         limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
@@ -238,8 +264,12 @@ class Ingress:
     async def healthz(self) -> Response:
         return _json({"status": "ok"})
 
-    @api.get("/readyz", response_model=Readiness)
+    @api.get("/readyz", response_model=Readiness,
+             responses={503: {"model": Readiness, "description": "not ready: no replica yet, or shutting down"}})
     async def readyz(self) -> Response:
+        if _lifecycle().draining:
+            return _json({"ready": False, "replicas_ready": 0, "replicas_target": self.num_replicas,
+                          "detail": "shutting down"}, 503)
         running, detail = 0, ""
         try:
             st = await asyncio.to_thread(serve.status)
@@ -299,9 +329,11 @@ def build_app(args: Settings) -> serve.Application:
         ray_actor_options=actor_opts,
         max_ongoing_requests=settings.replica_max_ongoing,
         max_queued_requests=settings.replica_max_queued,
+        graceful_shutdown_timeout_s=settings.shutdown_grace_s,
     ).bind(settings)
     ingress = Ingress.options(
         max_ongoing_requests=settings.max_inflight_requests + 64,  # beyond: the gateway answers 503 itself
+        graceful_shutdown_timeout_s=settings.shutdown_grace_s,  # Serve (KubeRay) lets requests finish
     )
     return ingress.bind(predictor, settings, replicas)
 

@@ -79,6 +79,48 @@ def start(settings):
     return f"http://{settings.host}:{settings.port}"
 
 
+def gateway_handle(settings):
+    """The gateway's Serve handle (made once the app runs, so that a drain starts at once), or None."""
+    from ray import serve
+
+    try:
+        return serve.get_app_handle(settings.app_name)
+    except Exception as exc:
+        log.warning("no handle on the gateway (%s)", type(exc).__name__)
+        return None
+
+
+def drain(settings, force: threading.Event | None = None, handle=None) -> int:
+    """Stop taking work at the gateway (new requests: 503, /readyz: not ready) and wait up to
+    ``settings.shutdown_grace_s`` for the requests in flight to finish; ``force`` (a second
+    signal) stops waiting. Returns the requests still in flight when it stopped waiting."""
+    import time
+
+    from ray import serve
+
+    try:
+        handle = handle or serve.get_app_handle(settings.app_name)
+        active = int(handle.drain.remote().result(timeout_s=30))
+    except Exception as exc:  # the app never came up, or is gone already
+        log.warning("drain: gateway unreachable (%s); stopping at once", type(exc).__name__)
+        return 0
+    deadline = time.monotonic() + settings.shutdown_grace_s
+    if active:
+        print(f"draining: {active} request(s) in flight, new ones get 503; waiting up to "
+              f"{settings.shutdown_grace_s:g} s (signal again to stop at once)", flush=True)
+    while active and time.monotonic() < deadline and not (force and force.is_set()):
+        time.sleep(0.2)
+        try:
+            active = int(handle.in_flight.remote().result(timeout_s=10))
+        except Exception:
+            break
+    if active:
+        print(f"grace period over: {active} request(s) still in flight are dropped", flush=True)
+    else:
+        time.sleep(1.0)  # the last answers leave the gateway; let the HTTP proxy hand them over
+    return active
+
+
 def stop() -> None:
     import ray
     from ray import serve
@@ -102,16 +144,22 @@ def run(args: argparse.Namespace) -> int:
     if problem:
         print(f"kronos serve: cannot load the model: {problem}", file=sys.stderr)
         return 2
-    stop_event = threading.Event()
+    stop_event, force = threading.Event(), threading.Event()
+    handle = None
 
     def _stop(signum, _frame):
         log.info("signal %s: shutting down", signum)
-        stop_event.set()
+        (force if stop_event.is_set() else stop_event).set()
 
     signal.signal(signal.SIGINT, _stop)
     signal.signal(signal.SIGTERM, _stop)
     try:
         url = start(settings)
+        # Ray's core worker installs its own SIGTERM handler in ray.init (a stack dump, then the
+        # process dies mid-request): take the signals back so that they drain instead
+        signal.signal(signal.SIGINT, _stop)
+        signal.signal(signal.SIGTERM, _stop)
+        handle = gateway_handle(settings)
         if not stop_event.is_set():
             print(f"Kronos service listening on {url}  (docs {url}/docs, metrics {url}/metrics); Ctrl-C stops it",
                   flush=True)
@@ -121,6 +169,8 @@ def run(args: argparse.Namespace) -> int:
         pass
     finally:
         print("stopping Kronos service...", flush=True)
+        if stop_event.is_set():
+            drain(settings, force, handle)
         stop()
         print("stopped", flush=True)
     return 0

@@ -216,6 +216,17 @@ def inline_arrays(s: InlineSeries, lookback: int) -> tuple[np.ndarray, np.ndarra
     return values[-lookback:], ts[-lookback:]
 
 
+def store_as_of(value) -> pd.Timestamp | None:
+    """``as_of`` for the store, whose stamps are datetime64[ns] (1677-2262): a time after that
+    range cuts nothing (None), one before it cuts everything (each symbol: no_data)."""
+    ts = pd.Timestamp(value)
+    try:
+        ts.as_unit("ns")
+    except (OverflowError, ValueError):  # OutOfBoundsDatetime is a ValueError
+        return None if ts.year > 2000 else pd.Timestamp("1678-01-01", tz=ts.tz)
+    return ts
+
+
 _ABS_PATH = re.compile(r"(?<![\w.:/])(?:/[^\s'\"/,;:()\[\]]+)+/?")
 
 
@@ -279,7 +290,7 @@ class Gateway:
     # ------------------------------------------------------------------ inputs
     def _store_series(self, req: ForecastRequest, lookback: int, errors: list[dict]) -> list[_Series]:
         # the store reads a naive as_of as each symbol's wall clock, an aware one converted
-        as_of = None if req.as_of is None else pd.Timestamp(req.as_of)
+        as_of = None if req.as_of is None else store_as_of(req.as_of)
         batch = self.store.read_windows(list(req.symbols or []), lookback, as_of=as_of, frequency=req.frequency)
         errors.extend(_error(e.symbol, ErrorCode(e.code), e.message) for e in batch.errors)
         items = []

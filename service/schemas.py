@@ -258,8 +258,8 @@ class RequestErrorOut(BaseModel):
     """The body of a 413, 503 or 504: the request as a whole got no answer."""
 
     detail: str
-    code: RequestErrorCode = Field(..., description="too_large (413), overloaded (503: see Retry-After), "
-                                   "deadline_exceeded (504)")
+    code: RequestErrorCode = Field(..., description="too_large (413), overloaded or shutting_down "
+                                   "(503: see Retry-After), deadline_exceeded (504)")
 
 
 class ModelInfo(BaseModel):

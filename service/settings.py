@@ -76,6 +76,11 @@ class Settings(BaseSettings):
         128 * 1024 * 1024, ge=1024,
         description="request body limit in bytes; above it: 413, refused from Content-Length before the body is read",
     )
+    shutdown_grace_s: float = Field(
+        60.0, ge=0,
+        description="on SIGTERM/SIGINT: how long in-flight requests may run on while new ones get 503 (also "
+        "Serve's graceful_shutdown_timeout_s); keep the pod's terminationGracePeriodSeconds above it",
+    )
     request_timeout_s: float = Field(
         300.0, gt=0,
         description="forecast deadline in seconds (a client may ask less with X-Kronos-Timeout-S); past it: 504 "

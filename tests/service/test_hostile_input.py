@@ -8,6 +8,7 @@ import asyncio
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 from pydantic import ValidationError
 from service_fakes import FakeReplicas, FakeStore, fake_future
@@ -169,3 +170,27 @@ def test_store_errors_reach_clients_without_paths(tmp_path):
     assert out.symbols == ["S001"]
     assert out.errors[0]["message"] == "unknown symbol 'NOPE' in store my-store"
     assert str(tmp_path) not in str(out.errors)
+
+
+@pytest.mark.parametrize("as_of, expect", [
+    ("0001-01-01T00:00:00", "cut-all"), ("9999-12-31T23:59:59", None), ("9999-12-31T00:00:00-23:00", None),
+    ("1500-06-01T00:00:00+05:00", "cut-all"), ("2024-01-01T00:00:00", "2024-01-01"),
+])
+def test_as_of_outside_the_nanosecond_range_is_clamped(as_of, expect):
+    seen = []
+
+    class Store(FakeStore):
+        def read_windows(self, symbols, lookback, as_of=None, frequency=None):
+            seen.append(as_of)
+            return super().read_windows(symbols, lookback, as_of, frequency)
+
+    gw = _gateway()
+    gw.store = Store()
+    asyncio.run(gw.forecast(ForecastRequest(symbols=["S001"], horizon=2, as_of=as_of)))
+    if expect is None:
+        assert seen == [None]
+    elif expect == "cut-all":
+        assert seen[0] < pd.Timestamp("1678-01-02", tz=seen[0].tz)
+        seen[0].as_unit("ns")  # representable: the store can compare with it
+    else:
+        assert seen == [pd.Timestamp(expect)]
