@@ -174,7 +174,7 @@ def test_store_errors_reach_clients_without_paths(tmp_path):
 
 @pytest.mark.parametrize("as_of, expect", [
     ("0001-01-01T00:00:00", "cut-all"), ("9999-12-31T23:59:59", None), ("9999-12-31T00:00:00-23:00", None),
-    ("1500-06-01T00:00:00+05:00", "cut-all"), ("2024-01-01T00:00:00", "2024-01-01"),
+    ("1500-06-01T00:00:00", "cut-all"), ("2024-01-01T00:00:00", "2024-01-01"),
 ])
 def test_as_of_outside_the_nanosecond_range_is_clamped(as_of, expect):
     seen = []
