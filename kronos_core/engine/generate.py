@@ -305,9 +305,4 @@ class Generator:
         return _StepInputs(rows, hidden[:, -1], k, v, key_mask)
 
 
-def generate(model: Kronos, tokenizer: KronosTokenizer, batch: EngineBatch, cfg: GenerationConfig) -> GenerationOutput:
-    """One-shot convenience wrapper around ``Generator``."""
-    return Generator(model, tokenizer).generate(batch, cfg)
-
-
-__all__ = ["EngineStats", "GenerationConfig", "GenerationOutput", "Generator", "SLIDING_MODES", "generate"]
+__all__ = ["EngineStats", "GenerationConfig", "GenerationOutput", "Generator", "SLIDING_MODES"]

@@ -84,10 +84,6 @@ class KVCache:
         self.k = self.k.index_select(0, rows)
         self.v = self.v.index_select(0, rows)
 
-    @property
-    def nbytes(self) -> int:
-        return self.k.numel() * self.k.element_size() * 2
-
 
 class AttentionProjections(nn.Module):
     """The four biased projections (``q_proj``, ``k_proj``, ``v_proj``, ``out_proj``), rotary buffer, head split."""

@@ -56,7 +56,7 @@ def test_rolling_mode_equals_exact_until_the_window_slides(tiny, a_share):
     exact = gen.generate(batch, GenerationConfig(20, 64, GREEDY, "exact"))
     rolling = gen.generate(batch, GenerationConfig(20, 64, GREEDY, "rolling"))
     # steps 0..4 see at most 64 tokens: identical; later steps may differ (approximation)
-    assert torch.equal(exact.s1[:, :5], rolling.s1[:, :5])
+    assert torch.equal(exact.s1[:, :5], rolling.s1[:, :5]) and torch.equal(exact.s2[:, :5], rolling.s2[:, :5])
     assert rolling.stats.recomputed_row_steps == 0 and exact.stats.recomputed_row_steps > 0
 
 
@@ -78,9 +78,14 @@ def test_compiled_decode_step_gives_the_same_tokens(tiny, a_share):
     torch.testing.assert_close(eager.candles, compiled.candles, rtol=1e-4, atol=1e-5)
 
 
+def _assert_same_forecast(a, b):
+    assert torch.equal(a.s1, b.s1) and torch.equal(a.s2, b.s2)
+    torch.testing.assert_close(a.candles, b.candles, rtol=0, atol=0)
+
+
 def test_bfloat16_autocast_runs_every_mode(tiny, a_share):
-    """The GPU option (bf16 autocast) exercised on CPU: finite forecasts, and the cached engine
-    still equals full recompute in that precision."""
+    """The GPU option (bf16 autocast) exercised on CPU: finite forecasts; the cached engine equals full
+    recompute in that precision (tokens and decoded candles), with a row whose window slides."""
     gen = Generator(*tiny)
     batch = _batch(a_share, [0, 300], [64, 40], 8)
     out = {
@@ -89,4 +94,16 @@ def test_bfloat16_autocast_runs_every_mode(tiny, a_share):
     }
     for res in out.values():
         assert res.candles.dtype == torch.float32 and torch.isfinite(res.candles).all()
-    assert torch.equal(out["exact"].s1, out["recompute"].s1)
+    assert out["exact"].stats.recomputed_row_steps > 0  # the 64-candle row slid
+    _assert_same_forecast(out["exact"], out["recompute"])
+
+
+@pytest.mark.parametrize("dtype", [None, torch.bfloat16])
+def test_rolling_equals_exact_when_nothing_slides(tiny, a_share, dtype):
+    """With every window inside max_context the rolling cache is exact: same tokens, same candles."""
+    gen = Generator(*tiny)
+    batch = _batch(a_share, [0, 300, 900], [64, 40, 25], 12)
+    exact = gen.generate(batch, GenerationConfig(12, 128, GREEDY, "exact", autocast_dtype=dtype))
+    rolling = gen.generate(batch, GenerationConfig(12, 128, GREEDY, "rolling", autocast_dtype=dtype))
+    _assert_same_forecast(exact, rolling)
+    assert exact.stats.recomputed_row_steps == 0 == rolling.stats.recomputed_row_steps
