@@ -30,6 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--series", type=int, default=None,
                         help="series to forecast (inference) or windows per epoch (training); default: --batch")
     parser.add_argument("--samples", type=int, default=1, help="inference: sample paths per series")
+    parser.add_argument("--sliding", choices=("exact", "rolling"), default="exact",
+                        help="inference: once the window slides, recompute it every step (exact) or keep the cache")
     parser.add_argument("--device", default="a100-80gb",
                         help=f"cpu | {' | '.join(R.DEVICES)} | a byte budget such as 24GiB (default a100-80gb)")
     parser.add_argument("--precision", choices=P.PRECISIONS, default="fp32")
@@ -188,10 +190,11 @@ def plan_infer(args, model: P.ResolvedModel, device: R.Device) -> dict:
            "plan": plan.as_dict(), "recommendation": {"text": rec, "largest_batch": largest}}
     if device.name != "budget":
         series = args.series or args.batch
-        t = R.infer_seconds(model.model, model.tokenizer, plan, series, device, args.gpus, model.max_context)
+        t = R.infer_seconds(model.model, model.tokenizer, plan, series, device, args.gpus, model.max_context,
+                            args.sliding)
         lines.append(f"time (roofline, {device.source}): {series:,} series x {args.horizon} steps on "
                      f"{args.gpus}x {device.name}: ≈ {t['total']:,.3g} s ({t['per_call']:.3g} s per call of "
-                     f"{args.batch})")
+                     f"{args.batch}, sliding {args.sliding})")
         out["time"] = {**t, "series": series}
     out["_lines"] = lines
     return out

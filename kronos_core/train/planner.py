@@ -177,17 +177,28 @@ class TrainPlan:
         return asdict(self)
 
 
-def activation_bytes(cfg: KronosConfig, window: int, batch: int, precision: str, checkpointing: bool) -> int:
-    """Peak activation bytes of one micro-batch (saved tensors + the largest backward transient)."""
+def activation_phases(cfg: KronosConfig, window: int, batch: int, precision: str,
+                      checkpointing: bool) -> tuple[int, int]:
+    """Activation bytes of one micro-batch at the two candidate peaks of a step.
+
+    (start of backward: saved tensors + the logits gradient; rebuilding a
+    checkpointed block late in backward, when the parameter gradients already
+    exist: 0 without checkpointing, where that phase is always lower).
+    """
     tokens = batch * window
     vocab = 2**cfg.s1_bits + 2**cfg.s2_bits
     block = block_saved_bytes(cfg.d_model, cfg.ff_dim, cfg.n_heads, precision)
     head = head_saved_bytes(cfg.d_model, vocab, precision) + head_transient_bytes(vocab)
     if not checkpointing:
-        return tokens * (cfg.n_layers * block + head)
+        return tokens * (cfg.n_layers * block + head), 0
     kept = cfg.n_layers * 4 * cfg.d_model  # each block's fp32 input
     recompute = block + 16 * cfg.d_model  # one block rebuilt, plus the grads flowing through it
-    return tokens * (kept + max(head, recompute))
+    return tokens * (kept + head), tokens * (kept + recompute)
+
+
+def activation_bytes(cfg: KronosConfig, window: int, batch: int, precision: str, checkpointing: bool) -> int:
+    """Peak activation bytes of one micro-batch (saved tensors + the largest backward transient)."""
+    return max(activation_phases(cfg, window, batch, precision, checkpointing))
 
 
 def plan_training(
@@ -219,13 +230,16 @@ def plan_training(
     ddp = grads if gpus > 1 else 0
     cache = 2 * counts.linear if _act_bytes(precision) < 4 else 0
     held_grads = grads if accumulation > 1 else 0  # gradients of earlier micro-batches stay alive
-    acts = {ck: activation_bytes(model_cfg, window, batch, precision, ck) for ck in (False, True)}
+    phases = {ck: activation_phases(model_cfg, window, batch, precision, ck) for ck in (False, True)}
+    acts = {ck: max(phases[ck]) for ck in (False, True)}
 
     def total(ck: bool) -> int:
         persistent = params + moments + tokenizer + ddp
         if batch == 0:
             return persistent
-        return persistent + max(acts[ck] + cache + held_grads, grads + step_temp)
+        backward_start, rebuild = phases[ck]
+        rebuild_peak = rebuild + cache + grads if rebuild else 0
+        return persistent + max(backward_start + cache + held_grads, rebuild_peak, grads + step_temp)
 
     return TrainPlan(
         window, batch, accumulation, gpus, precision, checkpointing, counts.total, params, grads, moments,
