@@ -163,7 +163,8 @@ def recommend_train(args, model: P.ResolvedModel, device: R.Device, micro: int, 
 
 
 def plan_infer(args, model: P.ResolvedModel, device: R.Device) -> dict:
-    kw = dict(sample_count=args.samples, precision=args.precision, max_context=model.max_context)
+    kw = dict(sample_count=args.samples, precision=args.precision, max_context=model.max_context,
+              sliding=args.sliding)
     plan = P.plan_inference(model.model, model.tokenizer, args.window, args.horizon, args.batch, **kw)
     budget = device.usable_bytes
     largest = P.max_infer_batch(budget, model.model, model.tokenizer, args.window, args.horizon, **kw)
@@ -182,7 +183,8 @@ def plan_infer(args, model: P.ResolvedModel, device: R.Device) -> dict:
              f"  inputs and token buffers     {_mib(plan.inputs)}",
              f"  KV caches (trunk)            {_mib(plan.kv_cache)}",
              f"  s2-head caches               {_mib(plan.s2_cache)}",
-             f"  largest phase working set    {_mib(plan.transient)}",
+             f"  peak phase ({plan.peak_phase + ')':11}     {_mib(plan.working_set)} "
+             + ("besides the above" if plan.caches_at_peak else "besides weights and inputs (caches not alive then)"),
              f"  total (peak)                 {_mib(plan.total)}  (with the engine's 10% headroom "
              f"{_mib(plan.with_headroom).strip()}) [budget {_mib(budget).strip()}]",
              f"recommendation: {rec}"]

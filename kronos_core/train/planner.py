@@ -277,12 +277,15 @@ class InferencePlan:
     horizon: int
     sample_count: int
     precision: str
+    sliding: str
     weights: int
     inputs: int
     kv_cache: int  # the trunk's key/value caches
     s2_cache: int  # the s2 head's key/value caches
-    transient: int  # the largest phase working set
-    total: int  # predicted peak: the sum of the parts
+    peak_phase: str  # tokenize | prefill | sample | recompute | detokenize
+    caches_at_peak: bool  # the caches are alive in the peak phase (else freed or not yet allocated)
+    working_set: int  # the peak phase's bytes besides weights, inputs and (where alive) the caches
+    total: int  # predicted peak: weights + inputs + the peak phase (caches included where alive)
     with_headroom: int  # total * engine.memory.SAFETY, what the service sizes its shards with
 
     def as_dict(self) -> dict:
@@ -291,7 +294,7 @@ class InferencePlan:
 
 def plan_inference(model_cfg: KronosConfig, tok_cfg: TokenizerConfig, lookback: int, horizon: int, batch: int,
                    sample_count: int = 1, precision: str = "fp32", max_context: int = 512,
-                   ragged: bool = True) -> InferencePlan:
+                   ragged: bool = True, sliding: str = "exact") -> InferencePlan:
     """Peak bytes of one engine call for ``batch`` series (``memory_breakdown`` with its caches split)."""
     import torch
 
@@ -299,12 +302,14 @@ def plan_inference(model_cfg: KronosConfig, tok_cfg: TokenizerConfig, lookback: 
 
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
     est = memory_breakdown(model_cfg, tok_cfg, batch, lookback, horizon, sample_count, dtype, max_context,
-                           ragged=ragged)
-    capacity = min(lookback, max_context) + horizon
-    s2 = 2 * batch * sample_count * capacity * model_cfg.d_model * _act_bytes(precision)
-    peak = est.weights + est.inputs + est.caches + est.transient
-    return InferencePlan(batch, lookback, horizon, sample_count, precision, est.weights, est.inputs,
-                         est.caches - s2, s2, est.transient, peak, est.total)
+                           ragged=ragged, sliding=sliding)
+    layers = model_cfg.n_layers
+    s2 = est.caches // (layers + 1)  # one key/value pair per layer, one for the s2 head
+    alive = est.phase in ("prefill", "sample") or (est.phase == "recompute" and ragged)
+    peak = est.weights + est.inputs + est.transient
+    return InferencePlan(batch, lookback, horizon, sample_count, precision, sliding, est.weights, est.inputs,
+                         est.caches - s2, s2, est.phase, alive, est.transient - (est.caches if alive else 0), peak,
+                         est.total)
 
 
 def max_infer_batch(budget_bytes: int, model_cfg: KronosConfig, tok_cfg: TokenizerConfig, lookback: int,

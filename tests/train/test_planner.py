@@ -126,7 +126,9 @@ def test_cli_inference_breakdown_and_time(capsys):
                       "--batch", "250", "--series", "1000", "--device", "a100-80gb", "--gpus", "4")
     plan = one["plan"]
     assert plan["kv_cache"] == 8 * plan["s2_cache"]  # one key/value pair per layer (8) vs the s2 head's one
-    assert plan["total"] == plan["weights"] + plan["inputs"] + plan["kv_cache"] + plan["s2_cache"] + plan["transient"]
+    caches = plan["kv_cache"] + plan["s2_cache"]
+    assert plan["peak_phase"] in ("prefill", "sample", "recompute") and plan["caches_at_peak"]
+    assert plan["total"] == plan["weights"] + plan["inputs"] + caches + plan["working_set"]
     assert four["time"]["total"] == pytest.approx(one["time"]["total"] / 4)
     assert main(["plan", "--device", "tpu9"]) == 2
     text_code = main(["plan", "--model", "small", "--mode", "infer", "--batch", "4", "--device", "h200"])
