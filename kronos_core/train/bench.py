@@ -82,8 +82,11 @@ def measure(config: str | None, overrides: dict, steps: int) -> dict:
 def run_bench(args: argparse.Namespace) -> int:
     """Every variant in its own process; prints a table and the JSON."""
     config = args.config or str(DEFAULT_CONFIG)
+    from kronos_core.train.default import REAL_DATA
+
     base = {k: v for k, v in {"threads": args.threads, "device": args.device, "batch_size": args.batch_size}.items()
             if v is not None}
+    base["data.paths"] = args.data or [str(REAL_DATA)]  # the bundled real candles unless --data
     results = {}
     for name, extra in tqdm(VARIANTS.items(), desc="train bench", total=len(VARIANTS)):
         spec = json.dumps({"config": config, "overrides": {**base, **extra}, "steps": args.steps})

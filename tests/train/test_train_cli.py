@@ -79,3 +79,13 @@ def test_missing_data_is_a_clear_error(tmp_path, capsys):
     code = main(["train", "predictor", "--config", _yaml_for(tmp_path), "--data", str(tmp_path / "nope.csv"),
                  "--out", str(tmp_path / "o")])
     assert code == 2 and "nope.csv" in capsys.readouterr().err
+
+
+def test_bench_measures_one_variant(tmp_path):
+    from kronos_core.train.bench import measure
+
+    overrides = {k: v for k, v in tiny_overrides(tmp_path / "b").items() if k not in ("out", "kind")}
+    figures = measure(None, {**overrides, "accum_steps": 2}, steps=1)
+    assert figures["samples_per_s"] > 0 and figures["micro_batch"] == 4 and figures["accum"] == 2
+    assert figures["peak_rss_mb"] > figures["train_growth_mb"] >= 0
+    assert figures["planner_mb"] is not None and figures["planner_mb"] > 0
