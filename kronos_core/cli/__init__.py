@@ -37,6 +37,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("kronos_core.cli.eval", "walk-forward evaluation against baselines (metrics, regimes, plots)"),
     "calibrate": ("kronos_core.cli.calibrate", "fit conformal (CQR) corrections of the forecast quantiles"),
     "backtest": ("kronos_core.cli.backtest", "walk-forward top-k portfolio backtest with costs"),
+    "timestamps-holdout": ("kronos_core.data.cli_holdout", "hold-out check of future timestamps on real series"),
 }
 
 # old spellings that still work (not listed in --help)

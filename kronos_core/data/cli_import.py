@@ -30,6 +30,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="clock the trading sessions follow, if not --timezone (e.g. America/New_York for FX stamped in UTC)",
     )
     parser.add_argument(
+        "--exchange",
+        metavar="MIC",
+        help="the venue's ISO MIC (XNYS, XNAS, XSHG, XHKG...), kept in the metadata: future "
+        "timestamps then follow its calendar (holidays, lunch breaks, early closes)",
+    )
+    parser.add_argument(
         "--source", help="where the data comes from (metadata; default: the file name)"
     )
     parser.add_argument(
@@ -79,7 +85,17 @@ def run(args: argparse.Namespace) -> int:
             clip_negative=args.clip_negative,
         )
     )
-    extra = {"session_timezone": args.session_timezone} if args.session_timezone else None
+    extra = {}
+    if args.session_timezone:
+        extra["session_timezone"] = args.session_timezone
+    if args.exchange:
+        from kronos_core.data.calendars import UnknownExchangeError, exchange_sessions
+
+        try:
+            extra["exchange"] = exchange_sessions(args.exchange).name
+        except UnknownExchangeError as exc:
+            print(f"kronos import: {exc}", file=sys.stderr)
+            return 2
     outcomes = import_files(
         args.files,
         args.store,
@@ -91,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
         time_column=args.time_column,
         repairs=repairs,
         on_overlap=args.on_overlap,
-        extra_metadata=extra,
+        extra_metadata=extra or None,
         progress=not args.no_progress,
         compact=not args.no_compact,
     )

@@ -20,6 +20,7 @@ import logging
 import os
 import secrets
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -37,7 +38,7 @@ from kronos_core.data.validate import validate_candles
 
 log = logging.getLogger(__name__)
 
-SAMPLE_VERSION = 1  # bump when the generator's output changes
+SAMPLE_VERSION = 2  # bump when the generator's output changes
 MANIFEST = "_sample_store.json"
 DEFAULT_N_SYMBOLS = 2000
 DEFAULT_N_CANDLES = 1000
@@ -45,34 +46,36 @@ DEFAULT_SEED = 0
 DEFAULT_END = "2024-08-30"
 REAL_DIR = Path(__file__).with_name("real")
 
-# symbol -> (file, frequency, timezone, session_timezone, source)
-REAL_SERIES: dict[str, tuple[str, str, str, str | None, str]] = {
-    "ASHARE.SH": (
-        "kline_5min_a_share.csv",
-        "5min",
-        "Asia/Shanghai",
-        None,
+@dataclass(frozen=True)
+class RealSeries:
+    """One bundled real series: its file in ``REAL_DIR`` and the metadata it is stored with.
+    ``exchange``: the venue's ISO MIC, for exchange-calendar future timestamps (None for FX,
+    which has no exchange); ``session_timezone``: the clock its sessions follow when not
+    its stamps' ``timezone``."""
+
+    file: str
+    frequency: str
+    timezone: str
+    session_timezone: str | None
+    exchange: str | None
+    source: str
+
+
+REAL_SERIES: dict[str, RealSeries] = {
+    "ASHARE.SH": RealSeries(
+        "kline_5min_a_share.csv", "5min", "Asia/Shanghai", None, "XSHG",
         "one Shanghai A-share, 5-minute candles stamped at close (the Kronos project's regression input)",
     ),
-    "GOOG": (
-        "goog_daily.csv",
-        "1d",
-        "America/New_York",
-        None,
+    "GOOG": RealSeries(
+        "goog_daily.csv", "1d", "America/New_York", None, "XNAS",
         "GOOG daily, test data of the PyPI package backtesting",
     ),
-    "EURUSD": (
-        "eurusd_hourly.csv",
-        "1h",
-        "UTC",
-        "America/New_York",
+    "EURUSD": RealSeries(
+        "eurusd_hourly.csv", "1h", "UTC", "America/New_York", None,
         "EUR/USD hourly, test data of the PyPI package backtesting",
     ),
-    "SPX": (
-        "sp500_daily.csv",
-        "1d",
-        "America/New_York",
-        None,
+    "SPX": RealSeries(
+        "sp500_daily.csv", "1d", "America/New_York", None, "XNYS",
         "S&P 500 index daily, data of the PyPI package arch",
     ),
 }
@@ -152,20 +155,21 @@ def _simulate(
 
 def _write_real(store: KlineStore) -> list[str]:
     done = []
-    for symbol, (fname, freq, tz, session_tz, source) in REAL_SERIES.items():
-        df = pd.read_csv(REAL_DIR / fname)
-        frame, _, _ = validate_candles(df, source=fname)
+    for symbol, real in REAL_SERIES.items():
+        df = pd.read_csv(REAL_DIR / real.file)
+        frame, _, _ = validate_candles(df, source=real.file)
         extra = {
-            "session_timezone": session_tz,
+            "session_timezone": real.session_timezone,
+            "exchange": real.exchange,
             "market": "real",
-            "file": f"kronos_core/data/real/{fname}",
+            "file": f"kronos_core/data/real/{real.file}",
         }
         store.write(
             symbol,
             frame,
-            frequency=freq,
-            timezone=tz,
-            source=source,
+            frequency=real.frequency,
+            timezone=real.timezone,
+            source=real.source,
             overwrite=True,
             extra_metadata=extra,
             fsync=False,

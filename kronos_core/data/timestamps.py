@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from tqdm.auto import tqdm
 
 MINUTE_NS = 60 * 10**9
 HOUR_NS = 60 * MINUTE_NS
@@ -145,7 +146,7 @@ def learn_sessions(
     # calendar dates over the span, per weekday (excluding holidays)
     cal = np.arange(udays[0], last_day + 1)
     cal = cal[~np.isin(cal, hol)]
-    cal_w = np.ones(len(cal))  # weekday decision: all weeks count the same (holidays cluster)
+    # the weekday decision counts every week the same (holidays cluster, recency would mislead)
     cal_wd = (cal + _EPOCH_WEEKDAY) % 7
     present = np.isin(cal, udays)
     traded = []
@@ -154,7 +155,7 @@ def learn_sessions(
         # the first and last dates are known to be present; judge the weekday on the rest
         inner = m & (cal != udays[0]) & (cal != last_day)
         if inner.any():
-            frac = cal_w[inner & present].sum() / cal_w[inner].sum()
+            frac = (inner & present).sum() / inner.sum()
             if frac >= MAJORITY:
                 traded.append(d)
         elif m.any():  # only seen as first/last date
@@ -247,20 +248,36 @@ def _localize(idx: pd.DatetimeIndex, tz) -> pd.DatetimeIndex:
 
 
 def future_timestamps(
-    history, horizon: int, holidays=None, *, timezone=None, session_timezone=None
+    history,
+    horizon: int,
+    holidays=None,
+    *,
+    timezone=None,
+    session_timezone=None,
+    exchange: str | None = None,
 ) -> pd.DatetimeIndex:
-    """The next ``horizon`` timestamps of a series, following its own trading sessions.
+    """The next ``horizon`` timestamps of a series, following its trading sessions.
 
     ``history``: the series' timestamps (DatetimeIndex or anything it takes; strictly
-    increasing, at least 2). ``holidays``: optional local dates (of the session
-    clock) on which the market is closed. Returns a DatetimeIndex of ``horizon``
-    timestamps after ``history[-1]``, naive or aware like the input.
+    increasing, at least 2). ``holidays``: optional local dates on which the market is
+    closed (on top of the exchange calendar, if any). Returns a DatetimeIndex of
+    ``horizon`` timestamps after ``history[-1]``, naive or aware like the input.
 
-    Sessions are learned on the wall clock of ``session_timezone`` when given (for
-    example ``"America/New_York"`` for spot FX, whose week opens Sunday 17:00 New
-    York time all year while its UTC stamps move with US daylight saving), else on
-    the history's own wall clock. A naive history with ``session_timezone`` needs
-    ``timezone``: the zone of its naive stamps.
+    ``exchange``: the venue's ISO MIC or alias (``XNYS``, ``XNAS``, ``XSHG``, ``XHKG``...).
+    When given, daily series step through the exchange's sessions and intraday series
+    through its trading hours (open, lunch break, close, early closes) at the bar step
+    learned from the history, stamped at the bar's start or end as the history is; the
+    exchange's holidays need no list. Naive stamps are taken on the exchange's clock
+    unless ``timezone`` names theirs; ``session_timezone`` is not used. A history that
+    does not sit on the exchange's hours (or weekly and coarser series) falls back to
+    the learned template below, with the exchange's closures as holidays.
+
+    Without ``exchange``, sessions are learned from the history (module docstring), on
+    the wall clock of ``session_timezone`` when given (for example
+    ``"America/New_York"`` for spot FX, whose week opens Sunday 17:00 New York time all
+    year while its UTC stamps move with US daylight saving), else on the history's own
+    wall clock. A naive history with ``session_timezone`` needs ``timezone``: the zone of
+    its naive stamps.
     """
     idx = pd.DatetimeIndex(history)
     horizon = int(horizon)
@@ -270,8 +287,23 @@ def future_timestamps(
         raise ValueError("need at least 2 history timestamps to learn the sessions")
     if idx.hasnans:
         raise ValueError("history timestamps contain NaT")
+    ts = _as_int64(idx)
+    if not (ts[1:] > ts[:-1]).all():
+        raise ValueError("history timestamps must be strictly increasing")
+    if exchange is not None:
+        from kronos_core.data.calendars import exchange_sessions
+
+        out = _exchange_future(idx, horizon, holidays, exchange_sessions(exchange), timezone)
+        if out is not None:
+            return out
+    return _learned_future(idx, horizon, holidays, timezone, session_timezone, exchange)
+
+
+def _learned_future(idx, horizon, holidays, timezone, session_timezone, exchange):
+    """``future_timestamps`` from the learned weekly template (and, when ``exchange`` is
+    given, that exchange's closures added to ``holidays``)."""
     out_tz = idx.tz
-    if session_timezone is not None:
+    if session_timezone is not None and exchange is None:
         if idx.tz is None:
             if timezone is None:
                 raise ValueError(
@@ -280,11 +312,16 @@ def future_timestamps(
             idx = _localize(idx, timezone)
         work = idx.tz_convert(session_timezone).tz_localize(None)
     else:
+        session_timezone = None
         work = idx.tz_localize(None) if idx.tz is not None else idx
     ts = work.as_unit("ns").asi8
-    if not (ts[1:] > ts[:-1]).all():
-        raise ValueError("history timestamps must be strictly increasing")
     hol = _holiday_days(holidays)
+    if exchange is not None:
+        from kronos_core.data.calendars import exchange_sessions
+
+        first = int(ts[-1] // DAY_NS)
+        closed = exchange_sessions(exchange).closed_days(first, first + 4 * 366 + horizon)
+        hol = np.union1d(hol, closed)
     if horizon == 0:
         out = np.empty(0, np.int64)
     elif np.median(np.diff(ts)) >= 27 * DAY_NS:
@@ -294,14 +331,103 @@ def future_timestamps(
     result = pd.DatetimeIndex(out.view("datetime64[ns]"))
     if session_timezone is not None:
         result = _localize(result, session_timezone)
-        result = (
+        return (
             result.tz_convert(out_tz)
             if out_tz is not None
             else result.tz_convert(timezone).tz_localize(None)
         )
-    elif out_tz is not None:
-        result = _localize(result, out_tz)
-    return result
+    return _localize(result, out_tz) if out_tz is not None else result
+
+
+def _exchange_future(idx, horizon, holidays, sessions, timezone) -> pd.DatetimeIndex | None:
+    """``future_timestamps`` on an exchange calendar; None when the history's step or
+    stamps do not fit the exchange's sessions (the caller falls back to the template).
+    Works on the exchange's wall clock: free for naive stamps already on it."""
+    zone = idx.tz if idx.tz is not None else timezone
+    on_clock = zone is None or str(zone) == sessions.tz
+    if idx.tz is not None:
+        local = idx.tz_localize(None) if on_clock else idx.tz_convert(sessions.tz).tz_localize(None)
+    else:
+        local = idx if on_clock else _localize(idx, zone).tz_convert(sessions.tz).tz_localize(None)
+    wall = _as_int64(local)
+    hol = _holiday_days(holidays)
+    step = _mode_step(wall)
+    if step == DAY_NS:  # daily: the next sessions, at the history's own time of day
+        own = _as_int64(idx)
+        last_day = int(own[-1] // DAY_NS)
+        out = _next_session_days(sessions, last_day, horizon, hol) * DAY_NS + (own[-1] - last_day * DAY_NS)
+        result = pd.DatetimeIndex(out.view("datetime64[ns]"))
+        return _localize(result, idx.tz) if idx.tz is not None else result
+    if step >= DAY_NS or step <= 0:
+        return None
+    bars = _exchange_bars(sessions, wall, step, horizon, hol)
+    if bars is None:
+        return None
+    result = pd.DatetimeIndex(bars.view("datetime64[ns]"))
+    if on_clock:
+        return _localize(result, idx.tz) if idx.tz is not None else result
+    result = _localize(result, sessions.tz).tz_convert(zone)
+    return result if idx.tz is not None else result.tz_localize(None)
+
+
+def _next_session_days(sessions, last_day: int, horizon: int, hol: np.ndarray) -> np.ndarray:
+    """The first ``horizon`` session dates after ``last_day`` that are not in ``hol``."""
+    need = last_day + 2 * horizon + 30
+    while True:
+        sess = sessions.extended(need)
+        days = sess.day[np.searchsorted(sess.day, last_day, side="right") :]
+        days = days[~np.isin(days, hol)] if len(hol) else days
+        if len(days) >= horizon:
+            return days[:horizon]
+        need += 2 * horizon + 30
+
+
+def _bar_grid(starts, ends, days, step: int, right: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Bar stamps (wall-clock ns) of trading segments at ``step``, labelled at each bar's start
+    (``right=False``) or end (the last bar of a segment may be cut short by its close); and
+    each bar's session date."""
+    counts = -(-(ends - starts) // step)  # (S,) bars per segment, a partial last one included
+    counts = np.maximum(counts, 0)
+    first = np.repeat(starts, counts)
+    k = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+    bars = first + k * step
+    if right:
+        bars = np.minimum(bars + step, np.repeat(ends, counts))
+    return bars, np.repeat(days, counts)
+
+
+def _share_on(stamps: np.ndarray, grid: np.ndarray) -> float:
+    """Fraction of ``stamps`` found in the sorted ``grid``."""
+    if len(grid) == 0:
+        return 0.0
+    pos = np.minimum(np.searchsorted(grid, stamps), len(grid) - 1)
+    return float((grid[pos] == stamps).mean())
+
+
+def _exchange_bars(sessions, wall, step, horizon, hol) -> np.ndarray | None:
+    """The next ``horizon`` intraday bars (exchange wall-clock ns) on the exchange's sessions,
+    labelled like the history ``wall`` (bar start or bar end, whichever matches more of its
+    stamps); None when fewer than half the history's stamps sit on either grid."""
+    first_day, last_day = int(wall[0] // DAY_NS), int(wall[-1] // DAY_NS)
+    lo = int(np.searchsorted(sessions.day, first_day))
+    hi = int(np.searchsorted(sessions.day, last_day, side="right"))
+    seg = sessions.segments(lo, hi)
+    scores = [_share_on(wall, _bar_grid(*seg, step, right)[0]) for right in (False, True)]
+    right = bool(scores[1] > scores[0])
+    if max(scores) < MAJORITY:
+        return None
+    n_sess = 4
+    while True:
+        sess = sessions.extended(last_day + 2 * n_sess + 14)
+        start = int(np.searchsorted(sess.day, last_day))
+        bars, days = _bar_grid(*sess.segments(start, start + n_sess), step, right)
+        keep = bars > wall[-1]
+        if len(hol):
+            keep &= ~np.isin(days, hol)
+        bars = bars[keep]
+        if len(bars) >= horizon:
+            return bars[:horizon]
+        n_sess *= 2
 
 
 def session_clock(timestamps, timezone=None, session_timezone=None) -> pd.DatetimeIndex:
@@ -351,16 +477,23 @@ def short_session_days(timestamps, ratio: float = 0.5) -> pd.DatetimeIndex:
 
 @dataclass
 class HoldoutResult:
-    """Outcome of ``holdout_hit_rate``: ``rate = hits / compared``."""
+    """Outcome of ``holdout_hit_rate``: ``rate = hits / compared`` (dates right) and
+    ``window_rate = windows_right / (cuts - excluded_cuts)`` (whole horizons right)."""
 
     hits: int
     compared: int
     cuts: int
     excluded_cuts: int
+    windows_right: int = 0
 
     @property
     def rate(self) -> float:
         return self.hits / self.compared if self.compared else float("nan")
+
+    @property
+    def window_rate(self) -> float:
+        judged = self.cuts - self.excluded_cuts
+        return self.windows_right / judged if judged else float("nan")
 
 
 def holdout_hit_rate(
@@ -368,46 +501,57 @@ def holdout_hit_rate(
     horizon: int,
     lookback: int = 512,
     stride: int = 1,
-    use_holidays: bool = True,
+    use_holidays: bool = False,
     timezone=None,
     session_timezone=None,
+    *,
+    exchange: str | None = None,
+    exclude_closures: bool = False,
+    progress: bool = False,
 ) -> HoldoutResult:
-    """Hold-out check of ``future_timestamps`` on a real series.
+    """Hold-out check of ``future_timestamps`` on a real series, as a user calls it.
 
-    For every cut ``c`` in ``lookback, lookback + stride, ...`` up to ``n - horizon``,
-    predict the next ``horizon`` timestamps from the ``lookback`` timestamps before
-    the cut and count those equal to the real ``ts[c : c + horizon]`` (position by
-    position). Holidays: with ``use_holidays`` the series' ``missing_trading_days``
-    are passed as ``holidays`` (an exchange calendar); without it, cuts whose real
-    window spans a missing trading day are excluded. Cuts whose real window touches a
-    ``short_session_days`` date (half days, data holes) are always excluded.
+    For every cut ``c`` in ``lookback, lookback + stride, ...`` up to ``n - horizon``, predict
+    the next ``horizon`` timestamps from the ``lookback`` timestamps before the cut (and
+    ``exchange``, if given) and count those equal to the real ``ts[c : c + horizon]``,
+    position by position. By default nothing is taken from the future: no holiday list,
+    no cut left out.
+
+    Two leaky options remain for comparison only (they read the whole series, future
+    included, which a user cannot do): ``use_holidays`` passes the series' own
+    ``missing_trading_days`` as the holiday list and leaves out cuts whose window touches a
+    ``short_session_days`` date; ``exclude_closures`` leaves out cuts whose window spans a
+    missing trading day or a short session.
     """
     hist = pd.DatetimeIndex(timestamps)
     ts = _as_int64(hist)
-    clock = _as_int64(session_clock(hist, timezone, session_timezone))
     n = len(ts)
-    missing = missing_trading_days(clock)
-    short = short_session_days(clock).asi8 // DAY_NS
-    miss_days = missing.asi8 // DAY_NS
-    holidays = missing if use_holidays else None
-    hits = compared = cuts = excluded = 0
-    for c in range(lookback, n - horizon + 1, stride):
-        real = ts[c : c + horizon]
-        d0, d1 = clock[c - 1] // DAY_NS, clock[c + horizon - 1] // DAY_NS
-        window_days = np.arange(d0, d1 + 1)
-        cuts += 1
-        if np.isin(window_days, short).any() or (
-            not use_holidays and np.isin(window_days, miss_days).any()
-        ):
-            excluded += 1
-            continue
+    skip_days = np.empty(0, np.int64)
+    holidays = None
+    clock = ts
+    if use_holidays or exclude_closures:
+        clock = _as_int64(session_clock(hist, timezone, session_timezone))
+        missing = missing_trading_days(clock)
+        skip_days = short_session_days(clock).asi8 // DAY_NS
+        if use_holidays:
+            holidays = missing
+        else:
+            skip_days = np.union1d(skip_days, missing.asi8 // DAY_NS)
+    result = HoldoutResult(0, 0, 0, 0)
+    cuts = range(lookback, n - horizon + 1, stride)
+    for c in tqdm(cuts, desc=f"hold-out h={horizon}", unit="cut", disable=not progress, leave=False):
+        result.cuts += 1
+        if len(skip_days):
+            window_days = np.arange(clock[c - 1] // DAY_NS, clock[c + horizon - 1] // DAY_NS + 1)
+            if np.isin(window_days, skip_days).any():
+                result.excluded_cuts += 1
+                continue
         pred = future_timestamps(
-            pd.DatetimeIndex(ts[c - lookback : c].view("datetime64[ns]")),
-            horizon,
-            holidays,
-            timezone=timezone,
-            session_timezone=session_timezone,
+            hist[c - lookback : c], horizon, holidays, timezone=timezone,
+            session_timezone=session_timezone, exchange=exchange,
         )
-        hits += int((pred.asi8 == real).sum())
-        compared += horizon
-    return HoldoutResult(hits=hits, compared=compared, cuts=cuts, excluded_cuts=excluded)
+        right = int((_as_int64(pred) == ts[c : c + horizon]).sum())
+        result.hits += right
+        result.compared += horizon
+        result.windows_right += int(right == horizon)
+    return result

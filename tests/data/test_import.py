@@ -203,3 +203,12 @@ def test_import_many_files_progress_and_invalid_names(tmp_path):
     assert [o.ok for o in outcomes] == [True] * 5 + [False, False]
     assert "invalid symbol" in outcomes[5].error and "cannot read" in outcomes[6].error
     assert KlineStore(tmp_path / "store").symbols() == [f"S{i}" for i in range(5)]
+
+
+def test_cli_import_exchange_flag_tags_the_metadata(tmp_path, capsys):
+    store = tmp_path / "store"
+    goog = str(real_path("goog_daily.csv"))
+    assert main(["import", goog, "--store", str(store), "--exchange", "xnas", "--no-progress"]) == 0
+    assert KlineStore(store).metadata("goog_daily")["exchange"] == "XNAS"
+    assert main(["import", goog, "--store", str(store), "--exchange", "NOPE", "--no-progress"]) == 2
+    assert "unknown exchange 'NOPE'" in capsys.readouterr().err

@@ -41,20 +41,23 @@ def test_reproducible_from_seed(tmp_path, small_store):
 
 def test_real_series_included_with_source(small_store):
     st = KlineStore(small_store)
-    for sym, (fname, freq, tz, session_tz, source) in ss.REAL_SERIES.items():
+    for sym, real in ss.REAL_SERIES.items():
         meta = st.metadata(sym)
-        assert (meta["frequency"], meta["timezone"], meta["session_timezone"]) == (
-            freq,
-            tz,
-            session_tz,
+        assert (meta["frequency"], meta["timezone"], meta["session_timezone"], meta["exchange"]) == (
+            real.frequency,
+            real.timezone,
+            real.session_timezone,
+            real.exchange,
         )
-        assert meta["source"] == source
-        df = pd.read_csv(ss.REAL_DIR / fname)
+        assert meta["source"] == real.source
+        df = pd.read_csv(ss.REAL_DIR / real.file)
         assert meta["rows"] == len(df)
         np.testing.assert_array_equal(
             st.read(sym)["close"].to_numpy(), df["close"].to_numpy(dtype=float)
         )
     assert len(st.symbols()) == 300 + len(ss.REAL_SERIES)
+    assert {s: st.metadata(s)["exchange"] for s in ss.REAL_SERIES} == {
+        "ASHARE.SH": "XSHG", "GOOG": "XNAS", "EURUSD": None, "SPX": "XNYS"}
 
 
 @pytest.mark.skipif(not SHARED_DATA.is_dir(), reason="no ../shared/data beside this checkout")

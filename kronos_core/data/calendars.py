@@ -1,0 +1,137 @@
+"""Exchange trading calendars (``exchange_calendars``) as plain arrays for ``future_timestamps``.
+
+A venue is named by its ISO MIC or an alias the library knows: ``XNYS`` (NYSE), ``XNAS``
+(Nasdaq), ``XSHG`` (Shanghai), ``XSHE`` (Shenzhen), ``XHKG``, ``XLON``, ``XTKS``... The
+library records each venue's holidays, special closures (e.g. hurricane Sandy, 2012-10-29
+and 30 at NYSE), early closes and lunch breaks. ``exchange_sessions`` loads one calendar per
+venue per process (about a second for NYSE's 1990-2035 range) and keeps, per session, its
+local date and its open / break / close times on the exchange's wall clock (naive int64
+nanoseconds since the epoch), so a history stamped on that clock needs no time-zone work.
+
+Past the calendar's last recorded year (Shanghai's holidays are published a year at a time)
+the sessions continue on weekdays with the last session's hours; ``ExchangeSessions.last_day``
+says where that starts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+import numpy as np
+import pandas as pd
+
+DAY_NS = 24 * 3600 * 10**9
+_EPOCH_WEEKDAY = 3  # 1970-01-01 was a Thursday (Monday = 0)
+_START = pd.Timestamp("1990-01-01")
+_END = pd.Timestamp("2035-12-31")
+NO_BREAK = np.iinfo(np.int64).min
+
+
+class UnknownExchangeError(ValueError):
+    """The venue is not one ``exchange_calendars`` knows."""
+
+
+@dataclass(frozen=True)
+class ExchangeSessions:
+    """One venue's sessions, sorted; times are naive int64 ns on the exchange's wall clock
+    (``tz``).
+
+    ``day``: the session's local date as days since the epoch. ``break_start`` and
+    ``break_end`` are ``NO_BREAK`` where the session has no lunch break.
+    """
+
+    name: str
+    tz: str
+    day: np.ndarray
+    open: np.ndarray
+    break_start: np.ndarray
+    break_end: np.ndarray
+    close: np.ndarray
+
+    @property
+    def last_day(self) -> int:
+        """Local date (days since epoch) of the last session the library records."""
+        return int(self.day[-1])
+
+    def segments(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(starts, ends, days) of the continuous trading segments of sessions ``lo:hi`` (a
+        lunch break splits a session in two), in time order: wall-clock ns, and each
+        segment's session date (days since epoch)."""
+        sl = slice(lo, hi)
+        o, c, d = self.open[sl], self.close[sl], self.day[sl]
+        bs, be = self.break_start[sl], self.break_end[sl]
+        has = bs != NO_BREAK
+        starts = np.concatenate([o, be[has]])
+        ends = np.concatenate([np.where(has, bs, c), c[has]])
+        days = np.concatenate([d, d[has]])
+        order = np.argsort(starts, kind="stable")
+        return starts[order], ends[order], days[order]
+
+    def closed_days(self, first: int, last: int) -> np.ndarray:
+        """Weekdays (days since epoch) in ``first..last`` with no session: holidays and
+        special closures."""
+        cal = np.arange(first, last + 1, dtype=np.int64)
+        cal = cal[(cal + _EPOCH_WEEKDAY) % 7 < 5]
+        return cal[(cal <= self.last_day) & ~np.isin(cal, self.day)]
+
+    def extended(self, days_needed: int) -> ExchangeSessions:
+        """These sessions plus weekday sessions with the last session's hours, through local
+        date ``days_needed`` (for forecasts past the library's recorded years)."""
+        if days_needed <= self.last_day:
+            return self
+        extra = np.arange(self.last_day + 1, days_needed + 1, dtype=np.int64)
+        extra = extra[(extra + _EPOCH_WEEKDAY) % 7 < 5]
+        shift = (extra - self.last_day) * DAY_NS  # same local time of day as the last session
+
+        def cont(col: np.ndarray) -> np.ndarray:
+            last = col[-1]
+            add = np.full(len(extra), NO_BREAK) if last == NO_BREAK else last + shift
+            return np.concatenate([col, add])
+
+        return ExchangeSessions(
+            self.name, self.tz, np.concatenate([self.day, extra]), cont(self.open),
+            cont(self.break_start), cont(self.break_end), cont(self.close),
+        )
+
+
+def exchange_names() -> list[str]:
+    """Every venue name and alias the calendar library accepts."""
+    import exchange_calendars as xcals
+
+    return sorted(xcals.get_calendar_names(include_aliases=True))
+
+
+@cache
+def exchange_sessions(exchange: str) -> ExchangeSessions:
+    """The sessions of ``exchange`` (MIC or alias, case-insensitive) from 1990 (or the
+    calendar's first year) to 2035 (or its last recorded year); loaded once per process."""
+    import exchange_calendars as xcals
+
+    name = str(exchange).strip().upper()
+    dispatcher = xcals.calendar_utils.global_calendar_dispatcher
+    if not dispatcher.has_calendar(name):
+        raise UnknownExchangeError(
+            f"unknown exchange {exchange!r}: use an ISO MIC such as XNYS, XNAS, XSHG, XSHE, "
+            f"XHKG, XLON, XTKS (all: kronos_core.data.calendars.exchange_names())"
+        )
+    cls = dispatcher._calendar_factories[dispatcher.resolve_alias(name)]
+    start = max(_START, pd.Timestamp(cls.bound_min() or _START))
+    end = min(_END, pd.Timestamp(cls.bound_max() or _END))
+    cal = xcals.get_calendar(name, start=start, end=end)
+    sched = cal.schedule
+
+    def ns(col: str) -> np.ndarray:
+        values = sched[col]
+        out = values.dt.tz_convert(cal.tz).dt.tz_localize(None).to_numpy("datetime64[ns]")
+        return np.where(values.isna().to_numpy(), NO_BREAK, out.view(np.int64))
+
+    return ExchangeSessions(
+        name=name,
+        tz=str(cal.tz),
+        day=sched.index.as_unit("ns").asi8 // DAY_NS,
+        open=ns("open"),
+        break_start=ns("break_start"),
+        break_end=ns("break_end"),
+        close=ns("close"),
+    )
