@@ -17,16 +17,19 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from kronos_core.data.reader import add_reader_arguments
 from kronos_core.loading import add_predictor_arguments, load_predictor, predictor_config_from_args
 
 log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--csv", required=True, type=Path, help="candles: timestamps, open, high, low, close[, volume, amount]")
+    parser.add_argument("--csv", required=True, type=Path, help="candles (CSV or Parquet): timestamps, open, high, low, close[, volume, amount]; any case")
     parser.add_argument("--horizon", required=True, type=int, help="candles to forecast")
     parser.add_argument("--lookback", type=int, help="history candles to use (default: what fits max_context with the horizon)")
-    parser.add_argument("--timestamp-column", default="timestamps")
+    parser.add_argument("--timestamp-column", dest="time_column", help=argparse.SUPPRESS)  # old spelling
+    parser.add_argument("--exchange", metavar="MIC", help="the series' exchange (XNYS, XNAS, XSHG...): future timestamps follow its calendar")
+    add_reader_arguments(parser, repair_all="--repair-input")
     parser.add_argument("--samples", type=int, default=1, help="sample paths (default 1)")
     parser.add_argument("--temperature", "-T", type=float, default=1.0)
     parser.add_argument("--top-k", type=int, default=0)
@@ -34,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, help="seed for reproducible sampling")
     parser.add_argument("--quantiles", help="comma-separated levels, e.g. 0.1,0.5,0.9")
     parser.add_argument("--repair", action="store_true", help="make forecast candles consistent (high >= open/close ...)")
-    parser.add_argument("--out", type=Path, help="write .csv, .parquet or .json instead of printing")
+    parser.add_argument("--out", type=Path, help="write .csv, .parquet, .json or .xlsx (needs openpyxl) instead of printing")
     parser.add_argument("--calibration", type=Path,
                         help="calibration JSON from `kronos calibrate` (fitted for this model) for the quantiles")
     parser.add_argument("--summary", action="store_true",
@@ -42,33 +45,40 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_predictor_arguments(parser)
 
 
-def future_stamps(history: pd.DatetimeIndex, horizon: int) -> pd.DatetimeIndex:
+def future_stamps(history: pd.DatetimeIndex, horizon: int, exchange: str | None = None) -> pd.DatetimeIndex:
     from kronos_core.data.timestamps import future_timestamps
 
-    return future_timestamps(history, horizon)
+    return future_timestamps(history, horizon, exchange=exchange)
+
+
+def read_input(args) -> tuple[np.ndarray, pd.DatetimeIndex]:
+    """The candles of ``--csv`` through the shared reader: ``(values (L, 6) float32,
+    timestamps)``; raises ``CandleError`` with every problem of the file (and ``--out`` or
+    ``--exchange`` problems) before any model is loaded."""
+    from kronos_core.candles import candle_array
+    from kronos_core.data.reader import check_output_path, read_candles, read_options_from_args
+
+    if args.out:
+        check_output_path(args.out)
+    if args.exchange:
+        from kronos_core.data.calendars import exchange_sessions
+
+        exchange_sessions(args.exchange)  # UnknownExchangeError (a ValueError) names the fix
+    frame, _tz, _report = read_candles(args.csv, read_options_from_args(args))
+    return candle_array(frame), pd.DatetimeIndex(frame["timestamps"])
 
 
 def run(args) -> int:
-    from kronos_core.candles import FEATURES, CandleError, candle_array
+    from kronos_core.candles import FEATURES, CandleError
     from kronos_core.model import CheckpointError
 
     if args.horizon < 1:
         print("kronos forecast: --horizon must be >= 1", file=sys.stderr)
         return 2
     try:
-        df = pd.read_csv(args.csv)
-    except (OSError, pd.errors.ParserError, UnicodeDecodeError) as exc:
-        print(f"kronos forecast: cannot read {args.csv}: {exc}", file=sys.stderr)
-        return 2
-    if args.timestamp_column not in df.columns:
-        print(f"kronos forecast: {args.csv} has no {args.timestamp_column!r} column (columns: {list(df.columns)})",
-              file=sys.stderr)
-        return 2
-    stamps = pd.DatetimeIndex(pd.to_datetime(df[args.timestamp_column]))
-    try:
-        values = candle_array(df)
-    except CandleError as exc:
-        print(f"kronos forecast: {args.csv}: {exc}", file=sys.stderr)
+        values, stamps = read_input(args)
+    except (CandleError, ValueError) as exc:
+        print(f"kronos forecast: {exc}", file=sys.stderr)
         return 2
     try:
         predictor = load_predictor(predictor_config_from_args(args))
@@ -83,9 +93,9 @@ def run(args) -> int:
         return 2
     if predictor.identity is not None and predictor.identity.random_weights:
         log.warning("model %s has RANDOM weights: forecasts are not meaningful", predictor.identity.name)
-    lookback = args.lookback or max(1, min(len(df), predictor.max_context - args.horizon))
+    lookback = args.lookback or max(1, min(len(values), predictor.max_context - args.horizon))
     values, stamps = values[-lookback:], stamps[-lookback:]
-    future = future_stamps(stamps, args.horizon)
+    future = future_stamps(stamps, args.horizon, args.exchange)
     levels = tuple(float(q) for q in args.quantiles.split(",")) if args.quantiles else ()
     res = predictor.forecast(
         [values], [stamps], [future], args.horizon, sample_count=args.samples, T=args.temperature,
@@ -97,13 +107,9 @@ def run(args) -> int:
         for fi, f in enumerate(FEATURES):
             table[f"{f}_q{q:g}"] = res.quantiles[qi, 0, :, fi]
     if args.out:
-        suffix = args.out.suffix.lower()
-        if suffix == ".parquet":
-            table.to_parquet(args.out)
-        elif suffix == ".json":
-            table.reset_index().to_json(args.out, orient="records", date_format="iso", indent=1)
-        else:
-            table.to_csv(args.out)
+        from kronos_core.data.reader import write_table
+
+        write_table(table, args.out)
         print(f"wrote {len(table)} forecast candles to {args.out}")
     else:
         with pd.option_context("display.width", 200, "display.max_columns", 50):

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from kronos_core.candles import CandleError
 from kronos_core.data.importer import import_files
-from kronos_core.data.validate import Repairs
+from kronos_core.data.reader import add_reader_arguments, read_options_from_args
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,31 +40,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--source", help="where the data comes from (metadata; default: the file name)"
     )
     parser.add_argument(
-        "--time-column", help="time column (default: timestamps, timestamp, datetime, date or time)"
-    )
-    parser.add_argument(
         "--on-overlap",
         choices=("error", "keep", "replace"),
         default="error",
         help="new candles at stored timestamps with different values: refuse (default), keep stored, replace",
     )
-    rep = parser.add_argument_group(
-        "repairs (off by default: problems are refused with their row numbers)"
-    )
-    rep.add_argument("--repair", action="store_true", help="all of the repairs below")
-    rep.add_argument(
-        "--drop-nan", action="store_true", help="drop rows with missing/unparseable times or values"
-    )
-    rep.add_argument(
-        "--drop-duplicates",
-        action="store_true",
-        help="keep the last row of each duplicated timestamp",
-    )
-    rep.add_argument("--sort", action="store_true", help="sort rows by time")
-    rep.add_argument(
-        "--fix-high-low", action="store_true", help="widen high/low to cover open and close"
-    )
-    rep.add_argument("--clip-negative", action="store_true", help="set negative volume/amount to 0")
+    add_reader_arguments(parser)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument(
         "--no-compact",
@@ -74,17 +56,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    repairs = (
-        Repairs.all()
-        if args.repair
-        else Repairs(
-            drop_nan=args.drop_nan,
-            drop_duplicates=args.drop_duplicates,
-            sort=args.sort,
-            fix_high_low=args.fix_high_low,
-            clip_negative=args.clip_negative,
-        )
-    )
+    try:
+        options = read_options_from_args(args)
+    except CandleError as exc:
+        print(f"kronos import: {exc}", file=sys.stderr)
+        return 2
     extra = {}
     if args.session_timezone:
         extra["session_timezone"] = args.session_timezone
@@ -104,8 +80,9 @@ def run(args: argparse.Namespace) -> int:
         frequency=args.frequency,
         timezone=args.timezone,
         source=args.source,
-        time_column=args.time_column,
-        repairs=repairs,
+        time_column=options.time_column,
+        column_map=options.column_map,
+        repairs=options.repairs,
         on_overlap=args.on_overlap,
         extra_metadata=extra or None,
         progress=not args.no_progress,

@@ -12,14 +12,16 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from kronos_core.candles import CandleError
+from kronos_core.data.reader import (  # noqa: F401  (read_table: re-exported)
+    CSV_SUFFIXES,
+    PARQUET_SUFFIXES,
+    log_report,
+    read_table,
+)
 from kronos_core.data.store import KlineStore, StoreError, validate_symbol
 from kronos_core.data.validate import Repairs, validate_candles
 
 log = logging.getLogger(__name__)
-
-CSV_SUFFIXES = (".csv", ".csv.gz", ".csv.bz2", ".csv.zst", ".txt", ".tsv")
-PARQUET_SUFFIXES = (".parquet", ".pq")
-
 
 @dataclass
 class ImportOutcome:
@@ -33,20 +35,11 @@ class ImportOutcome:
     last: str | None = None
     error: str | None = None
     repairs: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
         return self.error is None
-
-
-def read_table(path: str | os.PathLike) -> pd.DataFrame:
-    """Read a CSV (optionally compressed) or Parquet file into a DataFrame."""
-    name = str(path).lower()
-    if name.endswith(PARQUET_SUFFIXES):
-        return pd.read_parquet(path)
-    if name.endswith(CSV_SUFFIXES):
-        return pd.read_csv(path, sep="\t" if name.endswith(".tsv") else ",")
-    raise CandleError(f"{path}: unknown file type; expected {CSV_SUFFIXES + PARQUET_SUFFIXES}")
 
 
 def _symbol_from_file(path: Path) -> str:
@@ -71,8 +64,10 @@ def import_frame(
     on_overlap: str = "error",
     extra_metadata: dict | None = None,
     row_numbers=None,
+    column_map: dict[str, str] | None = None,
 ) -> ImportOutcome:
-    """Validate one symbol's candles and merge them into the store (atomically)."""
+    """Validate one symbol's candles and merge them into the store (atomically). A failure
+    is returned in the outcome (its message names the file and symbol once), not logged."""
     out = ImportOutcome(file=source_name, symbol=symbol, rows_in=len(df))
     try:
         validate_symbol(symbol)
@@ -83,7 +78,9 @@ def import_frame(
             timezone=timezone,
             repairs=repairs,
             row_numbers=row_numbers,
+            column_map=column_map,
         )
+        log_report(report, f"{source_name} [{symbol}]")
         before = 0
         try:
             before = int(store.metadata(symbol, frequency).get("rows", 0))
@@ -103,10 +100,35 @@ def import_frame(
         out.rows_total = meta["rows"]
         out.first, out.last = meta["first"], meta["last"]
         out.repairs = tuple(report.repairs)
+        out.warnings = tuple(report.warnings)
     except (CandleError, StoreError, ValueError, OSError) as exc:
-        out.error = str(exc)
-        log.error("%s [%s]: %s", source_name, symbol, exc)
+        msg = str(exc)
+        out.error = msg if msg.startswith(source_name) else f"{source_name} [{symbol}]: {msg}"
     return out
+
+
+def _import_grouped(
+    store: KlineStore, df: pd.DataFrame, path: Path, symbol_column: str, progress: bool, kw: dict
+) -> list[ImportOutcome]:
+    """Import one file holding many symbols, one outcome per value of ``symbol_column``
+    (matched in any case); rows keep the file's data row numbers."""
+    df.columns = [str(c).strip() for c in df.columns]
+    by_lower = {c.lower(): c for c in df.columns}
+    symbol_column = by_lower.get(symbol_column.strip().lower(), symbol_column)
+    if symbol_column not in df.columns:
+        return [ImportOutcome(
+            file=str(path), symbol=None,
+            error=f"{path}: symbol column {symbol_column!r} not found; columns: {list(df.columns)}",
+        )]
+    df = df.reset_index(drop=True)
+    groups = list(df.groupby(df[symbol_column].astype(str), sort=True))
+    inner = tqdm(groups, desc=path.name, unit="symbol", leave=False, disable=not progress or len(groups) < 2)
+    outcomes = []
+    for sym, part in inner:
+        rows = part.index.to_numpy() + 1  # the file's data rows
+        part = part.drop(columns=[symbol_column]).reset_index(drop=True)
+        outcomes.append(import_frame(store, part, sym, row_numbers=rows, **kw))
+    return outcomes
 
 
 def import_files(
@@ -124,6 +146,7 @@ def import_files(
     extra_metadata: dict | None = None,
     progress: bool = True,
     compact: bool = True,
+    column_map: dict[str, str] | None = None,
 ) -> list[ImportOutcome]:
     """Import files into the store at ``store_root``; one outcome per (file, symbol).
 
@@ -144,10 +167,8 @@ def import_files(
         try:
             df = read_table(path)
         except (CandleError, OSError, ValueError) as exc:
-            outcomes.append(
-                ImportOutcome(file=str(path), symbol=symbol, error=f"{path}: cannot read: {exc}")
-            )
-            log.error("%s: cannot read: %s", path, exc)
+            msg = str(exc) if str(exc).startswith(str(path)) else f"{path}: cannot read: {exc}"
+            outcomes.append(ImportOutcome(file=str(path), symbol=symbol, error=msg))
             continue
         kw = dict(
             source_name=str(path),
@@ -158,31 +179,10 @@ def import_files(
             repairs=repairs,
             on_overlap=on_overlap,
             extra_metadata=extra_metadata,
+            column_map=column_map,
         )
         if symbol_column is not None:
-            df.columns = [str(c).strip() for c in df.columns]
-            if symbol_column not in df.columns:
-                outcomes.append(
-                    ImportOutcome(
-                        file=str(path),
-                        symbol=None,
-                        error=f"{path}: symbol column {symbol_column!r} not found; columns: {list(df.columns)}",
-                    )
-                )
-                continue
-            df = df.reset_index(drop=True)
-            groups = list(df.groupby(df[symbol_column].astype(str), sort=True))
-            inner = tqdm(
-                groups,
-                desc=path.name,
-                unit="symbol",
-                leave=False,
-                disable=not progress or len(groups) < 2,
-            )
-            for sym, part in inner:
-                rows = part.index.to_numpy() + 1  # the file's data rows
-                part = part.drop(columns=[symbol_column]).reset_index(drop=True)
-                outcomes.append(import_frame(store, part, sym, row_numbers=rows, **kw))
+            outcomes += _import_grouped(store, df, path, symbol_column, progress, kw)
         else:
             outcomes.append(import_frame(store, df, symbol or _symbol_from_file(path), **kw))
     if compact:

@@ -27,13 +27,15 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from kronos_core.data.store import (
-    SNAPSHOT_NAME,
-    KlineStore,
-    _SymbolLock,
-    _to_table,
+from kronos_core.data.fileformat import (
+    SymbolLock,
+    file_metadata,
+    symbol_file,
+    to_table,
     write_arrow_atomic,
 )
+from kronos_core.data.snapshot import SNAPSHOT_NAME
+from kronos_core.data.store import KlineStore
 from kronos_core.data.validate import validate_candles
 
 log = logging.getLogger(__name__)
@@ -225,22 +227,14 @@ def build_sample_store(
         for k, i in enumerate(idx):
             symbol = f"{prefix}{i:0{width}d}"
             L = int(lengths[i])
-            meta = {
-                "format": "kronos-kline",
-                "version": 1,
-                "symbol": symbol,
-                "frequency": "5min",
-                "timezone": tz,
-                "session_timezone": None,
-                "market": name,
-                "source": f"synthetic (kronos sample store v{SAMPLE_VERSION}, seed {seed})",
-                "rows": L,
-                "first": str(pd.Timestamp(int(ts[-L]))),
-                "last": str(pd.Timestamp(int(ts[-1]))),
-            }
+            meta = file_metadata(
+                {"session_timezone": None, "exchange": None, "market": name}, symbol=symbol,
+                frequency="5min", timezone=tz, ts=ts[-L:],
+                source=f"synthetic (kronos sample store v{SAMPLE_VERSION}, seed {seed})",
+            )
             # a fresh directory nobody else writes: no per-symbol lock needed
-            table = _to_table(ts[-L:], candles[k, -L:], meta)
-            write_arrow_atomic(directory / f"{symbol}.arrow", table, fsync=fsync)
+            table = to_table(ts[-L:], candles[k, -L:], meta)
+            write_arrow_atomic(symbol_file(directory, symbol), table, fsync=fsync)
             bar.update(1)
     bar.close()
     KlineStore(out).compact(fsync=fsync)
@@ -281,7 +275,7 @@ def default_sample_store(
     if (final / MANIFEST).is_file() and (final / "5min" / SNAPSHOT_NAME).is_file():
         return final
     root.mkdir(parents=True, exist_ok=True)
-    with _SymbolLock(root, final.name):
+    with SymbolLock(root, final.name):
         if (final / MANIFEST).is_file():
             if not (final / "5min" / SNAPSHOT_NAME).is_file():
                 KlineStore(final).compact(fsync=False)

@@ -26,12 +26,8 @@ unusable snapshot is logged and ignored, never a read error.
 
 from __future__ import annotations
 
-import json
 import logging
-import mmap
 import os
-import re
-import secrets
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -40,122 +36,51 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
-import pyarrow.ipc as ipc
 
 from kronos_core.candles import FEATURES, CandleError
-from kronos_core.errors import ErrorCode
-
-try:  # POSIX advisory locks serialize writers of one symbol; absent on Windows.
-    import fcntl
-except ImportError:  # pragma: no cover
-    fcntl = None  # type: ignore[assignment]
+from kronos_core.data.errors import (  # noqa: F401  (re-exported: callers import them from here)
+    ERROR_CODES,
+    FREQUENCY_PATTERN,
+    SYMBOL_PATTERN,
+    AmbiguousSymbolError,
+    CorruptFileError,
+    InvalidSymbolError,
+    NoDataError,
+    StoreError,
+    SymbolError,
+    UnknownSymbolError,
+    validate_frequency,
+    validate_symbol,
+)
+from kronos_core.data.fileformat import (  # noqa: F401  (re-exported)
+    COLUMNS,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    META_KEY,
+    SCHEMA_FIELDS,
+    SUFFIX,
+    TIME_COLUMN,
+    FileEntry,
+    SymbolLock,
+    file_metadata,
+    frame_arrays,
+    open_file,
+    stat_key,
+    symbol_file,
+    to_table,
+    write_arrow_atomic,
+)
+from kronos_core.data.snapshot import (  # noqa: F401  (re-exported)
+    SNAPSHOT_NAME,
+    Snapshot,
+    SnapshotError,
+    open_snapshot,
+    write_snapshot,
+)
 
 log = logging.getLogger(__name__)
 
-FORMAT_NAME = "kronos-kline"
-FORMAT_VERSION = 1
-META_KEY = b"kronos"
-SUFFIX = ".arrow"
-TIME_COLUMN = "timestamps"
-COLUMNS: tuple[str, ...] = (TIME_COLUMN, *FEATURES)
-SCHEMA_FIELDS = [pa.field(TIME_COLUMN, pa.timestamp("ns"), nullable=False)] + [
-    pa.field(c, pa.float64(), nullable=False) for c in FEATURES
-]
-
-SYMBOL_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-FREQUENCY_PATTERN = re.compile(r"^[A-Za-z0-9]{1,16}$")
-
-# the codes a store read can report (``StoreError`` subclasses below); see kronos_core.errors
-ERROR_CODES: tuple[ErrorCode, ...] = (
-    ErrorCode.INVALID_SYMBOL,
-    ErrorCode.UNKNOWN_SYMBOL,
-    ErrorCode.AMBIGUOUS_SYMBOL,
-    ErrorCode.CORRUPT_FILE,
-    ErrorCode.NO_DATA,
-)
 _NAT = np.iinfo(np.int64).min
-
-
-# --------------------------------------------------------------------------- errors
-
-
-class StoreError(Exception):
-    """A per-symbol store failure; ``code`` (set by each subclass) is one of ``ERROR_CODES``."""
-
-    code: ErrorCode
-
-    def __init__(self, symbol: str, message: str):
-        super().__init__(message)
-        self.symbol = symbol
-        self.message = message
-
-    def __str__(self) -> str:  # KeyError would otherwise repr() the message
-        return self.message
-
-    def to_error(self) -> SymbolError:
-        return SymbolError(self.symbol, self.code, self.message)
-
-
-class InvalidSymbolError(StoreError, ValueError):
-    code = ErrorCode.INVALID_SYMBOL
-
-
-class UnknownSymbolError(StoreError, KeyError):
-    code = ErrorCode.UNKNOWN_SYMBOL
-
-
-class AmbiguousSymbolError(StoreError, LookupError):
-    """The symbol is stored at several frequencies and none was chosen."""
-
-    code = ErrorCode.AMBIGUOUS_SYMBOL
-
-
-class CorruptFileError(StoreError):
-    code = ErrorCode.CORRUPT_FILE
-
-
-class NoDataError(StoreError):
-    code = ErrorCode.NO_DATA
-
-
-@dataclass(frozen=True)
-class SymbolError:
-    """One symbol's failure in a batch read. ``code``: one of ``ERROR_CODES``."""
-
-    symbol: str
-    code: ErrorCode
-    message: str
-
-
-def validate_symbol(symbol: Any) -> str:
-    """Return ``symbol`` if it is safe to use as a file name, else raise ``InvalidSymbolError``.
-
-    Allowed: 1-64 characters from ``A-Z a-z 0-9 . _ -``, starting with a letter or digit,
-    and no ``..``. So no separators, no absolute paths, no empty names, no dot files.
-    """
-    if not isinstance(symbol, str):
-        raise InvalidSymbolError(
-            repr(symbol), f"symbol must be a string, got {type(symbol).__name__}"
-        )
-    if not SYMBOL_PATTERN.fullmatch(symbol) or ".." in symbol:
-        raise InvalidSymbolError(
-            symbol,
-            f"invalid symbol {symbol!r}: use 1-64 characters from A-Z a-z 0-9 . _ -, "
-            "starting with a letter or digit, without '..'",
-        )
-    return symbol
-
-
-def validate_frequency(frequency: Any) -> str:
-    if not isinstance(frequency, str) or not FREQUENCY_PATTERN.fullmatch(frequency):
-        raise ValueError(
-            f"invalid frequency {frequency!r}: use 1-16 letters and digits, e.g. 5min, 1h, 1d"
-        )
-    return frequency
-
-
-# --------------------------------------------------------------------------- batch
 
 
 @dataclass
@@ -185,402 +110,6 @@ class WindowBatch:
         return self.values[i, L - n :], pd.DatetimeIndex(self.timestamps[i, L - n :])
 
 
-# --------------------------------------------------------------------------- files
-
-
-class _Entry:
-    """One opened file: zero-copy views into its memory map, metadata parsed on demand."""
-
-    __slots__ = ("path", "key", "ts", "_cols", "block", "raw_meta", "frequency", "symbol", "_meta")
-
-    def __init__(self, path, key, ts, cols, raw_meta, frequency, symbol, block=None):
-        self.path: str = path
-        self.key: tuple[int, int, int] = key  # (inode, size, mtime_ns)
-        self.ts: np.ndarray = ts  # int64 ns view into the mapping
-        self._cols: list[np.ndarray] | None = cols  # None: the rows of ``block``
-        # (6, n) view of the six columns when they lie at equal distances in the
-        # mapping (as written by this module): one copy per window instead of six
-        self.block: np.ndarray | None = block
-        self.raw_meta: bytes | None = raw_meta
-        self.frequency = frequency
-        self.symbol = symbol
-        self._meta: dict | None = None
-
-    @property
-    def cols(self) -> list[np.ndarray]:
-        """The six float64 column views into the mapping."""
-        if self._cols is None:
-            self._cols = list(self.block)
-        return self._cols
-
-    @property
-    def meta(self) -> dict:
-        if self._meta is None:
-            meta: dict = {}
-            if self.raw_meta is not None:
-                try:
-                    meta = json.loads(self.raw_meta)
-                except ValueError as exc:
-                    raise CorruptFileError(
-                        self.symbol,
-                        f"{self.symbol}: metadata in {self.path} is not valid JSON: {exc}",
-                    ) from None
-                if not isinstance(meta, dict):
-                    raise CorruptFileError(
-                        self.symbol, f"{self.symbol}: metadata in {self.path} is not a JSON object"
-                    )
-            meta.setdefault("symbol", self.symbol)
-            meta.setdefault("frequency", self.frequency)
-            meta.setdefault("timezone", None)
-            meta.setdefault("source", None)
-            meta["rows"] = int(len(self.ts))
-            self._meta = meta
-        return self._meta
-
-
-def _stat_key(st: os.stat_result) -> tuple[int, int, int]:
-    return (st.st_ino, st.st_size, st.st_mtime_ns)
-
-
-def _column_view(arr: pa.Array, dtype) -> np.ndarray:
-    buf = arr.buffers()[1]
-    itemsize = np.dtype(dtype).itemsize
-    return np.frombuffer(buf, dtype=dtype, count=len(arr), offset=arr.offset * itemsize)
-
-
-_EXPECTED_SCHEMA = pa.schema(SCHEMA_FIELDS)
-
-
-_RawFileReader = getattr(pa.lib, "_RecordBatchFileReader", None)
-
-
-def _file_reader(buf: pa.Buffer):
-    """``ipc.RecordBatchFileReader(buf)`` without its Python-level option handling
-    (half the per-file cost when opening thousands of files); public API fallback."""
-    global _RawFileReader
-    if _RawFileReader is not None:
-        try:
-            reader = _RawFileReader.__new__(_RawFileReader)
-            reader._open(buf)
-            return reader
-        except (AttributeError, TypeError):  # private API changed: use the public one
-            _RawFileReader = None
-    return ipc.RecordBatchFileReader(buf)
-
-
-def _map(label: str, path: str) -> tuple[mmap.mmap, pa.Buffer]:
-    """Memory-map a whole file read-only (the descriptor is closed at once)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            mm = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
-        finally:
-            os.close(fd)
-    except ValueError as exc:  # mmap of an empty file
-        raise CorruptFileError(label, f"{label}: file {path} is empty ({exc})") from None
-    except OSError as exc:
-        raise CorruptFileError(label, f"{label}: cannot open {path}: {exc}") from None
-    return mm, pa.py_buffer(mm)
-
-
-def _views(
-    label: str, arrays: Sequence[pa.Array], mm: mmap.mmap, buf: pa.Buffer
-) -> tuple[np.ndarray, list[np.ndarray], np.ndarray | None]:
-    """Zero-copy ``(ts int64, six float64 columns, (6, n) block or None)`` of the seven
-    columns of one record batch (null-free, else ``CorruptFileError``)."""
-    n = len(arrays[0])
-    addr = []
-    for name, arr in zip(COLUMNS, arrays):
-        if arr.null_count:
-            raise CorruptFileError(
-                label, f"{label}: column {name} has {arr.null_count} null value(s)"
-            )
-        addr.append(arr.buffers()[1].address + arr.offset * 8)
-    base = buf.address
-    stride = addr[1] - addr[0]
-    if (
-        n > 0
-        and stride >= n * 8
-        and stride % 8 == 0
-        and (addr[0] - base) % 8 == 0
-        and addr[0] >= base
-        and addr[-1] + n * 8 <= base + len(mm)
-        and all(addr[j + 1] - addr[j] == stride for j in range(len(addr) - 1))
-    ):
-        # as written by this module: seven equally spaced buffers inside the mapping;
-        # views straight on the mmap, and a (6, n) block for one copy per window
-        ts = np.ndarray((n,), np.int64, buffer=mm, offset=addr[0] - base)
-        block = np.ndarray(
-            (6, n), np.float64, buffer=mm, offset=addr[1] - base, strides=(stride, 8)
-        )
-        return ts, list(block), block
-    ts = _column_view(arrays[0], np.int64)
-    return ts, [_column_view(a, np.float64) for a in arrays[1:]], None
-
-
-def _check_schema(label: str, path: str, schema: pa.Schema) -> None:
-    if not schema.equals(_EXPECTED_SCHEMA, check_metadata=False):
-        raise CorruptFileError(
-            label,
-            f"{label}: {path} has schema {schema.to_string(show_schema_metadata=False)!r}, "
-            f"expected columns {list(COLUMNS)} (timestamp[ns], then double)",
-        )
-
-
-def _not_arrow(label: str, path: str, exc: Exception) -> CorruptFileError:
-    return CorruptFileError(
-        label, f"{label}: {path} is not a readable Arrow IPC file (corrupt or truncated): {exc}"
-    )
-
-
-def _open_file(symbol: str, path: str, key: tuple[int, int, int], frequency: str) -> _Entry:
-    """Memory-map an Arrow IPC file and return zero-copy column views."""
-    mm, buf = _map(symbol, path)
-    try:
-        reader = _file_reader(buf)
-        schema = reader.schema
-        _check_schema(symbol, path, schema)
-        if reader.num_record_batches == 1:
-            batch = reader.get_batch(0)
-            batch.validate()
-            arrays = batch.columns
-        else:  # written by another tool: read all (one copy), still valid
-            table = reader.read_all().combine_chunks()
-            table.validate()
-            arrays = [c.chunk(0) if c.num_chunks else pa.array([], c.type) for c in table.columns]
-    except (pa.ArrowException, OSError, ValueError) as exc:
-        raise _not_arrow(symbol, path, exc) from None
-    ts, cols, block = _views(symbol, arrays, mm, buf)
-    # once per opened file (8 bytes a row; reads then binary-search and slice freely)
-    if len(ts) > 1 and not (ts[1:] > ts[:-1]).all():
-        raise CorruptFileError(
-            symbol, f"{symbol}: timestamps in {path} are not strictly increasing"
-        )
-    raw = (schema.metadata or {}).get(META_KEY)
-    return _Entry(path, key, ts, cols, raw, frequency, symbol, block=block)
-
-
-# --------------------------------------------------------------------------- snapshot
-
-SNAPSHOT_NAME = "_snapshot.arrow"
-SNAPSHOT_META_KEY = b"kronos_snapshot"
-SNAPSHOT_FORMAT = "kronos-kline-snapshot"
-SNAPSHOT_VERSION = 1
-SNAPSHOT_FIELDS = ("symbol", "batch", "offset", "rows", "inode", "size", "mtime_ns", "meta")
-SNAPSHOT_BATCH_ROWS = 1 << 22  # rows per record batch (~224 MB): bounds compaction memory
-
-
-class SnapshotError(Exception):
-    """A snapshot that cannot be used; reads fall back to the per-symbol files."""
-
-
-class _Snapshot:
-    """An opened ``_snapshot.arrow``: zero-copy views per record batch, and its index
-    (per symbol: record batch, first row, rows, the (inode, size, mtime_ns) of the
-    symbol's file when compacted, and its metadata)."""
-
-    __slots__ = (
-        "path",
-        "key",
-        "frequency",
-        "batches",
-        "pos",
-        "spans",
-        "keys",
-        "metas",
-        "_first",
-        "_offsets",
-        "_unsorted",
-    )
-
-    def __init__(self, path, key, frequency, batches, pos, spans, keys, metas, first, offsets):
-        self.path: str = path
-        self.key: tuple[int, int, int] = key
-        self.frequency: str = frequency
-        self.batches: list[tuple[np.ndarray, list[np.ndarray], np.ndarray | None]] = batches
-        self.pos: dict[str, int] = pos  # symbol -> position in the lists below
-        self.spans: list[tuple[int, int, int]] = spans  # (batch, offset, rows)
-        self.keys: list[tuple[int, int, int]] = keys
-        self.metas: list = metas
-        self._first: np.ndarray = first  # position of each batch's first entry (+ the end)
-        self._offsets: np.ndarray = offsets  # offset of every entry
-        # per batch, the positions of entries whose rows are not strictly increasing;
-        # checked on the first use of the batch (one pass instead of one per symbol)
-        self._unsorted: list[frozenset | None] = [None] * len(batches)
-
-    def _unsorted_in(self, b: int) -> frozenset:
-        bad = self._unsorted[b]
-        if bad is None:
-            ts = self.batches[b][0]
-            lo, hi = int(self._first[b]), int(self._first[b + 1])
-            starts = self._offsets[lo:hi]
-            drops = np.flatnonzero(ts[1:] <= ts[:-1]) + 1  # rows not after their previous
-            seg = np.searchsorted(starts, drops, "right") - 1
-            bad = frozenset((seg[starts[seg] != drops] + lo).tolist())
-            self._unsorted[b] = bad
-        return bad
-
-    def entry(self, symbol: str, path: str, key: tuple[int, int, int]) -> _Entry | None:
-        """The symbol's entry when its file is still the one compacted (same inode, size,
-        mtime), else None (appended or replaced since: read the file)."""
-        k = self.pos.get(symbol)
-        if k is None or self.keys[k] != key:
-            return None
-        b, off, n = self.spans[k]
-        meta = self.metas[k]
-        if type(meta) is not dict:
-            raise SnapshotError(f"metadata of {symbol} is not a JSON object")
-        if k in self._unsorted_in(b):  # the per-file check
-            raise SnapshotError(f"timestamps of {symbol} are not strictly increasing")
-        ts, cols, block = self.batches[b]
-        ts = ts[off : off + n]
-        if block is not None:
-            block = block[:, off : off + n]
-            cols = None  # made from the block if ever needed
-        else:
-            cols = [c[off : off + n] for c in cols]
-        entry = _Entry(path, key, ts, cols, None, self.frequency, symbol, block=block)
-        entry._meta = meta.copy()
-        return entry
-
-
-def _int_list(values: Any) -> bool:
-    return type(values) is list and all(type(v) is int for v in values)
-
-
-def _open_snapshot(path: str, key: tuple[int, int, int], frequency: str) -> _Snapshot:
-    """Map and check a snapshot: footer, schema, nulls, and an index whose entries tile
-    every record batch exactly, in order. Raises ``SnapshotError``."""
-    label = SNAPSHOT_NAME
-    try:
-        mm, buf = _map(label, path)
-        try:
-            reader = _file_reader(buf)
-            schema = reader.schema
-            _check_schema(label, path, schema)
-            batches = []
-            for i in range(reader.num_record_batches):
-                batch = reader.get_batch(i)
-                batch.validate()
-                batches.append(_views(label, batch.columns, mm, buf))
-        except (pa.ArrowException, OSError, ValueError) as exc:
-            raise _not_arrow(label, path, exc) from None
-    except CorruptFileError as exc:
-        raise SnapshotError(exc.message) from None
-    raw = (schema.metadata or {}).get(SNAPSHOT_META_KEY)
-    try:
-        head = json.loads(raw) if raw is not None else None
-    except ValueError as exc:
-        raise SnapshotError(f"{path}: index is not valid JSON: {exc}") from None
-    if type(head) is not dict or head.get("format") != SNAPSHOT_FORMAT:
-        raise SnapshotError(f"{path}: no {SNAPSHOT_FORMAT} index in the schema metadata")
-    if head.get("version") != SNAPSHOT_VERSION:
-        raise SnapshotError(
-            f"{path}: index version {head.get('version')!r} (this reader: {SNAPSHOT_VERSION})"
-        )
-    if head.get("frequency") != frequency:
-        raise SnapshotError(f"{path}: compacted for frequency {head.get('frequency')!r}")
-    index = head.get("index")
-    if type(index) is not dict:
-        raise SnapshotError(f"{path}: no index")
-    cols = [index.get(name) for name in SNAPSHOT_FIELDS]
-    symbols, bs, offs, ns, inos, sizes, mtimes, metas = cols
-    m = len(symbols) if type(symbols) is list else -1
-    if (
-        m < 0
-        or any(type(c) is not list or len(c) != m for c in cols)
-        or not all(_int_list(c) for c in (bs, offs, ns, inos, sizes, mtimes))
-        or not all(type(x) is str for x in symbols)
-    ):
-        raise SnapshotError(f"{path}: malformed index")
-    pos = dict(zip(symbols, range(m)))
-    if len(pos) != m:
-        raise SnapshotError(f"{path}: a symbol appears twice in the index")
-    # the entries tile the batches: batch 0, 1, ... in order, rows back to back from 0
-    lengths = np.array([len(v[0]) for v in batches], dtype=np.int64)
-    b = off = np.zeros(0, dtype=np.int64)
-    if m:
-        try:
-            b, off, n = (np.array(c, dtype=np.int64) for c in (bs, offs, ns))
-        except OverflowError:
-            raise SnapshotError(f"{path}: index positions out of range") from None
-        end = off + n
-        new_batch = np.r_[True, b[1:] != b[:-1]]
-        last = np.r_[new_batch[1:], True]
-        tiled = (
-            b[0] == 0
-            and b[-1] == len(batches) - 1
-            and bool((np.diff(b) >= 0).all() and (np.diff(b) <= 1).all())
-            and bool((n >= 0).all())
-            and bool((off == np.where(new_batch, 0, np.r_[0, end[:-1]])).all())
-            and bool((end[last] == lengths[b[last]]).all())
-        )
-    else:
-        tiled = len(batches) == 0 or not lengths.any()
-    if not tiled:
-        raise SnapshotError(f"{path}: index does not tile the rows of the record batches")
-    return _Snapshot(
-        path,
-        key,
-        frequency,
-        batches,
-        pos,
-        list(zip(bs, offs, ns)),
-        list(zip(inos, sizes, mtimes)),
-        metas,
-        np.searchsorted(b, np.arange(len(batches) + 1)),
-        off,
-    )
-
-
-def _write_snapshot(
-    path: Path,
-    frequency: str,
-    items: list[tuple[str, tuple[int, int, int], _Entry, dict]],
-    *,
-    fsync: bool,
-) -> int:
-    """Write the snapshot of ``items`` (symbol, file key, opened entry, metadata):
-    their rows concatenated in record batches of about ``SNAPSHOT_BATCH_ROWS``, the
-    index as JSON in the schema metadata; atomically (temp, fsync, rename). Returns
-    the number of rows."""
-    groups: list[list[int]] = [[]]
-    rows = 0
-    index: dict[str, list] = {name: [] for name in SNAPSHOT_FIELDS}
-    for i, (symbol, key, entry, meta) in enumerate(items):
-        n = len(entry.ts)
-        if groups[-1] and rows + n > SNAPSHOT_BATCH_ROWS:
-            groups.append([])
-            rows = 0
-        groups[-1].append(i)
-        for name, value in zip(SNAPSHOT_FIELDS, (symbol, len(groups) - 1, rows, n, *key, meta)):
-            index[name].append(value)
-        rows += n
-    head = {
-        "format": SNAPSHOT_FORMAT,
-        "version": SNAPSHOT_VERSION,
-        "frequency": frequency,
-        "rows": sum(index["rows"]),
-        "index": index,
-    }
-    schema = pa.schema(
-        SCHEMA_FIELDS, metadata={SNAPSHOT_META_KEY: json.dumps(head, separators=(",", ":"))}
-    )
-
-    def batches():
-        for group in groups:
-            parts = [items[i][2] for i in group]
-            ts = np.concatenate([e.ts for e in parts]) if parts else np.empty(0, np.int64)
-            arrays = [pa.array(ts.view("datetime64[ns]"), type=pa.timestamp("ns"))]
-            for j in range(len(FEATURES)):
-                col = np.concatenate([e.cols[j] for e in parts]) if parts else np.empty(0)
-                arrays.append(pa.array(col, type=pa.float64()))
-            yield pa.RecordBatch.from_arrays(arrays, schema=schema)
-
-    _write_ipc_atomic(Path(path), schema, batches(), fsync=fsync)
-    return head["rows"]
-
-
 def _as_ns(value: Any, timezone: str | None) -> int:
     """A point in time as int64 ns on the symbol's naive local wall clock."""
     ts = pd.Timestamp(value)
@@ -589,101 +118,6 @@ def _as_ns(value: Any, timezone: str | None) -> int:
     if ts.tzinfo is not None:
         ts = ts.tz_convert(timezone or "UTC").tz_localize(None)
     return int(ts.as_unit("ns").value)
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # pragma: no cover - e.g. Windows
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # pragma: no cover
-        pass
-    finally:
-        os.close(fd)
-
-
-def write_arrow_atomic(path: Path, table: pa.Table, *, fsync: bool = True) -> None:
-    """Write ``table`` as an Arrow IPC file at ``path`` atomically.
-
-    The data goes to a temporary file in the same directory, is fsynced, then
-    ``os.replace``-d over ``path``: a reader sees the old file or the new one, never
-    a partial one. A crash leaves at most a ``.*.tmp`` file, which readers ignore.
-    """
-    _write_ipc_atomic(Path(path), table.schema, table.to_batches(max_chunksize=None), fsync=fsync)
-
-
-def _write_ipc_atomic(
-    path: Path, schema: pa.Schema, batches: Iterable[pa.RecordBatch], *, fsync: bool
-) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    try:
-        with pa.OSFile(str(tmp), "wb") as sink:
-            with ipc.new_file(sink, schema) as writer:
-                for batch in batches:
-                    writer.write_batch(batch)
-        if fsync:
-            fd = os.open(tmp, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    if fsync:
-        _fsync_dir(path.parent)
-
-
-class _SymbolLock:
-    """Exclusive advisory lock on ``<dir>/.<symbol>.lock`` while one writer updates a symbol."""
-
-    def __init__(self, directory: Path, symbol: str):
-        self.path = directory / f".{symbol}.lock"
-        self.fd: int | None = None
-
-    def __enter__(self):
-        if fcntl is not None:
-            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-            fcntl.flock(self.fd, fcntl.LOCK_EX)
-        return self
-
-    def __exit__(self, *exc):
-        if self.fd is not None:
-            fcntl.flock(self.fd, fcntl.LOCK_UN)
-            os.close(self.fd)
-            self.fd = None
-
-
-def _frame_arrays(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, str | None]:
-    """(timestamps int64 ns naive, values (n, 6) float64, tz name or None) of a candle frame."""
-    if TIME_COLUMN in frame.columns:
-        ts = pd.DatetimeIndex(frame[TIME_COLUMN])
-    elif isinstance(frame.index, pd.DatetimeIndex):
-        ts = frame.index
-    else:
-        raise CandleError(
-            f"candles need a '{TIME_COLUMN}' column or a DatetimeIndex; columns: {list(frame.columns)}"
-        )
-    tz = None
-    if ts.tz is not None:
-        tz = str(ts.tz)
-        ts = ts.tz_localize(None)
-    missing = [c for c in FEATURES if c not in frame.columns]
-    if missing:
-        raise CandleError(
-            f"columns {missing} missing (fill volume/amount with candles.fill_volume_amount first)"
-        )
-    values = frame[list(FEATURES)].to_numpy(dtype=np.float64)
-    return ts.as_unit("ns").asi8.copy(), values, tz
-
-
-# --------------------------------------------------------------------------- store
 
 
 class KlineStore:
@@ -713,8 +147,8 @@ class KlineStore:
         self.cache_size = int(cache_size)
         self.use_snapshot = bool(snapshot)
         self.opened = {"snapshot": 0, "file": 0}
-        self._cache: dict[tuple[str, str | None], _Entry] = {}
-        self._snapshots: dict[str, tuple[tuple[int, int, int], _Snapshot | None]] = {}
+        self._cache: dict[tuple[str, str | None], FileEntry] = {}
+        self._snapshots: dict[str, tuple[tuple[int, int, int], Snapshot | None]] = {}
         self._lock = threading.Lock()
         self._freq_dirs: tuple[int, list[str]] | None = None
 
@@ -806,7 +240,7 @@ class KlineStore:
             )
         return found[0]
 
-    def _snapshot(self, frequency: str, memo: dict | None = None) -> _Snapshot | None:
+    def _snapshot(self, frequency: str, memo: dict | None = None) -> Snapshot | None:
         """The frequency directory's snapshot, re-opened when its file changed (checked
         once per ``memo``, i.e. per batch read); None if absent or unusable."""
         if memo is not None and frequency in memo:
@@ -814,7 +248,7 @@ class KlineStore:
         path = os.path.join(self.root, frequency, SNAPSHOT_NAME)
         snap = None
         try:
-            key = _stat_key(os.stat(path))
+            key = stat_key(os.stat(path))
         except OSError:
             key = None
         if key is not None:
@@ -823,7 +257,7 @@ class KlineStore:
                 snap = cached[1]
             else:
                 try:
-                    snap = _open_snapshot(path, key, frequency)
+                    snap = open_snapshot(path, key, frequency)
                 except Exception as exc:  # a bad snapshot costs speed, never a read
                     log.warning("ignoring snapshot %s, reading per-symbol files: %s", path, exc)
                 with self._lock:
@@ -832,7 +266,7 @@ class KlineStore:
             memo[frequency] = snap
         return snap
 
-    def _entry(self, symbol: str, frequency: str | None, index=None, snaps=None) -> _Entry:
+    def _entry(self, symbol: str, frequency: str | None, index=None, snaps=None) -> FileEntry:
         # only validated symbols are ever cached, so a hit needs no new check
         entry = self._cache.get((symbol, frequency)) if type(symbol) is str else None
         if entry is not None:
@@ -847,7 +281,7 @@ class KlineStore:
         if callable(index):
             index = index()
         path, freq, st = self._locate(symbol, frequency, index)
-        key = _stat_key(st)
+        key = stat_key(st)
         entry = None
         if self.use_snapshot:
             snap = self._snapshot(freq, snaps)
@@ -859,7 +293,7 @@ class KlineStore:
         if entry is not None:
             self.opened["snapshot"] += 1
         else:
-            entry = _open_file(symbol, path, key, freq)
+            entry = open_file(symbol, path, key, freq)
             self.opened["file"] += 1
         with self._lock:
             if len(self._cache) >= self.cache_size:  # drop the oldest half
@@ -958,7 +392,7 @@ class KlineStore:
                 listing.append(self._symbol_index())
             return listing[0]
 
-        ok: list[tuple[str, _Entry, int, int]] = []
+        ok: list[tuple[str, FileEntry, int, int, dict]] = []
         errors: list[SymbolError] = []
         snaps: dict = {}  # each frequency's snapshot is stat-ed once per call
         for symbol in symbols:
@@ -981,40 +415,12 @@ class KlineStore:
                 if end <= start:
                     when = "" if as_of is None else f" at or before {as_of}"
                     raise NoDataError(symbol, f"{symbol}: no candles{when}")
-                meta = (
-                    entry.meta
-                )  # parsed once per opened file; a bad header is this symbol's error
-                ok.append((symbol, entry, start, end, meta))
+                # parsed once per opened file; a bad header is this symbol's error
+                ok.append((symbol, entry, start, end, entry.meta))
             except StoreError as exc:
                 errors.append(exc.to_error())
 
-        B = len(ok)
-        L = max((e - s for _, _, s, e, _ in ok), default=0)
-        values = np.zeros((B, L, len(FEATURES)), dtype=np.float32)
-        stamps = np.empty((B, L), dtype=np.int64)
-        lengths = np.empty(B, dtype=np.int64)
-        metas = []
-        for i, (_, entry, s, e, meta) in enumerate(ok):
-            n = e - s
-            lengths[i] = n
-            if n < L:
-                stamps[i, : L - n] = _NAT
-            stamps[i, L - n :] = entry.ts[s:e]
-            if entry.block is not None:
-                values[i, L - n :] = entry.block[:, s:e].T
-            else:
-                block = values[i, L - n :]
-                for j, col in enumerate(entry.cols):
-                    block[:, j] = col[s:e]
-            metas.append(meta)
-        return WindowBatch(
-            symbols=[item[0] for item in ok],
-            values=values,
-            timestamps=stamps.view("datetime64[ns]"),
-            lengths=lengths,
-            errors=errors,
-            metadata=metas,
-        )
+        return _pack_windows(ok, errors)
 
     # -- writing -----------------------------------------------------------------
 
@@ -1042,14 +448,14 @@ class KlineStore:
             path = directory / SNAPSHOT_NAME
             items = []
             skipped: list[SymbolError] = []
-            with _SymbolLock(directory, "_snapshot"):  # one compaction at a time
+            with SymbolLock(directory, "_snapshot"):  # one compaction at a time
                 for symbol in self.symbols(freq):
-                    file = str(directory / (symbol + SUFFIX))
+                    file = str(symbol_file(directory, symbol))
                     try:
                         # stat first: if the file is replaced before it is opened, the
                         # entry is keyed by the old file and is never used
-                        key = _stat_key(os.stat(file))
-                        entry = _open_file(symbol, file, key, freq)
+                        key = stat_key(os.stat(file))
+                        entry = open_file(symbol, file, key, freq)
                         items.append((symbol, key, entry, entry.meta))
                     except FileNotFoundError:
                         continue
@@ -1058,7 +464,7 @@ class KlineStore:
                         skipped.append(exc.to_error())
                 count = len(items)
                 if items:
-                    rows = _write_snapshot(path, freq, items, fsync=fsync)
+                    rows = write_snapshot(path, freq, items, fsync=fsync)
                 else:
                     rows = 0
                     try:
@@ -1103,21 +509,7 @@ class KlineStore:
         validate_symbol(symbol)
         if on_overlap not in ("error", "keep", "replace"):
             raise ValueError(f"on_overlap must be 'error', 'keep' or 'replace', got {on_overlap!r}")
-        ts_new, val_new, frame_tz = _frame_arrays(frame)
-        if frame_tz is not None:
-            tz = timezone or frame_tz
-            if timezone and timezone != frame_tz:  # wall clock of the requested zone
-                idx = pd.DatetimeIndex(ts_new).tz_localize(frame_tz).tz_convert(timezone)
-                ts_new = idx.tz_localize(None).as_unit("ns").asi8.copy()
-            timezone = tz
-        if len(ts_new) == 0:
-            raise CandleError(f"{symbol}: no candles to write")
-        if not np.isfinite(val_new).all():
-            raise CandleError(f"{symbol}: candles contain NaN or infinite values")
-        if len(ts_new) > 1 and not (ts_new[1:] > ts_new[:-1]).all():
-            raise CandleError(
-                f"{symbol}: timestamps must be sorted and unique (validate before writing)"
-            )
+        ts_new, val_new, timezone = _new_candles(symbol, frame, timezone)
 
         frequency = frequency or self.frequency
         existing_freq = None
@@ -1134,13 +526,13 @@ class KlineStore:
         validate_frequency(frequency)
         directory = self.root / frequency
         directory.mkdir(parents=True, exist_ok=True)
-        path = directory / (symbol + SUFFIX)
+        path = symbol_file(directory, symbol)
 
-        with _SymbolLock(directory, symbol):
+        with SymbolLock(directory, symbol):
             meta: dict = {}
             if path.exists() and not overwrite:
                 st = path.stat()
-                old = _open_file(symbol, str(path), _stat_key(st), frequency)
+                old = open_file(symbol, str(path), stat_key(st), frequency)
                 meta = {k: v for k, v in old.meta.items() if k not in ("rows", "first", "last")}
                 old_tz = meta.get("timezone")
                 if timezone and old_tz and timezone != old_tz:
@@ -1156,32 +548,62 @@ class KlineStore:
             else:
                 ts, values = ts_new, val_new
             meta.update(extra_metadata or {})
-            meta.update(
-                format=FORMAT_NAME,
-                version=FORMAT_VERSION,
-                symbol=symbol,
-                frequency=frequency,
-                timezone=timezone,
-                source=source if source is not None else meta.get("source"),
-                rows=int(len(ts)),
-                first=str(pd.Timestamp(int(ts[0]))),
-                last=str(pd.Timestamp(int(ts[-1]))),
+            meta = file_metadata(
+                meta, symbol=symbol, frequency=frequency, timezone=timezone,
+                source=source if source is not None else meta.get("source"), ts=ts,
             )
-            table = _to_table(ts, values, meta)
+            table = to_table(ts, values, meta)
             write_arrow_atomic(path, table, fsync=fsync)
         return meta
 
 
-def _to_table(ts: np.ndarray, values: np.ndarray, meta: dict) -> pa.Table:
-    schema = pa.schema(
-        SCHEMA_FIELDS, metadata={META_KEY: json.dumps(meta, sort_keys=True).encode()}
+def _new_candles(symbol: str, frame: pd.DataFrame, timezone: str | None):
+    """``(ts int64 ns, values (n, 6), timezone)`` of candles to write, re-checked (rows,
+    finite, sorted and unique); tz-aware stamps go to ``timezone``'s wall clock (or their
+    own zone's)."""
+    ts_new, val_new, frame_tz = frame_arrays(frame)
+    if frame_tz is not None:
+        if timezone and timezone != frame_tz:  # wall clock of the requested zone
+            idx = pd.DatetimeIndex(ts_new).tz_localize(frame_tz).tz_convert(timezone)
+            ts_new = idx.tz_localize(None).as_unit("ns").asi8.copy()
+        timezone = timezone or frame_tz
+    if len(ts_new) == 0:
+        raise CandleError(f"{symbol}: no candles to write")
+    if not np.isfinite(val_new).all():
+        raise CandleError(f"{symbol}: candles contain NaN or infinite values")
+    if len(ts_new) > 1 and not (ts_new[1:] > ts_new[:-1]).all():
+        raise CandleError(f"{symbol}: timestamps must be sorted and unique (validate before writing)")
+    return ts_new, val_new, timezone
+
+
+def _pack_windows(ok: list[tuple[str, FileEntry, int, int, dict]], errors: list[SymbolError]) -> WindowBatch:
+    """One left-padded batch of the rows ``start:end`` of each (symbol, entry, start, end,
+    meta): one copy per window, from the (6, n) block when the file has one."""
+    B = len(ok)
+    L = max((e - s for _, _, s, e, _ in ok), default=0)
+    values = np.zeros((B, L, len(FEATURES)), dtype=np.float32)  # (B, L, 6)
+    stamps = np.empty((B, L), dtype=np.int64)  # (B, L)
+    lengths = np.empty(B, dtype=np.int64)
+    for i, (_, entry, s, e, _) in enumerate(ok):
+        n = e - s
+        lengths[i] = n
+        if n < L:
+            stamps[i, : L - n] = _NAT
+        stamps[i, L - n :] = entry.ts[s:e]
+        if entry.block is not None:
+            values[i, L - n :] = entry.block[:, s:e].T
+        else:
+            block = values[i, L - n :]
+            for j, col in enumerate(entry.cols):
+                block[:, j] = col[s:e]
+    return WindowBatch(
+        symbols=[item[0] for item in ok],
+        values=values,
+        timestamps=stamps.view("datetime64[ns]"),
+        lengths=lengths,
+        errors=errors,
+        metadata=[item[4] for item in ok],
     )
-    arrays = [pa.array(np.ascontiguousarray(ts).view("datetime64[ns]"), type=pa.timestamp("ns"))]
-    arrays += [
-        pa.array(np.ascontiguousarray(values[:, j], dtype=np.float64))
-        for j in range(values.shape[1])
-    ]
-    return pa.Table.from_arrays(arrays, schema=schema)
 
 
 def _merge(

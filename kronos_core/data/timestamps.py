@@ -118,13 +118,37 @@ class SessionTemplate:
         )
 
 
+def _traded_weekdays(udays: np.ndarray, holiday_days: np.ndarray | None) -> list[int]:
+    """Weekdays (Monday 0) with candles on at least half of their calendar dates in the
+    span of the sorted day numbers ``udays`` (holidays not counted; every week counts the
+    same: holidays cluster, so recency would mislead). Weekdays the span never reached
+    default to Monday-Friday traded."""
+    hol = holiday_days if holiday_days is not None else np.empty(0, np.int64)
+    last_day = udays[-1]
+    cal = np.arange(udays[0], last_day + 1)
+    cal = cal[~np.isin(cal, hol)]
+    cal_wd = (cal + _EPOCH_WEEKDAY) % 7
+    present = np.isin(cal, udays)
+    traded = []
+    for d in range(7):
+        m = cal_wd == d
+        # the first and last dates are known to be present; judge the weekday on the rest
+        inner = m & (cal != udays[0]) & (cal != last_day)
+        if inner.any():
+            if (inner & present).sum() / inner.sum() >= MAJORITY:
+                traded.append(d)
+        elif m.any() or d < 5:  # only seen as first/last date, or never reached
+            traded.append(d)
+    return traded
+
+
 def learn_sessions(
     ts: np.ndarray, holiday_days: np.ndarray | None = None, half_life_weeks: float | None = None
 ) -> SessionTemplate:
     """Learn the weekly session template from naive int64-ns timestamps (sorted).
 
     * A weekday is traded when, over the history's span, it has candles on at least
-      half (recency-weighted) of its calendar dates that are not holidays. Weekdays
+      half of its calendar dates that are not holidays (every week the same). Weekdays
       the span never reached default to Monday-Friday traded, weekend not.
     * A time of day is active on a traded weekday when it has a candle on at least
       half (recency-weighted) of that weekday's complete dates (the first and last
@@ -142,26 +166,7 @@ def learn_sessions(
     age_w = (last_day - udays) / 7.0
     w = 0.5 ** (age_w / half_life_weeks) if half_life_weeks else np.ones(len(udays))
 
-    hol = holiday_days if holiday_days is not None else np.empty(0, np.int64)
-    # calendar dates over the span, per weekday (excluding holidays)
-    cal = np.arange(udays[0], last_day + 1)
-    cal = cal[~np.isin(cal, hol)]
-    # the weekday decision counts every week the same (holidays cluster, recency would mislead)
-    cal_wd = (cal + _EPOCH_WEEKDAY) % 7
-    present = np.isin(cal, udays)
-    traded = []
-    for d in range(7):
-        m = cal_wd == d
-        # the first and last dates are known to be present; judge the weekday on the rest
-        inner = m & (cal != udays[0]) & (cal != last_day)
-        if inner.any():
-            frac = (inner & present).sum() / inner.sum()
-            if frac >= MAJORITY:
-                traded.append(d)
-        elif m.any():  # only seen as first/last date
-            traded.append(d)
-        elif d < 5:
-            traded.append(d)
+    traded = _traded_weekdays(udays, holiday_days)
 
     # complete dates: all but the first and last when there are more than two, and
     # not short sessions (fewer than half the median candles of their weekday)

@@ -1,14 +1,19 @@
 """Validation (and explicit repair) of imported candle tables.
 
-Every problem is reported with its column and 1-based data row numbers (row 1 is
-the first row after a CSV header, so CSV line = row + 1). Nothing is changed
-silently: a problem either raises ``CandleError`` or, when its repair flag is on,
-is repaired and logged with the rows it touched.
+Row numbers: every problem names its column and **1-based data rows**: row 1 is the first
+row after a CSV header (so the CSV file line is row + 1), whatever the caller (``kronos
+import``, ``kronos forecast``). Nothing is changed silently: a problem either raises
+``CandleError`` or, when its repair flag is on, is repaired and reported with the rows it
+touched. All problems of a table are reported together, in one error.
+
+``validate_candles`` is a dispatcher over small checks (``CHECKS``), each of which looks at
+one kind of problem and either records it or repairs it.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 
 import numpy as np
@@ -46,11 +51,44 @@ class Repairs:
 
 @dataclass
 class ValidationReport:
+    """What validation did: rows in and out, repairs made, notes (the model's volume and
+    amount rules) and warnings (columns left unused)."""
+
     source: str
     rows_in: int
     rows_out: int = 0
     repairs: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Table:
+    """The table being checked: parsed frame (``timestamps`` int64-view-able plus the
+    numeric columns), each row's 1-based data row number, and what was found so far."""
+
+    frame: pd.DataFrame
+    rownums: np.ndarray
+    tcol: str
+    repairs: Repairs
+    report: ValidationReport
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ts(self) -> np.ndarray:
+        return self.frame["timestamps"].to_numpy().view(np.int64)
+
+    def found(self, msg: str, repaired: bool, done: str, hint: str) -> None:
+        """Record a problem: as a repair made (``done``: what was done) or as a refusal
+        with the flag that would repair it (``hint``)."""
+        if repaired:
+            self.report.repairs.append(f"{done}: {msg}")
+        else:
+            self.problems.append(f"{msg} ({hint})")
+
+    def keep(self, mask: np.ndarray) -> None:
+        self.frame = self.frame[mask].reset_index(drop=True)
+        self.rownums = self.rownums[mask]
 
 
 def _rows(positions, rownums: np.ndarray) -> str:
@@ -60,18 +98,181 @@ def _rows(positions, rownums: np.ndarray) -> str:
     return f"row{'s' if len(positions) > 1 else ''} {shown}{more}"
 
 
-def _find_time_column(df: pd.DataFrame, time_column: str | None) -> str:
+# ----------------------------------------------------------------------------- columns
+
+
+def _normalize_columns(
+    df: pd.DataFrame, column_map: Mapping[str, str] | None, source: str
+) -> pd.DataFrame:
+    """Lower-cased, stripped column names, then ``column_map`` (our name -> the file's
+    column, any case) applied as a rename."""
+    if isinstance(df.index, pd.DatetimeIndex) and not any(
+        a in [str(c).strip().lower() for c in df.columns] for a in TIME_ALIASES
+    ):
+        df = df.reset_index(names="timestamps")
+    df = df.copy()
+    df.columns = [str(c).strip().lower() for c in df.columns]
+    if not column_map:
+        return df
+    rename = {}
+    for ours, theirs in column_map.items():
+        key = str(theirs).strip().lower()
+        if key not in df.columns:
+            raise CandleError(
+                f"{source}: --column {ours}={theirs}: no column {theirs!r}; columns: {list(df.columns)}"
+            )
+        rename[key] = str(ours).strip().lower()
+    clash = [new for old, new in rename.items() if new in df.columns and new not in rename]
+    df = df.drop(columns=clash).rename(columns=rename)
+    return df
+
+
+def _find_time_column(df: pd.DataFrame, time_column: str | None) -> str | None:
     if time_column is not None:
         key = time_column.strip().lower()
-        if key not in df.columns:
-            raise CandleError(f"time column {time_column!r} not found; columns: {list(df.columns)}")
-        return key
-    for alias in TIME_ALIASES:
-        if alias in df.columns:
-            return alias
-    raise CandleError(
-        f"no time column: expected one of {list(TIME_ALIASES)} (or --time-column); columns: {list(df.columns)}"
+        return key if key in df.columns else None
+    return next((a for a in TIME_ALIASES if a in df.columns), None)
+
+
+def _check_columns(df: pd.DataFrame, time_column: str | None, source: str) -> str:
+    """The time column's name; raises one error naming every missing column."""
+    tcol = _find_time_column(df, time_column)
+    missing = []
+    if tcol is None:
+        missing.append(
+            f"time column {time_column!r} not found"
+            if time_column is not None
+            else f"no time column: expected one of {list(TIME_ALIASES)} (or --time-column)"
+        )
+    lacking = [c for c in PRICE_COLUMNS if c not in df.columns]
+    if lacking:
+        missing.append(f"required column(s) {lacking} missing (map one with --column close=COL)")
+    if missing:
+        raise CandleError(f"{source}: " + "; ".join(missing) + f"; columns: {list(df.columns)}")
+    if len(df) == 0:
+        raise CandleError(f"{source}: no rows")
+    return tcol
+
+
+def _unused_columns(df: pd.DataFrame, tcol: str, ignore: tuple[str, ...]) -> list[str]:
+    used = {tcol, *FEATURES, *(c.strip().lower() for c in ignore)}
+    return [
+        f"column {c!r} is not used (map it with --column volume={c}, for example)"
+        for c in df.columns
+        if c not in used
+    ]
+
+
+# ----------------------------------------------------------------------------- parsing
+
+
+def _parse_times(raw: pd.Series, timezone: str | None) -> tuple[pd.DatetimeIndex, str | None]:
+    """Naive wall-clock times (NaT where unparseable) and the time zone."""
+    if pd.api.types.is_datetime64_any_dtype(raw):
+        t = pd.DatetimeIndex(raw)
+    else:
+        t = pd.DatetimeIndex(pd.to_datetime(raw, errors="coerce", format="mixed"))
+    if t.tz is not None:
+        if timezone is not None:
+            t = t.tz_convert(timezone)
+        timezone = str(t.tz)
+        t = t.tz_localize(None)
+    return t.as_unit("ns"), timezone
+
+
+def _parse(df: pd.DataFrame, tcol: str, timezone, rownums, repairs, report):
+    """Parse times and numbers; unparseable cells are problems (or dropped rows)."""
+    t, timezone = _parse_times(df[tcol], timezone)
+    bad_time = np.array(t.isna())  # a copy: pandas caches the index's NaN mask
+    bad = bad_time.copy()
+    table = _Table(pd.DataFrame(), rownums, tcol, repairs, report)
+    numbers = {}
+    for c in (c for c in FEATURES if c in df.columns):
+        col = pd.to_numeric(df[c], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+        nan = ~np.isfinite(col)
+        if nan.any():
+            text = df[c].notna().to_numpy() & nan & np.isnan(col)
+            kind = "non-numeric or missing" if text.any() else "NaN/missing or infinite"
+            msg = f"column '{c}': {kind} value in {int(nan.sum())} {_rows(np.flatnonzero(nan), rownums)}"
+            table.found(msg, repairs.drop_nan, "dropped", "--drop-nan drops these rows")
+            bad |= nan
+        numbers[c] = col
+    if bad_time.any():
+        pos = np.flatnonzero(bad_time)
+        msg = f"column '{tcol}': missing or unparseable time in {len(pos)} {_rows(pos, rownums)}"
+        table.found(msg, repairs.drop_nan, "dropped", "--drop-nan drops these rows")
+    keep = ~bad  # later checks look at the clean rows
+    table.frame = pd.DataFrame(
+        {"timestamps": t.asi8[keep].view("datetime64[ns]"), **{c: v[keep] for c, v in numbers.items()}}
     )
+    table.rownums = rownums[keep]
+    return table, timezone
+
+
+# ----------------------------------------------------------------------------- checks
+
+
+def _check_order(tb: _Table) -> None:
+    ts = tb.ts
+    back = np.flatnonzero(ts[1:] < ts[:-1]) + 1
+    if len(back):
+        msg = f"column '{tb.tcol}': timestamps not sorted, earlier than the row before in {len(back)} {_rows(back, tb.rownums)}"
+        tb.found(msg, tb.repairs.sort, "sorted", "--sort sorts them")
+        order = np.argsort(ts, kind="stable")  # later checks look at the sorted rows
+        tb.frame = tb.frame.iloc[order].reset_index(drop=True)
+        tb.rownums = tb.rownums[order]
+
+
+def _check_duplicates(tb: _Table) -> None:
+    stamps = pd.Series(tb.ts)
+    dup = stamps.duplicated(keep=False).to_numpy()
+    if dup.any():
+        pos = np.flatnonzero(dup)
+        msg = f"column '{tb.tcol}': duplicate timestamps in {len(pos)} {_rows(pos, tb.rownums)}"
+        tb.found(msg, tb.repairs.drop_duplicates, "kept the last of each duplicate",
+                 "--drop-duplicates keeps the last of each")
+        if tb.repairs.drop_duplicates:
+            tb.keep(~stamps.duplicated(keep="last").to_numpy())
+
+
+def _check_high_low(tb: _Table) -> None:
+    o, h, lo, c = (tb.frame[k].to_numpy() for k in PRICE_COLUMNS)
+    bad_h = np.flatnonzero(h < np.maximum(np.maximum(o, c), lo))
+    bad_l = np.flatnonzero(lo > np.minimum(o, c))
+    for col, pos, what in (("high", bad_h, "high below open/close/low"), ("low", bad_l, "low above open/close")):
+        if len(pos):
+            msg = f"column '{col}': {what} in {len(pos)} {_rows(pos, tb.rownums)}"
+            tb.found(msg, tb.repairs.fix_high_low, "fixed", "--fix-high-low repairs them")
+    if tb.repairs.fix_high_low and (len(bad_h) or len(bad_l)):
+        tb.frame["high"] = np.maximum.reduce([o, h, lo, c])
+        tb.frame["low"] = np.minimum.reduce([o, h, lo, c])
+
+
+def _check_negative(tb: _Table) -> None:
+    for col in (VOLUME_COLUMN, AMOUNT_COLUMN):
+        if col in tb.frame.columns:
+            pos = np.flatnonzero(tb.frame[col].to_numpy() < 0)
+            if len(pos):
+                msg = f"column '{col}': negative value in {len(pos)} {_rows(pos, tb.rownums)}"
+                tb.found(msg, tb.repairs.clip_negative, "set to 0", "--clip-negative sets them to 0")
+                if tb.repairs.clip_negative:
+                    tb.frame[col] = np.maximum(tb.frame[col].to_numpy(), 0.0)
+
+
+CHECKS: tuple[Callable[[_Table], None], ...] = (_check_order, _check_duplicates, _check_high_low, _check_negative)
+
+
+def _model_rules(tb: _Table) -> pd.DataFrame:
+    """The six ``FEATURES`` as float64, missing volume/amount filled by the model's rules."""
+    if VOLUME_COLUMN not in tb.frame.columns:
+        tb.report.notes.append("no 'volume' column: volume = amount = 0 (the model's rule)")
+    elif AMOUNT_COLUMN not in tb.frame.columns:
+        tb.report.notes.append(
+            "no 'amount' column: amount = volume * mean(open, high, low, close) (the model's rule)"
+        )
+    frame = fill_volume_amount(tb.frame)[["timestamps", *FEATURES]]
+    frame[list(FEATURES)] = frame[list(FEATURES)].astype(np.float64)
+    return frame
 
 
 def validate_candles(
@@ -82,152 +283,33 @@ def validate_candles(
     timezone: str | None = None,
     repairs: Repairs = Repairs(),
     row_numbers=None,
+    column_map: Mapping[str, str] | None = None,
+    ignore_columns: tuple[str, ...] = (),
 ) -> tuple[pd.DataFrame, str | None, ValidationReport]:
     """Check (and, by flag, repair) a raw candle table.
 
     Returns ``(frame, timezone, report)``: ``frame`` has ``timestamps`` (naive local
     wall clock, sorted, unique) and the six ``FEATURES`` as float64; ``timezone`` is
     ``timezone`` or the zone of tz-aware input stamps (converted to its wall clock).
-    Missing ``volume``/``amount`` follow the model's rules (``fill_volume_amount``).
-    Raises ``CandleError`` listing every problem found, with rows and columns.
-    ``row_numbers``: the file's row numbers of ``df``'s rows (default 1..n).
+    Column names are matched case-insensitively; ``column_map`` maps our names to the
+    file's (``{"volume": "Vol"}``); columns left unused (not the time, a feature or one of
+    ``ignore_columns``) are listed in ``report.warnings``. Missing ``volume``/``amount``
+    follow the model's rules (``fill_volume_amount``). Raises ``CandleError`` listing every
+    problem found, with rows and columns. ``row_numbers``: the 1-based data row numbers of
+    ``df``'s rows (default 1..n).
     """
     report = ValidationReport(source=source, rows_in=len(df))
-    df = df.copy()
-    if isinstance(df.index, pd.DatetimeIndex) and not any(
-        a in [str(c).strip().lower() for c in df.columns] for a in TIME_ALIASES
-    ):
-        df = df.reset_index(names="timestamps")
-    df.columns = [str(c).strip().lower() for c in df.columns]
-    tcol = _find_time_column(df, time_column)
-    missing = [c for c in PRICE_COLUMNS if c not in df.columns]
-    if missing:
-        raise CandleError(
-            f"{source}: required column(s) {missing} missing; columns: {list(df.columns)}"
-        )
-    if len(df) == 0:
-        raise CandleError(f"{source}: no rows")
-
+    df = _normalize_columns(df, column_map, source)
+    tcol = _check_columns(df, time_column, source)
+    report.warnings += _unused_columns(df, tcol, ignore_columns)
     rownums = np.arange(1, len(df) + 1) if row_numbers is None else np.asarray(row_numbers)
-    problems: list[str] = []
-
-    # -- timestamps -------------------------------------------------------------
-    raw_t = df[tcol]
-    if pd.api.types.is_datetime64_any_dtype(raw_t):
-        t = pd.DatetimeIndex(raw_t)
-    else:
-        t = pd.DatetimeIndex(pd.to_datetime(raw_t, errors="coerce", format="mixed"))
-    if t.tz is not None:
-        if timezone is not None:
-            t = t.tz_convert(timezone)
-        timezone = str(t.tz)
-        t = t.tz_localize(None)
-    t = t.as_unit("ns")
-    bad_t = np.flatnonzero(t.isna())
-
-    # -- numbers ----------------------------------------------------------------
-    present = [c for c in FEATURES if c in df.columns]
-    num = {}
-    bad_num = np.zeros(len(df), bool)
-    for c in present:
-        col = pd.to_numeric(df[c], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-        nan = ~np.isfinite(col)
-        if nan.any():
-            text = df[c].notna().to_numpy() & nan & np.isnan(col)
-            kind = "non-numeric or missing" if text.any() else "NaN/missing or infinite"
-            msg = f"column '{c}': {kind} value in {int(nan.sum())} {_rows(np.flatnonzero(nan), rownums)}"
-            if repairs.drop_nan:
-                report.repairs.append("dropped: " + msg)
-            else:
-                problems.append(msg + " (--drop-nan drops these rows)")
-            bad_num |= nan
-        num[c] = col
-    if len(bad_t):
-        msg = (
-            f"column '{tcol}': missing or unparseable time in {len(bad_t)} {_rows(bad_t, rownums)}"
-        )
-        if repairs.drop_nan:
-            report.repairs.append("dropped: " + msg)
-        else:
-            problems.append(msg + " (--drop-nan drops these rows)")
-    if problems:  # the remaining checks need clean values
-        raise CandleError(f"{source}: " + "; ".join(problems))
-    keep = ~bad_num
-    keep[bad_t] = False
-    frame = pd.DataFrame(
-        {"timestamps": t.asi8[keep].view("datetime64[ns]"), **{c: v[keep] for c, v in num.items()}}
-    )
-    rownums = rownums[keep]
-
-    # -- order and duplicates -----------------------------------------------------
-    ts = frame["timestamps"].to_numpy().view(np.int64)
-    back = np.flatnonzero(ts[1:] < ts[:-1]) + 1
-    if len(back):
-        msg = f"column '{tcol}': timestamps not sorted, earlier than the row before in {len(back)} {_rows(back, rownums)}"
-        if repairs.sort:
-            report.repairs.append("sorted: " + msg)
-            order = np.argsort(ts, kind="stable")
-            frame = frame.iloc[order].reset_index(drop=True)
-            rownums = rownums[order]
-            ts = ts[order]
-        else:
-            problems.append(msg + " (--sort sorts them)")
-    dup = pd.Series(ts).duplicated(keep=False).to_numpy()
-    if dup.any():
-        pos = np.flatnonzero(dup)
-        msg = f"column '{tcol}': duplicate timestamps in {len(pos)} {_rows(pos, rownums)}"
-        if repairs.drop_duplicates:
-            last = ~pd.Series(ts).duplicated(keep="last").to_numpy()
-            report.repairs.append("kept the last of each duplicate: " + msg)
-            frame = frame[last].reset_index(drop=True)
-            rownums = rownums[last]
-        else:
-            problems.append(msg + " (--drop-duplicates keeps the last of each)")
-
-    # -- candle consistency --------------------------------------------------------
-    o, h, lo, c = (frame[k].to_numpy() for k in PRICE_COLUMNS)
-    bad_h = np.flatnonzero(h < np.maximum(np.maximum(o, c), lo))
-    bad_l = np.flatnonzero(lo > np.minimum(o, c))
-    for col, pos, what in (
-        ("high", bad_h, "high below open/close/low"),
-        ("low", bad_l, "low above open/close"),
-    ):
-        if len(pos):
-            msg = f"column '{col}': {what} in {len(pos)} {_rows(pos, rownums)}"
-            if repairs.fix_high_low:
-                report.repairs.append("fixed: " + msg)
-            else:
-                problems.append(msg + " (--fix-high-low repairs them)")
-    if repairs.fix_high_low and (len(bad_h) or len(bad_l)):
-        frame["high"] = np.maximum.reduce([o, h, lo, c])
-        frame["low"] = np.minimum.reduce([o, h, lo, c])
-    for col in (VOLUME_COLUMN, AMOUNT_COLUMN):
-        if col in frame.columns:
-            pos = np.flatnonzero(frame[col].to_numpy() < 0)
-            if len(pos):
-                msg = f"column '{col}': negative value in {len(pos)} {_rows(pos, rownums)}"
-                if repairs.clip_negative:
-                    report.repairs.append("set to 0: " + msg)
-                    frame[col] = np.maximum(frame[col].to_numpy(), 0.0)
-                else:
-                    problems.append(msg + " (--clip-negative sets them to 0)")
-    if problems:
-        raise CandleError(f"{source}: " + "; ".join(problems))
-
-    # -- the model's volume/amount rules ---------------------------------------------
-    if VOLUME_COLUMN not in frame.columns:
-        report.notes.append("no 'volume' column: volume = amount = 0 (the model's rule)")
-    elif AMOUNT_COLUMN not in frame.columns:
-        report.notes.append(
-            "no 'amount' column: amount = volume * mean(open, high, low, close) (the model's rule)"
-        )
-    frame = fill_volume_amount(frame)[["timestamps", *FEATURES]]
-    frame[list(FEATURES)] = frame[list(FEATURES)].astype(np.float64)
+    tb, timezone = _parse(df, tcol, timezone, rownums, repairs, report)
+    for check in CHECKS:
+        check(tb)
+    if tb.problems:
+        raise CandleError(f"{source}: " + "; ".join(tb.problems))
+    frame = _model_rules(tb)
     if len(frame) == 0:
         raise CandleError(f"{source}: no rows left after repairs")
     report.rows_out = len(frame)
-    for line in report.repairs:
-        log.warning("%s: %s", source, line)
-    for line in report.notes:
-        log.info("%s: %s", source, line)
     return frame, timezone, report

@@ -14,7 +14,9 @@ from data_helpers import COMMON_DAMAGE
 
 from kronos_core.candles import FEATURES
 from kronos_core.cli import main
+from kronos_core.data import fileformat
 from kronos_core.data import sample_store as ss
+from kronos_core.data import snapshot as snapshot_mod
 from kronos_core.data import store as store_mod
 from kronos_core.data.importer import import_files
 from kronos_core.data.store import SNAPSHOT_NAME, KlineStore, WindowBatch
@@ -116,7 +118,7 @@ def test_snapshot_used_when_fresh_and_identical_to_files(store):
 
 
 def test_multiple_record_batches(tmp_path, store, monkeypatch):
-    monkeypatch.setattr(store_mod, "SNAPSHOT_BATCH_ROWS", 1000)  # a few symbols per batch
+    monkeypatch.setattr(snapshot_mod, "SNAPSHOT_BATCH_ROWS", 1000)  # a few symbols per batch
     store.compact("1d", fsync=False)
     with pa.memory_map(str(store.root / "1d" / SNAPSHOT_NAME)) as src:
         assert ipc.open_file(src).num_record_batches > 5
@@ -340,7 +342,7 @@ def test_compaction_is_atomic_when_interrupted(store, monkeypatch):
         writer.write_batch = write_batch
         return writer
 
-    monkeypatch.setattr(store_mod.ipc, "new_file", crashing_new_file)
+    monkeypatch.setattr(fileformat.ipc, "new_file", crashing_new_file)
     with pytest.raises(Crash):
         store.compact("1d")
     monkeypatch.undo()

@@ -13,6 +13,7 @@ import pytest
 from data_helpers import COMMON_DAMAGE
 
 from kronos_core.candles import FEATURES, CandleError
+from kronos_core.data import fileformat
 from kronos_core.data import store as store_mod
 from kronos_core.data.store import (
     AmbiguousSymbolError,
@@ -224,10 +225,10 @@ def test_wrong_schema_unsorted_and_bad_metadata_are_corrupt(tmp_path):
     store_mod.write_arrow_atomic(tmp_path / "1d" / "WRONG.arrow", t)
     # unsorted timestamps written behind the store's back
     store_mod.write_arrow_atomic(
-        tmp_path / "1d" / "UNSORTED.arrow", store_mod._to_table(ts[::-1].copy(), vals, {})
+        tmp_path / "1d" / "UNSORTED.arrow", fileformat.to_table(ts[::-1].copy(), vals, {})
     )
     # metadata that is not JSON
-    bad = store_mod._to_table(ts, vals, {}).replace_schema_metadata({b"kronos": b"{not json"})
+    bad = fileformat.to_table(ts, vals, {}).replace_schema_metadata({b"kronos": b"{not json"})
     store_mod.write_arrow_atomic(tmp_path / "1d" / "BADMETA.arrow", bad)
     st.write(
         "OK",
@@ -314,7 +315,7 @@ def test_write_is_atomic_when_interrupted(tmp_path, real_frames, monkeypatch):
         writer.write_batch = write_batch
         return writer
 
-    monkeypatch.setattr(store_mod.ipc, "new_file", crashing_new_file)
+    monkeypatch.setattr(fileformat.ipc, "new_file", crashing_new_file)
     with pytest.raises(Crash):
         st.write("G", full.iloc[100:200])
     monkeypatch.undo()
