@@ -29,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--method", default="cqr", choices=METHODS,
                         help="cqr: Romano et al. 2019 on log prices; cqr-r: scores scaled by the interval width")
     parser.add_argument("--holdout", type=float,
-                        help="fit on windows before the last FRACTION of each series (from --start on) and "
+                        help="fit on windows before the last FRACTION of each series (from --start / --last-fraction on) and "
                              "report coverage before/after calibration on windows in that last part")
     parser.add_argument("--holdout-windows", type=int, help="held-out windows per series (default: --windows)")
     parser.add_argument("--out", type=Path, default=Path("calibration.json"), help="calibration JSON to write")

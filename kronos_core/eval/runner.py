@@ -35,6 +35,8 @@ def add_window_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--step", type=int, help="rows between origins (default: the horizon, non-overlapping truths)")
     g.add_argument("--start", help="only origins at or after this time")
     g.add_argument("--end", help="only windows whose truth ends before this time")
+    g.add_argument("--last-fraction", type=float,
+                   help="only origins in the last FRACTION of each series (e.g. data a model was not trained on)")
     g.add_argument("--sample-count", type=int, default=32, help="sample paths per window (default 32)")
     g.add_argument("--seed", type=int, default=0, help="sampling seed (per window content, batch-invariant)")
     g.add_argument("--batch-size", type=int, default=256, help="windows per engine call (default 256)")
@@ -66,7 +68,7 @@ def load_data(args) -> list[Series]:
 def walk_forward(args, predictor, series: list[Series], start=None, end=None, windows=None) -> WalkForward:
     """Build the windows from ``args`` and forecast them all in batches."""
     w = build_windows(series, args.lookback, args.horizon, windows or args.windows, args.step,
-                      start=start, end=end)
+                      start=start, end=end, last_fraction=args.last_fraction)
     log.info("%d windows over %d series, lookback %d, horizon %d, %d sample paths, batches of %d",
              len(w), len(series), args.lookback, args.horizon, args.sample_count, args.batch_size)
     paths, secs = forecast_windows(predictor, w, args.horizon, args.sample_count, args.seed, args.batch_size)
@@ -82,6 +84,6 @@ def data_section(args, wf: WalkForward) -> dict:
                    for s, c in zip(wf.series, counts)],
         "lookback": args.lookback, "horizon": args.horizon, "windows": len(wf.windows),
         "step": args.step or args.horizon, "sample_count": args.sample_count, "seed": args.seed,
-        "start": args.start, "end": args.end, "feature": "close",
+        "start": args.start, "end": args.end, "last_fraction": args.last_fraction, "feature": "close",
         "quantiles": list(args.quantiles), "coverage_levels": list(args.coverage),
     }

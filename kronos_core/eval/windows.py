@@ -64,12 +64,15 @@ def origins_for(n_rows: int, lookback: int, horizon: int, windows: int, step: in
 
 
 def build_windows(series: Sequence[Series], lookback: int, horizon: int, windows: int, step: int | None = None,
-                  start=None, end=None) -> Windows:
-    """Windows of every series. start: origins at or after this time; end: truths before it."""
+                  start=None, end=None, last_fraction: float | None = None) -> Windows:
+    """Windows of every series. start: origins at or after this time; end: truths before it;
+    last_fraction: origins only in the last fraction of each series' rows."""
     step = step or horizon
     rows = []
     for k, s in enumerate(series):
         first = 0 if start is None else int(s.timestamps.searchsorted(pd.Timestamp(start), "left"))
+        if last_fraction is not None:
+            first = max(first, int(len(s) * (1 - last_fraction)))
         stop = None if end is None else int(s.timestamps.searchsorted(pd.Timestamp(end), "left"))
         origins = origins_for(len(s), lookback, horizon, windows, step, first, stop)
         if len(origins) < windows:
