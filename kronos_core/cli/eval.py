@@ -30,6 +30,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, help="write the JSON report here")
     parser.add_argument("--plot", type=Path, metavar="DIR", help="write PNGs (fan charts, coverage, PIT) here")
     parser.add_argument("--plot-series", nargs="+", help="series for fan charts (default: the first)")
+    parser.add_argument("--monitor-out", type=Path, default=None,
+                        help="resource report (JSON) of the run; default: <--out stem>.monitor.json, "
+                             "else eval-monitor.json")
 
 
 def write_plots(out: Path, report: dict, wf, calibration=None, series_names=None) -> list[Path]:
@@ -76,6 +79,7 @@ def run(args) -> int:
     from kronos_core.eval.runner import data_section, load_data, walk_forward
     from kronos_core.loading import load_predictor, predictor_config_from_args
     from kronos_core.model import CheckpointError
+    from kronos_core.monitor import ResourceMonitor
 
     try:
         series = load_data(args)
@@ -83,7 +87,9 @@ def run(args) -> int:
         predictor = load_predictor(predictor_config_from_args(args))
         if calibration is not None:
             calibration.check_model(predictor.identity)
-        wf = walk_forward(args, predictor, series, start=args.start, end=args.end)
+        with ResourceMonitor(label="kronos eval") as monitor:
+            wf = walk_forward(args, predictor, series, start=args.start, end=args.end)
+            monitor.step(n_samples=len(wf.windows))
     except (DataError, CalibrationError, CheckpointError, ValueError) as exc:
         print(f"kronos eval: {exc}", file=sys.stderr)
         return 2
@@ -98,9 +104,17 @@ def run(args) -> int:
                        "windows_per_second": round(wf.windows_per_second, 3),
                        "sample_count": args.sample_count, "device": str(predictor.device)},
     }
+    monitor_path = args.monitor_out or (args.out.with_name(args.out.stem + ".monitor.json") if args.out
+                                        else Path("eval-monitor.json"))
+    resources = monitor.report(monitor_path)
+    report["throughput"]["resources"] = str(monitor_path)
     print(markdown(report, args.coverage))
     print(f"\n{len(wf.windows)} windows in {wf.seconds:.1f}s: {wf.windows_per_second:.2f} windows/s "
           f"({args.sample_count} paths, horizon {args.horizon}, lookback {args.lookback}, {predictor.device})")
+    print(f"resource report written to {monitor_path} (peak RSS "
+          f"{resources['summary']['rss_bytes_peak'] / 2**20:.0f} MiB)")
+    for warning in resources["warnings"]:
+        print(f"  warning: {warning}")
     if predictor.identity.random_weights:
         print(f"note: {predictor.identity.name} has RANDOM weights; its forecasts are not meaningful")
     if args.out:

@@ -38,6 +38,9 @@ def test_eval_on_real_and_unseen_data(real_dir, unseen_csv, tmp_path, capsys):
     assert report["data"]["series"][1]["season"] == 24  # hourly FX: a daily season
     for name in ("coverage.png", "pit.png", "fan_usdeur_hourly.png"):
         _png(tmp_path / "plots" / name)
+    resources = json.loads((tmp_path / "report.monitor.json").read_text())  # the run's ResourceMonitor report
+    assert resources["summary"]["samples"] == 6 and resources["summary"]["rss_bytes_peak"] > 0
+    assert "resource report written to" in text
 
 
 def test_calibrate_then_forecast_with_it(unseen_csv, tmp_path, capsys):
