@@ -71,6 +71,7 @@ class _Series:
     values: np.ndarray  # (L, 6) float32
     ts: np.ndarray  # (L,) datetime64[ns]
     session: tuple[str | None, str] | None = None  # (timezone, session_timezone) from metadata
+    exchange: str | None = None  # venue whose calendar gives the future timestamps (request or metadata)
     warnings: list[dict] = field(default_factory=list)  # {code, message}
 
 
@@ -146,6 +147,16 @@ def as_of_warning(as_of: datetime, ts: np.ndarray, meta: dict) -> dict | None:
     )
 
 
+def check_exchange(exchange: str) -> None:
+    """``RequestInvalid`` naming ``exchange`` when no calendar of that name exists."""
+    from kronos_core.data.calendars import UnknownExchangeError, exchange_sessions
+
+    try:
+        exchange_sessions(exchange)
+    except UnknownExchangeError as exc:
+        raise RequestInvalid("exchange", str(exc)) from None
+
+
 class FutureTimestamps:
     """``future_timestamps`` with a cache: portfolios share calendars, so 1,000 symbols
     usually need only a handful of distinct calls."""
@@ -157,18 +168,21 @@ class FutureTimestamps:
         self.size = size
         self._cache: dict[tuple, np.ndarray] = {}
 
-    def __call__(self, history: np.ndarray, horizon: int, session: tuple[str | None, str] | None = None) -> np.ndarray:
+    def __call__(self, history: np.ndarray, horizon: int, session: tuple[str | None, str] | None = None,
+                 exchange: str | None = None) -> np.ndarray:
         """session: (timezone, session_timezone) from the symbol's metadata, for markets whose
-        sessions follow another clock than their stamps (spot FX: New York)."""
+        sessions follow another clock than their stamps (spot FX: New York). exchange: the
+        venue (XNYS, XSHG, ...) whose calendar gives the dates (holidays included)."""
         h = np.ascontiguousarray(history.astype("datetime64[ns]"))
-        key = (hashlib.blake2b(h.view(np.int64).tobytes(), digest_size=16).digest(), horizon, session)
+        key = (hashlib.blake2b(h.view(np.int64).tobytes(), digest_size=16).digest(), horizon, session, exchange)
         hit = self._cache.get(key)
         if hit is None:
-            if session is None:
-                hit = _to_ns(self.fn(pd.DatetimeIndex(h), horizon))
-            else:
-                tz, session_tz = session
-                hit = _to_ns(self.fn(pd.DatetimeIndex(h), horizon, timezone=tz, session_timezone=session_tz))
+            kw: dict[str, Any] = {}
+            if session is not None:
+                kw["timezone"], kw["session_timezone"] = session
+            if exchange is not None:
+                kw["exchange"] = exchange
+            hit = _to_ns(self.fn(pd.DatetimeIndex(h), horizon, **kw))
             if len(hit) != horizon:
                 raise ValueError(f"future_timestamps returned {len(hit)} timestamps for horizon {horizon}")
             if len(self._cache) >= self.size:
@@ -298,7 +312,8 @@ class Gateway:
             values, ts = batch.series(i)
             meta = batch.metadata[i]
             session = (meta.get("timezone"), meta["session_timezone"]) if meta.get("session_timezone") else None
-            item = _Series(sym, np.asarray(values, dtype=np.float32), _to_ns(ts), session)
+            item = _Series(sym, np.asarray(values, dtype=np.float32), _to_ns(ts), session,
+                           req.exchange or meta.get("exchange"))
             if req.as_of is not None:
                 w = as_of_warning(req.as_of, item.ts, self.store.metadata(sym, req.frequency))
                 if w is not None:
@@ -320,7 +335,7 @@ class Gateway:
             except ValueError as exc:
                 errors.append(_error(s.symbol, ErrorCode.INVALID_SERIES, f"series[{j}]: {exc}"))
                 continue
-            items.append(_Series(s.symbol, values, ts))
+            items.append(_Series(s.symbol, values, ts, exchange=req.exchange))
         return items
 
     def prepare(self, req: ForecastRequest, lookback: int) -> Prepared:
@@ -332,7 +347,7 @@ class Gateway:
         short = self.settings.min_history_warning
         for it in items:
             try:
-                y = self.future(it.ts, req.horizon, it.session)
+                y = self.future(it.ts, req.horizon, it.session, it.exchange)
             except Exception as exc:
                 out.errors.append(_error(it.symbol, ErrorCode.NO_CALENDAR, f"future timestamps: {exc}"))
                 continue
@@ -450,6 +465,8 @@ class Gateway:
         t0 = time.perf_counter()
         info = await self.info()
         lookback = max(2, info.max_context - req.horizon) if req.lookback is None else req.lookback
+        if req.exchange is not None:
+            check_exchange(req.exchange)
         prep = await asyncio.to_thread(self.prepare, req, lookback)
         t_read = time.perf_counter()
         if req.series is not None and not prep.symbols:

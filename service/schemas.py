@@ -126,6 +126,11 @@ class ForecastRequest(BaseModel):
     frequency: str | None = Field(
         None, pattern=r"^[A-Za-z0-9]{1,16}$", description="store frequency folder (e.g. 1h) when it holds several"
     )
+    exchange: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9_-]{2,16}$",
+        description="venue whose calendar gives the future timestamps (ISO MIC: XNYS, XNAS, XSHG, XHKG, ...), "
+        "holidays included; default: each store symbol's metadata 'exchange', else sessions learned from the history",
+    )
     sample_count: int = Field(1, ge=1, le=MAX_SAMPLES, description="sample paths per series")
     temperature: float = Field(1.0, gt=0, le=10)
     top_k: int = Field(0, ge=0, le=4096, description="0: off")

@@ -166,9 +166,11 @@ def import_files(
         path = Path(f)
         try:
             df = read_table(path)
-        except (CandleError, OSError, ValueError) as exc:
-            msg = str(exc) if str(exc).startswith(str(path)) else f"{path}: cannot read: {exc}"
-            outcomes.append(ImportOutcome(file=str(path), symbol=symbol, error=msg))
+        except CandleError as exc:  # read_table's own errors name the file already
+            outcomes.append(ImportOutcome(file=str(path), symbol=symbol, error=str(exc)))
+            continue
+        except (OSError, ValueError) as exc:  # the parser's: say which file
+            outcomes.append(ImportOutcome(file=str(path), symbol=symbol, error=f"{path}: cannot read: {exc}"))
             continue
         kw = dict(
             source_name=str(path),

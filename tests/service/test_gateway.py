@@ -412,3 +412,39 @@ def test_a_failed_shard_reports_the_replicas_code_not_its_wording():
     out = asyncio.run(gw.forecast(ForecastRequest(symbols=["S001"], horizon=2)))
     assert [e["code"] for e in out.errors] == ["forecast_failed"]
     assert _sample(m, "kronos_errors_total", {"code": "forecast_failed"}) == 1
+
+
+def test_exchange_reaches_the_future_timestamps_from_the_request_or_the_metadata():
+    calls = []
+
+    def fn(history, horizon, **kw):
+        calls.append(kw.get("exchange"))
+        return fake_future(history, horizon)
+
+    class TaggedStore(FakeStore):
+        def read_windows(self, symbols, lookback, as_of=None, frequency=None):
+            batch = super().read_windows(symbols, lookback, as_of, frequency)
+            batch.metadata = [{"timezone": None, "exchange": "XNAS" if s == "S001" else None} for s in batch.symbols]
+            return batch
+
+    gw, _, _ = _gateway()
+    gw.store, gw._future = TaggedStore(), FutureTimestamps(fn)
+    asyncio.run(gw.forecast(ForecastRequest(symbols=["S001", "S002"], horizon=2)))
+    assert calls == ["XNAS", None]  # the store's metadata names S001's venue
+    calls.clear()
+    asyncio.run(gw.forecast(ForecastRequest(symbols=["S001", "S002"], horizon=2, exchange="XNYS")))
+    assert calls == ["XNYS"]  # the request's wins (one call: both symbols share the calendar)
+
+
+def test_an_exchange_calendar_skips_the_holiday_and_an_unknown_one_is_a_422():
+    pytest.importorskip("exchange_calendars")
+    gw, _, _ = _gateway()
+    gw._future = FutureTimestamps()  # the real future_timestamps
+    days = pd.bdate_range("2024-05-01", "2024-07-03")
+    rows = [[d.isoformat(), 1.0, 2.0, 0.5, 1.5, 10.0] for d in days]
+    req = ForecastRequest(series=[{"symbol": "SPY", "candles": rows}], horizon=3, exchange="XNYS")
+    out = asyncio.run(gw.forecast(req))
+    assert [str(pd.Timestamp(t).date()) for t in out.timestamps[0]] == ["2024-07-05", "2024-07-08", "2024-07-09"]
+    with pytest.raises(RequestInvalid) as ei:
+        asyncio.run(gw.forecast(req.model_copy(update={"exchange": "NOPE"})))
+    assert ei.value.field == "exchange"
