@@ -79,3 +79,17 @@ def test_risk_summary_against_numpy():
 def test_risk_summary_refuses_non_positive_prices():
     with pytest.raises(ValueError, match="positive"):
         risk_summary(np.array([[1.0, -1.0]]), 1.0)
+
+
+def test_summarize_a_forecast_result():
+    from types import SimpleNamespace
+
+    from kronos_core.eval.risk import summarize
+
+    rng = np.random.default_rng(5)
+    series = [np.abs(rng.normal(10, 1, size=(30, 6))) + 1 for _ in range(2)]
+    paths = np.abs(rng.normal(10, 1, size=(2, 50, 4, 6))) + 1  # (B, S, H, 6)
+    out = summarize(SimpleNamespace(paths=paths), series, vol_factor=1.5)
+    for i in range(2):
+        want = risk_summary(paths[i, :, :, 3], series[i][-1, 3], series[i][:, 3], vol_factor=1.5)
+        assert out[i] == want
