@@ -349,8 +349,8 @@ def test_concurrent_reader_sees_old_or_new_never_partial(tmp_path, real_frames):
         from kronos_core.data.store import KlineStore
         st = KlineStore({str(tmp_path)!r}, frequency="1d")
         seen = set()
-        end = time.time() + 2
-        while time.time() < end:
+        end = time.time() + 300  # gives up only if the writer never gets going
+        while time.time() < end and len(seen) < 3:
             b = st.read_windows(["S"], 6000)  # cached reader, re-opened when the file changes
             assert not b.errors, b.errors
             v, ts = b.series(0)
@@ -364,14 +364,14 @@ def test_concurrent_reader_sees_old_or_new_never_partial(tmp_path, real_frames):
     )
     sizes = list(range(1000, 5100, 500))
     k = 0
-    deadline = time.time() + 60
+    deadline = time.time() + 360
     while proc.poll() is None and time.time() < deadline:
         st.write("S", full.iloc[: sizes[k % len(sizes)]], overwrite=True, fsync=False)
         k += 1
-    out, err = proc.communicate(timeout=60)
+    out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
     seen = json.loads(out.strip().splitlines()[-1])
-    assert len(seen) >= 2  # it did read while the file was being replaced
+    assert len(seen) >= 3  # it did read while the file was being replaced (3 versions seen)
     assert set(seen) <= set(sizes)  # and only ever whole versions
 
 

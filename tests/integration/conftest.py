@@ -1,6 +1,9 @@
 """One real Ray Serve app for the whole integration session: local Ray (started once),
 the bundled model, the bundled sample store (``KRONOS_STORE_DIR`` overrides it), two CPU
-predictor replicas and real HTTP on a free loopback port."""
+predictor replicas with the default dispatch settings, and real HTTP on a free loopback port.
+
+Tests do not assume what an earlier test left behind: ``LiveService.settle()`` waits until no
+shard is queued or running anywhere and every replica has handed over its batch reports."""
 
 from __future__ import annotations
 
@@ -39,6 +42,51 @@ class LiveService:
                     total = (total or 0.0) + s.value
         return total or 0.0
 
+    def replica_actors(self) -> list[tuple[str, str]]:
+        return predictor_replica_actors()
+
+    def replica_ongoing(self) -> dict[str, int]:
+        """Requests each live Predictor replica is holding (running or queued), asked of the
+        replica actors themselves, by replica id (the ``replica`` label of the metrics)."""
+        import ray
+
+        out = {}
+        for namespace, name in predictor_replica_actors():
+            actor = ray.get_actor(name, namespace=namespace)
+            out[name.rsplit("#", 1)[-1]] = int(ray.get(actor.get_num_ongoing_requests.remote(), timeout=60))
+        return out
+
+    def wait_idle(self, timeout: float = 300.0) -> None:
+        """Until no request or shard is in flight at the gateway and every replica holds nothing."""
+        deadline = time.monotonic() + timeout
+        while True:
+            busy = {k: v for k, v in self.replica_ongoing().items() if v}
+            busy.update({f"gateway {stage}": n for stage in ("requests", "shards")
+                         if (n := self.metric("kronos_queue_depth", {"stage": stage}))})
+            if not busy:
+                return
+            assert time.monotonic() < deadline, f"service still busy after {timeout}s: {busy}"
+            time.sleep(0.2)
+
+    def settle(self, replicas: int = 2) -> list[dict]:
+        """Idle service whose metrics are complete: a replica hands its batch reports over with
+        its next result, so small requests are sent until every live replica has answered one.
+        Returns those requests' response bodies (their work is in the metrics too)."""
+        self.wait_ready(replicas, timeout=180)
+        self.wait_idle()
+        ids = list(self.replica_ongoing())
+        before = {i: self.metric("kronos_batch_shards_total", {"replica": i}) for i in ids}
+        bodies = []
+        symbols = self.store.symbols()[:16]
+        for _ in range(20):
+            r = self.client.post("/v1/forecast", json={"symbols": symbols, "lookback": 32, "horizon": 2, "seed": 0})
+            assert r.status_code == 200, r.text[:300]
+            bodies.append(r.json())
+            if all(self.metric("kronos_batch_shards_total", {"replica": i}) > before[i] for i in ids):
+                self.wait_idle()
+                return bodies
+        raise AssertionError(f"replicas {ids} did not all answer 20 flush requests")
+
     def wait_ready(self, replicas: int, timeout: float = 90.0) -> dict:
         deadline = time.monotonic() + timeout
         last: dict = {}
@@ -54,6 +102,32 @@ class LiveService:
         raise TimeoutError(f"service not ready with {replicas} replicas after {timeout}s: {last}")
 
 
+def predictor_replica_actors() -> list[tuple[str, str]]:
+    """(namespace, name) of the live Predictor replica actors (Serve names them
+    ``SERVE_REPLICA::<app>#Predictor#<replica id>``)."""
+    import ray
+
+    names = ray.util.list_named_actors(all_namespaces=True)
+    return [(a["namespace"], a["name"]) for a in names
+            if a["name"].startswith("SERVE_REPLICA::") and "#Predictor#" in a["name"]]
+
+
+def init_ray(attempts: int = 3) -> None:
+    """``ray.init`` for the tests, retried: on a loaded machine the raylet can miss Ray's fixed
+    30 s registration window ("The current node timed out during startup")."""
+    import ray
+
+    for attempt in range(1, attempts + 1):
+        try:
+            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, namespace="kronos-tests")
+            return
+        except Exception as exc:
+            if "timed out during startup" not in str(exc) or attempt == attempts:
+                raise
+            ray.shutdown()
+            time.sleep(10)
+
+
 @pytest.fixture(scope="session")
 def live_service():
     import ray
@@ -65,19 +139,17 @@ def live_service():
         num_replicas=2, replica_cpus=1, device="cpu", port=free_port(),
         max_inflight_requests=4,  # small, so that the overload test can reach it
         shard_retries=5,
-        # every shard of a request in flight at once (the default pulls two per replica), so that
-        # the replica-kill test finds shards queued on the replica it kills
-        shards_in_flight_per_replica=64,
+        # dispatch (shards_per_replica, shards_in_flight_per_replica, batching) stays at the defaults
     ))
     settings = settings.model_copy(update={"store_dir": settings.resolved_store_dir()})
     started_ray = not ray.is_initialized()
     if started_ray:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, namespace="kronos-tests")
+        init_ray()
     url = start(settings)
     client = httpx.Client(base_url=url, timeout=300)
     svc = LiveService(url, settings, KlineStore(settings.store_dir), client)
     try:
-        svc.wait_ready(2)
+        svc.wait_ready(2, timeout=300)
         yield svc
     finally:
         client.close()

@@ -3,15 +3,19 @@ the bundled (random-weight) model and the sample store. Nothing is faked here.""
 
 from __future__ import annotations
 
+import json
+import math
+import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from urllib.parse import urlparse
 
 import httpx
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 import pytest
+from response_checks import assert_arrow_equals_json
 
 pytestmark = pytest.mark.integration
 
@@ -124,28 +128,25 @@ def test_malformed_and_nan_literal_bodies(live_service):
 
 
 def test_arrow_stream_matches_json(live_service):
+    """Every column, symbol, quantile level and timestamp of the Arrow answer equals the JSON
+    answer; a request where no symbol succeeds gives an empty table with the same columns."""
     symbols = live_service.store.symbols()[10:15] + ["NOPE"]
-    req = {"symbols": symbols, **SMALL, "seed": 9, "quantiles": [0.1, 0.5, 0.9], "sample_count": 4}
+    levels = [0.1, 0.5, 0.9, 0.1234567, 0.1234568]
+    req = {"symbols": symbols, **SMALL, "seed": 9, "quantiles": levels, "sample_count": 4}
+    arrow_headers = {"Accept": "application/vnd.apache.arrow.stream"}
     js = live_service.client.post("/v1/forecast", json=req).json()
-    r = live_service.client.post("/v1/forecast", json=req, headers={"Accept": "application/vnd.apache.arrow.stream"})
+    r = live_service.client.post("/v1/forecast", json=req, headers=arrow_headers)
     assert r.status_code == 200 and r.headers["content-type"].startswith("application/vnd.apache.arrow.stream")
-    table = pa.ipc.open_stream(r.content).read_all()
-    h = SMALL["horizon"]
-    assert table.num_rows == 5 * h
-    assert table.column("symbol").to_pylist() == [s for s in symbols[:5] for _ in range(h)]
-    assert table.column("step").to_pylist() == list(range(1, h + 1)) * 5
-    assert {"close_q0.1", "close_q0.5", "close_q0.9", "amount_q0.9"} <= set(table.column_names)
-    np.testing.assert_allclose(table.column("close").to_numpy().reshape(5, h), _closes(js), rtol=1e-6)
-    np.testing.assert_allclose(
-        table.column("high_q0.9").to_numpy().reshape(5, h),
-        [f["quantiles"]["0.9"]["high"] for f in js["forecasts"]], rtol=1e-6,
-    )
-    ts = pd.DatetimeIndex(table.column("timestamp").to_pandas()[:h])
-    assert list(ts) == list(pd.DatetimeIndex(js["forecasts"][0]["timestamps"]))
-    import json
+    table = assert_arrow_equals_json(r.content, js, levels)
+    assert table.num_rows == 5 * SMALL["horizon"] and len({f["symbol"] for f in js["forecasts"]}) == 5
+    assert js["errors"][0]["symbol"] == "NOPE" and js["errors"][0]["code"] == "unknown_symbol"
 
-    errors = json.loads(table.schema.metadata[b"kronos.errors"])
-    assert errors[0]["symbol"] == "NOPE" and errors[0]["code"] == "unknown_symbol"
+    empty = {**req, "symbols": ["NOPE", "ALSO_NOPE"]}
+    js = live_service.client.post("/v1/forecast", json=empty).json()
+    r = live_service.client.post("/v1/forecast", json=empty, headers=arrow_headers)
+    assert r.status_code == 200 and r.headers["X-Kronos-Errors"] == "2"
+    table = assert_arrow_equals_json(r.content, js, levels)
+    assert table.num_rows == 0 and [e["symbol"] for e in js["errors"]] == ["NOPE", "ALSO_NOPE"]
 
 
 def test_quantiles_paths_and_seeds(live_service):
@@ -207,39 +208,33 @@ def test_service_equals_engine_called_directly(live_service):
     assert [list(pd.DatetimeIndex(f["timestamps"])) for f in body["forecasts"]] == [list(pd.DatetimeIndex(y)) for y in yts]
 
 
-def _predictor_replica_actors() -> list[tuple[str, str]]:
-    """(namespace, name) of the live Predictor replica actors (named by Serve)."""
-    import ray
-
-    names = ray.util.list_named_actors(all_namespaces=True)
-    return [(a["namespace"], a["name"]) for a in names
-            if "REPLICA" in a["name"].upper() and "Predictor" in a["name"]]
-
-
 def test_replica_killed_during_request_still_succeeds(live_service):
     import ray
 
+    live_service.settle()
     symbols = live_service.store.symbols()[:1000]
     req = {"symbols": symbols, "lookback": 256, "horizon": 16, "seed": 11}
     retries_before = live_service.metric("kronos_shard_retries_total")
     result: dict = {}
 
     def call():
-        with httpx.Client(base_url=live_service.url, timeout=300) as c:
+        with httpx.Client(base_url=live_service.url, timeout=600) as c:
             result["r"] = c.post("/v1/forecast", json=req)
 
     t = threading.Thread(target=call)
     t.start()
-    deadline = time.monotonic() + 60
-    while live_service.metric("kronos_queue_depth", {"stage": "shards"}) < 1:
-        assert time.monotonic() < deadline and t.is_alive(), "the request never reached the replicas"
-        time.sleep(0.05)
-    time.sleep(0.5)  # the replicas are now running their batches
-    victims = _predictor_replica_actors()
-    assert len(victims) == 2
-    namespace, name = victims[0]
+    # precondition, not a sleep: the replica to kill holds shards of this request right now
+    deadline = time.monotonic() + 180
+    while True:
+        ongoing = live_service.replica_ongoing()
+        victim = max(ongoing, key=ongoing.get) if ongoing else None
+        if victim is not None and ongoing[victim] >= 1:
+            break
+        assert time.monotonic() < deadline and t.is_alive(), f"the request never reached the replicas: {ongoing}"
+        time.sleep(0.02)
+    namespace, name = next(a for a in live_service.replica_actors() if a[1].endswith("#" + victim))
     ray.kill(ray.get_actor(name, namespace=namespace), no_restart=True)
-    t.join(timeout=300)
+    t.join(timeout=600)
     r = result["r"]
     assert r.status_code == 200, r.text[:500]
     body = r.json()
@@ -247,11 +242,11 @@ def test_replica_killed_during_request_still_succeeds(live_service):
     assert [f["symbol"] for f in body["forecasts"]] == symbols
     assert body["timing"]["shard_retries"] >= 1  # the killed replica's shards ran elsewhere
     assert live_service.metric("kronos_shard_retries_total") >= retries_before + 1
-    live_service.wait_ready(2, timeout=120)  # Serve replaces the replica
+    live_service.wait_ready(2, timeout=300)  # Serve replaces the replica
 
 
 def test_overload_gives_503_with_retry_after_then_serves_again(live_service):
-    live_service.wait_ready(2, timeout=120)
+    live_service.settle()
     symbols = live_service.store.symbols()[:200]
     req = {"symbols": symbols, "lookback": 128, "horizon": 8}
     n = 4 * live_service.settings.max_inflight_requests
@@ -277,18 +272,70 @@ def test_overload_gives_503_with_retry_after_then_serves_again(live_service):
     assert live_service.metric("kronos_queue_depth", {"stage": "requests"}) == 0
 
 
-def test_client_disconnect_cancels_pending_shards(live_service):
-    live_service.wait_ready(2, timeout=120)
-    symbols = live_service.store.symbols()[:1000]
-    # ~10 s of work on 2 cores; the client leaves after 1.5 s
-    req = {"symbols": symbols, "lookback": 256, "horizon": 16}
-    with httpx.Client(base_url=live_service.url, timeout=1.5) as c, pytest.raises(httpx.ReadTimeout):
-        c.post("/v1/forecast", json=req)
-    # the gateway dropped the request and its shard calls at once, not after the work would have finished
-    deadline = time.monotonic() + 5
-    while live_service.metric("kronos_queue_depth", {"stage": "shards"}) > 0:
-        assert time.monotonic() < deadline, "shards still pending 5 s after the client left"
+def _post_raw(url: str, body: dict) -> socket.socket:
+    """A forecast request on a bare socket, so that the test decides when the client leaves."""
+    u = urlparse(url)
+    sock = socket.create_connection((u.hostname, u.port), timeout=60)
+    data = json.dumps(body).encode()
+    head = (f"POST /v1/forecast HTTP/1.1\r\nHost: {u.hostname}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(data)}\r\n\r\n")
+    sock.sendall(head.encode() + data)
+    return sock
+
+
+def test_client_disconnect_stops_the_replicas_working_for_it(live_service):
+    """The client leaves while its shards run: the gateway drops the request, and the replicas
+    run only what was already in flight, not the rest of the request."""
+    live_service.settle()
+    settings = live_service.settings
+    n = 1000
+    symbols = live_service.store.symbols()[:n]
+    series0 = live_service.metric("kronos_batch_size_sum")
+    sock = _post_raw(live_service.url, {"symbols": symbols, "lookback": 256, "horizon": 16})
+    try:
+        deadline = time.monotonic() + 180  # precondition: its shards are running on the replicas
+        while not (sum(live_service.replica_ongoing().values()) >= 1
+                   and live_service.metric("kronos_queue_depth", {"stage": "shards"}) >= 1):
+            assert time.monotonic() < deadline, "the request never reached the replicas"
+            time.sleep(0.02)
+        done_before = live_service.metric("kronos_batch_size_sum") - series0
+        assert done_before <= n / 4, f"{done_before} of {n} series done before the client left: no work left to cancel"
+    finally:
+        sock.close()
+    deadline = time.monotonic() + 120
+    while live_service.metric("kronos_queue_depth", {"stage": "requests"}) > 0:
+        assert time.monotonic() < deadline, "the gateway still runs the request 120 s after the client left"
         time.sleep(0.1)
-    assert live_service.metric("kronos_queue_depth", {"stage": "requests"}) == 0
+    flushed = sum(len(b["forecasts"]) for b in live_service.settle())  # replicas idle, reports in
+    done_after = live_service.metric("kronos_batch_size_sum") - series0 - flushed - done_before
+    shard = math.ceil(n / (settings.num_replicas * settings.shards_per_replica))  # series per shard
+    in_flight = settings.num_replicas * settings.shards_in_flight_per_replica
+    assert done_after <= (in_flight + 2) * shard, (
+        f"replicas ran {done_after} series after the client left; at most the {in_flight} shards in flight "
+        f"(+2 racing) of {shard} series may finish, not the remaining {n - done_before}"
+    )
     r = live_service.client.post("/v1/forecast", json={"symbols": symbols[:3], "lookback": 32, "horizon": 2})
     assert r.status_code == 200 and len(r.json()["forecasts"]) == 3
+
+
+def test_fx_future_timestamps_follow_the_new_york_session(live_service):
+    """EURUSD is stamped in UTC but trades on New York's clock (store metadata session_timezone):
+    the week reopens Sunday 17:00 New York, which is 22:00 UTC once daylight saving has ended."""
+    from kronos_core.data.timestamps import future_timestamps
+
+    as_of, lookback, horizon = "2017-11-03T12:00:00", 400, 24  # the Friday before DST ends (Nov 5)
+    r = live_service.client.post("/v1/forecast", json={"symbols": ["EURUSD"], "as_of": as_of,
+                                                       "lookback": lookback, "horizon": horizon})
+    assert r.status_code == 200, r.text[:300]
+    got = pd.DatetimeIndex(r.json()["forecasts"][0]["timestamps"])
+    batch = live_service.store.read_windows(["EURUSD"], lookback, as_of=pd.Timestamp(as_of))
+    _, hist = batch.series(0)
+    meta = batch.metadata[0]
+    assert meta["session_timezone"] == "America/New_York"
+    want = pd.DatetimeIndex(future_timestamps(hist, horizon, timezone=meta["timezone"],
+                                              session_timezone=meta["session_timezone"]))
+    want = want.tz_convert("UTC").tz_localize(None) if want.tz is not None else want
+    plain = pd.DatetimeIndex(future_timestamps(hist, horizon))
+    assert list(want) != list(plain)  # precondition: the session clock matters for this as_of
+    assert list(got) == list(want)
+    assert pd.Timestamp("2017-11-05 22:00") in got and pd.Timestamp("2017-11-05 21:00") not in got

@@ -448,3 +448,35 @@ def test_an_exchange_calendar_skips_the_holiday_and_an_unknown_one_is_a_422():
     with pytest.raises(RequestInvalid) as ei:
         asyncio.run(gw.forecast(req.model_copy(update={"exchange": "NOPE"})))
     assert ei.value.field == "exchange"
+
+
+def test_session_clock_reaches_future_timestamps_through_the_real_store(tmp_path):
+    """A real KlineStore: EURUSD (UTC stamps, New York sessions in its metadata) gets its
+    future stamps on New York's clock, the same candles without that metadata do not. The week
+    after 2017-11-03 reopens at 17:00 New York = 22:00 UTC (daylight saving ends Nov 5)."""
+    from kronos_core.data.sample_store import REAL_DIR
+    from kronos_core.data.store import KlineStore
+    from kronos_core.data.timestamps import future_timestamps
+    from kronos_core.data.validate import validate_candles
+
+    frame, _, _ = validate_candles(pd.read_csv(REAL_DIR / "eurusd_hourly.csv"), source="eurusd_hourly.csv")
+    store = KlineStore(tmp_path)
+    store.write("EURUSD", frame, frequency="1h", timezone="UTC", extra_metadata={"session_timezone": "America/New_York"},
+                fsync=False)
+    store.write("EURUSD.UTC", frame, frequency="1h", timezone="UTC", fsync=False)
+    reps = FakeReplicas()
+    gw = Gateway(Settings(max_context=512), store, reps.submit, reps.describe, Metrics(), num_replicas=1,
+                 fit_factory=lambda info, h, sc: (lambda L: 8))
+    as_of, lookback, horizon = pd.Timestamp("2017-11-03 12:00"), 200, 24
+    out = asyncio.run(gw.forecast(ForecastRequest(symbols=["EURUSD", "EURUSD.UTC"], as_of=as_of.isoformat(),
+                                                  lookback=lookback, horizon=horizon)))
+    assert out.symbols == ["EURUSD", "EURUSD.UTC"] and out.errors == []
+    _, hist = store.read_windows(["EURUSD"], lookback, as_of=as_of).series(0)
+    ny = pd.DatetimeIndex(future_timestamps(hist, horizon, timezone="UTC", session_timezone="America/New_York"))
+    plain = pd.DatetimeIndex(future_timestamps(hist, horizon))
+    ny = ny.tz_convert("UTC").tz_localize(None) if ny.tz is not None else ny
+    plain = plain.tz_convert("UTC").tz_localize(None) if plain.tz is not None else plain
+    assert list(ny) != list(plain)  # precondition: the clock matters here
+    assert list(pd.DatetimeIndex(out.timestamps[0])) == list(ny)
+    assert list(pd.DatetimeIndex(out.timestamps[1])) == list(plain)
+    assert pd.Timestamp("2017-11-05 22:00") in ny and pd.Timestamp("2017-11-05 21:00") not in ny

@@ -1,0 +1,180 @@
+#!/usr/bin/env python3
+"""Planted-change check: every change below once slipped past the test suite (issue 9). Each is
+applied to a scratch copy of the working tree, the tests that should notice it run there, and
+the change must make them fail ("caught").
+
+    python scripts/mutation-check.py                 # unit-test lines (a few minutes)
+    python scripts/mutation-check.py --integration   # also the lines only real Ray/HTTP can catch
+    python scripts/mutation-check.py --list          # show the planted changes
+
+Exit status 1 when a change is missed, or when its code no longer matches (stale line: update
+the plant to the new code). The repository itself is never modified.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from tqdm import tqdm
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Plant:
+    name: str  # what the change breaks
+    path: str  # file, relative to the repository
+    old: str  # exact text replaced (must occur exactly once)
+    new: str
+    tests: tuple[str, ...]  # pytest selections that must fail
+    integration: bool = False  # needs Ray + HTTP (tests/integration): several minutes
+
+
+SVC = "tests/service"
+PLANTS: list[Plant] = [
+    Plant("bug 1: CPU out-of-memory (RuntimeError) not split, only torch.OutOfMemoryError",
+          "service/shards.py", "if n <= self.min_split or not is_out_of_memory(exc):",
+          "if n <= self.min_split or not isinstance(exc, _oom_types()):", (f"{SVC}/test_shards.py",)),
+    Plant("OOM split retries every error (shape bugs too)",
+          "service/shards.py", "if n <= self.min_split or not is_out_of_memory(exc):",
+          "if n <= self.min_split:", (f"{SVC}/test_shards.py",)),
+    Plant("bug 2: Arrow quantile columns named with :g (0.1234567 == 0.1234568)",
+          "service/gateway.py", 'cols[f"{name}_q{quantile_label(lv)}"]', 'cols[f"{name}_q{lv:g}"]',
+          (f"{SVC}/test_gateway.py",)),
+    Plant("bug 3: unknown settings keys silently ignored",
+          "service/settings.py", 'SettingsConfigDict(env_prefix="KRONOS_", extra="forbid")',
+          'SettingsConfigDict(env_prefix="KRONOS_", extra="ignore")',
+          (f"{SVC}/test_metrics_settings.py::test_unknown_settings_keys_are_refused",)),
+    Plant("client gone: the ingress no longer cancels the Ray call of a pending shard",
+          "service/app.py", "resp.cancel()  # client gone", "pass  # client gone",
+          (f"{SVC}/test_app.py",)),
+    Plant("a failing shard no longer cancels the request's other shards",
+          "service/gateway.py", "            for t in tasks:\n                t.cancel()\n",
+          "            for t in tasks:\n                pass\n", (f"{SVC}/test_gateway.py",)),
+    Plant("memory model bypassed: memory_model_fit says 10**9 series fit",
+          "service/gateway.py", "    def fit(lookback: int) -> int:\n        if lookback not in cache:",
+          "    def fit(lookback: int) -> int:\n        return 10**9\n        if lookback not in cache:",
+          (f"{SVC}/test_gateway.py",)),
+    Plant("Arrow output swaps the open and low columns",
+          "service/gateway.py", "cols[name] = pa.array(np.ascontiguousarray(mean[:, k]), pa.float32())",
+          "cols[name] = pa.array(np.ascontiguousarray(mean[:, {0: 2, 2: 0}.get(k, k)]), pa.float32())",
+          (f"{SVC}/test_gateway.py",)),
+    Plant("session clock forced off in the gateway (EURUSD on UTC sessions)",
+          "service/gateway.py",
+          'session = (meta.get("timezone"), meta["session_timezone"]) if meta.get("session_timezone") else None',
+          "session = None", (f"{SVC}/test_gateway.py",)),
+    Plant("full replica queue (BackPressureError) not translated to 503",
+          "service/app.py", "except BackPressureError as exc:", "except ZeroDivisionError as exc:",
+          (f"{SVC}/test_app.py",)),
+    Plant("dead replica (RayActorError) not translated to a retry",
+          "service/app.py", "except RayActorError as exc:\n            raise ReplicaGone",
+          "except ZeroDivisionError as exc:\n            raise ReplicaGone", (f"{SVC}/test_app.py",)),
+    Plant("503 without Retry-After",
+          "service/app.py", 'headers={"Retry-After": str(exc.retry_after_s)},', "headers={},",
+          (f"{SVC}/test_app.py",)),
+    Plant("load test counts shed requests (503) as answered",
+          "loadtests/locustfile.py", 'outcomes["shed"] += 1\n                r.failure(',
+          'outcomes["ok"] += 1\n                r.success() or (',
+          ("tests/test_loadtests.py",)),
+    Plant("gateway records each batch report twice",
+          "service/gateway.py", "for rep in res.reports:\n                        self.metrics.record_batch(rep)",
+          "for rep in res.reports + res.reports:\n                        self.metrics.record_batch(rep)",
+          (f"{SVC}/test_gateway.py",)),
+    Plant("client gone: the gateway keeps running the request's shards (shielded)",
+          "service/gateway.py",
+          "        try:\n            results = await asyncio.gather(*tasks)\n        except BaseException:",
+          "        try:\n            results = await asyncio.shield(asyncio.gather(*tasks))\n        except ZeroDivisionError:",
+          (f"{SVC}/test_gateway.py",)),
+    Plant("client gone over HTTP: the replicas keep running the request (shielded gateway)",
+          "service/gateway.py",
+          "        try:\n            results = await asyncio.gather(*tasks)\n        except BaseException:",
+          "        try:\n            results = await asyncio.shield(asyncio.gather(*tasks))\n        except ZeroDivisionError:",
+          ("tests/integration/test_service_http.py::test_client_disconnect_stops_the_replicas_working_for_it",),
+          integration=True),
+    Plant("replica hands its batch reports over twice (tokens counted twice)",
+          "service/replica.py", "res.reports, self._reports = self._reports, []",
+          "res.reports = list(self._reports)",
+          ("tests/integration/test_prometheus.py::test_prometheus_scrapes_service_metrics",), integration=True),
+    Plant("Arrow over HTTP swaps the open and low columns",
+          "service/gateway.py", "cols[name] = pa.array(np.ascontiguousarray(mean[:, k]), pa.float32())",
+          "cols[name] = pa.array(np.ascontiguousarray(mean[:, {0: 2, 2: 0}.get(k, k)]), pa.float32())",
+          ("tests/integration/test_service_http.py::test_arrow_stream_matches_json",), integration=True),
+    Plant("session clock forced off, seen over HTTP with the sample store's EURUSD",
+          "service/gateway.py",
+          'session = (meta.get("timezone"), meta["session_timezone"]) if meta.get("session_timezone") else None',
+          "session = None",
+          ("tests/integration/test_service_http.py::test_fx_future_timestamps_follow_the_new_york_session",),
+          integration=True),
+]
+
+
+def _scratch_copy(dest: Path) -> None:
+    """Tracked and untracked (not ignored) files of the working tree, as they are now."""
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, check=True,
+                           capture_output=True).stdout.decode().split("\0")
+    for rel in filter(None, files):
+        src = REPO / rel
+        if src.is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / rel)
+
+
+def _run_tests(root: Path, tests: tuple[str, ...], timeout: float) -> tuple[int, str]:
+    env = {**os.environ, "PYTHONPATH": str(root), "PYTHONDONTWRITEBYTECODE": "1"}
+    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-m", "slow or not slow", *tests]
+    try:
+        proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return 124, "timed out"
+    tail = (proc.stdout.strip().splitlines() or [""])[-1]
+    return proc.returncode, tail
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--integration", action="store_true", help="also run the plants only integration tests catch")
+    p.add_argument("--list", action="store_true", help="list the planted changes and exit")
+    p.add_argument("-k", default="", help="only plants whose name contains this text")
+    p.add_argument("--timeout", type=float, default=900, help="seconds per plant's test run")
+    args = p.parse_args(argv)
+    plants = [x for x in PLANTS if (args.integration or not x.integration) and args.k.lower() in x.name.lower()]
+    if args.list:
+        for x in plants:
+            print(f"{x.path}: {x.name}  ->  {' '.join(x.tests)}")
+        return 0
+    results: list[tuple[str, Plant, str]] = []
+    with tempfile.TemporaryDirectory(prefix="kronos-mutation-") as tmp:
+        root = Path(tmp)
+        _scratch_copy(root)
+        for x in tqdm(plants, desc="planted changes", unit="plant"):
+            target = root / x.path
+            original = target.read_text()
+            if original.count(x.old) != 1:
+                results.append(("STALE", x, f"text to replace found {original.count(x.old)} times"))
+                continue
+            target.write_text(original.replace(x.old, x.new))
+            t0 = time.monotonic()
+            try:
+                code, tail = _run_tests(root, x.tests, args.timeout)
+            finally:
+                target.write_text(original)
+            verdict = "CAUGHT" if code not in (0, 5) else "MISSED"  # 5: no tests collected
+            results.append((verdict, x, f"{tail} ({time.monotonic() - t0:.0f} s)"))
+    width = max(len(x.name) for _, x, _ in results) if results else 0
+    for verdict, x, detail in results:
+        print(f"{verdict:7} {x.name:<{width}}  [{x.path}]  {detail}")
+    bad = [r for r in results if r[0] != "CAUGHT"]
+    print(f"\n{len(results) - len(bad)}/{len(results)} planted changes caught")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
