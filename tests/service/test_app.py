@@ -157,3 +157,13 @@ def test_cancelled_request_cancels_the_ray_call():
     assert len(sent) == 4  # 8 series in shards of 2 (2 replicas x 2 shards each); 2 x 2 in flight: all sent
     assert all(r.cancelled for r in sent)
     assert ing.gateway._shards_inflight == 0
+
+
+def test_request_the_deployment_cannot_run_is_422_naming_the_field():
+    ing = _ingress(FakeHandle(_run_shard), max_symbols=2)
+    resp = asyncio.run(ing.forecast(REQ, accept=None))
+    assert resp.status_code == 422
+    detail = orjson.loads(resp.body)["detail"]
+    assert len(detail) == 1 and detail[0]["loc"] == ["body", "symbols"] and detail[0]["type"] == "value_error"
+    assert "at most 2" in detail[0]["msg"]
+    assert _errors(ing, "invalid_request") == 1

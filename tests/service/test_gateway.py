@@ -325,15 +325,16 @@ def _tiny_info(tiny, budget: int, max_context: int = 64) -> ReplicaInfo:
                        {"name": "fake", "bundled": True})
 
 
-@pytest.mark.parametrize("lookback, horizon, samples", [(62, 2, 1), (300, 24, 4), (700, 16, 2)])
-def test_memory_model_fit_inverts_the_engine_estimate(tiny, lookback, horizon, samples):
-    """The real ``memory_model_fit``: with a budget of exactly k series' estimate it fits k."""
+@pytest.mark.parametrize("lookback, horizon, samples, context", [(62, 2, 1, 64), (300, 24, 4, 512), (700, 16, 2, 256)])
+def test_memory_model_fit_inverts_the_engine_estimate(tiny, lookback, horizon, samples, context):
+    """The real ``memory_model_fit``: with a budget of exactly k series' estimate (at the
+    replica's own max_context) it fits k."""
     m, t = tiny[0].config, tiny[1].config
     for k in (1, 7):
-        budget = estimate_inference_bytes(m, t, k, lookback, horizon, samples, max_context=512)
-        fit = memory_model_fit(_tiny_info(tiny, budget, max_context=512), horizon, samples)
+        budget = estimate_inference_bytes(m, t, k, lookback, horizon, samples, max_context=context)
+        fit = memory_model_fit(_tiny_info(tiny, budget, max_context=context), horizon, samples)
         assert fit(lookback) == k
-        assert estimate_inference_bytes(m, t, k + 1, lookback, horizon, samples, max_context=512) > budget
+        assert estimate_inference_bytes(m, t, k + 1, lookback, horizon, samples, max_context=context) > budget
         assert fit(lookback + 100) <= k  # longer windows fit no more
 
 

@@ -88,6 +88,7 @@ def test_out_of_memory_is_recognised_on_cpu_and_cuda():
     assert type(cpu) is RuntimeError and "DefaultCPUAllocator" in str(cpu)  # torch gives no own type
     assert is_out_of_memory(cpu)
     assert is_out_of_memory(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"))
+    assert is_out_of_memory(torch.OutOfMemoryError("allocation failed"))  # by type, whatever the text
     assert not is_out_of_memory(RuntimeError("mat1 and mat2 shapes cannot be multiplied (4x6 and 7x8)"))
     assert not is_out_of_memory(ValueError("DefaultCPUAllocator: can't allocate memory"))
 
@@ -127,3 +128,12 @@ def test_batch_runner_does_not_split_other_errors():
     results, report = BatchRunner(pred, "r1", "cpu").run([make_shard(4, 0)])
     assert pred.calls == [4] and report.oom_splits == 0
     assert results[0].error.startswith("RuntimeError: mat1 and mat2")
+
+
+def test_cuda_replica_frees_its_cache_before_retrying_halves(monkeypatch):
+    freed = []
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: freed.append(True))
+    BatchRunner(FakePredictor(oom_above=2, oom="cuda"), "r1", "cuda:0").run([make_shard(4, 0)])
+    assert len(freed) == 1  # one split of 4 into 2 + 2
+    BatchRunner(FakePredictor(oom_above=2), "r1", "cpu").run([make_shard(4, 0)])
+    assert len(freed) == 1  # nothing to free on CPU
