@@ -466,7 +466,7 @@ def test_session_clock_reaches_future_timestamps_through_the_real_store(tmp_path
                 fsync=False)
     store.write("EURUSD.UTC", frame, frequency="1h", timezone="UTC", fsync=False)
     reps = FakeReplicas()
-    gw = Gateway(Settings(max_context=512), store, reps.submit, reps.describe, Metrics(), num_replicas=1,
+    gw = Gateway(Settings(max_context=512), store, reps, Metrics(), num_replicas=1,
                  fit_factory=lambda info, h, sc: (lambda L: 8))
     as_of, lookback, horizon = pd.Timestamp("2017-11-03 12:00"), 200, 24
     out = asyncio.run(gw.forecast(ForecastRequest(symbols=["EURUSD", "EURUSD.UTC"], as_of=as_of.isoformat(),
