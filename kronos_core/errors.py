@@ -34,6 +34,9 @@ class ErrorCode(str, Enum):
     OVERLOADED = "overloaded"  # 503 with Retry-After
     DEADLINE_EXCEEDED = "deadline_exceeded"  # 504: past the request deadline
     SHUTTING_DOWN = "shutting_down"  # 503 with Retry-After: the gateway is draining (SIGTERM)
+    UNAUTHORIZED = "unauthorized"  # 401: API keys are on and no known key was sent
+    FORBIDDEN = "forbidden"  # 403: the key has no access to the route
+    RATE_LIMITED = "rate_limited"  # 429 with Retry-After: the key's series/s rate is used up
 
     def __str__(self) -> str:
         return self.value
@@ -58,6 +61,9 @@ REQUEST_ERROR_CODES: tuple[ErrorCode, ...] = (
     ErrorCode.OVERLOADED,
     ErrorCode.DEADLINE_EXCEEDED,
     ErrorCode.SHUTTING_DOWN,
+    ErrorCode.UNAUTHORIZED,
+    ErrorCode.FORBIDDEN,
+    ErrorCode.RATE_LIMITED,
 )
 """Codes of whole-request failures (an HTTP status, counted in metrics)."""
 

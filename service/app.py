@@ -6,6 +6,7 @@ app builder used by ``kronos serve`` and the Serve config files
 
 import asyncio
 import logging
+import math
 import time
 from typing import Annotated
 
@@ -20,6 +21,7 @@ from ray.serve.handle import DeploymentHandle
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from kronos_core.errors import ErrorCode
+from service.auth import ApiKeyMiddleware
 from service.docs_ui import install_docs
 from service.gateway import (
     DeadlineExceeded,
@@ -64,8 +66,10 @@ _METRICS: Metrics | None = None  # the ingress's metrics, for the middleware bel
 
 
 # both sit inside the latency middleware below, so that their 413s and 503s are observed too
+# order of refusals: draining (503), then API key (401/403), then body size (413), all before the body is read
 api.add_middleware(BodyLimitMiddleware)
-api.add_middleware(DrainMiddleware)  # outside the body limit: a draining gateway reads no body
+api.add_middleware(ApiKeyMiddleware)
+api.add_middleware(DrainMiddleware)
 
 
 def _lifecycle():
@@ -76,7 +80,18 @@ def _lifecycle():
     return service.lifecycle.STATE
 
 
+def _keyring():
+    """This process's ``service.auth.RING`` (through the module, for the same reason as above)."""
+    import service.auth
+
+    return service.auth.RING
+
+
 _SHUTTING_DOWN = {"model": RequestErrorOut, "description": "shutting down (code shutting_down); see Retry-After"}
+_KEYS = {  # only when API keys are configured (off by default)
+    401: {"model": RequestErrorOut, "description": "API keys are on and none (or an unknown one) was sent"},
+    403: {"model": RequestErrorOut, "description": "the key has no access to this route"},
+}
 
 
 @api.middleware("http")
@@ -188,6 +203,9 @@ class Ingress:
 
         service.limits.LIMITS.max_body_bytes = settings.max_body_bytes
         _lifecycle().retry_after_s = settings.retry_after_s
+        import service.auth
+
+        service.auth.RING = service.auth.load_keyring(settings)
 
     # ------------------------------------------------------------ shutdown control (handle calls)
     async def drain(self) -> int:
@@ -215,6 +233,8 @@ class Ingress:
             503: {"model": RequestErrorOut, "description": "overloaded (code overloaded) or shutting down (shutting_down); "
                   "see Retry-After"},
             504: {"model": RequestErrorOut, "description": "past the request deadline; pending shards were cancelled"},
+            429: {"model": RequestErrorOut, "description": "the key's series/s rate is used up; see Retry-After"},
+            **_KEYS,
         },
     )
     @api.post("/forecast", response_model=ForecastResponse, include_in_schema=False)
@@ -222,7 +242,14 @@ class Ingress:
         self, req: ForecastRequest, accept: Annotated[str | None, Header()] = None,
         x_kronos_timeout_s: Annotated[float | None, Header(
             gt=0, le=86_400, description="deadline in seconds, at most KRONOS_REQUEST_TIMEOUT_S")] = None,
+        request: Request = None,  # type: ignore[assignment]  # FastAPI passes it; None when called directly
     ) -> Response:
+        key = request.scope.get("state", {}).get("api_key") if request is not None else None
+        wait = _keyring().throttle(key, req.n_series)
+        if wait > 0:
+            self.metrics.record_error(ErrorCode.RATE_LIMITED)
+            return _json({"detail": f"rate limit of key {key.name!r} ({key.series_per_s:g} series/s) reached",
+                          "code": ErrorCode.RATE_LIMITED}, 429, {"Retry-After": str(max(1, math.ceil(wait)))})
         timeout = self.settings.request_timeout_s
         if x_kronos_timeout_s is not None:
             timeout = min(timeout, x_kronos_timeout_s)
@@ -240,7 +267,7 @@ class Ingress:
                             headers={"X-Kronos-Errors": str(len(out.errors))})
         return _json(outcome_to_json(out))
 
-    @api.get("/v1/models", response_model=ModelsResponse, responses={503: _SHUTTING_DOWN})
+    @api.get("/v1/models", response_model=ModelsResponse, responses={503: _SHUTTING_DOWN, **_KEYS})
     async def models(self) -> Response:
         try:
             info = (await self.gateway.info()).model
@@ -249,7 +276,7 @@ class Ingress:
                          {"Retry-After": str(self.settings.retry_after_s)})
         return _json({"models": [info]})
 
-    @api.get("/v1/symbols", response_model=SymbolsPage, responses={503: _SHUTTING_DOWN})
+    @api.get("/v1/symbols", response_model=SymbolsPage, responses={503: _SHUTTING_DOWN, **_KEYS})
     async def symbols(
         self,
         limit: Annotated[int, Query(ge=1, le=10_000)] = 100,

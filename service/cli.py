@@ -126,7 +126,8 @@ def stop() -> None:
     from ray import serve
 
     try:
-        serve.shutdown()
+        if ray.is_initialized():  # else serve.shutdown() would start a Ray instance to shut down
+            serve.shutdown()
     finally:
         if ray.is_initialized():
             ray.shutdown()
@@ -140,6 +141,17 @@ def run(args: argparse.Namespace) -> int:
     except ValidationError as exc:
         print(f"kronos serve: invalid settings: {exc}", file=sys.stderr)
         return 2
+    from service.auth import KeyFileError, load_keyring
+
+    try:
+        keys = load_keyring(settings)
+    except KeyFileError as exc:
+        print(f"kronos serve: invalid API keys: {exc}", file=sys.stderr)
+        return 2
+    if not keys.enabled and settings.host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"WARNING: kronos serve listens on {settings.host} with no API keys: anyone who can reach this "
+              "port can run forecasts. Set KRONOS_API_KEYS or KRONOS_API_KEYS_FILE (SHA-256-hashed keys, see "
+              "docs/service.md), or bind 127.0.0.1.", file=sys.stderr, flush=True)
     problem = check_model(settings)
     if problem:
         print(f"kronos serve: cannot load the model: {problem}", file=sys.stderr)

@@ -263,8 +263,9 @@ class RequestErrorOut(BaseModel):
     """The body of a 413, 503 or 504: the request as a whole got no answer."""
 
     detail: str
-    code: RequestErrorCode = Field(..., description="too_large (413), overloaded or shutting_down "
-                                   "(503: see Retry-After), deadline_exceeded (504)")
+    code: RequestErrorCode = Field(..., description="unauthorized (401), forbidden (403), too_large "
+                                   "(413), rate_limited (429), overloaded or shutting_down (503: see Retry-After), "
+                                   "deadline_exceeded (504)")
 
 
 class ModelInfo(BaseModel):

@@ -90,6 +90,15 @@ class Settings(BaseSettings):
         32, ge=0, description="a series with fewer history candles gets a short_history warning (0: never)"
     )
 
+    # -- API keys and rate limits (off unless keys are given; see service/auth.py for the format)
+    api_keys: str | None = Field(
+        None, description="SHA-256-hashed API keys, lines (or ';'-separated) 'sha256 name routes series_per_s'",
+    )
+    api_keys_file: str | None = Field(None, description="file of SHA-256-hashed API keys, same format")
+    rate_burst_s: float = Field(
+        10.0, gt=0, description="a key's rate bucket holds this many seconds of its series/s (its burst)",
+    )
+
     # -- HTTP
     host: str = Field("127.0.0.1", description="HTTP bind address")
     port: int = Field(8000, ge=0, le=65535, description="HTTP port")

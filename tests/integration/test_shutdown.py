@@ -1,6 +1,7 @@
 """Graceful shutdown of ``kronos serve`` as Kubernetes does it: SIGTERM to the process while a
 1,000-symbol request runs. The request completes, new requests get 503, ``/readyz`` goes
-false, and the process exits 0 without stack dumps."""
+false, and the process exits 0 without stack dumps. The same service runs with API keys on,
+which are checked first (401, 403, 429 from the real gateway)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from service.auth import hash_key
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+BIG, SMALL = "big-test-key", "small-test-key"  # API keys of this test's service
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -41,6 +46,25 @@ def _wait_ready(url: str, proc: subprocess.Popen, timeout: float = 420) -> None:
     raise TimeoutError("kronos serve not ready")
 
 
+def _check_keys_and_rate_limit(url: str, symbols: list[str]) -> None:
+    """API keys on (KRONOS_API_KEYS): 401 / 403 / 429 from the real gateway; keys in no metric."""
+    req = {"symbols": symbols[:30], "lookback": 32, "horizon": 2}
+    assert httpx.post(f"{url}/v1/forecast", json=req, timeout=60).status_code == 401
+    assert httpx.post(f"{url}/v1/forecast", json=req, headers={"X-API-Key": "nope"}, timeout=60).status_code == 401
+    r = httpx.get(f"{url}/v1/models", headers={"X-API-Key": SMALL}, timeout=60)
+    assert r.status_code == 403 and r.json()["code"] == "forbidden"
+    assert httpx.get(f"{url}/v1/models", headers={"Authorization": f"Bearer {BIG}"}, timeout=60).status_code == 200
+    # 1 series/s with a 10 s burst: 30 series pass (20 in debt), the next request waits ~20 s
+    codes = [httpx.post(f"{url}/v1/forecast", json=req, headers={"X-API-Key": SMALL}, timeout=120)
+             for _ in range(2)]
+    assert [c.status_code for c in codes] == [200, 429], codes
+    assert codes[1].json()["code"] == "rate_limited" and int(codes[1].headers["Retry-After"]) >= 1
+    metrics = httpx.get(f"{url}/metrics", timeout=60).text  # /metrics stays open
+    assert 'code="rate_limited"' in metrics
+    for secret in (BIG, SMALL, hash_key(BIG), hash_key(SMALL)):
+        assert secret not in metrics
+
+
 def test_sigterm_lets_the_request_in_flight_finish_then_exits_0(tmp_path):
     from kronos_core.data.store import KlineStore
     from service.settings import Settings
@@ -48,7 +72,8 @@ def test_sigterm_lets_the_request_in_flight_finish_then_exits_0(tmp_path):
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # its own local Ray
-    env.update(PYTHONPATH=str(ROOT), KRONOS_SHUTDOWN_GRACE_S="120")
+    env.update(PYTHONPATH=str(ROOT), KRONOS_SHUTDOWN_GRACE_S="120", KRONOS_API_KEYS=(
+        f"{hash_key(BIG)} big * -; {hash_key(SMALL)} small forecast 1"))
     log = open(tmp_path / "serve.log", "w+")
     proc = subprocess.Popen(
         [sys.executable, "-m", "kronos_core.cli", "serve", "--port", str(port), "--replicas", "2",
@@ -58,10 +83,11 @@ def test_sigterm_lets_the_request_in_flight_finish_then_exits_0(tmp_path):
     try:
         _wait_ready(url, proc)
         symbols = KlineStore(Settings().resolved_store_dir()).symbols()[:1000]
+        _check_keys_and_rate_limit(url, symbols)
         result: dict = {}
 
         def call():
-            with httpx.Client(base_url=url, timeout=300) as c:
+            with httpx.Client(base_url=url, timeout=300, headers={"X-API-Key": BIG}) as c:
                 result["r"] = c.post("/v1/forecast", json={"symbols": symbols, "lookback": 256, "horizon": 16})
 
         t = threading.Thread(target=call)
@@ -76,7 +102,8 @@ def test_sigterm_lets_the_request_in_flight_finish_then_exits_0(tmp_path):
             time.sleep(0.2)
         assert ready.status_code == 503 and ready.json()["ready"] is False
         assert t.is_alive(), "the request should still be running while the gateway drains"
-        late = httpx.post(f"{url}/v1/forecast", json={"symbols": symbols[:2], "horizon": 2}, timeout=15)
+        late = httpx.post(f"{url}/v1/forecast", json={"symbols": symbols[:2], "horizon": 2}, timeout=15,
+                          headers={"X-API-Key": BIG})
         assert late.status_code == 503 and late.json()["code"] == "shutting_down"
         assert int(late.headers["Retry-After"]) >= 1
         t.join(timeout=300)

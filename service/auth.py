@@ -1,0 +1,196 @@
+"""Optional API keys and per-key rate limits (off unless keys are configured).
+
+Keys are given as SHA-256 hashes, never in clear, one per line, in a file
+(``KRONOS_API_KEYS_FILE``) or an environment variable (``KRONOS_API_KEYS``, lines or ``;``)::
+
+    # sha256(key)                                                     name    routes            series/s
+    9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08  alice   forecast,symbols  200
+    2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae  ops     *                 -
+
+``routes``: ``forecast``, ``models``, ``symbols`` or ``*``; the probes (``/healthz``,
+``/readyz``) and ``/metrics`` stay open. ``series/s``: the key's rate limit (``-`` for none).
+Clients send ``Authorization: Bearer <key>`` or ``X-API-Key: <key>``. No key: 401; a key
+without access to the route: 403; above its rate: 429 with ``Retry-After``. Logs and metrics
+name a key by its ``name`` only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import math
+import re
+import time
+from dataclasses import dataclass, field
+
+import orjson
+
+from kronos_core.errors import ErrorCode
+
+ROUTES = ("forecast", "models", "symbols")
+OPEN_PATHS = ("/healthz", "/readyz", "/metrics")
+_ROUTE_OF_PATH = {"/v1/forecast": "forecast", "/forecast": "forecast", "/v1/models": "models",
+                  "/v1/symbols": "symbols"}
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+class KeyFileError(ValueError):
+    """A key line that cannot be used; the message names the line and the fix."""
+
+
+@dataclass
+class ApiKey:
+    name: str
+    sha256: str
+    routes: frozenset[str]
+    series_per_s: float | None  # None: no rate limit
+
+
+@dataclass
+class TokenBucket:
+    """Series-per-second budget of one key. A request may take the balance below zero (a
+    large portfolio is never refused forever); the next waits until it is back above zero."""
+
+    rate: float
+    capacity: float
+    balance: float = 0.0
+    stamp: float = field(default_factory=time.monotonic)
+
+    def __post_init__(self) -> None:
+        self.balance = self.capacity
+
+    def take(self, n: int, now: float | None = None) -> float:
+        """0 when admitted (``n`` series taken), else the seconds to wait."""
+        now = time.monotonic() if now is None else now
+        self.balance = min(self.capacity, self.balance + (now - self.stamp) * self.rate)
+        self.stamp = now
+        if self.balance < 0:
+            return -self.balance / self.rate
+        self.balance -= n
+        return 0.0
+
+
+def hash_key(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def parse_keys(text: str, source: str) -> list[ApiKey]:
+    keys: list[ApiKey] = []
+    lines = text.replace(";", "\n").splitlines()
+    for no, raw in enumerate(lines, 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        parts = line.split()
+        if len(parts) != 4:
+            raise KeyFileError(f"{source} line {no}: expected 4 fields 'sha256 name routes series_per_s', "
+                               f"got {len(parts)}")
+        digest, name, routes, rate = parts
+        if not _HEX64.match(digest.lower()):
+            raise KeyFileError(f"{source} line {no}: the first field must be the key's SHA-256 in hex "
+                               "(64 characters; `python -c \"import hashlib; print(hashlib.sha256(b'KEY').hexdigest())\"`)")
+        names = frozenset(ROUTES) if routes == "*" else frozenset(routes.split(","))
+        unknown = sorted(names - set(ROUTES))
+        if unknown:
+            raise KeyFileError(f"{source} line {no}: unknown route(s) {unknown}; use {', '.join(ROUTES)} or *")
+        try:
+            per_s = None if rate == "-" else float(rate)
+        except ValueError:
+            per_s = math.nan
+        if per_s is not None and not (per_s > 0 and math.isfinite(per_s)):
+            raise KeyFileError(f"{source} line {no}: series_per_s must be a positive number or -")
+        keys.append(ApiKey(name, digest.lower(), names, per_s))
+    return keys
+
+
+class KeyRing:
+    """The configured keys and their rate buckets (per gateway process)."""
+
+    def __init__(self, keys: list[ApiKey], burst_s: float = 10.0):
+        self.keys = {k.sha256: k for k in keys}
+        self.buckets = {k.name: TokenBucket(k.series_per_s, k.series_per_s * burst_s)
+                        for k in keys if k.series_per_s}
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.keys)
+
+    def lookup(self, presented: str | None) -> ApiKey | None:
+        if not presented:
+            return None
+        digest = hash_key(presented)
+        for known, key in self.keys.items():
+            if hmac.compare_digest(known, digest):
+                return key
+        return None
+
+    def throttle(self, key: ApiKey | None, series: int) -> float:
+        """Seconds to wait before ``key`` may run ``series`` more series (0: go)."""
+        bucket = self.buckets.get(key.name) if key else None
+        return bucket.take(series) if bucket else 0.0
+
+
+def load_keyring(settings) -> KeyRing:
+    """Keys from ``settings.api_keys`` and ``settings.api_keys_file`` (both may be given)."""
+    from pathlib import Path
+
+    keys: list[ApiKey] = []
+    if settings.api_keys:
+        keys += parse_keys(settings.api_keys, "KRONOS_API_KEYS")
+    if settings.api_keys_file:
+        path = Path(settings.api_keys_file)
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise KeyFileError(f"KRONOS_API_KEYS_FILE {path}: cannot read it ({exc.strerror})") from None
+        keys += parse_keys(text, str(path))
+    return KeyRing(keys, settings.rate_burst_s)
+
+
+def _presented_key(scope) -> str | None:
+    for name, value in scope.get("headers", ()):
+        if name == b"x-api-key":
+            return value.decode("latin-1").strip()
+        if name == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            if scheme.lower() == "bearer":
+                return token.strip()
+    return None
+
+
+async def _deny(send, status: int, code: str, detail: str) -> None:
+    body = orjson.dumps({"detail": detail, "code": code})
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if status == 401:
+        headers.append((b"www-authenticate", b'Bearer realm="kronos"'))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+class ApiKeyMiddleware:
+    """401 / 403 before the app runs; the key found goes to ``scope['state']['api_key']`` for
+    the forecast route's rate limit. ``ring`` is read at each request from ``get_ring()``."""
+
+    def __init__(self, app, get_ring=None):
+        self.app = app
+        self.get_ring = get_ring or (lambda: RING)
+
+    async def __call__(self, scope, receive, send):
+        ring = self.get_ring()
+        if scope["type"] != "http" or not ring.enabled or scope.get("path") in OPEN_PATHS:
+            await self.app(scope, receive, send)
+            return
+        key = ring.lookup(_presented_key(scope))
+        if key is None:
+            await _deny(send, 401, ErrorCode.UNAUTHORIZED.value, "an API key is required: send 'Authorization: Bearer <key>' "
+                        "or 'X-API-Key: <key>'")
+            return
+        route = _ROUTE_OF_PATH.get(scope.get("path", ""))
+        if route is not None and route not in key.routes:
+            await _deny(send, 403, ErrorCode.FORBIDDEN.value, f"key {key.name!r} has no access to {route}")
+            return
+        scope.setdefault("state", {})["api_key"] = key
+        await self.app(scope, receive, send)
+
+
+RING = KeyRing([])  # this gateway process's keys; the ingress loads them at start-up
