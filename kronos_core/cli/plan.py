@@ -23,6 +23,8 @@ MiB = 2**20
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="small", help="mini | small | base | a checkpoint folder (default small)")
+    parser.add_argument("--tokenizer", default=None,
+                        help="tokenizer folder for a model folder without one (default: the model's / Tokenizer-base)")
     parser.add_argument("--mode", choices=("train", "infer"), default="train")
     parser.add_argument("--window", type=int, default=512, help="tokens per training sequence / inference lookback")
     parser.add_argument("--batch", type=int, default=32, help="training: global batch; inference: series per call")
@@ -69,7 +71,7 @@ def run(args) -> int:
 
         return run_calibration(args.json)
     try:
-        model = P.resolve_model(args.model)
+        model = P.resolve_model(args.model, args.tokenizer)
         device = parse_device(args.device)
         if min(args.window, args.batch, args.gpus, args.horizon, args.samples) < 1:
             raise ValueError("--window, --batch, --gpus, --horizon and --samples must be >= 1")

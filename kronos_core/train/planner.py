@@ -63,26 +63,43 @@ class ResolvedModel:
     max_context: int
 
 
-def resolve_model(spec: str) -> ResolvedModel:
+def _read_config(folder: Path, cls):
+    data = json.loads((folder / "config.json").read_text())
+    if cls is KronosConfig and "n_enc_layers" in data:
+        raise ValueError(f"{folder}/config.json is a tokenizer config; give the model folder "
+                         "(and this one with --tokenizer)")
+    if cls is TokenizerConfig and "n_layers" in data:
+        raise ValueError(f"{folder}/config.json is a model config, not a tokenizer's")
+    return cls.from_dict(data)
+
+
+def resolve_model(spec: str, tokenizer: str | None = None) -> ResolvedModel:
     """``mini|small|base`` (``kronos-`` prefix allowed) or a folder.
 
-    A folder is a model folder holding ``config.json`` (tokenizer: Tokenizer-base)
-    or a bundle / training output holding ``model/config.json`` and
-    ``tokenizer/config.json`` (``kronos.json`` may give ``max_context``).
+    A folder is a model folder holding ``config.json`` (tokenizer: ``tokenizer``
+    if given, else Tokenizer-base) or a bundle / training output holding
+    ``model/config.json`` and ``tokenizer/config.json`` (``kronos.json`` may
+    give ``max_context``).
     """
     key = spec.lower().removeprefix("kronos-")
+    tok_override = None
+    if tokenizer is not None:
+        if not (Path(tokenizer) / "config.json").is_file():
+            raise ValueError(f"--tokenizer {tokenizer}: no config.json there")
+        tok_override = _read_config(Path(tokenizer), TokenizerConfig)
     if key in MODEL_PRESETS:
         model, tok, ctx = MODEL_PRESETS[key]
-        return ResolvedModel(f"kronos-{key}", model, tok, ctx)
+        return ResolvedModel(f"kronos-{key}", model, tok_override or tok, ctx)
     folder = Path(spec)
     if not folder.is_dir():
         raise ValueError(f"--model {spec!r}: not one of {', '.join(MODEL_PRESETS)} and not a folder")
     model_dir = folder / "model" if (folder / "model" / "config.json").is_file() else folder
     if not (model_dir / "config.json").is_file():
         raise ValueError(f"{folder}: no config.json (nor model/config.json); give a checkpoint folder")
-    model = KronosConfig.from_dict(json.loads((model_dir / "config.json").read_text()))
-    tok_file = folder / "tokenizer" / "config.json"
-    tok = TokenizerConfig.from_dict(json.loads(tok_file.read_text())) if tok_file.is_file() else TOKENIZER_BASE
+    model = _read_config(model_dir, KronosConfig)
+    tok_dir = folder / "tokenizer"
+    tok = tok_override or (_read_config(tok_dir, TokenizerConfig)
+                           if (tok_dir / "config.json").is_file() else TOKENIZER_BASE)
     meta = folder / "kronos.json"
     ctx = int(json.loads(meta.read_text()).get("max_context", 512)) if meta.is_file() else 512
     return ResolvedModel(str(folder), model, tok, ctx)

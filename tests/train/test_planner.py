@@ -96,6 +96,10 @@ def test_folder_model_loads_its_config(tmp_path):
         P.resolve_model(str(tmp_path / "empty"))
     with pytest.raises(ValueError, match="not one of"):
         P.resolve_model("huge")
+    with pytest.raises(ValueError, match="is a tokenizer config"):
+        P.resolve_model(str(tmp_path / "tokenizer"))
+    alone = P.resolve_model(str(tmp_path / "model"), tokenizer=str(tmp_path / "tokenizer"))
+    assert alone.model.n_layers == 2 and alone.tokenizer == tok
 
 
 def _plan_json(capsys, *args) -> dict:
