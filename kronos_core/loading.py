@@ -29,6 +29,7 @@ from pathlib import Path
 
 import torch
 
+from kronos_core.engine.plan import SLIDING_MODES
 from kronos_core.model import CheckpointError, Kronos, KronosTokenizer
 from kronos_core.model.checkpoint import WEIGHTS_NAME, resolve_checkpoint
 from kronos_core.predictor import KronosPredictor
@@ -60,7 +61,6 @@ ALIASES: dict[str, Alias] = {
 
 DTYPES: dict[str, torch.dtype | None] = {"float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DTYPE_SPELLINGS = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16"}
-SLIDING_MODES = ("exact", "rolling", "recompute")
 
 
 @dataclass(frozen=True)
