@@ -44,19 +44,21 @@ def test_eval_forecasts_ignore_data_after_each_origin(predictor, real_dir):
 def test_backtest_decisions_ignore_prices_after_each_decision(predictor):
     from kronos_core.candles import candle_array
 
-    frames = spliced_universe(3, rows=90)
+    frames = spliced_universe(3, rows=80)
     series = [Series(f"S{k}", candle_array(f), pd.DatetimeIndex(f["timestamps"]), "t") for k, f in enumerate(frames)]
     uni = Universe.from_series(series)
-    res = run_backtest(predictor, uni, lookback=32, horizon=2, rebalance=20, top=1, long_short=True,
-                       sample_count=4, progress=False)
+    kw = dict(lookback=24, horizon=2, rebalance=20, top=1, long_short=True, sample_count=2, progress=False)
+    res = run_backtest(predictor, uni, **kw)
     assert len(res.decisions) >= 3
     for j, d in enumerate(res.decisions):
         r = d["row"]
         damaged = Universe(uni.names, np.stack([damage_after(v, r, seed=j) for v in uni.values]), uni.timestamps)
-        scores = forecast_scores(predictor, damaged, r, 32, 2, 4)
+        scores = forecast_scores(predictor, damaged, r, 24, 2, 2)
         np.testing.assert_array_equal(scores, np.array(d["scores"]))
-        np.testing.assert_array_equal(momentum_scores(damaged, r, 32), momentum_scores(uni, r, 32))
-        # the whole backtest on the damaged data takes the same decisions up to this one
-        res2 = run_backtest(predictor, damaged, lookback=32, horizon=2, rebalance=20, top=1, long_short=True,
-                            sample_count=4, progress=False, end=uni.timestamps[r - 1])
-        assert [x["weights"] for x in res2.decisions] == [x["weights"] for x in res.decisions[: j + 1]]
+        np.testing.assert_array_equal(momentum_scores(damaged, r, 24), momentum_scores(uni, r, 24))
+    # the whole backtest on data damaged after the last decision takes the same decisions
+    last = res.decisions[-1]["row"]
+    damaged = Universe(uni.names, np.stack([damage_after(v, last, seed=9) for v in uni.values]), uni.timestamps)
+    res2 = run_backtest(predictor, damaged, **kw)
+    assert [x["weights"] for x in res2.decisions] == [x["weights"] for x in res.decisions]
+    assert [x["scores"] for x in res2.decisions] == [x["scores"] for x in res.decisions]
