@@ -5,7 +5,7 @@
 # `.venv` (created on first use, reused after). Never the system interpreter, which Debian and
 # Ubuntu mark "externally managed" (PEP 668). torch==2.13.0 is pinned at install time: on a
 # CPU-only machine with the wheel on disk pip takes that CPU build; elsewhere pip takes PyPI's
-# build (CUDA on Linux). Sets $PY to the environment's python.
+# build (CUDA on Linux). Sets $PY to the environment's python and puts its bin/ first on PATH.
 kronos_venv() {
     local extras="$1"
     if [[ -n "${VIRTUAL_ENV:-}" && -x "${VIRTUAL_ENV}/bin/python" ]]; then
@@ -22,7 +22,7 @@ kronos_venv() {
         fi
         PY="$(pwd)/.venv/bin/python"
         export VIRTUAL_ENV="$(pwd)/.venv"
-        export PATH="${VIRTUAL_ENV}/bin:${PATH}"
     fi
+    export PATH="${VIRTUAL_ENV}/bin:${PATH}"  # its console scripts (kronos) first, as if activated
     "$PY" -m pip install -q torch==2.13.0 -e ".[${extras}]"
 }

@@ -21,7 +21,7 @@ def _fake_python(folder: Path) -> Path:
 
 def _run(cwd: Path, env_extra: dict) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"} | env_extra
-    script = f'source {REPO}/scripts/venv.sh && kronos_venv "dev,hub" && echo "PY=$PY"'
+    script = f'source {REPO}/scripts/venv.sh && kronos_venv "dev,hub" && echo "PY=$PY" && echo "PATH=$PATH"'
     return subprocess.run(["bash", "-c", script], cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
 
 
@@ -30,7 +30,7 @@ def test_activated_virtualenv_is_used(tmp_path):
     py = _fake_python(venv)
     proc = _run(tmp_path, {"VIRTUAL_ENV": str(venv)})
     assert proc.returncode == 0, proc.stderr
-    assert f"PY={py}" in proc.stdout
+    assert f"PY={py}" in proc.stdout and f"PATH={venv}/bin:" in proc.stdout  # kronos on PATH
     assert (venv / "calls").read_text().split() == [str(py), "-m", "pip", "install", "-q", "torch==2.13.0", "-e", ".[dev,hub]"]
     assert not (tmp_path / ".venv").exists()
 
@@ -40,6 +40,7 @@ def test_repository_venv_is_reused(tmp_path):
     proc = _run(tmp_path, {})
     assert proc.returncode == 0, proc.stderr
     assert f"PY={py}" in proc.stdout and "creating" not in proc.stderr
+    assert f"PATH={tmp_path}/.venv/bin:" in proc.stdout
     assert "torch==2.13.0" in (tmp_path / ".venv" / "calls").read_text()
 
 
