@@ -1,5 +1,5 @@
 """The forecasting service over real HTTP: a real Ray Serve app with two CPU replicas,
-the bundled (random-weight) model and the sample store. Nothing is faked here."""
+the bundled default model (trained, docs/model-card.md) and the sample store. Nothing is faked here."""
 
 from __future__ import annotations
 
@@ -32,8 +32,8 @@ def test_health_ready_models_and_symbol_pages(live_service):
     ready = c.get("/readyz")
     assert ready.status_code == 200 and ready.json()["ready"] is True and ready.json()["replicas_ready"] == 2
     models = c.get("/v1/models").json()["models"]
-    assert models[0]["bundled"] is True and models[0]["random_weights"] is True
-    assert "RANDOM" in models[0]["note"]
+    assert models[0]["bundled"] is True and models[0]["random_weights"] is False
+    assert models[0]["name"] == "kronos-default" and "note" not in models[0]
     all_symbols = live_service.store.symbols()
     page = c.get("/v1/symbols", params={"limit": 7, "offset": 3}).json()
     assert page["total"] == len(all_symbols) and page["symbols"] == all_symbols[3:10]
