@@ -89,3 +89,19 @@ def test_bench_measures_one_variant(tmp_path):
     assert figures["samples_per_s"] > 0 and figures["micro_batch"] == 4 and figures["accum"] == 2
     assert figures["peak_rss_mb"] > figures["train_growth_mb"] >= 0
     assert figures["planner_mb"] is not None and figures["planner_mb"] > 0
+
+
+def test_tokenizer_run_end_to_end_then_a_predictor_on_it(tmp_path):
+    from kronos_core.model import KronosTokenizer
+
+    tok_out, pred_out = tmp_path / "tok", tmp_path / "pred"
+    config = _yaml_for(tmp_path)
+    assert main(["train", "tokenizer", "--config", config, "--data", str(GOOG), "--max-steps", "2",
+                 "--out", str(tok_out)]) == 0
+    tok = KronosTokenizer.from_pretrained(tok_out / "best" / "tokenizer")
+    assert (tok.config.s1_bits, tok.config.d_model) == (4, 16)  # the config's size, trained from scratch
+    assert main(["train", "predictor", "--config", config, "--data", str(GOOG), "--max-steps", "1",
+                 "--tokenizer", str(tok_out / "best" / "tokenizer"), "--out", str(pred_out)]) == 0
+    saved = KronosTokenizer.from_pretrained(pred_out / "best" / "tokenizer")
+    for a, b in zip(tok.state_dict().values(), saved.state_dict().values()):
+        assert a.equal(b)  # the predictor run kept its tokenizer frozen and stored it
