@@ -24,7 +24,8 @@ def test_max_batch_inverts_the_estimate_with_each_option(tiny, opts):
     m, t = tiny[0].config, tiny[1].config
     lookback, horizon, k = 600, 24, 5
     budget = estimate_inference_bytes(m, t, k, lookback, horizon, **opts)
-    assert max_batch_that_fits(m, t, budget, lookback, horizon, **opts) == k
+    n = max_batch_that_fits(m, t, budget, lookback, horizon, **opts)
+    assert n == k and type(n) is int
     assert max_batch_that_fits(m, t, budget - 1, lookback, horizon, **opts) == k - 1
 
 

@@ -137,3 +137,19 @@ def test_cuda_replica_frees_its_cache_before_retrying_halves(monkeypatch):
     assert len(freed) == 1  # one split of 4 into 2 + 2
     BatchRunner(FakePredictor(oom_above=2), "r1", "cpu").run([make_shard(4, 0)])
     assert len(freed) == 1  # nothing to free on CPU
+
+
+def test_plan_with_room_for_exactly_one_series_per_shard():
+    """A replica that fits one long series (memory or token budget) still gets work, one each."""
+    assert _sizes(plan_shards([64] * 3, 8, 1, fit=lambda L: 1, num_replicas=1, shards_per_replica=1)) == [1, 1, 1]
+    # 72 tokens per series, budget 72: exactly one
+    assert _sizes(plan_shards([64] * 3, 8, 1, fit=lambda L: 99, num_replicas=1, shards_per_replica=1,
+                              max_batch_tokens=72)) == [1, 1, 1]
+    with pytest.raises(TooLargeError, match="does not fit one replica's device budget"):
+        plan_shards([64], 8, 1, fit=lambda L: 0, num_replicas=1)
+
+
+def test_plan_one_replica_one_shard_and_the_default_split():
+    assert _sizes(plan_shards([10] * 5, 4, 1, fit=lambda L: 99, num_replicas=1, shards_per_replica=1)) == [5]
+    # default: two shards per replica
+    assert _sizes(plan_shards([10] * 12, 4, 1, fit=lambda L: 99, num_replicas=2)) == [3, 3, 3, 3]
