@@ -59,6 +59,12 @@ def test_calibrate_then_forecast_with_it(unseen_csv, tmp_path, capsys):
     assert rc == 0
     text = capsys.readouterr().out
     assert "close_q0.9" in text and "var_95=" in text and "p_up=" in text
+    report = tmp_path / "calibrated.json"
+    rc = main(["eval", "--data", str(unseen_csv), "--lookback", "32", "--horizon", "2", "--windows", "2",
+               "--sample-count", "2", "--calibration", str(cal), "--device", "cpu", "--out", str(report)])
+    assert rc == 0
+    assert json.loads(report.read_text())["model"]["calibration"] == str(cal)
+    capsys.readouterr()
     saved["model"]["sha256"] = "0" * 64
     saved["model"]["name"] = "someone-else"
     other = tmp_path / "other.json"
