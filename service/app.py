@@ -241,7 +241,7 @@ class Ingress:
     async def forecast(
         self, req: ForecastRequest, accept: Annotated[str | None, Header()] = None,
         x_kronos_timeout_s: Annotated[float | None, Header(
-            gt=0, le=86_400, description="deadline in seconds, at most KRONOS_REQUEST_TIMEOUT_S")] = None,
+            ge=1, le=86_400, description="deadline in seconds (1 or more), at most KRONOS_REQUEST_TIMEOUT_S")] = None,
         request: Request = None,  # type: ignore[assignment]  # FastAPI passes it; None when called directly
     ) -> Response:
         key = request.scope.get("state", {}).get("api_key") if request is not None else None

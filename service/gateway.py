@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import math
 import os
 import re
 import time
@@ -509,11 +510,19 @@ def gather_outcome(model: dict, levels: tuple[float, ...], prep: Prepared, slice
             continue
         for j in range(sl.stop - sl.start):
             i = sl.start + j
+            q = None if res.quantiles is None else res.quantiles[:, j]  # (Q, H, 6)
+            p = None if res.paths is None else res.paths[j]  # (S, H, 6)
+            if not all(np.isfinite(a).all() for a in (res.mean[j], q, p) if a is not None):
+                # JSON has no NaN: a non-finite forecast is this series' error, not a null in the answer
+                out.errors.append(_error(prep.symbols[i], ErrorCode.FORECAST_FAILED, (
+                    "the forecast holds NaN or infinite values; this series' candles likely span too many "
+                    "orders of magnitude for the model (check its values)")))
+                continue
             out.symbols.append(prep.symbols[i])
             out.timestamps.append(prep.y_ts[i])
             out.mean.append(res.mean[j])
-            out.quantiles.append(None if res.quantiles is None else res.quantiles[:, j])
-            out.paths.append(None if res.paths is None else res.paths[j])
+            out.quantiles.append(q)
+            out.paths.append(p)
             out.history_length.append(len(prep.values[i]))
             out.last_timestamp.append(prep.x_ts[i][-1])
             out.warnings.append(prep.warnings[i])
@@ -529,7 +538,9 @@ def add_summaries(out: Outcome, vol_factor: float, keep_paths: bool) -> None:
     for i, p in enumerate(out.paths):
         hist = out.histories[i][:, close].astype(np.float64)
         try:
-            out.summaries.append(risk_summary(p[:, :, close], float(hist[-1]), hist, vol_factor).to_dict())
+            summary = risk_summary(p[:, :, close], float(hist[-1]), hist, vol_factor).to_dict()
+            finite = all(math.isfinite(v) for v in summary.values() if isinstance(v, float))
+            out.summaries.append(summary if finite else None)  # JSON has no NaN
         except (ValueError, TypeError, IndexError):  # non-positive prices or no paths: no summary
             out.summaries.append(None)
         if not keep_paths:

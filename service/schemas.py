@@ -75,6 +75,29 @@ CandleRow = Union[  # noqa: UP007 - three tuple widths, one anyOf in the schema
 ]
 
 
+# Response times are the series' own wall clock (what the model's time features see), written
+# without a UTC offset: not RFC 3339 ``date-time``, so the schema states the exact shape instead.
+WallClock = Annotated[str, Field(
+    pattern=r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}$",
+    description="ISO 8601 wall-clock time of the series' market, no UTC offset (YYYY-MM-DDTHH:MM:SS)",
+)]
+
+
+def _exchange_enum(schema: dict) -> None:
+    """The schema lists the calendars the server knows (what it accepts), when it has them."""
+    try:
+        import exchange_calendars as xcals
+
+        from kronos_core.data.calendars import exchange_names
+    except ImportError:  # exchange_calendars not installed: every name is then a 422
+        return
+    dispatcher = xcals.calendar_utils.global_calendar_dispatcher
+    # the gateway looks names up upper-cased: list only those it finds
+    names = [n for n in exchange_names() if dispatcher.has_calendar(n.strip().upper())]
+    target = next((alt for alt in schema.get("anyOf", []) if alt.get("type") == "string"), schema)
+    target["enum"] = names
+
+
 class InlineSeries(BaseModel):
     """Candles the store does not hold: rows ``[timestamp, open, high, low, close, volume?, amount?]``,
     oldest first. No volume: volume = amount = 0; no amount: volume x mean(open, high, low, close).
@@ -127,7 +150,7 @@ class ForecastRequest(BaseModel):
         None, pattern=r"^[A-Za-z0-9]{1,16}$", description="store frequency folder (e.g. 1h) when it holds several"
     )
     exchange: str | None = Field(
-        None, pattern=r"^[A-Za-z0-9_-]{2,16}$",
+        None, pattern=r"^[A-Za-z0-9_-]{2,16}$", json_schema_extra=_exchange_enum,
         description="venue whose calendar gives the future timestamps (ISO MIC: XNYS, XNAS, XSHG, XHKG, ...), "
         "holidays included; default: each store symbol's metadata 'exchange', else sessions learned from the history",
     )
@@ -234,11 +257,11 @@ class RiskSummaryOut(BaseModel):
 class SymbolForecast(BaseModel):
     symbol: str
     history_length: int = Field(..., description="candles of history this forecast was made from")
-    last_timestamp: datetime = Field(..., description="the last input candle's time (wall clock)")
+    last_timestamp: WallClock = Field(..., description="the last input candle's time (wall clock)")
     warnings: list[SymbolWarning] = Field(
         default_factory=list, description="short_history, as_of_after_data: the forecast is made anyway"
     )
-    timestamps: list[datetime]
+    timestamps: list[WallClock]
     mean: Candles
     quantiles: dict[str, Candles] | None = Field(None, description="level (as text) -> candles")
     paths: list[Candles] | None = None

@@ -194,3 +194,26 @@ def test_as_of_outside_the_nanosecond_range_is_clamped(as_of, expect):
         seen[0].as_unit("ns")  # representable: the store can compare with it
     else:
         assert seen == [pd.Timestamp(expect)]
+
+
+def test_a_non_finite_forecast_is_that_series_error_not_a_null():
+    from service.shards import ShardResult
+
+    gw = _gateway()
+    inner = gw.replicas.forecast_shard
+
+    async def nan_for_odd(shard):
+        res = await inner(shard)
+        res.mean = res.mean.copy()
+        if shard.index % 2:
+            res.mean[:, 0, 3] = np.nan  # every second shard: a NaN close
+        return ShardResult(res.request_id, res.index, res.replica_id, res.mean, res.quantiles, res.paths,
+                           reports=res.reports)
+
+    gw.replicas.forecast_shard = nan_for_odd
+    symbols = [f"S{i:03d}" for i in range(8)]
+    out = asyncio.run(gw.forecast(ForecastRequest(symbols=symbols, horizon=2)))
+    assert len(out.symbols) + len(out.errors) == 8 and out.errors and out.symbols
+    assert {e["code"] for e in out.errors} == {"forecast_failed"}
+    assert all("NaN or infinite" in e["message"] for e in out.errors)
+    assert all(np.isfinite(m).all() for m in out.mean)
