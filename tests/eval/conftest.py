@@ -12,7 +12,7 @@ from eval_helpers import REAL, inverted_eurusd, spliced_universe
 def predictor():
     from kronos_core.loading import PredictorConfig, load_predictor
 
-    return load_predictor(PredictorConfig(device="cpu"))
+    return load_predictor(PredictorConfig(model="kronos-tiny", device="cpu"))  # small and fast
 
 
 @pytest.fixture(scope="session")
