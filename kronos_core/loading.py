@@ -6,8 +6,7 @@ the choice of checkpoint, device, precision, compile and sliding mode is written
 Where a model comes from (``PredictorConfig.model``):
 
 * ``None``: the embedded default (``kronos_core/assets/models/kronos-default``), a small
-  model trained by this project on real data (see ``docs/model-card.md``). Until that
-  folder exists the bundled random-weight tiny checkpoint stands in.
+  model trained by this project on real data (see ``docs/model-card.md``).
 * an alias, ``kronos-mini`` / ``kronos-small`` / ``kronos-base``: the published NeoQuasar
   checkpoint with the tokenizer and context it was trained with (``ALIASES``).
 * a folder holding ``model/`` and ``tokenizer/`` (what ``kronos train`` writes, and the
@@ -38,8 +37,6 @@ log = logging.getLogger(__name__)
 
 MODELS_DIR = Path(__file__).parent / "assets" / "models"
 DEFAULT_MODEL_DIR = MODELS_DIR / "kronos-default"  # model/ + tokenizer/ + kronos.json
-TINY_MODEL_DIR = MODELS_DIR / "kronos-tiny-model"  # random weights: tests and fallback only
-TINY_TOKENIZER_DIR = MODELS_DIR / "kronos-tiny-tokenizer"
 BUNDLE_MANIFEST = "kronos.json"
 
 
@@ -136,7 +133,7 @@ class ResolvedSource:
 
 
 def default_bundle() -> Path | None:
-    """The embedded default bundle folder, or None when only the random tiny model is shipped."""
+    """The embedded default bundle folder, or None when this install lacks it."""
     return DEFAULT_MODEL_DIR if (DEFAULT_MODEL_DIR / "model").is_dir() else None
 
 
@@ -168,8 +165,10 @@ def resolve_source(cfg: PredictorConfig) -> ResolvedSource:
     if spec is None:
         bundle = default_bundle()
         if bundle is None:
-            log.warning("no trained default model is bundled; using the random-weight tiny checkpoint")
-            return _tiny_source(cfg)
+            raise CheckpointError(
+                f"the embedded default model is missing from this install ({DEFAULT_MODEL_DIR}); reinstall the "
+                "package or pass --model (a folder, a Hub id or an alias: " + ", ".join(ALIASES) + ")"
+            )
         return _bundle_source(bundle, cfg, bundled=True)
     if spec in ALIASES:
         alias = ALIASES[spec]
@@ -177,8 +176,6 @@ def resolve_source(cfg: PredictorConfig) -> ResolvedSource:
         tdir = resolve_checkpoint(cfg.tokenizer or alias.tokenizer, None)
         return ResolvedSource(mdir, tdir, spec, cfg.max_context or alias.max_context, False, False,
                               _hub_revision(mdir))
-    if spec in ("tiny", "kronos-tiny"):
-        return _tiny_source(cfg)
     path = Path(spec).expanduser()
     if path.is_dir() and _is_bundle(path):
         return _bundle_source(path, cfg, bundled=False)
@@ -191,11 +188,6 @@ def resolve_source(cfg: PredictorConfig) -> ResolvedSource:
         )
     tdir = resolve_checkpoint(cfg.tokenizer, None)
     return ResolvedSource(mdir, tdir, mdir.name, cfg.max_context or 512, False, False, _hub_revision(mdir))
-
-
-def _tiny_source(cfg: PredictorConfig) -> ResolvedSource:
-    return ResolvedSource(TINY_MODEL_DIR, TINY_TOKENIZER_DIR, "kronos-tiny-random", cfg.max_context or 512,
-                          True, True, None)
 
 
 def _bundle_source(folder: Path, cfg: PredictorConfig, bundled: bool) -> ResolvedSource:

@@ -11,11 +11,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from fixture_paths import FIXTURE_DIR
 
 from kronos_core.data.sample_store import REAL_DIR
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
-FIXTURE_DIR = FIXTURES / "kronos-tiny"
 DATA_DIR = REAL_DIR
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from fixture_paths import FIXTURE_DIR, TINY
 
 from kronos_core import loading
 from kronos_core.loading import (
@@ -25,8 +26,8 @@ from kronos_core.model import CheckpointError
 def _tiny_bundle(tmp_path: Path, manifest: dict | None = None) -> Path:
     """A folder laid out as `kronos train` writes it: model/, tokenizer/ and kronos.json."""
     root = tmp_path / "bundle"
-    shutil.copytree(loading.TINY_MODEL_DIR, root / "model")
-    shutil.copytree(loading.TINY_TOKENIZER_DIR, root / "tokenizer")
+    shutil.copytree(FIXTURE_DIR / "model", root / "model")
+    shutil.copytree(FIXTURE_DIR / "tokenizer", root / "tokenizer")
     if manifest is not None:
         (root / "kronos.json").write_text(json.dumps(manifest))
     return root
@@ -70,7 +71,7 @@ def test_options_reach_the_engine(monkeypatch):
         return real(self, batch, gen.GenerationConfig(**{**cfg.__dict__, "compile": False}))
 
     monkeypatch.setattr(gen.Generator, "generate", spy)
-    p = load_predictor(PredictorConfig(model="kronos-tiny", device="cpu", dtype="bfloat16", compile=True,
+    p = load_predictor(PredictorConfig(model=TINY, device="cpu", dtype="bfloat16", compile=True,
                                        sliding="rolling", max_context=64))
     import numpy as np
     import pandas as pd
@@ -82,15 +83,21 @@ def test_options_reach_the_engine(monkeypatch):
     assert seen[-1].compile is True and seen[-1].sliding == "rolling" and seen[-1].max_context == 64
 
 
-def test_tiny_identity_and_default_fallback():
-    p = load_predictor(PredictorConfig(model="kronos-tiny", device="cpu"))
+def test_identity_of_the_tiny_fixture_and_the_trained_default():
+    p = load_predictor(PredictorConfig(model=TINY, device="cpu"))
     ident = p.identity
-    assert ident.random_weights and ident.bundled and ident.name == "kronos-tiny-random"
+    assert ident.random_weights and not ident.bundled and ident.name == "kronos-tiny-random"
     assert len(ident.sha256) == 64 and ident.sha256 not in (ident.model_sha256, ident.tokenizer_sha256)
     default = load_checkpoints(PredictorConfig())
-    assert default.identity.bundled
-    if loading.default_bundle() is None:  # until a trained default ships, the tiny model stands in
-        assert default.identity.sha256 == ident.sha256
+    assert default.identity.bundled and not default.identity.random_weights
+    assert default.identity.name == "kronos-default" and default.max_context == 256
+    assert default.identity.sha256 != ident.sha256
+
+
+def test_a_missing_default_model_is_a_clear_error(monkeypatch, tmp_path):
+    monkeypatch.setattr(loading, "DEFAULT_MODEL_DIR", tmp_path / "gone")
+    with pytest.raises(CheckpointError, match="embedded default model is missing"):
+        load_predictor()
 
 
 def test_sha256_changes_when_weights_change(tmp_path):
@@ -131,7 +138,7 @@ def test_clear_errors(tmp_path):
     with pytest.raises(CheckpointError, match="no checkpoint folder at /nope"):
         load_predictor(PredictorConfig(model="/nope"))
     with pytest.raises(CheckpointError, match="without a tokenizer"):
-        load_predictor(PredictorConfig(model=str(loading.TINY_MODEL_DIR)))
+        load_predictor(PredictorConfig(model=str(FIXTURE_DIR / "model")))
     root = _tiny_bundle(tmp_path)
     (root / "kronos.json").write_text("{not json")
     with pytest.raises(CheckpointError, match="kronos.json is not valid JSON"):

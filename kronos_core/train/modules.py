@@ -25,7 +25,7 @@ def new_model(cfg: TrainConfig, tok: KronosTokenizer) -> Kronos:
 
 
 def _bundled_tokenizer() -> Path | None:
-    for folder in (ASSETS / "kronos-default" / "tokenizer", ASSETS / "kronos-tiny-tokenizer"):
+    for folder in (ASSETS / "kronos-default" / "tokenizer",):
         if (folder / "config.json").is_file():
             return folder
     return None

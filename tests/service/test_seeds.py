@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from fixture_paths import TINY
 from service_fakes import make_key
 
 from kronos_core.loading import PredictorConfig, load_predictor
@@ -15,7 +16,7 @@ from service.shards import BatchRunner, Shard
 
 @pytest.fixture(scope="module")
 def runner():
-    return BatchRunner(load_predictor(PredictorConfig(model="kronos-tiny", device="cpu")), "r", "cpu")
+    return BatchRunner(load_predictor(PredictorConfig(model=TINY, device="cpu")), "r", "cpu")
 
 
 def _series(seed: int, n: int = 16) -> np.ndarray:
