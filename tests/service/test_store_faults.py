@@ -1,0 +1,45 @@
+"""Faults in the store while the service runs: a symbol's file replaced by garbage or removed
+between two requests is that symbol's error; the other symbols are still served."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pandas as pd
+from service_fakes import FakeReplicas, fake_future
+
+from kronos_core.candles import FEATURES
+from kronos_core.data.store import KlineStore
+from service.gateway import FutureTimestamps, Gateway
+from service.metrics import Metrics
+from service.schemas import ForecastRequest
+from service.settings import Settings
+
+
+def _store(tmp_path) -> KlineStore:
+    store = KlineStore(tmp_path / "store")
+    idx = pd.date_range("2024-01-01", periods=64, freq="h")
+    for k, sym in enumerate(("AAA", "BBB", "CCC", "DDD")):
+        frame = pd.DataFrame({"timestamps": idx, **{c: 100.0 + k for c in FEATURES}})
+        store.write(sym, frame, frequency="1h", fsync=False)
+    return store
+
+
+def test_corrupted_and_removed_files_while_serving(tmp_path):
+    store = _store(tmp_path)
+    gw = Gateway(Settings(max_context=64), store, FakeReplicas(), Metrics(), num_replicas=2,
+                 fit_factory=lambda info, h, sc: (lambda L: 3), future=FutureTimestamps(fake_future))
+    req = ForecastRequest(symbols=["AAA", "BBB", "CCC", "DDD"], horizon=2, lookback=16)
+    assert asyncio.run(gw.forecast(req)).symbols == ["AAA", "BBB", "CCC", "DDD"]
+    # a writer replaces BBB's file (atomic rename, as the store itself writes) with garbage; CCC is deleted
+    bad = store.path("BBB", "1h")
+    tmp = bad.with_name(".BBB.tmp")
+    tmp.write_bytes(b"not an arrow file at all" * 10)
+    os.replace(tmp, bad)
+    store.path("CCC", "1h").unlink()
+    out = asyncio.run(gw.forecast(req))
+    assert out.symbols == ["AAA", "DDD"]
+    codes = {e["symbol"]: e["code"] for e in out.errors}
+    assert codes == {"BBB": "corrupt_file", "CCC": "unknown_symbol"}
+    assert all(str(tmp_path) not in e["message"] for e in out.errors)  # no server paths
