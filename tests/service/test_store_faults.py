@@ -1,5 +1,6 @@
-"""Faults in the store while the service runs: a symbol's file replaced by garbage or removed
-between two requests is that symbol's error; the other symbols are still served."""
+"""Faults while the service runs: a symbol's store file replaced by garbage or removed between
+two requests is that symbol's error (the other symbols are still served); an out-of-memory in
+a replica's batch splits it and the answer is complete."""
 
 from __future__ import annotations
 
@@ -43,3 +44,21 @@ def test_corrupted_and_removed_files_while_serving(tmp_path):
     codes = {e["symbol"]: e["code"] for e in out.errors}
     assert codes == {"BBB": "corrupt_file", "CCC": "unknown_symbol"}
     assert all(str(tmp_path) not in e["message"] for e in out.errors)  # no server paths
+
+
+def test_simulated_out_of_memory_in_a_replica_splits_and_the_answer_is_complete(tmp_path):
+    from service_fakes import FakePredictor
+
+    from service.shards import BatchRunner
+
+    replicas = FakeReplicas()
+    predictor = FakePredictor(oom_above=1)  # any batch of 2+ series: torch.OutOfMemoryError
+    replicas.runner = BatchRunner(predictor, "fake-replica", "cpu")
+    m = Metrics()
+    gw = Gateway(Settings(max_context=64, shards_per_replica=1), _store(tmp_path), replicas, m, num_replicas=1,
+                 fit_factory=lambda info, h, sc: (lambda L: 4), future=FutureTimestamps(fake_future))
+    out = asyncio.run(gw.forecast(ForecastRequest(symbols=["AAA", "BBB", "CCC", "DDD"], horizon=2, lookback=16)))
+    assert out.symbols == ["AAA", "BBB", "CCC", "DDD"] and out.errors == []
+    assert [float(x[0, 3]) for x in out.mean] == [100.0, 101.0, 102.0, 103.0]  # each series its own answer
+    assert max(predictor.calls) == 4 and predictor.calls.count(1) == 4  # tried whole, then halved to singles
+    assert m.registry.get_sample_value("kronos_oom_splits_total", {"replica": "fake-replica"}) >= 3
