@@ -6,13 +6,14 @@ from pathlib import Path
 
 import pytest
 from eval_helpers import REAL, inverted_eurusd, spliced_universe
+from fixture_paths import TINY
 
 
 @pytest.fixture(scope="session")
 def predictor():
     from kronos_core.loading import PredictorConfig, load_predictor
 
-    return load_predictor(PredictorConfig(model="kronos-tiny", device="cpu"))  # small and fast
+    return load_predictor(PredictorConfig(model=TINY, device="cpu"))  # small and fast
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from fixture_paths import TINY
 
 from kronos_core.cli import main
 
@@ -20,7 +21,7 @@ def _png(path):
 def test_eval_on_real_and_unseen_data(real_dir, unseen_csv, tmp_path, capsys):
     out = tmp_path / "report.json"
     rc = main(["eval", "--data", str(real_dir / "goog_daily.csv"), str(unseen_csv), "--lookback", "32",
-               "--horizon", "2", "--windows", "3", "--sample-count", "4", "--model", "kronos-tiny", "--device", "cpu",
+               "--horizon", "2", "--windows", "3", "--sample-count", "4", "--model", TINY, "--device", "cpu",
                "--out", str(out), "--plot", str(tmp_path / "plots"), "--plot-series", "usdeur_hourly"])
     assert rc == 0
     text = capsys.readouterr().out
@@ -46,7 +47,7 @@ def test_eval_on_real_and_unseen_data(real_dir, unseen_csv, tmp_path, capsys):
 def test_calibrate_then_forecast_with_it(unseen_csv, tmp_path, capsys):
     cal = tmp_path / "cal.json"
     rc = main(["calibrate", "--data", str(unseen_csv), "--lookback", "32", "--horizon", "2", "--windows", "10",
-               "--holdout", "0.3", "--holdout-windows", "3", "--sample-count", "2", "--model", "kronos-tiny", "--device", "cpu",
+               "--holdout", "0.3", "--holdout-windows", "3", "--sample-count", "2", "--model", TINY, "--device", "cpu",
                "--out", str(cal)])
     assert rc == 0
     text = capsys.readouterr().out
@@ -55,13 +56,13 @@ def test_calibrate_then_forecast_with_it(unseen_csv, tmp_path, capsys):
     assert saved["method"] == "cqr" and saved["horizon"] == 2 and saved["levels"] == [0.5, 0.8, 0.9]
     assert saved["model"]["sha256"] and "Romano" in saved["citation"]
     rc = main(["forecast", "--csv", str(unseen_csv), "--horizon", "2", "--samples", "4", "--seed", "1",
-               "--quantiles", "0.1,0.9", "--calibration", str(cal), "--summary", "--model", "kronos-tiny", "--device", "cpu"])
+               "--quantiles", "0.1,0.9", "--calibration", str(cal), "--summary", "--model", TINY, "--device", "cpu"])
     assert rc == 0
     text = capsys.readouterr().out
     assert "close_q0.9" in text and "var_95=" in text and "p_up=" in text
     report = tmp_path / "calibrated.json"
     rc = main(["eval", "--data", str(unseen_csv), "--lookback", "32", "--horizon", "2", "--windows", "2",
-               "--sample-count", "2", "--calibration", str(cal), "--model", "kronos-tiny", "--device", "cpu", "--out", str(report)])
+               "--sample-count", "2", "--calibration", str(cal), "--model", TINY, "--device", "cpu", "--out", str(report)])
     assert rc == 0
     assert json.loads(report.read_text())["model"]["calibration"] == str(cal)
     capsys.readouterr()
@@ -70,7 +71,7 @@ def test_calibrate_then_forecast_with_it(unseen_csv, tmp_path, capsys):
     other = tmp_path / "other.json"
     other.write_text(json.dumps(saved))
     rc = main(["forecast", "--csv", str(unseen_csv), "--horizon", "2", "--calibration", str(other),
-               "--model", "kronos-tiny", "--device", "cpu"])
+               "--model", TINY, "--device", "cpu"])
     assert rc == 2
     assert "someone-else" in capsys.readouterr().err
 
@@ -79,7 +80,7 @@ def test_calibrate_then_forecast_with_it(unseen_csv, tmp_path, capsys):
 def test_backtest_on_unseen_universe(unseen_universe, tmp_path, capsys, extra):
     out = tmp_path / "bt"
     rc = main(["backtest", "--data", *map(str, unseen_universe), "--lookback", "32", "--horizon", "2",
-               "--rebalance", "60", "--top", "1", "--cost-bps", "5", "--sample-count", "2", "--model", "kronos-tiny", "--device", "cpu",
+               "--rebalance", "60", "--top", "1", "--cost-bps", "5", "--sample-count", "2", "--model", TINY, "--device", "cpu",
                "--out", str(out), *extra])
     assert rc == 0
     assert "| momentum |" in capsys.readouterr().out
@@ -98,7 +99,7 @@ def test_backtest_on_unseen_universe(unseen_universe, tmp_path, capsys, extra):
 def test_backtest_on_real_data_and_bad_inputs(real_dir, tmp_path, capsys):
     rc = main(["backtest", "--data", str(real_dir / "goog_daily.csv"), str(real_dir / "sp500_daily.csv"),
                "--lookback", "32", "--horizon", "2", "--rebalance", "500", "--top", "1", "--sample-count", "2",
-               "--model", "kronos-tiny", "--device", "cpu"])
+               "--model", TINY, "--device", "cpu"])
     assert rc == 0 and "| model |" in capsys.readouterr().out
     rc = main(["backtest", "--data", str(tmp_path / "missing.csv"), "--horizon", "2", "--rebalance", "5",
                "--top", "1"])
