@@ -42,7 +42,7 @@ SVC = "tests/service"
 PLANTS: list[Plant] = [
     Plant("bug 1: CPU out-of-memory (RuntimeError) not split, only torch.OutOfMemoryError",
           "service/shards.py", "if n <= self.min_split or not is_out_of_memory(exc):",
-          "if n <= self.min_split or not isinstance(exc, _oom_types()):", (f"{SVC}/test_shards.py",)),
+          "if n <= self.min_split or not isinstance(exc, __import__('torch').OutOfMemoryError):", (f"{SVC}/test_shards.py",)),
     Plant("OOM split retries every error (shape bugs too)",
           "service/shards.py", "if n <= self.min_split or not is_out_of_memory(exc):",
           "if n <= self.min_split:", (f"{SVC}/test_shards.py",)),

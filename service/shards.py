@@ -163,20 +163,13 @@ def plan_shards(
 _OOM_MESSAGES = ("DefaultCPUAllocator: can't allocate memory", "CUDA out of memory")
 
 
-def _oom_types() -> tuple[type[BaseException], ...]:
+def is_out_of_memory(exc: BaseException) -> bool:
+    """True for a device allocation failure: torch.OutOfMemoryError (CUDA; the same class as
+    torch.cuda.OutOfMemoryError), or the CPU allocator's plain RuntimeError, recognised by its
+    message (see ``_OOM_MESSAGES``)."""
     import torch
 
-    types: list[type[BaseException]] = []
-    for t in (getattr(torch, "OutOfMemoryError", None), getattr(torch.cuda, "OutOfMemoryError", None)):
-        if t is not None and t not in types:
-            types.append(t)
-    return tuple(types)
-
-
-def is_out_of_memory(exc: BaseException) -> bool:
-    """True for a device allocation failure: torch's OutOfMemoryError (CUDA), or the CPU
-    allocator's plain RuntimeError, recognised by its message (see ``_OOM_MESSAGES``)."""
-    if isinstance(exc, _oom_types()):
+    if isinstance(exc, torch.OutOfMemoryError):
         return True
     return isinstance(exc, RuntimeError) and any(m in str(exc) for m in _OOM_MESSAGES)
 

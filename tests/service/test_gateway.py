@@ -325,7 +325,7 @@ def _tiny_info(tiny, budget: int, max_context: int = 64) -> ReplicaInfo:
                        {"name": "fake", "bundled": True})
 
 
-@pytest.mark.parametrize("lookback, horizon, samples, context", [(62, 2, 1, 64), (300, 24, 4, 512), (700, 16, 2, 256)])
+@pytest.mark.parametrize("lookback, horizon, samples, context", [(62, 2, 1, 64), (300, 24, 4, 512), (300, 64, 2, 128), (700, 16, 2, 256)])
 def test_memory_model_fit_inverts_the_engine_estimate(tiny, lookback, horizon, samples, context):
     """The real ``memory_model_fit``: with a budget of exactly k series' estimate (at the
     replica's own max_context) it fits k."""
@@ -336,6 +336,8 @@ def test_memory_model_fit_inverts_the_engine_estimate(tiny, lookback, horizon, s
         assert fit(lookback) == k
         assert estimate_inference_bytes(m, t, k + 1, lookback, horizon, samples, max_context=context) > budget
         assert fit(lookback + 100) <= k  # longer windows fit no more
+    if (lookback, context) == (300, 128):  # precondition: here the replica's context changes the answer
+        assert estimate_inference_bytes(m, t, 7, lookback, horizon, samples, max_context=512) > budget
 
 
 def test_gateway_sizes_shards_with_the_real_memory_model(tiny):
