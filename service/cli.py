@@ -50,6 +50,13 @@ def check_model(settings) -> str | None:
         loaded = load_checkpoints(cfg)
     except (CheckpointError, ValueError, OSError) as exc:
         return str(exc)
+    if settings.calibration:
+        from service.replica import load_calibration
+
+        try:
+            load_calibration(settings.calibration, loaded.identity)
+        except ValueError as exc:  # CalibrationError / CalibrationMismatch
+            return str(exc)
     log.info("model %s (sha256 %s), context %d", loaded.identity.name, loaded.identity.sha256[:12],
              loaded.max_context)
     return None

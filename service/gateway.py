@@ -104,6 +104,7 @@ class Outcome:
     history_length: list[int] = field(default_factory=list)  # candles of history each series used
     last_timestamp: list[np.datetime64] = field(default_factory=list)  # its last input candle
     warnings: list[list[dict]] = field(default_factory=list)  # {code, message} per series
+    calibrated: bool = False  # quantiles corrected by the model's calibration
     histories: list[np.ndarray] = field(default_factory=list)  # (L, 6) input candles per series
     summaries: list[dict | None] = field(default_factory=list)  # risk summary per series, with summary
 
@@ -429,6 +430,7 @@ class Gateway:
             horizon=req.horizon, sample_count=req.sample_count, temperature=req.temperature,
             top_k=req.top_k, top_p=req.top_p, seed=req.seed,
             quantiles=tuple(req.quantiles), return_paths=req.return_paths or req.summary, repair=req.repair,
+            calibrate=calibration_covers(info.model.get("calibration"), req.horizon, req.quantiles),
         )
         fit = self.fit_factory(info, req.horizon, req.sample_count)
         try:
@@ -480,6 +482,7 @@ class Gateway:
         results = await self._run_all(shards, counters)
         t_fc = time.perf_counter()
         out = gather_outcome(info.model, tuple(req.quantiles), prep, slices, results)
+        out.calibrated = bool(shards) and shards[0].key.calibrate
         if req.summary:
             add_summaries(out, req.vol_alert_factor, keep_paths=req.return_paths)
         self.metrics.series_forecast.inc(len(out.symbols))
@@ -496,6 +499,16 @@ class Gateway:
             "lookback": float(lookback),  # the window asked for; each series' own: history_length
         }
         return out
+
+
+def calibration_covers(cal: dict | None, horizon: int, quantiles) -> bool:
+    """Whether the replicas' calibration (``calibration_info``) covers this request's horizon and
+    quantile levels; uncovered requests get the raw sample quantiles and ``calibrated: false``."""
+    if not cal or not quantiles or horizon > cal["horizon"]:
+        return False
+    lo, hi = min(cal["levels"]), max(cal["levels"])
+    central = [abs(2 * float(q) - 1) for q in quantiles if abs(float(q) - 0.5) > 1e-12]
+    return all(lo - 1e-9 <= c <= hi + 1e-9 for c in central)
 
 
 def gather_outcome(model: dict, levels: tuple[float, ...], prep: Prepared, slices: list[slice],
@@ -606,7 +619,8 @@ def outcome_to_json(out: Outcome) -> dict:
         if out.summaries and out.summaries[i] is not None:
             f["summary"] = out.summaries[i]
         forecasts.append(f)
-    return {"model": out.model, "forecasts": forecasts, "errors": out.errors, "timing": out.timing}
+    return {"model": out.model, "calibrated": out.calibrated, "forecasts": forecasts, "errors": out.errors,
+            "timing": out.timing}
 
 
 def outcome_to_arrow(out: Outcome) -> bytes:
@@ -641,6 +655,7 @@ def outcome_to_arrow(out: Outcome) -> bytes:
         b"kronos.model": orjson.dumps(out.model),
         b"kronos.errors": orjson.dumps(out.errors),
         b"kronos.timing": orjson.dumps(out.timing),
+        b"kronos.calibrated": orjson.dumps(out.calibrated),
         b"kronos.inputs": orjson.dumps([{"symbol": sym, **_inputs(out, i)} for i, sym in enumerate(out.symbols)]),
     }
     table = pa.table(cols).replace_schema_metadata(meta)

@@ -24,6 +24,21 @@ def _shard_tokens(shards: list[Shard]) -> int:
     return sum(s.tokens for s in shards)
 
 
+def load_calibration(path: str, identity):
+    """The calibration file, refused (``CalibrationMismatch``) unless fitted for ``identity``."""
+    from kronos_core.eval.calibration import Calibration
+
+    cal = Calibration.load(path)
+    cal.check_model(identity)
+    return cal
+
+
+def calibration_info(cal) -> dict[str, Any]:
+    """What answers say about the calibration: the model it was fitted for and what it covers."""
+    return {"model_name": cal.model.get("name"), "model_sha256": cal.model.get("sha256"), "method": cal.method,
+            "levels": list(cal.levels), "horizon": cal.horizon, "features": list(cal.features)}
+
+
 def model_info(identity, max_context: int, cfg) -> dict[str, Any]:
     """The model block of ``/v1/models`` and every forecast response: identity, no server paths."""
     info = identity.as_dict()
@@ -31,6 +46,7 @@ def model_info(identity, max_context: int, cfg) -> dict[str, Any]:
     info["dtype"] = cfg.dtype
     info["sliding"] = cfg.sliding
     info["compile"] = cfg.compile
+    info["calibration"] = None
     if identity.random_weights:
         info["note"] = ("RANDOM weights: forecasts are not meaningful; set KRONOS_MODEL_DIR (or --model-dir) "
                         "to a trained checkpoint")
@@ -70,6 +86,9 @@ class Predictor:
         else:
             self.budget = CPU_DEFAULT_BUDGET
         self.runner = BatchRunner(self.predictor, self.replica_id, self.device)
+        if settings.calibration:
+            self.runner.calibration = load_calibration(settings.calibration, self.predictor.identity)
+            self.model["calibration"] = calibration_info(self.runner.calibration)
         self._pending = 0  # shards received, not yet answered
         self._reports: list[BatchReport] = []  # batches not yet handed to the gateway
         self.max_batch_tokens = 0

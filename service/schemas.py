@@ -291,6 +291,17 @@ class RequestErrorOut(BaseModel):
                                    "deadline_exceeded (504)")
 
 
+class CalibrationInfo(BaseModel):
+    """A quantile calibration (``kronos calibrate``, conformalized quantile regression)."""
+
+    model_name: str | None = Field(None, description="name of the model the calibration was fitted for")
+    model_sha256: str = Field(..., description="identity (sha256) of the model it was fitted for; equals model.sha256")
+    method: str = Field(..., description="cqr or cqr-r")
+    levels: list[float] = Field(..., description="central interval levels it was fitted at")
+    horizon: int = Field(..., description="longest horizon it covers")
+    features: list[str]
+
+
 class ModelInfo(BaseModel):
     """The model that answered: its identity (pin and audit by ``sha256``) and engine options."""
 
@@ -306,10 +317,14 @@ class ModelInfo(BaseModel):
     sliding: str = Field(..., description="exact, rolling or recompute")
     compile: bool
     note: str | None = None
+    calibration: CalibrationInfo | None = Field(
+        None, description="the calibration the replicas apply (KRONOS_CALIBRATION), with the model it was fitted for"
+    )
 
 
 class ForecastResponse(BaseModel):
     model: ModelInfo
+    calibrated: bool = Field(False, description="quantiles corrected by the calibration named in model.calibration")
     forecasts: list[SymbolForecast]
     errors: list[SymbolErrorOut]
     timing: dict[str, float]

@@ -31,6 +31,10 @@ class Settings(BaseSettings):
         "float32", description="engine precision: float32 | bfloat16 | float16 (autocast)"
     )
     compile: bool = Field(False, description="torch.compile the engine's decode step")
+    calibration: str | None = Field(
+        None, description="calibration JSON from `kronos calibrate`, fitted for this model; corrects the quantiles "
+        "of every request it covers (horizon and levels), and answers say `calibrated: true`"
+    )
     sliding: Literal["exact", "rolling", "recompute"] = Field(
         "exact", description="window past max_context: exact | rolling | recompute"
     )

@@ -37,6 +37,7 @@ class SamplingKey:
     quantiles: tuple[float, ...]  # levels the engine computes, sorted
     return_paths: bool  # ship (B, S, H, 6) paths back
     repair: bool = False  # make forecast candles consistent (high/low, volume >= 0)
+    calibrate: bool = False  # apply the replica's calibration to the quantiles (the gateway checked it covers them)
 
 
 @dataclass
@@ -202,6 +203,7 @@ class BatchRunner:
         self.replica_id = replica_id
         self.device = device
         self.min_split = min_split
+        self.calibration = None  # kronos_core.eval.calibration.Calibration for this model, when configured
 
     def _forecast(self, values, xts, yts, key: SamplingKey, splits: list[int], calls: list[int]):
         """Returns (mean, quantiles, paths, tokens) for the given series, splitting on OOM."""
@@ -211,6 +213,7 @@ class BatchRunner:
                 values, xts, yts, key.horizon,
                 sample_count=key.sample_count, T=key.temperature, top_k=key.top_k, top_p=key.top_p,
                 seed=key.seed, quantiles=key.quantiles, repair=key.repair,
+                calibration=self.calibration if key.calibrate else None,
             )
             tokens = int(res.stats.tokens_generated)
             q = np.asarray(res.quantiles, dtype=np.float32) if key.quantiles else None
