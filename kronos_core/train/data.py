@@ -45,12 +45,23 @@ def _series_from_frame(name: str, df, timestamp_column: str) -> Series:
     if not (order == np.arange(len(order))).all():
         log.warning("%s: rows not in time order; sorting them", name)
         df, stamps = df.iloc[order], stamps[order]
-    return Series(name, candle_array(df), time_features(stamps))
+    return Series(name, np.array(candle_array(df), dtype=np.float32), time_features(stamps))  # own, writable copy
+
+
+def _series_from_file(path: Path, timestamp_column: str) -> Series:
+    """One file through the reader that ``kronos import`` and ``kronos forecast`` use: any-case
+    names (``Date``, ``Open``), validation reported by row, rows sorted by time if needed."""
+    from kronos_core.data.reader import ReadOptions, read_candles
+    from kronos_core.data.validate import Repairs
+
+    column = None if timestamp_column == "timestamps" else timestamp_column  # None: auto-detect
+    frame, _tz, _report = read_candles(path, ReadOptions(time_column=column, repairs=Repairs(sort=True)))
+    return _series_from_frame(str(path), frame, "timestamps")
 
 
 def load_series(cfg: DataConfig) -> list[Series]:
     """All series named by ``cfg`` (files, and/or store symbols), oldest row first."""
-    from kronos_core.data.importer import CSV_SUFFIXES, PARQUET_SUFFIXES, read_table
+    from kronos_core.data.reader import CSV_SUFFIXES, PARQUET_SUFFIXES
 
     out: list[Series] = []
     for path in cfg.paths:
@@ -60,7 +71,7 @@ def load_series(cfg: DataConfig) -> list[Series]:
         for f in files:
             if not f.exists():
                 raise FileNotFoundError(f"training data file {f} not found")
-            out.append(_series_from_frame(str(f), read_table(f), cfg.timestamp_column))
+            out.append(_series_from_file(f, cfg.timestamp_column))
     if cfg.store:
         from kronos_core.data.store import KlineStore
 

@@ -85,3 +85,18 @@ def test_loader_with_worker_processes_matches_in_process():
     get = lambda workers: [b["x"] for b in make_loader(ds, StepBatchSampler(len(ds), 8, seed=0), workers)]  # noqa: E731
     for a, b in zip(get(0), get(2)):
         assert torch.equal(a, b)
+
+
+def test_files_go_through_the_shared_reader(tmp_path):
+    """Training reads files like import and forecast do: any-case names, rows sorted by time."""
+    import pandas as pd
+
+    df = pd.read_csv(GOOG).head(120)
+    other = df.rename(columns={"timestamps": "Date", "open": "Open", "high": "High", "low": "Low",
+                               "close": "Close", "volume": "Volume"}).iloc[::-1]  # newest first
+    path = tmp_path / "mixed_case.csv"
+    other.to_csv(path, index=False)
+    [series] = load_series(DataConfig(paths=[str(path)], lookback=40, horizon=10))
+    [want] = load_series(DataConfig(paths=[str(GOOG)], lookback=40, horizon=10))
+    np.testing.assert_allclose(series.values, want.values[:120], rtol=1e-6)
+    np.testing.assert_array_equal(series.stamps, want.stamps[:120])
