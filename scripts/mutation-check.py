@@ -5,6 +5,7 @@ the change must make them fail ("caught").
 
     python scripts/mutation-check.py                 # unit-test lines (a few minutes)
     python scripts/mutation-check.py --integration   # also the lines only real Ray/HTTP can catch
+    python scripts/mutation-check.py --only-integration  # just those (Ray starts once per plant)
     python scripts/mutation-check.py --list          # show the planted changes
 
 Exit status 1 when a change is missed, or when its code no longer matches (stale line: update
@@ -138,14 +139,26 @@ def _run_tests(root: Path, tests: tuple[str, ...], timeout: float) -> tuple[int,
     return proc.returncode, tail
 
 
+def _verdict(code: int, tail: str) -> str:
+    """CAUGHT only when a test failed; a run that errored (a fixture that could not start Ray, a
+    timeout, nothing collected) proves nothing about the plant and reports ERROR."""
+    if code == 0:
+        return "MISSED"
+    if code == 1 and " failed" in tail:
+        return "CAUGHT"
+    return "ERROR"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--integration", action="store_true", help="also run the plants only integration tests catch")
     p.add_argument("--list", action="store_true", help="list the planted changes and exit")
+    p.add_argument("--only-integration", action="store_true", help="just the plants only integration tests catch")
     p.add_argument("-k", default="", help="only plants whose name contains this text")
     p.add_argument("--timeout", type=float, default=900, help="seconds per plant's test run")
     args = p.parse_args(argv)
-    plants = [x for x in PLANTS if (args.integration or not x.integration) and args.k.lower() in x.name.lower()]
+    wanted = (lambda x: x.integration) if args.only_integration else (lambda x: args.integration or not x.integration)
+    plants = [x for x in PLANTS if wanted(x) and args.k.lower() in x.name.lower()]
     if args.list:
         for x in plants:
             print(f"{x.path}: {x.name}  ->  {' '.join(x.tests)}")
@@ -166,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
                 code, tail = _run_tests(root, x.tests, args.timeout)
             finally:
                 target.write_text(original)
-            verdict = "CAUGHT" if code not in (0, 5) else "MISSED"  # 5: no tests collected
+            verdict = _verdict(code, tail)
             results.append((verdict, x, f"{tail} ({time.monotonic() - t0:.0f} s)"))
     width = max(len(x.name) for _, x, _ in results) if results else 0
     for verdict, x, detail in results:
