@@ -107,6 +107,7 @@ class Outcome:
     calibrated: bool = False  # quantiles corrected by the model's calibration
     histories: list[np.ndarray] = field(default_factory=list)  # (L, 6) input candles per series
     summaries: list[dict | None] = field(default_factory=list)  # risk summary per series, with summary
+    summary: bool = False  # the request asked for summaries (the Arrow answer then has summary_* columns)
 
 
 def _to_ns(ts) -> np.ndarray:
@@ -484,6 +485,7 @@ class Gateway:
         out = gather_outcome(info.model, tuple(req.quantiles), prep, slices, results)
         out.calibrated = bool(shards) and shards[0].key.calibrate
         if req.summary:
+            out.summary = True
             add_summaries(out, req.vol_alert_factor, keep_paths=req.return_paths)
         self.metrics.series_forecast.inc(len(out.symbols))
         out.errors = [{**e, "message": self.public(e["message"])} for e in out.errors]
@@ -623,10 +625,32 @@ def outcome_to_json(out: Outcome) -> dict:
             "timing": out.timing}
 
 
+def summary_columns() -> list[tuple[str, Any]]:
+    """``(column, Arrow type)`` of the risk-summary columns of the Arrow answer: ``summary_<field>``
+    for every field of ``RISK_ARROW_SCHEMA`` but ``symbol`` (float64, ``vol_alert`` bool)."""
+    from kronos_core.eval.risk import RISK_ARROW_SCHEMA
+
+    return [(f"summary_{f.name}", f.type) for f in RISK_ARROW_SCHEMA if f.name != "symbol"]
+
+
+def _summary_arrays(out: Outcome, h: int) -> dict[str, Any]:
+    """The summary columns: each symbol's summary repeated on its ``h`` rows, null where the
+    symbol has none (a summary that could not be computed, e.g. non-positive prices)."""
+    import pyarrow as pa
+
+    sums = out.summaries if len(out.summaries) == len(out.symbols) else [None] * len(out.symbols)
+    cols = {}
+    for name, typ in summary_columns():
+        key = name.removeprefix("summary_")
+        cols[name] = pa.array([None if s is None else s[key] for s in sums for _ in range(h)], typ)
+    return cols
+
+
 def outcome_to_arrow(out: Outcome) -> bytes:
     """Long format: one row per (symbol, step). Columns: symbol, step, timestamp, the six
-    mean columns, then ``<feature>_q<level>`` per quantile (level as in ``quantile_label``).
-    Errors, model, timing and each series' inputs (``{symbol, history_length, last_timestamp,
+    mean columns, then ``<feature>_q<level>`` per quantile (level as in ``quantile_label``),
+    then with ``summary`` the ``summary_<field>`` columns (``summary_columns``; per symbol,
+    the same on each of its rows, null when it has no summary). Errors, model, timing and each series' inputs (``{symbol, history_length, last_timestamp,
     warnings}``) are JSON in the schema metadata (``kronos.errors``, ``kronos.model``,
     ``kronos.timing``, ``kronos.inputs``)."""
     import orjson
@@ -651,6 +675,8 @@ def outcome_to_arrow(out: Outcome) -> bytes:
         for qi, lv in enumerate(out.quantile_levels):
             for k, name in enumerate(FEATURE_NAMES):
                 cols[f"{name}_q{quantile_label(lv)}"] = pa.array(np.ascontiguousarray(q[qi, :, k]), pa.float32())
+    if out.summary:  # like the quantiles: the columns exist even when no symbol succeeded
+        cols.update(_summary_arrays(out, h))
     meta = {
         b"kronos.model": orjson.dumps(out.model),
         b"kronos.errors": orjson.dumps(out.errors),

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -42,6 +45,9 @@ def add_window_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--batch-size", type=int, default=256, help="windows per engine call (default 256)")
     g.add_argument("--quantiles", type=floats, default=DEFAULT_QUANTILES, help="quantile levels for pinball loss")
     g.add_argument("--coverage", type=floats, default=DEFAULT_COVERAGE, help="central interval levels")
+    g.add_argument("--paths-cache", type=Path, metavar="DIR",
+                   help="keep the sample paths of each window set in DIR (keyed by model, windows' content, "
+                        "sample count, seed) and reuse them on a rerun instead of forecasting again")
 
 
 @dataclass
@@ -65,13 +71,39 @@ def load_data(args) -> list[Series]:
     return load_series(args.data, args.symbols, args.timestamp_column)
 
 
+def cache_key(identity, w: Windows, horizon: int, sample_count: int, seed: int) -> str:
+    """Hex digest naming one window set's forecasts: the model's weights, every window's
+    context and stamps, the horizon, sample count and seed (not the batch size: seeding is
+    per window content)."""
+    h = hashlib.sha256()
+    h.update(json.dumps({"model": getattr(identity, "sha256", None), "horizon": horizon,
+                         "sample_count": sample_count, "seed": seed}).encode())
+    h.update(np.ascontiguousarray(w.context, dtype=np.float32).tobytes())
+    for ts in w.context_ts:
+        h.update(np.asarray(ts.asi8).tobytes())
+    return h.hexdigest()[:24]
+
+
 def walk_forward(args, predictor, series: list[Series], start=None, end=None, windows=None) -> WalkForward:
-    """Build the windows from ``args`` and forecast them all in batches."""
+    """Build the windows from ``args`` and forecast them all in batches (or read them from
+    ``args.paths_cache`` when the same windows were forecast before with the same model)."""
     w = build_windows(series, args.lookback, args.horizon, windows or args.windows, args.step,
                       start=start, end=end, last_fraction=args.last_fraction)
     log.info("%d windows over %d series, lookback %d, horizon %d, %d sample paths, batches of %d",
              len(w), len(series), args.lookback, args.horizon, args.sample_count, args.batch_size)
+    cache = getattr(args, "paths_cache", None)
+    file = None
+    if cache is not None:
+        key = cache_key(predictor.identity, w, args.horizon, args.sample_count, args.seed)
+        file = Path(cache) / f"paths-{key}.npz"
+        if file.is_file():
+            log.info("sample paths of these %d windows read from %s", len(w), file)
+            with np.load(file) as z:
+                return WalkForward(series, w, z["paths"], float(z["seconds"]))
     paths, secs = forecast_windows(predictor, w, args.horizon, args.sample_count, args.seed, args.batch_size)
+    if file is not None:
+        file.parent.mkdir(parents=True, exist_ok=True)
+        np.savez(file, paths=paths, seconds=secs)
     return WalkForward(series, w, paths, secs)
 
 

@@ -31,3 +31,37 @@ def test_build_windows_split_is_disjoint():
     o = int(hold.origins[j])
     np.testing.assert_array_equal(hold.context[j, :, 3], np.arange(o - 9, o + 1))
     np.testing.assert_array_equal(hold.truth[j, :, 3], np.arange(o + 1, o + 4))
+
+
+class _CountingPredictor:
+    """Random paths (B, S, H, 6); counts engine calls. ``sha``: the model identity's hash."""
+
+    def __init__(self, sha: str):
+        self.identity = type("Identity", (), {"sha256": sha})()
+        self.calls = 0
+
+    def forecast(self, arrays, x_ts, y_ts, horizon, sample_count, seed):
+        self.calls += 1
+        rng = np.random.default_rng(self.calls)
+        return type("R", (), {"paths": rng.uniform(1, 2, (len(arrays), sample_count, horizon, 6))})()
+
+
+def test_paths_cache_reuses_only_the_same_windows_and_model(tmp_path):
+    from types import SimpleNamespace
+
+    from kronos_core.eval.runner import walk_forward
+
+    ts = pd.bdate_range("2024-01-01", periods=60)
+    s = Series("X", np.tile(np.arange(1, 61, dtype=np.float32)[:, None], (1, 6)), ts, "x")
+    args = SimpleNamespace(lookback=10, horizon=3, windows=5, step=2, last_fraction=None, sample_count=4,
+                           seed=0, batch_size=8, paths_cache=tmp_path / "cache")
+    p = _CountingPredictor("aa")
+    first = walk_forward(args, p, [s])
+    again = walk_forward(args, p, [s])
+    assert p.calls == 1 and len(list((tmp_path / "cache").glob("paths-*.npz"))) == 1
+    np.testing.assert_array_equal(first.paths, again.paths)
+    walk_forward(args, _CountingPredictor("bb"), [s])  # another model: forecast again
+    changed = Series("X", s.values * 1.01, ts, "x")
+    walk_forward(args, p, [changed])  # other context values: forecast again
+    walk_forward(SimpleNamespace(**{**vars(args), "seed": 1}), p, [s])
+    assert p.calls == 3 and len(list((tmp_path / "cache").glob("paths-*.npz"))) == 4

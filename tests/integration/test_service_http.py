@@ -14,6 +14,7 @@ from urllib.parse import urlparse
 import httpx
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 from response_checks import assert_arrow_equals_json
 
@@ -147,6 +148,16 @@ def test_arrow_stream_matches_json(live_service):
     assert r.status_code == 200 and r.headers["X-Kronos-Errors"] == "2"
     table = assert_arrow_equals_json(r.content, js, levels)
     assert table.num_rows == 0 and [e["symbol"] for e in js["errors"]] == ["NOPE", "ALSO_NOPE"]
+
+    # with risk summaries: summary_* columns, each symbol's JSON summary on each of its rows
+    summed = {**req, "summary": True}
+    js = live_service.client.post("/v1/forecast", json=summed).json()
+    r = live_service.client.post("/v1/forecast", json=summed, headers=arrow_headers)
+    table = assert_arrow_equals_json(r.content, js, levels, summary=True)
+    assert sum("summary" in f for f in js["forecasts"]) == 5
+    assert table.column("summary_p_up").null_count == 0
+    r = live_service.client.post("/v1/forecast", json={**empty, "summary": True}, headers=arrow_headers)
+    assert "summary_var_95" in pa.ipc.open_stream(r.content).read_all().column_names
 
 
 def test_quantiles_paths_and_seeds(live_service):

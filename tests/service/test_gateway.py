@@ -19,6 +19,7 @@ from service.gateway import (
     outcome_to_arrow,
     outcome_to_json,
     quantile_label,
+    summary_columns,
 )
 from service.metrics import Metrics
 from service.schemas import ForecastRequest
@@ -231,6 +232,34 @@ def test_arrow_quantile_columns_stay_distinct_for_close_levels():
     np.testing.assert_array_equal(a, np.concatenate([q[0, :, 3] for q in out.quantiles]))
     np.testing.assert_array_equal(b, np.concatenate([q[1, :, 3] for q in out.quantiles]))
     assert quantile_label(0.1) == "0.1" and quantile_label(1 / 3) == repr(1 / 3)
+
+
+def _with_summaries(out: Outcome, seed: int = 1) -> Outcome:
+    """Distinct random risk summaries per symbol (the second symbol has none: null columns)."""
+    rng = np.random.default_rng(seed)
+    keys = ("expected_return", "p_up", "volatility", "horizon_volatility", "var_95", "es_95", "realized_volatility")
+    out.summary = True
+    out.summaries = [None if i == 1 else {**{k: float(rng.normal()) for k in keys}, "vol_alert": bool(i % 2)}
+                     for i in range(len(out.symbols))]
+    return out
+
+
+@pytest.mark.parametrize("n_symbols", [0, 3])
+def test_arrow_summary_columns_equal_json(n_symbols):
+    out = _with_summaries(_outcome(n_symbols, (0.1, 0.9)))
+    js = _wire_json(out)
+    assert [("summary" in f) for f in js["forecasts"]] == [i != 1 for i in range(n_symbols)]
+    table = assert_arrow_equals_json(outcome_to_arrow(out), js, (0.1, 0.9), compare_timing=True, summary=True)
+    assert table.column_names[-8:] == [name for name, _ in summary_columns()]
+    if n_symbols:
+        rows = table.column("summary_var_95").to_pylist()
+        assert rows[:3] == [out.summaries[0]["var_95"]] * 3 and rows[3:6] == [None] * 3
+        assert table.column("summary_vol_alert").to_pylist()[6:] == [False] * 3
+
+
+def test_arrow_has_no_summary_columns_unless_asked():
+    out = _outcome(2, ())
+    assert not any(c.startswith("summary_") for c in pa.ipc.open_stream(outcome_to_arrow(out)).read_all().column_names)
 
 
 def test_arrow_equals_json_when_no_symbol_succeeded():

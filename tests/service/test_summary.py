@@ -4,10 +4,11 @@ import asyncio
 
 import numpy as np
 import pytest
+from response_checks import assert_arrow_equals_json
 from service_fakes import FakeReplicas, FakeStore, fake_future
 
 from kronos_core.eval.risk import risk_summary
-from service.gateway import FutureTimestamps, Gateway, outcome_to_json
+from service.gateway import FutureTimestamps, Gateway, outcome_to_arrow, outcome_to_json
 from service.metrics import Metrics
 from service.schemas import ForecastRequest, SymbolForecast
 from service.settings import Settings
@@ -40,3 +41,12 @@ def test_summary_matches_numpy_on_the_forecast_paths(return_paths):
 def test_no_summary_unless_asked():
     out = asyncio.run(_gateway().forecast(ForecastRequest(symbols=["S001"], horizon=2)))
     assert "summary" not in outcome_to_json(out)["forecasts"][0]
+
+
+def test_arrow_summary_columns_hold_the_gateways_summaries():
+    out = asyncio.run(_gateway().forecast(ForecastRequest(symbols=["S003", "S007"], horizon=3, sample_count=4,
+                                                          quantiles=[0.25, 0.75], summary=True)))
+    assert out.summary and all(s is not None for s in out.summaries)
+    table = assert_arrow_equals_json(outcome_to_arrow(out), outcome_to_json(out), (0.25, 0.75), summary=True)
+    assert table.column("summary_realized_volatility").to_pylist()[::3] == [
+        s["realized_volatility"] for s in out.summaries]
