@@ -292,11 +292,11 @@ class RequestErrorOut(BaseModel):
 
 
 class CalibrationInfo(BaseModel):
-    """A quantile calibration (``kronos calibrate``, conformalized quantile regression)."""
+    """A quantile calibration (``kronos calibrate``: conformalized quantile regression, or ACI on its scores)."""
 
     model_name: str | None = Field(None, description="name of the model the calibration was fitted for")
     model_sha256: str = Field(..., description="identity (sha256) of the model it was fitted for; equals model.sha256")
-    method: str = Field(..., description="cqr or cqr-r")
+    method: str = Field(..., description="cqr, cqr-r or aci (a file fitted with select says which it chose)")
     levels: list[float] = Field(..., description="central interval levels it was fitted at")
     horizon: int = Field(..., description="longest horizon it covers")
     features: list[str]

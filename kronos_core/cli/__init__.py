@@ -35,7 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench engine": ("kronos_core.cli.bench", "benchmark the cached engine against full recompute"),
     "bench store": ("kronos_core.data.cli_bench_store", "benchmark store reads against CSV"),
     "eval": ("kronos_core.cli.eval", "walk-forward evaluation against baselines (metrics, regimes, plots)"),
-    "calibrate": ("kronos_core.cli.calibrate", "fit conformal (CQR) corrections of the forecast quantiles"),
+    "calibrate": ("kronos_core.cli.calibrate", "fit conformal (CQR / ACI) corrections of the forecast quantiles"),
     "backtest": ("kronos_core.cli.backtest", "walk-forward top-k portfolio backtest with costs"),
     "timestamps-holdout": ("kronos_core.data.cli_holdout", "hold-out check of future timestamps on real series"),
 }

@@ -1,4 +1,5 @@
-"""``kronos calibrate``: fit conformalized-quantile-regression corrections on walk-forward windows.
+"""``kronos calibrate``: fit conformal corrections of the forecast quantiles on walk-forward windows
+(CQR, width-scaled CQR, nested selection between them, or adaptive conformal inference).
 
 Example (fit on the first 70% of each series, show coverage before/after on the rest)::
 
@@ -27,7 +28,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_window_arguments(parser)
     add_predictor_arguments(parser)
     parser.add_argument("--method", default="cqr", choices=METHODS,
-                        help="cqr: Romano et al. 2019 on log prices; cqr-r: scores scaled by the interval width")
+                        help="cqr: Romano et al. 2019 on log prices; cqr-r: scores scaled by the interval width; "
+                             "select: cqr or cqr-r, whichever covers nearer nominal on the later half of the "
+                             "calibration windows; aci: adaptive conformal inference (Gibbs & Candès 2021)")
+    parser.add_argument("--compare", type=lambda t: tuple(m for m in t.split(",") if m), default=(),
+                        metavar="METHOD,...", help="with --holdout: also fit these methods on the same windows "
+                                                   "and add their held-out coverage to the table")
     parser.add_argument("--holdout", type=float,
                         help="fit on windows before the last FRACTION of each series (from --start / --last-fraction on) and "
                              "report coverage before/after calibration on windows in that last part")
@@ -46,77 +52,122 @@ def split_times(series, fraction: float) -> list:
     return [s.timestamps[int(len(s) * (1 - fraction))] for s in series]
 
 
-def coverage_rows(name, samples, truth, levels, calibration) -> list[dict]:
-    """Coverage of each central level before and after calibration, close feature."""
+def _covered(name, cal, samples, truth, issued, resolved) -> dict[str, np.ndarray]:
+    """Columns of the held-out table for one calibration: {label: covered (C, N, H)} on the close."""
+    from kronos_core.eval.evaluate import CLOSE
     from kronos_core.eval.metrics import covered
 
-    rows = []
-    for c in levels:
-        lv = [(1 - c) / 2, (1 + c) / 2]
-        raw = np.quantile(samples, lv, axis=1)
-        cal = calibration.quantiles(samples, lv, "close")
-        rows.append({"series": name, "level": c, "windows": len(truth),
-                     "before": float(covered(raw[0], raw[1], truth).mean()),
-                     "after": float(covered(cal[0], cal[1], truth).mean())})
-    return rows
+    close = samples[..., CLOSE].astype(np.float64)  # (N, S, H)
+    y = truth[..., CLOSE].astype(np.float64)  # (N, H)
+    static = []
+    for c in cal.levels:
+        q = cal.quantiles(close, [(1 - c) / 2, (1 + c) / 2], "close")
+        static.append(covered(q[0], q[1], y))
+    out = {name: np.stack(static)}
+    if cal.state is not None:  # ACI: the walk continued through these windows, in time order
+        j = cal.features.index("close")
+        corr = cal.walk(samples, truth, issued, resolved)  # (N, C, H, F)
+        sc = cal.scores(samples, truth)  # (N, C, H, F)
+        out[f"{name} online"] = (sc[..., j] <= corr[..., j]).astype(np.float64).transpose(1, 0, 2)
+    return out
 
 
-def holdout_report(args, predictor, series, calibration) -> list[dict]:
-    """Coverage before/after on each series' held-out last part, and over all of them."""
+def holdout_report(args, predictor, series, cals: dict) -> list[dict]:
+    """Coverage before and after each calibration on each series' held-out last part (windows in
+    time order, so ACI walks through them), and over all of them."""
     from kronos_core.eval.evaluate import CLOSE
-    from kronos_core.eval.runner import walk_forward
+    from kronos_core.eval.runner import walk_forward, window_times
 
-    rows, all_s, all_t = [], [], []
+    levels = next(iter(cals.values())).levels
+    rows, pooled = [], {}
     for s, t in zip(series, split_times(series, args.holdout)):
         wf = walk_forward(args, predictor, [s], start=t, windows=args.holdout_windows or args.windows)
-        samples = wf.paths[..., CLOSE].astype(np.float64)  # (N, S, H)
-        truth = wf.windows.truth[..., CLOSE].astype(np.float64)  # (N, H)
-        rows += coverage_rows(s.name, samples, truth, calibration.levels, calibration)
-        all_s.append(samples)
-        all_t.append(truth)
+        issued, resolved = window_times(wf)
+        truth = wf.windows.truth
+        lv = [q for c in levels for q in ((1 - c) / 2, (1 + c) / 2)]
+        raw = np.quantile(wf.paths[..., CLOSE].astype(np.float64), lv, axis=1)  # (2C, N, H)
+        y = truth[..., CLOSE].astype(np.float64)
+        cols = {"before": np.stack([(raw[2 * i] <= y) & (y <= raw[2 * i + 1]) for i in range(len(levels))])
+                .astype(np.float64)}
+        for name, cal in cals.items():
+            cols.update(_covered(name, cal, wf.paths, truth, issued, resolved))
+        rows += _rows(s.name, levels, cols)
+        for k, v in cols.items():
+            pooled.setdefault(k, []).append(v)
     if len(series) > 1:
-        rows += coverage_rows("all", np.concatenate(all_s), np.concatenate(all_t), calibration.levels, calibration)
+        rows += _rows("all", levels, {k: np.concatenate(v, axis=1) for k, v in pooled.items()})
     return rows
+
+
+def _rows(name, levels, cols) -> list[dict]:
+    n = next(iter(cols.values())).shape[1]
+    return [{"series": name, "level": c, "windows": n, **{k: float(v[ci].mean()) for k, v in cols.items()}}
+            for ci, c in enumerate(levels)]
+
+
+def fit_calibrations(args, predictor, series) -> tuple[dict, int, float]:
+    """The --method calibration and the --compare ones, all on the same calibration windows."""
+    from kronos_core.eval.calibration import Calibration
+    from kronos_core.eval.runner import walk_forward, window_times
+
+    if args.holdout is not None:  # calibration windows end where each series' held-out part begins
+        wfs = [walk_forward(args, predictor, [s], start=args.start, end=t)
+               for s, t in zip(series, split_times(series, args.holdout))]
+    else:
+        wfs = [walk_forward(args, predictor, series, start=args.start, end=args.end)]
+    paths = np.concatenate([w.paths for w in wfs])
+    truth = np.concatenate([w.windows.truth for w in wfs])
+    times = [window_times(w) for w in wfs]
+    issued, resolved = np.concatenate([t[0] for t in times]), np.concatenate([t[1] for t in times])
+    n_windows, seconds = len(truth), sum(w.seconds for w in wfs)
+    info = {"windows": n_windows, "lookback": args.lookback, "sample_count": args.sample_count,
+            "seed": args.seed, "step": args.step or args.horizon, "holdout": args.holdout,
+            "series": [s.name for s in series], "start": args.start, "end": args.end}
+    cals = {}
+    for m in dict.fromkeys((args.method, *args.compare)):
+        cal = Calibration.fit(paths, truth, levels_from(args), predictor.identity.as_dict(), m, info=info,
+                              issued=issued, resolved=resolved)
+        cals[m if m == cal.method else f"{m} ({cal.method})"] = cal
+    return cals, n_windows, seconds
 
 
 def run(args) -> int:
-    from kronos_core.eval.calibration import Calibration, CalibrationError
+    from kronos_core.eval.calibration import METHODS, CalibrationError
     from kronos_core.eval.data import DataError
-    from kronos_core.eval.runner import load_data, walk_forward
+    from kronos_core.eval.runner import load_data
     from kronos_core.loading import load_predictor, predictor_config_from_args
     from kronos_core.model import CheckpointError
 
     if args.holdout is not None and not 0 < args.holdout < 1:
         print("kronos calibrate: --holdout must be a fraction in (0, 1)", file=sys.stderr)
         return 2
+    unknown = [m for m in args.compare if m not in METHODS]
+    if unknown:
+        print(f"kronos calibrate: --compare {','.join(unknown)}: not a method ({', '.join(METHODS)})", file=sys.stderr)
+        return 2
     try:
         series = load_data(args)
         predictor = load_predictor(predictor_config_from_args(args))
-        if args.holdout is not None:  # calibration windows end where each series' held-out part begins
-            wfs = [walk_forward(args, predictor, [s], start=args.start, end=t)
-                   for s, t in zip(series, split_times(series, args.holdout))]
-            paths = np.concatenate([w.paths for w in wfs])
-            truth = np.concatenate([w.windows.truth for w in wfs])
-            n_windows, seconds = len(truth), sum(w.seconds for w in wfs)
-        else:
-            wf = walk_forward(args, predictor, series, start=args.start, end=args.end)
-            paths, truth, n_windows, seconds = wf.paths, wf.windows.truth, len(wf.windows), wf.seconds
-        info = {"windows": n_windows, "lookback": args.lookback, "sample_count": args.sample_count,
-                "seed": args.seed, "step": args.step or args.horizon, "holdout": args.holdout,
-                "series": [s.name for s in series], "start": args.start, "end": args.end}
-        cal = Calibration.fit(paths, truth, levels_from(args), predictor.identity.as_dict(), args.method,
-                              info=info)
+        cals, n_windows, seconds = fit_calibrations(args, predictor, series)
     except (DataError, CalibrationError, CheckpointError, ValueError) as exc:
         print(f"kronos calibrate: {exc}", file=sys.stderr)
         return 2
+    cal = next(iter(cals.values()))
     cal.save(args.out)
-    print(f"fitted {cal.method} on {n_windows} windows ({n_windows / seconds:.2f} windows/s) "
+    detail = ""
+    if "selection" in cal.info:
+        detail = f" (select chose {cal.info['selection']['chosen']})"
+    if "aci" in cal.info:
+        detail = f" (gamma {cal.info['aci']['gamma']:g}, trailing window {cal.info['aci']['window']})"
+    print(f"fitted {cal.method}{detail} on {n_windows} windows ({n_windows / seconds:.2f} windows/s) "
           f"for model {predictor.identity.name}; wrote {args.out}")
     if args.holdout is not None:
-        rows = holdout_report(args, predictor, series, cal)
-        print("\n| series | level | held-out windows | coverage before | coverage after |")
-        print("|---|---|---|---|---|")
+        rows = holdout_report(args, predictor, series, cals)
+        cols = [k for k in rows[0] if k not in ("series", "level", "windows")]
+        print("\nheld-out coverage (close), before and after each calibration:\n")
+        print("| series | level | held-out windows | " + " | ".join(cols) + " |")
+        print("|---|---|---|" + "---|" * len(cols))
         for r in rows:
-            print(f"| {r['series']} | {r['level']:g} | {r['windows']} | {100 * r['before']:.1f}% "
-                  f"| {100 * r['after']:.1f}% |")
+            print(f"| {r['series']} | {r['level']:g} | {r['windows']} | "
+                  + " | ".join(f"{100 * r[c]:.1f}%" for c in cols) + " |")
     return 0

@@ -1,7 +1,7 @@
 """Score a model's walk-forward forecasts and the baselines on the same windows.
 
-``evaluate`` returns the ``metrics``, ``baselines`` and ``regimes`` sections of the
-report written by ``kronos eval``; ``markdown`` renders them as tables.
+``evaluate`` returns the ``metrics``, ``baselines``, ``regimes`` and ``series`` sections
+of the report written by ``kronos eval``; ``markdown`` renders them as tables.
 """
 
 from __future__ import annotations
@@ -81,7 +81,14 @@ def evaluate(w: Windows, paths: np.ndarray, seasons: Sequence[int | None], quant
         m, b = _cards(w, idx, model_samples, base, quantiles, coverage, calibration)
         regimes[r] = {"windows": int(len(idx)), "model": headline(m),
                       "baselines": {k: headline(v) for k, v in b.items()}}
-    return {"metrics": metrics, "baselines": baselines, "regimes": regimes}
+    per_series = {}
+    for k, name in enumerate(w.names):
+        idx = np.flatnonzero(w.series_index == k)
+        if len(idx):
+            m, b = _cards(w, idx, model_samples, base, quantiles, coverage, calibration)
+            per_series[name] = {"windows": int(len(idx)), "model": headline(m),
+                                "baselines": {n: headline(v) for n, v in b.items()}}
+    return {"metrics": metrics, "baselines": baselines, "regimes": regimes, "series": per_series}
 
 
 def _fmt(v, pct=False) -> str:
@@ -105,10 +112,15 @@ def table(rows: dict[str, dict], coverage=DEFAULT_COVERAGE) -> str:
 
 
 def markdown(report: dict, coverage=DEFAULT_COVERAGE) -> str:
-    """The report's tables: all windows, then per regime."""
+    """The report's tables: all windows, then per series (when there are several), then per regime."""
     name = report["model"].get("name", "model")
     rows = {name: report["metrics"], **report["baselines"]}
     parts = [f"### All windows ({report['metrics']['windows']})", "", table(rows, coverage)]
+    per_series = report.get("series") or {}
+    if len(per_series) > 1:
+        for sname, card in per_series.items():
+            parts += ["", f"### Series {sname} ({card['windows']} windows)", "",
+                      table({name: card["model"], **card["baselines"]}, coverage)]
     for r in REGIMES:
         reg = report["regimes"][r]
         if reg.get("windows"):

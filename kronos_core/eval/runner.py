@@ -107,6 +107,16 @@ def walk_forward(args, predictor, series: list[Series], start=None, end=None, wi
     return WalkForward(series, w, paths, secs)
 
 
+def window_times(wf: WalkForward) -> tuple[np.ndarray, np.ndarray]:
+    """Per window (int64 ns): when it is issued (its last context candle) and when its truth is
+    fully known (its last truth candle, read from the series)."""
+    w, h = wf.windows, wf.windows.truth.shape[1]
+    issued = np.array([ts[-1].value for ts in w.context_ts], dtype=np.int64)
+    resolved = np.array([wf.series[k].timestamps[o + h - 1].value for k, o in zip(w.series_index, w.origins)],
+                        dtype=np.int64)
+    return issued, resolved
+
+
 def data_section(args, wf: WalkForward) -> dict:
     counts = np.bincount(wf.windows.series_index, minlength=len(wf.series))
     return {

@@ -37,6 +37,16 @@ def test_eval_on_real_and_unseen_data(real_dir, unseen_csv, tmp_path, capsys):
     assert report["data"]["windows"] == 6 and report["model"]["sha256"]
     assert sum(report["regimes"][r]["windows"] for r in ("bull", "bear", "sideways")) == 6
     assert report["data"]["series"][1]["season"] == 24  # hourly FX: a daily season
+    # per series: the same metrics on each series' own windows; pooled MAE is their window-weighted mean
+    per = report["series"]
+    assert list(per) == ["goog_daily", "usdeur_hourly"] and [c["windows"] for c in per.values()] == [3, 3]
+    for who in ("model", "last_value"):
+        cards = [c[who] if who == "model" else c["baselines"][who] for c in per.values()]
+        pooled = report["metrics"] if who == "model" else report["baselines"][who]
+        assert pooled["mae"] == pytest.approx(sum(c["mae"] for c in cards) / 2)
+    assert per["goog_daily"]["model"]["mae"] != pytest.approx(per["usdeur_hourly"]["model"]["mae"])
+    assert "### Series goog_daily (3 windows)" in text and "### Series usdeur_hourly (3 windows)" in text
+    assert text.index("### Series goog_daily") < text.index("### Regime")
     for name in ("coverage.png", "pit.png", "fan_usdeur_hourly.png"):
         _png(tmp_path / "plots" / name)
     resources = json.loads((tmp_path / "report.monitor.json").read_text())  # the run's ResourceMonitor report
@@ -51,7 +61,7 @@ def test_calibrate_then_forecast_with_it(unseen_csv, tmp_path, capsys):
                "--out", str(cal)])
     assert rc == 0
     text = capsys.readouterr().out
-    assert "coverage before" in text and "| usdeur_hourly | 0.9 | 3 |" in text
+    assert "| before | cqr |" in text and "| usdeur_hourly | 0.9 | 3 |" in text
     saved = json.loads(cal.read_text())
     assert saved["method"] == "cqr" and saved["horizon"] == 2 and saved["levels"] == [0.5, 0.8, 0.9]
     assert saved["model"]["sha256"] and "Romano" in saved["citation"]
@@ -74,6 +84,31 @@ def test_calibrate_then_forecast_with_it(unseen_csv, tmp_path, capsys):
                "--model", TINY, "--device", "cpu"])
     assert rc == 2
     assert "someone-else" in capsys.readouterr().err
+
+
+def test_calibrate_aci_with_comparisons_then_forecast(unseen_csv, tmp_path, capsys):
+    """--method aci --compare cqr,select: one table with every method on the same held-out windows
+    (ACI static and walked on), the file keeps the ACI state, forecast and eval accept it."""
+    cal = tmp_path / "aci.json"
+    cache = tmp_path / "cache"
+    args = ["calibrate", "--data", str(unseen_csv), "--lookback", "32", "--horizon", "2", "--windows", "24",
+            "--holdout", "0.3", "--holdout-windows", "4", "--sample-count", "2", "--model", TINY, "--device", "cpu",
+            "--method", "aci", "--compare", "cqr,select", "--paths-cache", str(cache), "--out", str(cal)]
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    header = next(line for line in text.splitlines() if line.startswith("| series"))
+    assert "| before | aci | aci online | cqr | select (cqr" in header
+    assert text.count("| usdeur_hourly |") == 3 and "gamma" in text
+    saved = json.loads(cal.read_text())
+    assert saved["method"] == "aci" and "Gibbs" in saved["citation"] and saved["aci_state"]["window"] == 12
+    assert saved["info"]["aci"]["gamma"] in (0.005, 0.01, 0.02, 0.05)
+    assert len(list(cache.glob("paths-*.npz"))) == 2  # calibration and held-out windows
+    assert main(args) == 0 and capsys.readouterr().out.splitlines()[-3:] == text.splitlines()[-3:]  # from the cache
+    rc = main(["forecast", "--csv", str(unseen_csv), "--horizon", "2", "--samples", "4", "--seed", "1",
+               "--quantiles", "0.1,0.9", "--calibration", str(cal), "--model", TINY, "--device", "cpu"])
+    assert rc == 0 and "close_q0.9" in capsys.readouterr().out
+    assert main(["calibrate", *args[1:-2], "--compare", "nope", "--out", str(cal)]) == 2
+    assert "not a method" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("extra", [[], ["--long-short", "--rank", "sharpe"]])

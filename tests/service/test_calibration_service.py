@@ -18,12 +18,13 @@ from service.settings import Settings
 from service.shards import BatchRunner
 
 
-def _calibration(identity: dict, path) -> Calibration:
+def _calibration(identity: dict, path, method: str = "cqr") -> Calibration:
     """A calibration with known, non-zero corrections (levels 0.5 and 0.8, horizon 3)."""
     rng = np.random.default_rng(0)
     samples = rng.lognormal(4, 0.01, (40, 16, 3, 6))
     truth = rng.lognormal(4, 0.05, (40, 3, 6))  # wider than the samples: bands must widen
-    cal = Calibration.fit(samples, truth, (0.5, 0.8), identity)
+    issued = np.arange(40) * 3  # windows 3 rows apart, horizon 3: each truth known before the next issue
+    cal = Calibration.fit(samples, truth, (0.5, 0.8), identity, method, issued=issued, resolved=issued + 3)
     cal.save(path)
     return cal
 
@@ -38,10 +39,13 @@ def test_covers_only_what_the_calibration_was_fitted_for():
     assert not calibration_covers(None, 3, [0.1, 0.9])
 
 
-def test_runner_applies_the_calibration_only_when_the_key_asks(tmp_path):
+@pytest.mark.parametrize("method", ["cqr", "aci", "select"])
+def test_runner_applies_the_calibration_only_when_the_key_asks(tmp_path, method):
     predictor = load_predictor(PredictorConfig(model=TINY, device="cpu"))
     runner = BatchRunner(predictor, "r", "cpu")
-    runner.calibration = _calibration(predictor.identity.as_dict(), tmp_path / "cal.json")
+    _calibration(predictor.identity.as_dict(), tmp_path / "cal.json", method)
+    runner.calibration = load_calibration(str(tmp_path / "cal.json"), predictor.identity)  # as the replica does
+    assert runner.calibration.method in (("cqr", "cqr-r") if method == "select" else (method,))
     key = dict(horizon=3, sample_count=8, seed=3, quantiles=(0.1, 0.9), return_paths=True)
     shard = make_shard(2, length=40, key=make_key(**key), start=100.0)
     rng = np.random.default_rng(1)
