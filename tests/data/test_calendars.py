@@ -52,6 +52,20 @@ def test_intraday_us_early_close_and_holiday_stamped_at_bar_start():
     assert list(out[7:]) == list(pd.to_datetime(["2012-11-26 09:30", "2012-11-26 10:00"]))
 
 
+def test_intraday_us_stamped_at_both_ends_keeps_the_closing_print():
+    """Some vendors keep the opening and closing auction prints as bars: stamps from 09:30
+    to the close itself (16:00, or 13:00 on an early close), one more than either label."""
+    days = ["2012-11-19", "2012-11-20", "2012-11-21"]
+    hist = _us_30min_left(days).append(pd.DatetimeIndex([f"{d} 16:00" for d in days])).sort_values()
+    out = future_timestamps(hist, 8 + 2, exchange="XNYS")
+    want = [*_us_30min_left(["2012-11-23"], {"2012-11-23": "13:00"}), pd.Timestamp("2012-11-23 13:00")]
+    assert list(out[:8]) == want
+    assert list(out[8:]) == list(pd.to_datetime(["2012-11-26 09:30", "2012-11-26 10:00"]))
+    # without the prints in the history, bar start stays the label: no 13:00 stamp
+    plain = future_timestamps(_us_30min_left(days), 8, exchange="XNYS")
+    assert plain[-1] == pd.Timestamp("2012-11-26 09:30") and pd.Timestamp("2012-11-23 13:00") not in plain
+
+
 def test_timezones_aware_and_naive_in_another_zone():
     hist = _us_30min_left(["2012-11-19", "2012-11-20", "2012-11-21"])
     aware = hist.tz_localize("America/New_York")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from fixture_paths import US_INTRADAY_MSFT
 
 from kronos_core.data.timestamps import (
     future_timestamps,
@@ -123,6 +124,37 @@ def test_holdout_with_exchange_calendar_no_holiday_list(real_stamps, name, horiz
     r = holdout_hit_rate(real_stamps[name], horizon, lookback=512, stride=17, exchange=exchange)
     assert r.cuts > 80 and r.excluded_cuts == 0
     assert r.rate >= 0.995 and r.window_rate >= 0.99, (name, r)
+
+
+@pytest.fixture(scope="module")
+def msft_1min() -> pd.DatetimeIndex:
+    """Real US 1-minute stamps (tests/fixtures/us-intraday): six NYSE sessions around a
+    weekend, 09:30 to 16:00 with the closing print, 391 bars a day."""
+    return pd.DatetimeIndex(pd.to_datetime(pd.read_csv(US_INTRADAY_MSFT)["timestamps"]))
+
+
+def test_us_intraday_fixture_is_six_whole_sessions_with_a_weekend(msft_1min):
+    per_day = pd.Series(1, index=msft_1min).groupby(msft_1min.date).sum()
+    assert list(per_day) == [391] * 6
+    assert str(per_day.index[0]) == "2016-04-29" and str(per_day.index[1]) == "2016-05-02"  # Fri, Mon
+    assert msft_1min[0] == pd.Timestamp("2016-04-29 09:30") and msft_1min[-1] == pd.Timestamp("2016-05-06 16:00")
+
+
+@pytest.mark.parametrize("horizon", [1, 30, 391])
+def test_holdout_us_intraday_real_1min_no_holiday_list(msft_1min, horizon):
+    """US intraday on real data: the exchange grid must carry the 16:00 closing print the
+    vendor stamps as a bar of its own, and skip the weekend."""
+    r = holdout_hit_rate(msft_1min, horizon, lookback=512, stride=7, exchange="XNYS")
+    assert r.cuts > 190 and r.excluded_cuts == 0
+    assert r.rate >= 0.995 and r.window_rate >= 0.99, r
+
+
+def test_us_intraday_closing_print_and_weekend(msft_1min):
+    fri = msft_1min[msft_1min <= "2016-04-29 16:00"]  # Friday's whole session, 391 stamps
+    before_close = msft_1min[msft_1min <= "2016-05-03 15:59"][-512:]
+    assert future_timestamps(before_close, 2, exchange="XNYS").equals(
+        pd.DatetimeIndex(["2016-05-03 16:00", "2016-05-04 09:30"]))
+    assert future_timestamps(fri, 1, exchange="XNYS")[0] == pd.Timestamp("2016-05-02 09:30")
 
 
 def test_holdout_fx_learned_template_no_holiday_list(real_stamps):
