@@ -8,4 +8,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("service.cli", "start the forecasting service (Ray Serve + FastAPI)"),
     "bench service": ("service.bench", "benchmark the service over HTTP against the engine called directly"),
     "loadtest": ("service.loadtest", "headless locust load test against a local service (loopback only)"),
+    "soak": ("service.soak", "long steady load test: memory/FD trends of every service process, optional "
+             "replica-kill chaos (loopback only)"),
 }

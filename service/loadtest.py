@@ -63,23 +63,34 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run-time", default="30s", help="e.g. 30s, 2m (at most 10 min)")
     p.add_argument("--replicas", type=int, default=1, help="when starting the service")
     p.add_argument("--out", default="loadtest-results", help="folder for summary.json / summary.md")
+    p.add_argument("--stop-timeout", type=float, default=0,
+                   help="at the end, let users finish the request in flight for up to this many seconds "
+                   "(0: abort them, as locust does by default)")
     p.add_argument("--min-ok", type=int, default=1,
                    help="fail (exit 1) unless at least this many forecast requests answered 200")
 
 
-def _start_service(replicas: int) -> tuple[str, subprocess.Popen]:
-    """``kronos serve`` in its own process (Ray and locust's gevent do not share one)."""
+def start_service(replicas: int | None, extra_args: list[str] | tuple = (),
+                  timeout: float = 180.0) -> tuple[str, subprocess.Popen]:
+    """``kronos serve`` in its own process (Ray and locust's gevent do not share one), on a free
+    loopback port; ``replicas`` None: the service's default. Returns its URL and process once
+    ``/readyz`` answers 200; stops it again when it does not within ``timeout`` seconds."""
     port = _free_port()
     host = f"http://127.0.0.1:{port}"
+    replica_args = [] if replicas is None else ["--replicas", str(replicas)]
     server = subprocess.Popen(
         [sys.executable, "-m", "kronos_core.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
-         "--replicas", str(replicas)],
+         *replica_args, *extra_args],
     )
-    _wait_ready(host, server)
+    try:
+        _wait_ready(host, server, timeout)
+    except BaseException:
+        stop_service(server)
+        raise
     return host, server
 
 
-def _stop_service(server: subprocess.Popen) -> None:
+def stop_service(server: subprocess.Popen) -> None:
     server.send_signal(signal.SIGINT)  # kronos serve shuts Serve and Ray down cleanly
     try:
         server.wait(timeout=60)
@@ -87,15 +98,17 @@ def _stop_service(server: subprocess.Popen) -> None:
         server.kill()
 
 
-def _drive(host: str, users: int, spawn_rate: float, run_s: float) -> dict:
-    """Run locust headless for ``run_s`` seconds; the summary of what happened."""
+def _drive(host: str, users: int, spawn_rate: float, run_s: float, stop_timeout: float = 0) -> dict:
+    """Run locust headless for ``run_s`` seconds (then up to ``stop_timeout`` more while the
+    users finish their requests in flight); the summary of what happened."""
     import gevent
     from locust.env import Environment
     from locust.stats import stats_history, stats_printer
 
     from service import locustfile
 
-    env = Environment(user_classes=[locustfile.PortfolioUser], host=host, events=locustfile.events)
+    env = Environment(user_classes=[locustfile.PortfolioUser], host=host, events=locustfile.events,
+                      stop_timeout=stop_timeout or None)
     runner = env.create_local_runner()
     env.events.test_start.fire(environment=env)
     gevent.spawn(stats_printer(env.stats))
@@ -104,7 +117,7 @@ def _drive(host: str, users: int, spawn_rate: float, run_s: float) -> dict:
     runner.start(users, spawn_rate=spawn_rate)
     gevent.sleep(run_s)
     runner.quit()
-    runner.greenlet.join(timeout=30)
+    runner.greenlet.join(timeout=30 + stop_timeout)
     elapsed = time.time() - t0
     total = env.stats.total
     rows = []
@@ -125,6 +138,7 @@ def _drive(host: str, users: int, spawn_rate: float, run_s: float) -> dict:
         "rps": round(total.num_requests / elapsed, 3),
         "series_per_s": round(locustfile.outcomes["ok"] * locustfile.PORTFOLIO / elapsed, 1),  # answered only
         "p50_ms": total.get_response_time_percentile(0.5), "p95_ms": total.get_response_time_percentile(0.95),
+        "p99_ms": total.get_response_time_percentile(0.99), "max_ms": total.max_response_time,
         "endpoints": rows,
     }
 
@@ -153,12 +167,12 @@ def run(args: argparse.Namespace) -> int:
     server: subprocess.Popen | None = None
     host = args.host
     if not host:
-        host, server = _start_service(args.replicas)
+        host, server = start_service(args.replicas)
     try:
-        summary = _drive(host, args.users, args.spawn_rate, run_s)
+        summary = _drive(host, args.users, args.spawn_rate, run_s, args.stop_timeout)
     finally:
         if server is not None:
-            _stop_service(server)
+            stop_service(server)
     _write(summary, Path(args.out))
     if summary["ok_200"] < args.min_ok:
         print(f"only {summary['ok_200']} forecast requests answered 200 (--min-ok {args.min_ok})")

@@ -4,7 +4,8 @@
     kronos loadtest --users 8 --run-time 30s                      # headless, writes a summary
 
 Knobs (environment): KRONOS_LOAD_SYMBOLS (portfolio size, default 50),
-KRONOS_LOAD_HORIZON (default 8), KRONOS_LOAD_LOOKBACK (default 128).
+KRONOS_LOAD_HORIZON (default 8), KRONOS_LOAD_LOOKBACK (default 128), KRONOS_LOAD_WAIT_S (each
+user's pause between requests, "min,max" seconds, default "0.05,0.2").
 Outcomes are counted apart: ``outcomes["ok"]`` (a 200 whose answer covers every symbol asked),
 ``outcomes["shed"]`` (503/429 with Retry-After: the service shedding load as designed). A shed
 request is not a success: locust records it as a failure named "shed: ...", so its latency does
@@ -21,6 +22,8 @@ from locust import HttpUser, between, events, task
 PORTFOLIO = int(os.environ.get("KRONOS_LOAD_SYMBOLS", "50"))
 HORIZON = int(os.environ.get("KRONOS_LOAD_HORIZON", "8"))
 LOOKBACK = int(os.environ.get("KRONOS_LOAD_LOOKBACK", "128"))
+WAIT_S = tuple(float(x) for x in os.environ.get("KRONOS_LOAD_WAIT_S", "0.05,0.2").split(","))
+LOST_CODES = ("replica_unavailable",)  # a series the service had to give up on: a failed request
 
 _universe: list[str] = []
 outcomes = {"ok": 0, "shed": 0}
@@ -33,7 +36,7 @@ def _reset_counts(environment, **_kw):
 
 
 class PortfolioUser(HttpUser):
-    wait_time = between(0.05, 0.2)
+    wait_time = between(*WAIT_S)
 
     def on_start(self):
         global _universe
@@ -51,6 +54,8 @@ class PortfolioUser(HttpUser):
                 r.failure(f"HTTP {r.status_code}: {r.text[:200]}")
             elif accept is None and len(r.json()["forecasts"]) + len(r.json()["errors"]) != body_size(body):
                 r.failure("forecasts + errors != symbols asked")
+            elif accept is None and (lost := [e for e in r.json()["errors"] if e.get("code") in LOST_CODES]):
+                r.failure(f"{len(lost)} series lost: {lost[0]['code']}: {lost[0].get('message', '')[:120]}")
             else:
                 outcomes["ok"] += 1
 
