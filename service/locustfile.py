@@ -5,7 +5,8 @@
 
 Knobs (environment): KRONOS_LOAD_SYMBOLS (portfolio size, default 50),
 KRONOS_LOAD_HORIZON (default 8), KRONOS_LOAD_LOOKBACK (default 128), KRONOS_LOAD_WAIT_S (each
-user's pause between requests, "min,max" seconds, default "0.05,0.2").
+user's pause between requests, "min,max" seconds, default "0.05,0.2"), KRONOS_LOAD_TIMEOUT_S
+(client-side timeout of one request, default 330: a hung request is a failure).
 Outcomes are counted apart: ``outcomes["ok"]`` (a 200 whose answer covers every symbol asked),
 ``outcomes["shed"]`` (503/429 with Retry-After: the service shedding load as designed). A shed
 request is not a success: locust records it as a failure named "shed: ...", so its latency does
@@ -23,6 +24,7 @@ PORTFOLIO = int(os.environ.get("KRONOS_LOAD_SYMBOLS", "50"))
 HORIZON = int(os.environ.get("KRONOS_LOAD_HORIZON", "8"))
 LOOKBACK = int(os.environ.get("KRONOS_LOAD_LOOKBACK", "128"))
 WAIT_S = tuple(float(x) for x in os.environ.get("KRONOS_LOAD_WAIT_S", "0.05,0.2").split(","))
+TIMEOUT_S = float(os.environ.get("KRONOS_LOAD_TIMEOUT_S", "330"))  # past the service's 300 s deadline
 LOST_CODES = ("replica_unavailable",)  # a series the service had to give up on: a failed request
 
 _universe: list[str] = []
@@ -37,6 +39,7 @@ def _reset_counts(environment, **_kw):
 
 class PortfolioUser(HttpUser):
     wait_time = between(*WAIT_S)
+    network_timeout = TIMEOUT_S  # a request that hangs becomes a failure, not a silent loss at the end
 
     def on_start(self):
         global _universe

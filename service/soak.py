@@ -48,6 +48,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--horizon", type=int, default=8)
     p.add_argument("--lookback", type=int, default=128)
     p.add_argument("--wait", default="0.5,1.5", help="each user's pause between requests: 'min,max' seconds")
+    p.add_argument("--request-timeout", type=float, default=120.0,
+                   help="client-side timeout of one request: a request that hangs longer fails")
     p.add_argument("--chaos-every", type=float, default=0.0,
                    help="kill a random predictor replica every this many seconds (0: no chaos)")
     p.add_argument("--seed", type=int, default=0, help="which replica the chaos kills")
@@ -97,12 +99,14 @@ def counts_delta(before: dict, after: dict) -> dict:
 def _start_locust(args, url: str, out: Path) -> subprocess.Popen:
     """``kronos loadtest`` in a child process (locust's gevent patches its whole process)."""
     env = dict(os.environ, KRONOS_LOAD_SYMBOLS=str(args.symbols), KRONOS_LOAD_HORIZON=str(args.horizon),
-               KRONOS_LOAD_LOOKBACK=str(args.lookback), KRONOS_LOAD_WAIT_S=args.wait, GEVENT_SUPPORT="True")
+               KRONOS_LOAD_LOOKBACK=str(args.lookback), KRONOS_LOAD_WAIT_S=args.wait, KRONOS_LOAD_TIMEOUT_S=str(args.request_timeout),
+               GEVENT_SUPPORT="True")
     log_file = open(out / "locust.log", "w")  # noqa: SIM115 (closed with the process by the OS)
     return subprocess.Popen(
         [sys.executable, "-m", "service.loadtest", "--host", url, "--users", str(args.users),
          "--spawn-rate", str(args.spawn_rate), "--run-time", f"{args.duration:g}s",
-         "--out", str(out / "locust"), "--min-ok", "0", "--stop-timeout", "300"],
+         "--out", str(out / "locust"), "--min-ok", "0",
+         "--stop-timeout", f"{args.request_timeout + 10:g}"],
         env=env, stdout=log_file, stderr=subprocess.STDOUT,
     )
 
@@ -117,7 +121,8 @@ def _watch(args, root_pid: int, locust: subprocess.Popen) -> list[soak_probe.Sam
 
     samples: list[soak_probe.Sample] = []
     t0 = time.monotonic()
-    deadline = t0 + args.duration + 180  # locust's own start and stop on a loaded machine
+    grace = args.request_timeout + 120  # the last requests, locust's own start and stop on a loaded machine
+    deadline = t0 + args.duration + grace
     next_sample = t0
     with tqdm(total=int(args.duration), desc="soak", unit="s", mininterval=5) as bar:
         while locust.poll() is None and time.monotonic() < deadline:
@@ -130,7 +135,7 @@ def _watch(args, root_pid: int, locust: subprocess.Popen) -> list[soak_probe.Sam
             time.sleep(min(1.0, max(0.05, next_sample - time.monotonic())))
     if locust.poll() is None:
         locust.kill()
-        raise TimeoutError(f"locust still running {args.duration + 180:g} s after it started; killed")
+        raise TimeoutError(f"locust still running {args.duration + grace:g} s after it started; killed")
     samples.append(soak_probe.sample_tree(root_pid, time.monotonic() - t0, exclude=own))
     return samples
 
@@ -151,13 +156,14 @@ def _attach_or_start(args) -> tuple[str, subprocess.Popen | None, int]:
 
 def _soak(args, url: str, root_pid: int, out: Path) -> dict:
     """The soak itself against a ready service: returns the summary's raw parts."""
-    from service.soak_chaos import ChaosMonkey, gcs_address
+    from service.soak_chaos import ChaosMonkey, gcs_address, ray_auth_settings
 
     before = service_counts(url)
     load_start = soak_probe.load_averages()
     chaos = None
     if args.chaos_every > 0:
-        chaos = ChaosMonkey(gcs_address(root_pid), url, args.app, args.chaos_every, seed=args.seed)
+        chaos = ChaosMonkey(gcs_address(root_pid), url, args.app, args.chaos_every, seed=args.seed,
+                            auth=ray_auth_settings(root_pid), until_s=args.duration)
         chaos.start()
     locust = _start_locust(args, url, out)
     try:

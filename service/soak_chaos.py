@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import random
 import re
 import threading
@@ -43,6 +44,24 @@ def gcs_address(root_pid: int) -> str:
     raise RuntimeError(f"no Ray GCS in the process tree of pid {root_pid}: is it the service's root?")
 
 
+AUTH_SETTINGS = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH")  # how a client must talk to the cluster (no secrets)
+
+
+def ray_auth_settings(root_pid: int) -> dict[str, str]:
+    """The Ray authentication mode (and token file) the service's Ray processes run with: a
+    client connecting to a cluster with ``RAY_AUTH_MODE=token`` must set it too (the token
+    itself Ray reads from its file, ``~/.ray/auth_token`` by default)."""
+    root = psutil.Process(root_pid)
+    for p in [root, *root.children(recursive=True)]:
+        try:
+            if p.name() in ("raylet", "gcs_server"):
+                env = p.environ()
+                return {k: env[k] for k in AUTH_SETTINGS if k in env}
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return {}
+
+
 def replicas_ready(url: str) -> int:
     """``replicas_ready`` of the service's ``/readyz`` (0 when it is not answering)."""
     try:
@@ -59,17 +78,21 @@ def replicas_ready(url: str) -> int:
 
 class ChaosMonkey(threading.Thread):
     """Kills one random ``Predictor`` replica of app ``app`` every ``every_s`` seconds, from
-    ``every_s`` after ``start()`` until ``finish()``. ``events`` lists the kills: time, replica
-    id, replicas alive before, seconds until ``/readyz`` counted them all running again."""
+    ``every_s`` after ``start()`` until ``until_s`` or ``finish()``. ``events`` lists the kills:
+    time, replica id, replicas alive before, seconds until every replica ran again (None when
+    the next kill came first)."""
 
-    def __init__(self, gcs: str, url: str, app: str, every_s: float, seed: int = 0):
+    def __init__(self, gcs: str, url: str, app: str, every_s: float, seed: int = 0,
+                 auth: dict[str, str] | None = None, until_s: float = float("inf")):
         super().__init__(name="soak-chaos", daemon=True)
+        self.until_s = until_s  # no kill from this many seconds on (the load has ended)
         self.gcs, self.url, self.app, self.every_s = gcs, url, app, every_s
+        self.auth = auth or {}
         self.rng = random.Random(seed)
         self.events: list[dict] = []
         self.errors: list[str] = []
         self.target = 0
-        self._stop = threading.Event()
+        self._halt = threading.Event()
         self._t0 = time.monotonic()
 
     def _replicas(self) -> list[tuple[str, str]]:
@@ -80,6 +103,7 @@ class ChaosMonkey(threading.Thread):
                 if a["name"].startswith(prefix)]
 
     def run(self) -> None:
+        os.environ.update(self.auth)  # before Ray reads its config: this process talks as the cluster expects
         import ray
 
         try:
@@ -91,15 +115,17 @@ class ChaosMonkey(threading.Thread):
             return
         self._t0 = time.monotonic()
         n = 1
-        while not self._stop.wait(max(0.0, self._t0 + n * self.every_s - time.monotonic())):
+        while n * self.every_s < self.until_s and not self._halt.wait(
+                max(0.0, self._t0 + n * self.every_s - time.monotonic())):
             try:
-                self._kill_one()
+                self._kill_one(next_kill=self._t0 + (n + 1) * self.every_s)
             except Exception as exc:  # record it; the soak reports it and fails
                 log.exception("chaos: kill failed")
                 self.errors.append(f"{type(exc).__name__}: {exc}")
             n += 1
 
-    def _kill_one(self) -> None:
+    def _kill_one(self, next_kill: float) -> None:
+        """Kill a random predictor replica; time its recovery until ``next_kill`` (monotonic)."""
         import ray
 
         alive = self._replicas()
@@ -113,12 +139,10 @@ class ChaosMonkey(threading.Thread):
                  "replicas_before": len(alive), "recovered_after_s": None}
         self.events.append(event)
         log.info("chaos: killed replica %s", event["replica"])
-        time.sleep(1.0)  # let Serve notice the death before asking whether all run again
-        while not self._stop.is_set() and time.monotonic() - t < self.every_s - 1:
+        while not self._halt.wait(0.5) and time.monotonic() < next_kill:
             if self._recovered(name):
                 event["recovered_after_s"] = round(time.monotonic() - t, 1)
                 return
-            time.sleep(0.5)
 
     def _recovered(self, killed: str) -> bool:
         """A replacement of ``killed`` exists and every replica runs (Serve notices a death only
@@ -131,7 +155,7 @@ class ChaosMonkey(threading.Thread):
         timed too). True when they all do within ``recover_timeout_s``."""
         import ray
 
-        self._stop.set()
+        self._halt.set()
         self.join(timeout=60)
         if not ray.is_initialized():
             self.errors.append(f"never connected to the service's Ray at {self.gcs}")
@@ -144,9 +168,9 @@ class ChaosMonkey(threading.Thread):
                 ok = True
                 break
             time.sleep(0.5)
-        for event in self.events:
-            if event["recovered_after_s"] is None and ok:
-                event["recovered_after_s"] = round(time.monotonic() - self._t0 - event["t_s"], 1)
+        last = self.events[-1] if self.events else None
+        if ok and last is not None and last["recovered_after_s"] is None:  # earlier ones: the next kill came first
+            last["recovered_after_s"] = round(time.monotonic() - self._t0 - last["t_s"], 1)
         if ray.is_initialized():
             ray.shutdown()  # disconnects this driver; the service's cluster runs on
         return ok

@@ -24,8 +24,7 @@ _ROLES = (
     ("ray::IDLE", "ray_idle_worker"),
     ("ray::DashboardAgent", "dashboard_agent"),
     ("ray::RuntimeEnvAgent", "runtime_env_agent"),
-    ("gcs_server", "gcs"),
-    ("raylet", "raylet"),
+    ("default_worker.py", "ray_worker_starting"),
     ("dashboard/agent.py", "dashboard_agent"),
     ("runtime_env/agent", "runtime_env_agent"),
     ("log_monitor.py", "log_monitor"),
@@ -34,20 +33,26 @@ _ROLES = (
 )
 
 
+_EXECUTABLES = {"gcs_server": "gcs", "raylet": "raylet"}
+
+
 def role_of(proc: psutil.Process, root_pid: int | None = None) -> str:
     """A short name for what ``proc`` is in the service (``driver`` for the root)."""
     if proc.pid == root_pid:
         return "driver"
     try:
-        text = " ".join(proc.cmdline()) or proc.name()
+        name = proc.name()
+        text = " ".join(proc.cmdline()) or name
     except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
         return "gone"
+    if name in _EXECUTABLES:
+        return _EXECUTABLES[name]
     for needle, role in _ROLES:
         if needle in text:
             return role
     if text.startswith("ray::"):
         return "ray_worker:" + text[5:].split()[0]
-    return proc.name() or "process"
+    return name or "process"
 
 
 def find_root(port: int) -> int:
@@ -89,7 +94,9 @@ def sample_tree(root_pid: int, t: float, exclude: set[int] | frozenset = frozens
             continue
         try:
             with p.oneshot():
-                procs[p.pid] = (role_of(p, root_pid), p.memory_info().rss, p.num_fds())
+                role = role_of(p, root_pid)
+                if role != "gone":
+                    procs[p.pid] = (role, p.memory_info().rss, p.num_fds())
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
     return Sample(t, procs)
