@@ -44,11 +44,12 @@ def test_soak_with_chaos_against_the_live_service(live_service, tmp_path):
     roles = {p["role"] for p in summary["memory"]["processes"]}
     assert {"driver", "gcs", "raylet", "serve_controller", "serve_proxy", "gateway"} <= roles, roles
     assert all(p["rss_start_mib"] > 0 and p["fds_start"] > 0 for p in summary["memory"]["processes"])
-    # each killed replica's process is listed as gone (a replacement may be killed in its turn)
+    # the first kill hits a replica sampled since warm-up: its process is listed as gone; a later
+    # kill may hit a replacement still starting (titled ray::IDLE then): a process that came and went
     mem = summary["memory"]
     gone = sum(g["role"] == "predictor" for g in mem["gone_after_warmup"])
-    gone += sum(g["role"] == "predictor" and not g["alive_at_end"] for g in mem["started_after_warmup"])
-    assert gone == len(kills), mem
+    assert gone >= 1, mem
+    assert gone + sum(not g["alive_at_end"] for g in mem["started_after_warmup"]) >= len(kills), mem
     assert (tmp_path / "summary.md").read_text().startswith("# Soak: soak with chaos")
     # exit status = the summary's verdict (memory over 20 s of chaos is reported, not judged here)
     assert proc.returncode == (0 if summary["passed"] else 1), out
