@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # The figures of docs/evaluation.md for one model: coverage before/after calibration on
-# held-out windows (two real series), and the eval tables against the baselines.
+# held-out windows (the four bundled real series; ACI as the file's method, CQR, width-scaled
+# CQR and the nested selection as comparison columns, all fitted on the same windows), and
+# the eval tables against the baselines. Sample paths are kept in $OUT/paths-cache, so a
+# rerun (e.g. with other --compare methods) does not forecast again.
 #   MODEL_ARGS="--model path/to/bundle" OUT=eval-figures bash scripts/evaluation_figures.sh
 # Calibration windows: origins in the last 30% of each series, truths before its last 15%;
 # held-out windows: origins in the last 15% (the part the bundled default was not trained on).
@@ -9,10 +12,10 @@ OUT=${OUT:-eval-figures}
 MODEL_ARGS=${MODEL_ARGS:-}
 REAL=kronos_core/data/real
 mkdir -p "$OUT"
-for s in goog_daily sp500_daily; do
+for s in goog_daily sp500_daily kline_5min_a_share eurusd_hourly; do
   python -m kronos_core.cli calibrate $MODEL_ARGS --data "$REAL/$s.csv" --lookback 128 --horizon 5 --step 2 \
-    --windows 150 --sample-count 16 --last-fraction 0.3 --holdout 0.15 --out "$OUT/calibration_$s.json" \
-    | tee "$OUT/calibration_$s.md"
+    --windows 150 --sample-count 16 --last-fraction 0.3 --holdout 0.15 --method aci --compare cqr,cqr-r,select \
+    --paths-cache "$OUT/paths-cache" --out "$OUT/calibration_$s.json" | tee "$OUT/calibration_$s.md"
 done
 python -m kronos_core.cli eval $MODEL_ARGS --data "$REAL"/*.csv --lookback 128 --horizon 5 --step 5 \
   --windows 40 --sample-count 16 --last-fraction 0.15 --out "$OUT/eval.json" --plot "$OUT/plots" \
