@@ -107,6 +107,11 @@ def test_calibrate_aci_with_comparisons_then_forecast(unseen_csv, tmp_path, caps
     rc = main(["forecast", "--csv", str(unseen_csv), "--horizon", "2", "--samples", "4", "--seed", "1",
                "--quantiles", "0.1,0.9", "--calibration", str(cal), "--model", TINY, "--device", "cpu"])
     assert rc == 0 and "close_q0.9" in capsys.readouterr().out
+    report = tmp_path / "with_aci.json"
+    rc = main(["eval", "--data", str(unseen_csv), "--lookback", "32", "--horizon", "2", "--windows", "2",
+               "--sample-count", "2", "--calibration", str(cal), "--model", TINY, "--device", "cpu", "--out", str(report)])
+    assert rc == 0 and json.loads(report.read_text())["model"]["calibration"] == str(cal)
+    capsys.readouterr()
     assert main(["calibrate", *args[1:-2], "--compare", "nope", "--out", str(cal)]) == 2
     assert "not a method" in capsys.readouterr().err
 
