@@ -20,12 +20,14 @@ import random
 
 from locust import HttpUser, between, events, task
 
+from kronos_core.errors import ErrorCode
+
 PORTFOLIO = int(os.environ.get("KRONOS_LOAD_SYMBOLS", "50"))
 HORIZON = int(os.environ.get("KRONOS_LOAD_HORIZON", "8"))
 LOOKBACK = int(os.environ.get("KRONOS_LOAD_LOOKBACK", "128"))
 WAIT_S = tuple(float(x) for x in os.environ.get("KRONOS_LOAD_WAIT_S", "0.05,0.2").split(","))
 TIMEOUT_S = float(os.environ.get("KRONOS_LOAD_TIMEOUT_S", "330"))  # past the service's 300 s deadline
-LOST_CODES = ("replica_unavailable",)  # a series the service had to give up on: a failed request
+LOST_CODES = (ErrorCode.REPLICA_UNAVAILABLE.value,)  # a series the service had to give up on: a failed request
 
 _universe: list[str] = []
 outcomes = {"ok": 0, "shed": 0}

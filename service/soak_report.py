@@ -9,6 +9,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from kronos_core.errors import ErrorCode
 from service import soak_probe
 
 
@@ -29,7 +30,7 @@ def figures(locust: dict, counts: dict) -> dict:
         "requests_per_s": round(requests / run_s, 3), "series_per_s": locust["series_per_s"],
         "p50_ms": locust["p50_ms"], "p95_ms": locust["p95_ms"], "p99_ms": locust.get("p99_ms"),
         "max_ms": round(locust.get("max_ms") or 0), "shard_retries": counts["shard_retries"],
-        "series_lost": counts["errors"].get("replica_unavailable", 0),
+        "series_lost": counts["errors"].get(ErrorCode.REPLICA_UNAVAILABLE.value, 0),
         "service_forecast_200": counts["forecast_status"].get("200", 0),
         "service_series_forecast": counts["series_forecast"],
     }
