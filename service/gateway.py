@@ -370,37 +370,92 @@ class Gateway:
         return out
 
     # ------------------------------------------------------------------ running
-    async def _run_shard(self, shard: Shard, counters: dict[str, int]) -> ShardResult:
-        attempts = 0
+    async def _run_shard(self, shard: Shard, counters: dict[str, int], shard_timeout_s: float | None) -> ShardResult:
         self._shards_inflight += 1
         self.metrics.queue_depth.labels(stage="shards").set(self._shards_inflight)
         try:
-            while True:
-                try:
-                    res = await self.replicas.forecast_shard(shard)
-                    for rep in res.reports:
-                        self.metrics.record_batch(rep)
-                    return res
-                except ReplicaGone as exc:
-                    attempts += 1
-                    if attempts > self.settings.shard_retries:
-                        return ShardResult(shard.request_id, shard.index, "", None, None, None,
-                                           error=f"replica unavailable after {attempts} attempts: {exc}",
-                                           error_code=ErrorCode.REPLICA_UNAVAILABLE)
-                    counters["shard_retries"] += 1
-                    self.metrics.shard_retries.inc()
-                    log.warning("shard %s/%d: replica gone (%s); retry %d", shard.request_id, shard.index, exc, attempts)
-                    await asyncio.sleep(min(2.0, 0.2 * attempts))
+            return await self._send_until_answered(shard, counters, shard_timeout_s)
         finally:
             self._shards_inflight -= 1
             self.metrics.queue_depth.labels(stage="shards").set(self._shards_inflight)
+
+    async def _send_until_answered(self, shard: Shard, counters: dict[str, int],
+                                   shard_timeout_s: float | None) -> ShardResult:
+        """Sends ``shard`` until a replica answers it, at most ``shard_retries`` re-sends.
+
+        A replica that dies (``ReplicaGone``) gets its shard re-sent after a short backoff. A
+        replica that has not answered within ``shard_timeout_s`` gets a copy of the shard sent
+        while its own call is kept (a hedged request): the handle routes by queue length, so
+        the slow call, still counted on the slow replica, steers the copy to another one;
+        cancelling first would empty the slow replica's queue and invite the copy back to it.
+        The first answer wins and every other call is cancelled. The last allowed send waits
+        without a shard deadline (only the request's), so a uniformly slow service is not failed
+        by it. ``counters``: ``shard_retries`` (re-sends, both reasons), ``shard_timeouts``.
+        """
+        pending: set[asyncio.Future] = set()
+        sends, failure = 0, ""
+        try:
+            while True:
+                if sends == 0 or (not pending and failure):
+                    pending.add(asyncio.ensure_future(self.replicas.forecast_shard(shard)))
+                    sends += 1
+                last = sends > self.settings.shard_retries
+                done, pending = await asyncio.wait(pending, timeout=None if last else shard_timeout_s,
+                                                   return_when=asyncio.FIRST_COMPLETED)
+                if not done:  # the shard's replica is past the deadline: hedge on another
+                    counters["shard_timeouts"] += 1
+                    self.metrics.shard_timeouts.inc()
+                    self._count_retry(counters)
+                    log.warning("shard %s/%d: no answer within %.3g s; sending a copy (send %d)",
+                                shard.request_id, shard.index, shard_timeout_s, sends + 1)
+                    pending.add(asyncio.ensure_future(self.replicas.forecast_shard(shard)))
+                    sends += 1
+                    continue
+                answers = [t.result() for t in done if t.exception() is None]
+                for res in answers:  # a loser's batch reports are recorded too: each exactly once
+                    for rep in res.reports:
+                        self.metrics.record_batch(rep)
+                if answers:
+                    return answers[0]
+                for t in done:
+                    exc = t.exception()
+                    if not isinstance(exc, ReplicaGone):
+                        raise exc
+                    failure = str(exc)
+                if pending:
+                    continue  # a hedged copy may still answer
+                if last:
+                    return ShardResult(shard.request_id, shard.index, "", None, None, None,
+                                       error=f"replica unavailable after {sends} attempts: {failure}",
+                                       error_code=ErrorCode.REPLICA_UNAVAILABLE)
+                self._count_retry(counters)
+                log.warning("shard %s/%d: replica gone (%s); retry %d", shard.request_id, shard.index, failure, sends)
+                await asyncio.sleep(min(2.0, 0.2 * sends))
+        finally:
+            for t in pending:  # the slower copies: drop them where Ray still can
+                t.cancel()
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
+
+    def _count_retry(self, counters: dict[str, int]) -> None:
+        counters["shard_retries"] += 1
+        self.metrics.shard_retries.inc()
+
+    def shard_timeout(self, request_timeout_s: float) -> float | None:
+        """A shard's deadline: ``shard_timeout_s``, by default the request's deadline shared by
+        the shard's sends (``/ (shard_retries + 1)``). None with one replica: nowhere else to go."""
+        if self.num_replicas < 2 or self.settings.shard_retries == 0:
+            return None
+        if self.settings.shard_timeout_s is not None:
+            return min(self.settings.shard_timeout_s, request_timeout_s)
+        return request_timeout_s / (self.settings.shard_retries + 1)
 
     async def forecast(self, req: ForecastRequest, timeout_s: float | None = None) -> Outcome:
         """Run ``req``; past ``timeout_s`` (default: the ``request_timeout_s`` setting) raise
         ``DeadlineExceeded`` after cancelling every shard still pending or running."""
         timeout_s = self.settings.request_timeout_s if timeout_s is None else timeout_s
         try:
-            return await asyncio.wait_for(self._admit(req), timeout_s)
+            return await asyncio.wait_for(self._admit(req, self.shard_timeout(timeout_s)), timeout_s)
         except TimeoutError:
             self.metrics.record_error(ErrorCode.DEADLINE_EXCEEDED)
             raise DeadlineExceeded(
@@ -408,7 +463,7 @@ class Gateway:
                 "(ask fewer series, or raise KRONOS_REQUEST_TIMEOUT_S)"
             ) from None
 
-    async def _admit(self, req: ForecastRequest) -> Outcome:
+    async def _admit(self, req: ForecastRequest, shard_timeout_s: float | None = None) -> Outcome:
         if req.n_series > self.settings.max_symbols:
             field_name = "symbols" if req.symbols is not None else "series"
             raise RequestInvalid(field_name, f"{field_name}: {req.n_series} given, at most {self.settings.max_symbols} per request")
@@ -421,7 +476,7 @@ class Gateway:
         self._inflight += 1
         self.metrics.queue_depth.labels(stage="requests").set(self._inflight)
         try:
-            return await self._forecast(req)
+            return await self._forecast(req, shard_timeout_s)
         finally:
             self._inflight -= 1
             self.metrics.queue_depth.labels(stage="requests").set(self._inflight)
@@ -445,7 +500,8 @@ class Gateway:
         shards = [Shard(rid, i, prep.values[s], prep.x_ts[s], prep.y_ts[s], key) for i, s in enumerate(slices)]
         return slices, shards
 
-    async def _run_all(self, shards: list[Shard], counters: dict[str, int]) -> list[ShardResult]:
+    async def _run_all(self, shards: list[Shard], counters: dict[str, int],
+                       shard_timeout_s: float | None = None) -> list[ShardResult]:
         # Pull model: a request keeps only a few shards in flight (by default two per replica: one
         # running, one queued so the replica never idles between shards); the next shard goes to
         # the replica that frees up first (the handle routes to the shorter queue). Sending all
@@ -454,7 +510,7 @@ class Gateway:
 
         async def run(shard: Shard) -> ShardResult:
             async with in_flight:
-                return await self._run_shard(shard, counters)
+                return await self._run_shard(shard, counters, shard_timeout_s)
 
         tasks = [asyncio.ensure_future(run(s)) for s in shards]
         try:
@@ -465,7 +521,7 @@ class Gateway:
             await asyncio.gather(*tasks, return_exceptions=True)
             raise
 
-    async def _forecast(self, req: ForecastRequest) -> Outcome:
+    async def _forecast(self, req: ForecastRequest, shard_timeout_s: float | None = None) -> Outcome:
         t0 = time.perf_counter()
         info = await self.info()
         lookback = max(2, info.max_context - req.horizon) if req.lookback is None else req.lookback
@@ -479,8 +535,8 @@ class Gateway:
                 (["body", "series", i], self.public(e["message"])) for i, e in enumerate(prep.errors)
             ])
         slices, shards = self._shards(req, prep, info)
-        counters = {"shard_retries": 0}
-        results = await self._run_all(shards, counters)
+        counters = {"shard_retries": 0, "shard_timeouts": 0}
+        results = await self._run_all(shards, counters, shard_timeout_s)
         t_fc = time.perf_counter()
         out = gather_outcome(info.model, tuple(req.quantiles), prep, slices, results)
         out.calibrated = bool(shards) and shards[0].key.calibrate
@@ -497,7 +553,8 @@ class Gateway:
             "total_ms": round((time.perf_counter() - t0) * 1e3, 3),
             "series": float(len(out.symbols)),
             "shards": float(len(shards)),
-            "shard_retries": float(counters["shard_retries"]),
+            "shard_retries": float(counters["shard_retries"]),  # re-sends: replica gone or past shard_timeout_s
+            "shard_timeouts": float(counters["shard_timeouts"]),  # shard calls past shard_timeout_s (each hedged)
             "lookback": float(lookback),  # the window asked for; each series' own: history_length
         }
         return out

@@ -67,7 +67,13 @@ class Metrics:
             ["code"], registry=r,
         )
         self.shard_retries = Counter(
-            "kronos_shard_retries", "shards re-sent after their replica died or was unavailable",
+            "kronos_shard_retries", "shards re-sent: their replica died or was unavailable, or was past "
+            "the shard deadline (see kronos_shard_timeouts)",
+            registry=r,
+        )
+        self.shard_timeouts = Counter(
+            "kronos_shard_timeouts", "shard calls past the shard deadline (shard_timeout_s); each got a copy "
+            "sent to another replica",
             registry=r,
         )
         self.device_memory = Gauge(

@@ -8,6 +8,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import threading
+import time
+from dataclasses import dataclass
 from typing import Any
 
 from ray import serve
@@ -18,6 +21,45 @@ from service.shards import BatchReport, BatchRunner, ReplicaInfo, Shard, ShardRe
 log = logging.getLogger(__name__)
 
 CPU_DEFAULT_BUDGET = 2 << 30  # bytes a CPU replica plans one batch for
+
+
+@dataclass
+class InjectedFaults:
+    """Faults a test injects into one replica process; nothing in the service sets them.
+    ``shard_delay_s``: every shard received waits this long before it joins a batch (a slow
+    replica; cancellable, and clearing it releases the shards already waiting)."""
+
+    shard_delay_s: float = 0.0
+
+
+FAULTS = InjectedFaults()
+
+
+def inject_fault(_actor: Any = None, shard_delay_s: float | None = None, exit_after_s: float | None = None) -> dict:
+    """Test-only hook, run inside one replica's process through Ray's ``__ray_call__`` on its
+    actor (``ray.get(actor.__ray_call__.remote(inject_fault, shard_delay_s=30))``); never
+    reachable over HTTP. ``exit_after_s``: the process exits that many seconds later, as a crash
+    would (``os._exit``, no clean-up). Returns the faults now set."""
+    faults = _faults()
+    if shard_delay_s is not None:
+        faults.shard_delay_s = float(shard_delay_s)
+    if exit_after_s is not None:
+        log.warning("test fault: replica process %d exits in %.3g s", os.getpid(), exit_after_s)
+        threading.Timer(exit_after_s, os._exit, (1,)).start()
+    return {"shard_delay_s": faults.shard_delay_s, "pid": os.getpid()}
+
+
+def _faults() -> InjectedFaults:
+    """This process's ``FAULTS``, through the module (the replica class may be a pickled copy)."""
+    import service.replica
+
+    return service.replica.FAULTS
+
+
+async def _test_delay() -> None:
+    start = time.monotonic()
+    while time.monotonic() - start < _faults().shard_delay_s:
+        await asyncio.sleep(0.05)
 
 
 def _shard_tokens(shards: list[Shard]) -> int:
@@ -121,6 +163,8 @@ class Predictor:
         )
 
     async def forecast_shard(self, shard: Shard) -> ShardResult:
+        if _faults().shard_delay_s:
+            await _test_delay()
         self._pending += 1
         try:
             res = await self._batched(shard)

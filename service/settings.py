@@ -75,7 +75,15 @@ class Settings(BaseSettings):
     replica_max_ongoing: int = Field(16, ge=1, description="shards one replica holds at once (coalescing window)")
     replica_max_queued: int = Field(64, ge=1, description="shards queued per replica handle; beyond: 503")
     retry_after_s: int = Field(1, ge=1, description="Retry-After seconds sent with 503/429")
-    shard_retries: int = Field(3, ge=0, description="retries of a shard whose replica died")
+    shard_retries: int = Field(
+        3, ge=0, description="re-sends of a shard whose replica died or was past shard_timeout_s"
+    )
+    shard_timeout_s: float | None = Field(
+        None, gt=0,
+        description="a shard not answered within this many seconds gets a copy sent to another replica (the "
+        "first answer wins, the other call is cancelled); default: the request's deadline / (shard_retries + 1); "
+        "off with one replica or shard_retries 0",
+    )
     max_body_bytes: int = Field(
         128 * 1024 * 1024, ge=1024,
         description="request body limit in bytes; above it: 413, refused from Content-Length before the body is read",

@@ -164,3 +164,42 @@ class FakeReplicas:
 
     async def describe(self) -> ReplicaInfo:
         return self.info
+
+
+class RoutedReplicas:
+    """``Replicas`` shaped like a Serve handle over named replicas: each call goes to the
+    replica holding the fewest calls (Serve's power-of-two choice, which with two replicas
+    compares both queues), ties to the first listed. A replica in ``stalled`` never answers:
+    only cancellation ends its calls. Records (shard index, replica) of every call sent,
+    answered and cancelled."""
+
+    def __init__(self, names: tuple[str, ...] = ("slow", "fast"), stalled: tuple[str, ...] = ("slow",),
+                 info: ReplicaInfo | None = None):
+        self.runner = BatchRunner(FakePredictor(), "fake-replica", "cpu")
+        self.ongoing = dict.fromkeys(names, 0)
+        self.stalled = set(stalled)
+        self.info = info or fake_info()
+        self.sent: list[tuple[int, str]] = []
+        self.answered: list[tuple[int, str]] = []
+        self.cancelled: list[tuple[int, str]] = []
+
+    async def forecast_shard(self, shard: Shard) -> ShardResult:
+        name = min(self.ongoing, key=lambda n: self.ongoing[n])  # fewest calls held; ties: first listed
+        self.ongoing[name] += 1
+        self.sent.append((shard.index, name))
+        try:
+            if name in self.stalled:
+                await asyncio.Event().wait()
+            await asyncio.sleep(0.005)
+        except asyncio.CancelledError:
+            self.cancelled.append((shard.index, name))
+            raise
+        finally:
+            self.ongoing[name] -= 1
+        results, report = self.runner.run([shard])
+        results[0].reports = [report]
+        self.answered.append((shard.index, name))
+        return results[0]
+
+    async def describe(self) -> ReplicaInfo:
+        return self.info

@@ -8,7 +8,7 @@ import inspect
 
 import numpy as np
 import pytest
-from service_fakes import FakePredictor, FakeReplicas, FakeStore
+from service_fakes import FakePredictor, FakeReplicas, FakeStore, RoutedReplicas
 
 from kronos_core.data.store import KlineStore, SymbolError, WindowBatch
 from kronos_core.engine.generate import EngineStats
@@ -56,9 +56,9 @@ def test_replica_deployment_adapter_and_fake_are_replicas():
     from service.app import ServeReplicas
     from service.replica import Predictor
 
-    assert isinstance(FakeReplicas(), seams.Replicas)
+    assert isinstance(FakeReplicas(), seams.Replicas) and isinstance(RoutedReplicas(), seams.Replicas)
     assert isinstance(ServeReplicas(None, None, None), seams.Replicas)
-    for cls in (Predictor.func_or_class, ServeReplicas, FakeReplicas):
+    for cls in (Predictor.func_or_class, ServeReplicas, FakeReplicas, RoutedReplicas):
         _implements(cls, seams.Replicas)
 
 
