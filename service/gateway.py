@@ -12,6 +12,7 @@ import logging
 import math
 import os
 import re
+import statistics
 import time
 import uuid
 from collections.abc import Callable
@@ -108,6 +109,31 @@ class Outcome:
     histories: list[np.ndarray] = field(default_factory=list)  # (L, 6) input candles per series
     summaries: list[dict | None] = field(default_factory=list)  # risk summary per series, with summary
     summary: bool = False  # the request asked for summaries (the Arrow answer then has summary_* columns)
+
+
+DEFAULT_SHARD_TIMEOUT_S = 30.0  # shard_timeout_s unset: at most this (or the deadline / (shard_retries + 1))
+HEDGE_FACTOR = 3.0  # a call is slow past this many times the median answer time of the request's shards
+HEDGE_RECHECK_S = 1.0  # how often a waiting shard re-reads that median (other shards keep answering)
+
+
+@dataclass
+class ShardRun:
+    """One request's shard bookkeeping: the hedging rule's inputs and what ``timing`` reports.
+
+    A call is hedged (a copy sent to another replica) once it has waited ``shard_timeout_s``
+    AND ``HEDGE_FACTOR`` times the median answer time of the shards of this request answered
+    so far; not before any shard has been answered. A service slow everywhere (every shard
+    slow) is thus never hedged, only a replica slower than the others."""
+
+    shard_timeout_s: float | None  # None: never hedge
+    retries: int = 0  # re-sends: replica gone, or hedged
+    timeouts: int = 0  # calls hedged
+    latencies: list[float] = field(default_factory=list)  # s from a shard's first send to its answer
+
+    def hedge_after(self) -> float | None:
+        if self.shard_timeout_s is None or not self.latencies:
+            return None
+        return max(self.shard_timeout_s, HEDGE_FACTOR * statistics.median(self.latencies))
 
 
 def _to_ns(ts) -> np.ndarray:
@@ -370,52 +396,56 @@ class Gateway:
         return out
 
     # ------------------------------------------------------------------ running
-    async def _run_shard(self, shard: Shard, counters: dict[str, int], shard_timeout_s: float | None) -> ShardResult:
+    async def _run_shard(self, shard: Shard, run: ShardRun) -> ShardResult:
         self._shards_inflight += 1
         self.metrics.queue_depth.labels(stage="shards").set(self._shards_inflight)
         try:
-            return await self._send_until_answered(shard, counters, shard_timeout_s)
+            return await self._send_until_answered(shard, run)
         finally:
             self._shards_inflight -= 1
             self.metrics.queue_depth.labels(stage="shards").set(self._shards_inflight)
 
-    async def _send_until_answered(self, shard: Shard, counters: dict[str, int],
-                                   shard_timeout_s: float | None) -> ShardResult:
+    async def _send_until_answered(self, shard: Shard, run: ShardRun) -> ShardResult:
         """Sends ``shard`` until a replica answers it, at most ``shard_retries`` re-sends.
 
         A replica that dies (``ReplicaGone``) gets its shard re-sent after a short backoff. A
-        replica that has not answered within ``shard_timeout_s`` gets a copy of the shard sent
-        while its own call is kept (a hedged request): the handle routes by queue length, so
-        the slow call, still counted on the slow replica, steers the copy to another one;
-        cancelling first would empty the slow replica's queue and invite the copy back to it.
-        The first answer wins and every other call is cancelled. The last allowed send waits
-        without a shard deadline (only the request's), so a uniformly slow service is not failed
-        by it. ``counters``: ``shard_retries`` (re-sends, both reasons), ``shard_timeouts``.
+        call unanswered past ``run.hedge_after()`` gets a copy of the shard sent while the call
+        is kept (a hedged request): the handle routes by queue length, so the slow call, still
+        counted on the slow replica, steers the copy to another one; cancelling first would
+        empty the slow replica's queue and invite the copy back to it. The first answer wins
+        and every other call is cancelled. The last allowed send waits without a shard deadline.
         """
+        loop = asyncio.get_running_loop()
         pending: set[asyncio.Future] = set()
-        sends, failure = 0, ""
+        sends, failure, first_sent, sent_at = 0, "", loop.time(), loop.time()
         try:
             while True:
                 if sends == 0 or (not pending and failure):
                     pending.add(asyncio.ensure_future(self.replicas.forecast_shard(shard)))
-                    sends += 1
+                    sends, sent_at = sends + 1, loop.time()
                 last = sends > self.settings.shard_retries
-                done, pending = await asyncio.wait(pending, timeout=None if last else shard_timeout_s,
-                                                   return_when=asyncio.FIRST_COMPLETED)
-                if not done:  # the shard's replica is past the deadline: hedge on another
-                    counters["shard_timeouts"] += 1
-                    self.metrics.shard_timeouts.inc()
-                    self._count_retry(counters)
-                    log.warning("shard %s/%d: no answer within %.3g s; sending a copy (send %d)",
-                                shard.request_id, shard.index, shard_timeout_s, sends + 1)
-                    pending.add(asyncio.ensure_future(self.replicas.forecast_shard(shard)))
-                    sends += 1
+                due = None if last else run.hedge_after()
+                wait_s = None if last or run.shard_timeout_s is None else HEDGE_RECHECK_S
+                if due is not None:
+                    wait_s = min(HEDGE_RECHECK_S, max(0.0, due - (loop.time() - sent_at)))
+                done, pending = await asyncio.wait(pending, timeout=wait_s, return_when=asyncio.FIRST_COMPLETED)
+                if not done:
+                    due = None if last else run.hedge_after()
+                    if due is not None and loop.time() - sent_at >= due:  # slow: hedge on another replica
+                        run.timeouts += 1
+                        self.metrics.shard_timeouts.inc()
+                        self._count_retry(run)
+                        log.warning("shard %s/%d: no answer within %.3g s; sending a copy (send %d)",
+                                    shard.request_id, shard.index, due, sends + 1)
+                        pending.add(asyncio.ensure_future(self.replicas.forecast_shard(shard)))
+                        sends, sent_at = sends + 1, loop.time()
                     continue
                 answers = [t.result() for t in done if t.exception() is None]
                 for res in answers:  # a loser's batch reports are recorded too: each exactly once
                     for rep in res.reports:
                         self.metrics.record_batch(rep)
                 if answers:
+                    run.latencies.append(loop.time() - first_sent)
                     return answers[0]
                 for t in done:
                     exc = t.exception()
@@ -428,7 +458,7 @@ class Gateway:
                     return ShardResult(shard.request_id, shard.index, "", None, None, None,
                                        error=f"replica unavailable after {sends} attempts: {failure}",
                                        error_code=ErrorCode.REPLICA_UNAVAILABLE)
-                self._count_retry(counters)
+                self._count_retry(run)
                 log.warning("shard %s/%d: replica gone (%s); retry %d", shard.request_id, shard.index, failure, sends)
                 await asyncio.sleep(min(2.0, 0.2 * sends))
         finally:
@@ -437,18 +467,19 @@ class Gateway:
             if pending:
                 await asyncio.gather(*pending, return_exceptions=True)
 
-    def _count_retry(self, counters: dict[str, int]) -> None:
-        counters["shard_retries"] += 1
+    def _count_retry(self, run: ShardRun) -> None:
+        run.retries += 1
         self.metrics.shard_retries.inc()
 
     def shard_timeout(self, request_timeout_s: float) -> float | None:
-        """A shard's deadline: ``shard_timeout_s``, by default the request's deadline shared by
-        the shard's sends (``/ (shard_retries + 1)``). None with one replica: nowhere else to go."""
+        """The least a shard's call waits before it may be hedged: ``shard_timeout_s``, by
+        default 30 s or the request's deadline shared by the shard's sends (``/ (shard_retries
+        + 1)``), whichever is less. None with one replica: there is nowhere else to go."""
         if self.num_replicas < 2 or self.settings.shard_retries == 0:
             return None
         if self.settings.shard_timeout_s is not None:
             return min(self.settings.shard_timeout_s, request_timeout_s)
-        return request_timeout_s / (self.settings.shard_retries + 1)
+        return min(DEFAULT_SHARD_TIMEOUT_S, request_timeout_s / (self.settings.shard_retries + 1))
 
     async def forecast(self, req: ForecastRequest, timeout_s: float | None = None) -> Outcome:
         """Run ``req``; past ``timeout_s`` (default: the ``request_timeout_s`` setting) raise
@@ -500,19 +531,18 @@ class Gateway:
         shards = [Shard(rid, i, prep.values[s], prep.x_ts[s], prep.y_ts[s], key) for i, s in enumerate(slices)]
         return slices, shards
 
-    async def _run_all(self, shards: list[Shard], counters: dict[str, int],
-                       shard_timeout_s: float | None = None) -> list[ShardResult]:
+    async def _run_all(self, shards: list[Shard], run: ShardRun) -> list[ShardResult]:
         # Pull model: a request keeps only a few shards in flight (by default two per replica: one
         # running, one queued so the replica never idles between shards); the next shard goes to
         # the replica that frees up first (the handle routes to the shorter queue). Sending all
         # shards at once let the router pile 3 of 4 on one replica while the other idled.
         in_flight = asyncio.Semaphore(max(1, self.num_replicas * self.settings.shards_in_flight_per_replica))
 
-        async def run(shard: Shard) -> ShardResult:
+        async def one(shard: Shard) -> ShardResult:
             async with in_flight:
-                return await self._run_shard(shard, counters, shard_timeout_s)
+                return await self._run_shard(shard, run)
 
-        tasks = [asyncio.ensure_future(run(s)) for s in shards]
+        tasks = [asyncio.ensure_future(one(s)) for s in shards]
         try:
             return list(await asyncio.gather(*tasks))
         except BaseException:  # cancelled (client gone) or overloaded: stop the other shards
@@ -535,8 +565,8 @@ class Gateway:
                 (["body", "series", i], self.public(e["message"])) for i, e in enumerate(prep.errors)
             ])
         slices, shards = self._shards(req, prep, info)
-        counters = {"shard_retries": 0, "shard_timeouts": 0}
-        results = await self._run_all(shards, counters, shard_timeout_s)
+        run = ShardRun(shard_timeout_s)
+        results = await self._run_all(shards, run)
         t_fc = time.perf_counter()
         out = gather_outcome(info.model, tuple(req.quantiles), prep, slices, results)
         out.calibrated = bool(shards) and shards[0].key.calibrate
@@ -553,8 +583,8 @@ class Gateway:
             "total_ms": round((time.perf_counter() - t0) * 1e3, 3),
             "series": float(len(out.symbols)),
             "shards": float(len(shards)),
-            "shard_retries": float(counters["shard_retries"]),  # re-sends: replica gone or past shard_timeout_s
-            "shard_timeouts": float(counters["shard_timeouts"]),  # shard calls past shard_timeout_s (each hedged)
+            "shard_retries": float(run.retries),  # re-sends: replica gone, or slow (hedged)
+            "shard_timeouts": float(run.timeouts),  # shard calls past their deadline, each hedged
             "lookback": float(lookback),  # the window asked for; each series' own: history_length
         }
         return out

@@ -80,9 +80,10 @@ class Settings(BaseSettings):
     )
     shard_timeout_s: float | None = Field(
         None, gt=0,
-        description="a shard not answered within this many seconds gets a copy sent to another replica (the "
-        "first answer wins, the other call is cancelled); default: the request's deadline / (shard_retries + 1); "
-        "off with one replica or shard_retries 0",
+        description="a shard call unanswered this long, and 3 times as long as the median answer of the "
+        "request's shards answered so far, gets a copy sent to another replica (the first answer wins, the "
+        "other call is cancelled); default: 30 s or the request's deadline / (shard_retries + 1), whichever is "
+        "less; off with one replica or shard_retries 0",
     )
     max_body_bytes: int = Field(
         128 * 1024 * 1024, ge=1024,

@@ -37,7 +37,7 @@ def test_slow_replica_its_shards_are_answered_by_the_other(live_service):
     live_service.settle()
     slow, fast = sorted(live_service.replica_ongoing())
     symbols = live_service.store.symbols()[:200]
-    deadline_s = 60  # X-Kronos-Timeout-S: with shard_retries=5 a shard's deadline is 60 / 6 = 10 s
+    deadline_s = 60  # X-Kronos-Timeout-S: with shard_retries=5 a shard waits at least 60 / 6 = 10 s
     timeouts0 = live_service.metric("kronos_shard_timeouts_total")
     retries0 = live_service.metric("kronos_shard_retries_total")
     unavailable0 = live_service.metric("kronos_errors_total", {"code": "replica_unavailable"})

@@ -169,17 +169,17 @@ class FakeReplicas:
 class RoutedReplicas:
     """``Replicas`` shaped like a Serve handle over named replicas: each call goes to the
     replica holding the fewest calls (Serve's power-of-two choice, which with two replicas
-    compares both queues), ties to the first listed. A replica in ``stalled`` never answers:
-    only cancellation ends its calls. Records (shard index, replica) of every call sent,
-    answered and cancelled."""
+    compares both queues), ties to the first listed. ``delays``: seconds a replica takes to
+    answer, None for one that never answers (only cancellation ends its calls). Records (shard
+    index, replica) of every call sent, answered and cancelled, and when each was sent."""
 
-    def __init__(self, names: tuple[str, ...] = ("slow", "fast"), stalled: tuple[str, ...] = ("slow",),
-                 info: ReplicaInfo | None = None):
+    def __init__(self, delays: dict[str, float | None] | None = None, info: ReplicaInfo | None = None):
         self.runner = BatchRunner(FakePredictor(), "fake-replica", "cpu")
-        self.ongoing = dict.fromkeys(names, 0)
-        self.stalled = set(stalled)
+        self.delays = delays if delays is not None else {"slow": None, "fast": 0.005}
+        self.ongoing = dict.fromkeys(self.delays, 0)
         self.info = info or fake_info()
         self.sent: list[tuple[int, str]] = []
+        self.sent_at: list[float] = []  # event-loop time of each call in ``sent``
         self.answered: list[tuple[int, str]] = []
         self.cancelled: list[tuple[int, str]] = []
 
@@ -187,10 +187,11 @@ class RoutedReplicas:
         name = min(self.ongoing, key=lambda n: self.ongoing[n])  # fewest calls held; ties: first listed
         self.ongoing[name] += 1
         self.sent.append((shard.index, name))
+        self.sent_at.append(asyncio.get_running_loop().time())
         try:
-            if name in self.stalled:
+            if self.delays[name] is None:
                 await asyncio.Event().wait()
-            await asyncio.sleep(0.005)
+            await asyncio.sleep(self.delays[name])
         except asyncio.CancelledError:
             self.cancelled.append((shard.index, name))
             raise
