@@ -7,6 +7,7 @@ app builder used by ``kronos serve`` and the Serve config files
 import asyncio
 import logging
 import math
+import os
 import time
 from typing import Annotated
 
@@ -63,6 +64,7 @@ install_docs(api)
 
 MAX_SYMBOL_OFFSET = 2**31 - 1  # /v1/symbols offset ceiling: bounded so that no answer holds a >64-bit int
 _METRICS: Metrics | None = None  # the ingress's metrics, for the middleware below
+_GATEWAY_ID: str | None = None  # this gateway replica's Serve id, sent back as X-Kronos-Gateway
 
 
 # both sit inside the latency middleware below, so that their 413s and 503s are observed too
@@ -96,12 +98,15 @@ _KEYS = {  # only when API keys are configured (off by default)
 
 @api.middleware("http")
 async def _observe(request: Request, call_next):
-    """Latency histogram by route template, method and status."""
+    """Latency histogram by route template, method and status; names the gateway replica that
+    answered (``X-Kronos-Gateway``, one of several when ``gateway_replicas`` > 1)."""
     t0 = time.perf_counter()
     status = 500
     try:
         response = await call_next(request)
         status = response.status_code
+        if _GATEWAY_ID is not None:
+            response.headers["X-Kronos-Gateway"] = _GATEWAY_ID
         return response
     finally:
         if _METRICS is not None:
@@ -179,6 +184,33 @@ class ServeReplicas:
         raise AssertionError("unreachable")
 
 
+# defined before Ingress: serve.ingress pickles the class (by value) where it is decorated
+def _replica_id() -> str | None:
+    try:
+        return serve.get_replica_context().replica_tag
+    except Exception:  # not inside a Serve replica (a test building the class by hand)
+        return None
+
+
+def _shared_metrics(settings: Settings) -> Metrics:
+    """The gateway's metrics in the folder the node's gateway replicas share (one per app and
+    Ray node, named after the node). Gauges of gateways that were killed are dropped first, and
+    a drain marker left by an app that is gone (no live gateway wrote here) is removed."""
+    import ray
+
+    from service.lifecycle import DRAIN_MARKER
+    from service.metrics import file_pids, forget_dead_processes, use_shared_dir
+
+    shared = use_shared_dir(settings.gateway_shared_dir(ray.get_runtime_context().get_node_id()))
+    forget_dead_processes(shared)
+    others = file_pids(shared) - {os.getpid()}
+    alive_gateways = {p for p in others if (shared / f"gauge_livesum_{p}.db").exists()}
+    if not alive_gateways:
+        (shared / DRAIN_MARKER).unlink(missing_ok=True)
+    log.info("gateway metrics in %s (%d other gateway(s) there)", shared, len(alive_gateways))
+    return Metrics(shared_dir=shared)
+
+
 @serve.deployment(name="Gateway", ray_actor_options={"num_cpus": 0})
 @serve.ingress(api)
 class Ingress:
@@ -189,7 +221,7 @@ class Ingress:
         self.handle = predictor
         self.num_replicas = num_replicas
         self.store = KlineStore(settings.resolved_store_dir())
-        self.metrics = Metrics()
+        self.metrics = _shared_metrics(settings)
         self.replicas = ServeReplicas(predictor, settings, self.metrics)
         self.gateway = Gateway(settings, self.store, self.replicas, self.metrics, num_replicas)
         self._symbols: list[str] | None = None
@@ -199,24 +231,35 @@ class Ingress:
         import service.app as app_module
 
         app_module._METRICS = self.metrics
+        app_module._GATEWAY_ID = _replica_id()
         import service.limits
 
         service.limits.LIMITS.max_body_bytes = settings.max_body_bytes
-        _lifecycle().retry_after_s = settings.retry_after_s
+        state = _lifecycle()
+        state.retry_after_s = settings.retry_after_s
+        state.shared_dir, state.gauge = self.metrics.shared_dir, self.metrics.http_in_flight
         import service.auth
 
         service.auth.RING = service.auth.load_keyring(settings)
 
     # ------------------------------------------------------------ shutdown control (handle calls)
+    def __del__(self):
+        """Serve stops this replica: its in-flight gauges leave the shared metrics (counts stay)."""
+        metrics = getattr(self, "metrics", None)  # None: __init__ failed before making them
+        if metrics is not None:
+            metrics.close()
+
     async def drain(self) -> int:
-        """Stop taking work: new requests get 503, /readyz is not ready. Returns requests in flight."""
-        state = _lifecycle()
-        state.draining = True
-        log.info("gateway draining: %d request(s) in flight", state.active)
-        return state.active
+        """Stop taking work on every gateway of the node: new requests get 503, /readyz is not
+        ready. Returns the requests in flight, summed over the gateways."""
+        _lifecycle().start_drain()
+        active = await self.in_flight()
+        log.info("gateways draining: %d request(s) in flight", active)
+        return active
 
     async def in_flight(self) -> int:
-        return _lifecycle().active
+        """HTTP requests in flight over all gateway replicas of the node."""
+        return int(await asyncio.to_thread(self.metrics.total, "kronos_http_requests_in_flight"))
 
     def _overloaded(self, exc: Overloaded) -> Response:
         return _json(
@@ -294,7 +337,7 @@ class Ingress:
     @api.get("/readyz", response_model=Readiness,
              responses={503: {"model": Readiness, "description": "not ready: no replica yet, or shutting down"}})
     async def readyz(self) -> Response:
-        if _lifecycle().draining:
+        if _lifecycle().is_draining():
             return _json({"ready": False, "replicas_ready": 0, "replicas_target": self.num_replicas,
                           "detail": "shutting down"}, 503)
         running, detail = 0, ""
@@ -358,7 +401,12 @@ def build_app(args: Settings) -> serve.Application:
         max_queued_requests=settings.replica_max_queued,
         graceful_shutdown_timeout_s=settings.shutdown_grace_s,
     ).bind(settings)
+    gateway_opts: dict = {"num_cpus": 0}
+    if settings.gateway_resource:  # pin every gateway to the node that has it (they share metric files)
+        gateway_opts["resources"] = {settings.gateway_resource: 0.001}
     ingress = Ingress.options(
+        num_replicas=settings.gateway_replicas,
+        ray_actor_options=gateway_opts,
         max_ongoing_requests=settings.max_inflight_requests + 64,  # beyond: the gateway answers 503 itself
         graceful_shutdown_timeout_s=settings.shutdown_grace_s,  # Serve (KubeRay) lets requests finish
     )

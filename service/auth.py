@@ -104,11 +104,15 @@ def parse_keys(text: str, source: str) -> list[ApiKey]:
 
 
 class KeyRing:
-    """The configured keys and their rate buckets (per gateway process)."""
+    """The configured keys and their rate buckets (per gateway process).
 
-    def __init__(self, keys: list[ApiKey], burst_s: float = 10.0):
+    With ``share`` gateway replicas each bucket fills at ``series_per_s / share`` and holds that
+    share of the burst: Serve's proxies spread requests evenly over the gateways, so the key's
+    total stays at its ``series_per_s`` without a shared counter on the request path."""
+
+    def __init__(self, keys: list[ApiKey], burst_s: float = 10.0, share: int = 1):
         self.keys = {k.sha256: k for k in keys}
-        self.buckets = {k.name: TokenBucket(k.series_per_s, k.series_per_s * burst_s)
+        self.buckets = {k.name: TokenBucket(k.series_per_s / share, k.series_per_s * burst_s / share)
                         for k in keys if k.series_per_s}
 
     @property
@@ -144,7 +148,7 @@ def load_keyring(settings) -> KeyRing:
         except OSError as exc:
             raise KeyFileError(f"KRONOS_API_KEYS_FILE {path}: cannot read it ({exc.strerror})") from None
         keys += parse_keys(text, str(path))
-    return KeyRing(keys, settings.rate_burst_s)
+    return KeyRing(keys, settings.rate_burst_s, share=settings.gateway_replicas)
 
 
 def _presented_key(scope) -> str | None:

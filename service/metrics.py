@@ -1,16 +1,29 @@
 """Prometheus metrics of the service, all prefixed ``kronos_``.
 
-One exporter, in the gateway (the single ingress): replicas do not export anything
-themselves; they return a ``BatchReport`` per device batch with their shard results and
-the gateway records it here, labelled by replica id. Each batch is reported exactly once
-(a replica hands a pending report to the next result it returns), so several replicas are
-never double counted and one scrape target sees the whole service.
+Only the gateway records metrics: predictor replicas export nothing themselves; they return a
+``BatchReport`` per device batch with their shard results and the gateway that receives it
+records it here, labelled by replica id. Each batch is reported exactly once (a replica hands a
+pending report to the next result it returns, whichever gateway asked), so nothing is counted
+twice.
+
+Several gateway replicas (``KRONOS_GATEWAY_REPLICAS``) share one set of metrics through
+prometheus_client's multiprocess mode: every gateway process on a node writes its values to
+memory-mapped files in one folder (``shared_dir``), and ``/metrics`` on any gateway answers the
+sum over all of them (``MultiProcessCollector``). Counters and histograms of a gateway that
+died stay in its files, so no count is lost; gauges say how they combine (``multiprocess_mode``:
+``livesum`` for work in flight, ``mostrecent`` for a replica's last report). The files are per
+node: gateway replicas must share one node (docs/service.md, "Several gateway replicas").
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+import os
+import re
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, values
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
 from kronos_core.errors import ErrorCode
 from service.shards import BatchReport
@@ -21,10 +34,60 @@ BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 
-class Metrics:
-    """The service's metrics in their own registry (so tests can build several)."""
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"  # prometheus_client's switch to its multiprocess mode
+_FILE_PID = re.compile(r"_(\d+)\.db$")
 
-    def __init__(self, registry: CollectorRegistry | None = None):
+
+def use_shared_dir(path: str | Path) -> Path:
+    """Switch this process's prometheus_client to multiprocess mode writing under ``path``.
+
+    prometheus_client picks its value store when it is imported, from ``PROMETHEUS_MULTIPROC_DIR``.
+    A gateway's folder is known only once its actor runs (it names the node), so the variable is
+    set here and the value store picked again; metrics made afterwards write to ``path``. Metrics
+    made before this call (none in a gateway process) would stay private to the process.
+    """
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    os.environ[MULTIPROC_ENV] = str(path)
+    values.ValueClass = values.get_value_class()
+    if values.ValueClass is values.MutexValue:  # pragma: no cover - prometheus_client changed its switch
+        raise RuntimeError(f"prometheus_client did not switch to multiprocess mode with {MULTIPROC_ENV}={path}")
+    return path
+
+
+def file_pids(path: Path) -> set[int]:
+    """Processes that have written metric files in ``path`` (from the files' names)."""
+    return {int(m.group(1)) for f in path.glob("*.db") if (m := _FILE_PID.search(f.name))}
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, owned by another user
+        return True
+    return True
+
+
+def forget_dead_processes(path: Path) -> list[int]:
+    """Drop the live gauges (``livesum``) of gateway processes that died without saying so (a
+    killed actor): their work in flight is gone. Their counters and histograms stay. Returns
+    the pids dropped."""
+    live_files = {int(m.group(1)) for f in path.glob("gauge_live*.db") if (m := _FILE_PID.search(f.name))}
+    dead = sorted(pid for pid in live_files if pid != os.getpid() and not pid_alive(pid))
+    for pid in dead:
+        mark_process_dead(pid, str(path))
+    return dead
+
+
+class Metrics:
+    """The service's metrics: in their own registry (so tests can build several), or, with
+    ``shared_dir``, in prometheus_client's multiprocess files shared by all gateway processes
+    (``exposition`` then sums every process's values)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None, shared_dir: str | Path | None = None):
+        self.shared_dir = use_shared_dir(shared_dir) if shared_dir is not None else None
         self.registry = registry or CollectorRegistry()
         r = self.registry
         self.request_seconds = Histogram(
@@ -56,11 +119,11 @@ class Metrics:
             "kronos_queue_depth",
             "work waiting: stage=requests (forecast requests in the gateway), "
             "stage=shards (shards sent to replicas, not answered)",
-            ["stage"], registry=r,
+            ["stage"], registry=r, multiprocess_mode="livesum",
         )
         self.replica_queue_depth = Gauge(
             "kronos_replica_queue_depth", "shards waiting at a replica when its last batch started",
-            ["replica"], registry=r,
+            ["replica"], registry=r, multiprocess_mode="mostrecent",
         )
         self.errors = Counter(
             "kronos_errors", "errors by machine-readable code (per symbol or per request)",
@@ -80,12 +143,18 @@ class Metrics:
             "kronos_device_memory_bytes",
             "device memory per replica after its last batch (kind: allocated, reserved, peak; "
             "on CPU: process RSS, RSS, peak RSS)",
-            ["replica", "device", "kind"], registry=r,
+            ["replica", "device", "kind"], registry=r, multiprocess_mode="mostrecent",
         )
         self.replicas_ready = Gauge(
             "kronos_replicas_ready", "predictor replicas that answered the last readiness probe",
-            registry=r,
+            registry=r, multiprocess_mode="mostrecent",
         )
+        self.http_in_flight = Gauge(
+            "kronos_http_requests_in_flight",
+            "HTTP requests inside the gateways (all routes but probes and /metrics), summed over gateways",
+            registry=r, multiprocess_mode="livesum",
+        )
+        self.http_in_flight.set(0)
         for stage in ("requests", "shards"):
             self.queue_depth.labels(stage=stage).set(0)
 
@@ -106,4 +175,22 @@ class Metrics:
             self.errors.labels(code=ErrorCode(code).value).inc(n)
 
     def exposition(self) -> bytes:
-        return generate_latest(self.registry)
+        """The text format of every metric: this registry's, or in multiprocess mode the sum
+        over all gateway processes that wrote to ``shared_dir``."""
+        return generate_latest(self._collecting_registry())
+
+    def total(self, name: str) -> float:
+        """Sum of the samples called ``name`` (over labels, and over gateway processes)."""
+        return sum(s.value for fam in self._collecting_registry().collect() for s in fam.samples if s.name == name)
+
+    def _collecting_registry(self) -> CollectorRegistry:
+        if self.shared_dir is None:
+            return self.registry
+        reg = CollectorRegistry()
+        MultiProcessCollector(reg, path=str(self.shared_dir))
+        return reg
+
+    def close(self) -> None:
+        """This gateway process is going away: drop its live gauges (its counts stay)."""
+        if self.shared_dir is not None:
+            mark_process_dead(os.getpid(), str(self.shared_dir))

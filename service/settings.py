@@ -62,6 +62,21 @@ class Settings(BaseSettings):
         None, gt=0, description="token budget of one coalesced device batch; default: from the device budget"
     )
     batch_wait_timeout_s: float = Field(0.005, ge=0, description="how long a replica waits to coalesce shards")
+    gateway_replicas: int = Field(
+        1, ge=1,
+        description="ingress (gateway) replicas: request parsing, window reads and response encoding scale out "
+        "over them; they share one metrics folder, so they must run on one node (see gateway_resource)",
+    )
+    gateway_resource: str | None = Field(
+        None,
+        description="custom Ray resource every gateway replica asks 0.001 of, so that they all land on the node "
+        "that has it (give it to the head node only: `ray start --resources '{\"kronos_gateway\": 1}'`)",
+    )
+    metrics_dir: str | None = Field(
+        None,
+        description="folder under which the gateway replicas of a node share their metric files "
+        "(prometheus_client multiprocess mode, one sub-folder per app and Ray node); default: the system temp folder",
+    )
     shards_per_replica: int = Field(8, ge=1, description="target shards per replica for one request")
     shards_in_flight_per_replica: int = Field(
         2, ge=1,
@@ -71,7 +86,9 @@ class Settings(BaseSettings):
 
     # -- limits and back-pressure
     max_symbols: int = Field(10_000, ge=1, description="symbols (or inline series) per request")
-    max_inflight_requests: int = Field(32, ge=1, description="forecast requests in flight at the gateway; beyond: 503")
+    max_inflight_requests: int = Field(
+        32, ge=1, description="forecast requests in flight at each gateway replica; beyond: 503",
+    )
     replica_max_ongoing: int = Field(16, ge=1, description="shards one replica holds at once (coalescing window)")
     replica_max_queued: int = Field(64, ge=1, description="shards queued per replica handle; beyond: 503")
     retry_after_s: int = Field(1, ge=1, description="Retry-After seconds sent with 503/429")
@@ -105,7 +122,8 @@ class Settings(BaseSettings):
 
     # -- API keys and rate limits (off unless keys are given; see service/auth.py for the format)
     api_keys: str | None = Field(
-        None, description="SHA-256-hashed API keys, lines (or ';'-separated) 'sha256 name routes series_per_s'",
+        None, description="SHA-256-hashed API keys, lines (or ';'-separated) 'sha256 name routes series_per_s'; "
+        "each of the gateway_replicas gateways enforces series_per_s / gateway_replicas",
     )
     api_keys_file: str | None = Field(None, description="file of SHA-256-hashed API keys, same format")
     rate_burst_s: float = Field(
@@ -132,6 +150,15 @@ class Settings(BaseSettings):
         from kronos_core.data.sample_store import default_sample_store
 
         return str(default_sample_store())
+
+    def gateway_shared_dir(self, node_id: str) -> str:
+        """The folder the gateway replicas on Ray node ``node_id`` share (metrics, drain marker):
+        one per app and node, so that separate Ray instances on one machine never mix."""
+        import tempfile
+        from pathlib import Path
+
+        root = Path(self.metrics_dir) if self.metrics_dir else Path(tempfile.gettempdir()) / "kronos-metrics"
+        return str(root / f"{self.app_name}-{node_id[:16]}")
 
     def resolved_num_replicas(self, num_gpus: int) -> int:
         if self.num_replicas:

@@ -1,6 +1,8 @@
 """One real Ray Serve app for the whole integration session: local Ray (started once),
 the bundled model, the bundled sample store (``KRONOS_STORE_DIR`` overrides it), two CPU
-predictor replicas with the default dispatch settings, and real HTTP on a free loopback port.
+predictor replicas with the default dispatch settings, TWO gateway (ingress) replicas sharing
+their metrics, and real HTTP on a free loopback port. Every test goes through both gateways
+(Serve's proxy spreads the requests), so every metric check also checks the shared metrics.
 
 Tests do not assume what an earlier test left behind: ``LiveService.settle()`` waits until no
 shard is queued or running anywhere and every replica has handed over its batch reports."""
@@ -42,8 +44,17 @@ class LiveService:
                     total = (total or 0.0) + s.value
         return total or 0.0
 
+    def scrape(self) -> tuple[str, str]:
+        """(gateway replica that answered, /metrics text)."""
+        r = self.client.get("/metrics")
+        assert r.status_code == 200, r.text[:300]
+        return r.headers["X-Kronos-Gateway"], r.text
+
     def replica_actors(self) -> list[tuple[str, str]]:
         return predictor_replica_actors()
+
+    def gateway_actors(self) -> list[tuple[str, str]]:
+        return serve_replica_actors("Gateway")
 
     def replica_ongoing(self) -> dict[str, int]:
         """Requests each live Predictor replica is holding (running or queued), asked of the
@@ -105,11 +116,16 @@ class LiveService:
 def predictor_replica_actors() -> list[tuple[str, str]]:
     """(namespace, name) of the live Predictor replica actors (Serve names them
     ``SERVE_REPLICA::<app>#Predictor#<replica id>``)."""
+    return serve_replica_actors("Predictor")
+
+
+def serve_replica_actors(deployment: str) -> list[tuple[str, str]]:
+    """(namespace, name) of the live replica actors of a deployment (Predictor, Gateway)."""
     import ray
 
     names = ray.util.list_named_actors(all_namespaces=True)
     return [(a["namespace"], a["name"]) for a in names
-            if a["name"].startswith("SERVE_REPLICA::") and "#Predictor#" in a["name"]]
+            if a["name"].startswith("SERVE_REPLICA::") and f"#{deployment}#" in a["name"]]
 
 
 def init_ray(attempts: int = 3) -> None:
@@ -129,7 +145,7 @@ def init_ray(attempts: int = 3) -> None:
 
 
 @pytest.fixture(scope="session")
-def live_service():
+def live_service(tmp_path_factory):
     import ray
 
     from kronos_core.data.store import KlineStore
@@ -137,7 +153,9 @@ def live_service():
 
     settings = Settings().model_copy(update=dict(
         num_replicas=2, replica_cpus=1, device="cpu", port=free_port(),
-        max_inflight_requests=4,  # small, so that the overload test can reach it
+        gateway_replicas=2,  # metrics summed over both gateways (prometheus_client multiprocess files)
+        metrics_dir=str(tmp_path_factory.mktemp("gateway-metrics")),
+        max_inflight_requests=4,  # per gateway; small, so that the overload test can reach it
         shard_retries=5,
         # dispatch (shards_per_replica, shards_in_flight_per_replica, batching) stays at the defaults
     ))
