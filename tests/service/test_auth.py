@@ -138,3 +138,15 @@ def test_public_host_without_keys_warns_and_bad_keys_stop_serve(tmp_path, capsys
     monkeypatch.setenv("KRONOS_API_KEYS", "not-a-hash ops * -")
     assert run(_serve_args("--model-dir", missing)) == 2
     assert "invalid API keys" in capsys.readouterr().err and OPS not in err
+
+
+def test_each_of_several_gateways_allows_its_share_of_the_rate():
+    """Two gateway replicas: each bucket holds half the burst and fills at half the rate, so the
+    key's rate over both stays at its series/s."""
+    one = KeyRing(parse_keys(_keys_text(), "test"), burst_s=1.0)
+    two = KeyRing(parse_keys(_keys_text(), "test"), burst_s=1.0, share=2)
+    alice = two.lookup(ALICE)
+    assert two.buckets[alice.name].rate * 2 == one.buckets[alice.name].rate
+    assert two.buckets[alice.name].capacity * 2 == one.buckets[alice.name].capacity
+    assert two.throttle(alice, 75) == 0.0
+    assert 0.4 < two.throttle(alice, 1) <= 0.5  # 25 series of debt at 50/s (one gateway alone: none)

@@ -93,3 +93,22 @@ def test_serve_config_args_are_valid_settings():
             assert app["import_path"] == "service.app:build_app"
             Settings(**app["args"])  # the typed builder validates its args into Settings
     Settings.model_validate({"max_inflight_requests": 5})
+
+
+def test_gateway_replicas_flag_and_the_builder_pin_them():
+    import argparse
+
+    from service import cli
+    from service.app import build_app
+
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    s = cli.settings_from_args(parser.parse_args(["--gateway-replicas", "3", "--device", "cpu", "--replicas", "1"]))
+    assert s.gateway_replicas == 3
+    gateway = build_app(s)._bound_deployment
+    assert gateway.num_replicas == 3 and "resources" not in gateway.ray_actor_options
+    pinned = build_app(s.model_copy(update={"gateway_resource": "kronos_gateway"}))._bound_deployment
+    assert pinned.ray_actor_options["resources"] == {"kronos_gateway": 0.001}
+    # one folder per app and Ray node under KRONOS_METRICS_DIR
+    a = Settings(metrics_dir="/m").gateway_shared_dir("node-a" * 8)
+    assert a.startswith("/m/kronos-") and a != Settings(metrics_dir="/m").gateway_shared_dir("node-b" * 8)
