@@ -8,6 +8,7 @@ import torch
 
 from kronos_core.engine.sampling import (
     SamplingParams,
+    _splitmix64,
     counter_uniforms,
     filter_logits,
     row_keys,
@@ -65,7 +66,66 @@ def test_counter_uniforms_depend_only_on_row_key():
     assert row_keys(42, [22], 2).tolist() == keys[2:4].tolist()
 
 
-@pytest.mark.parametrize("bad", [dict(temperature=0), dict(top_k=-1), dict(top_p=0), dict(top_p=1.5)])
-def test_invalid_params(bad):
-    with pytest.raises(ValueError):
+@pytest.mark.parametrize("bad, named", [(dict(temperature=0), "temperature"), (dict(top_k=-1), "top_k"),
+                                        (dict(top_p=0), "top_p"), (dict(top_p=1.5), "top_p")])
+def test_invalid_params(bad, named):
+    with pytest.raises(ValueError, match=named):  # the message names the parameter and its value
         SamplingParams(**bad)
+
+
+# --- the seeded generator, pinned: a change here changes every seeded forecast ever served ---
+
+_M64 = (1 << 64) - 1
+
+
+def _splitmix64_int(x: int) -> int:
+    """SplitMix64's output function (Steele, Lea & Flood 2014; Vigna's splitmix64.c) in plain
+    Python integers: the state after one golden-ratio increment, finalised."""
+    z = (x + 0x9E3779B97F4A7C15) & _M64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
+    return z ^ (z >> 31)
+
+
+def test_splitmix64_matches_the_published_sequence():
+    # the generator seeded with 0 yields 0xe220a8397b1dcdaf, 0x6e789e6aa1b965f4, 0x06c45d188009454f:
+    # output n is the finaliser applied to n golden-ratio increments of the state
+    golden = 0x9E3779B97F4A7C15
+    states = np.array([0, golden, (2 * golden) & _M64], dtype=np.uint64)
+    assert _splitmix64(states).tolist() == [0xE220A8397B1DCDAF, 0x6E789E6AA1B965F4, 0x06C45D188009454F]
+    xs = np.random.default_rng(3).integers(0, 2**63, size=64, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+    assert _splitmix64(xs).tolist() == [_splitmix64_int(int(x)) for x in xs]
+
+
+def test_row_keys_and_uniforms_follow_the_documented_construction():
+    seed, series, paths = 2**40 + 7, [5, 2**63 + 9, 77], 3
+    base = _splitmix64_int(seed)
+    expected_keys = [_splitmix64_int(_splitmix64_int(k ^ base) ^ _splitmix64_int(p + base))
+                     for k in series for p in range(paths)]  # series-major
+    keys = row_keys(seed, series, paths)
+    assert keys.tolist() == expected_keys
+    for step, kind in [(0, 0), (0, 1), (13, 0), (200, 1)]:
+        counter = _splitmix64_int((step << 1) | kind)
+        want = [(_splitmix64_int(k ^ counter) >> 11) / 2**53 for k in expected_keys]
+        assert counter_uniforms(keys, step, kind).tolist() == want
+
+
+def test_counter_uniforms_fill_the_unit_interval():
+    u = counter_uniforms(row_keys(0, list(range(500)), 8), step=3, kind=0)  # 4,000 draws
+    assert 0 <= u.min() < 0.01 and 0.99 < u.max() < 1
+    assert abs(u.mean().item() - 0.5) < 0.02
+
+
+def test_top_k_of_one_and_of_three():
+    logits = torch.tensor([[0.0, 3.0, 1.0, 2.0, -1.0]])
+    assert torch.isfinite(filter_logits(logits, SamplingParams(top_k=1))).tolist() == [[False, True, False, False, False]]
+    assert torch.isfinite(filter_logits(logits, SamplingParams(top_k=3))).tolist() == [[False, True, True, True, False]]
+
+
+def test_a_filtered_token_is_never_drawn_even_at_u_zero():
+    # the two most likely tokens survive top-k; the first tokens of the vocabulary are filtered,
+    # so the CDF starts flat at 0: u = 0 must land on the first kept token, not on token 0
+    logits = torch.tensor([[-5.0, -4.0, 3.0, 2.0, -6.0]]).expand(3, 5)
+    u = torch.tensor([0.0, 0.5, 1 - 2**-53], dtype=torch.float64)
+    tokens = sample_tokens(logits, SamplingParams(top_k=2), u)
+    assert tokens.tolist()[0] == 2 and set(tokens.tolist()) <= {2, 3} and tokens.tolist()[2] == 3
