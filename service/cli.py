@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shutil
 import signal
 import sys
 import threading
@@ -129,6 +130,16 @@ def drain(settings, force: threading.Event | None = None, handle=None) -> int:
     return active
 
 
+def local_metrics_dir(settings) -> str | None:
+    """The gateways' shared metrics folder when ``kronos serve`` started Ray itself (one node:
+    this one), to remove after the stop; None on a cluster given by address, which outlives us."""
+    import ray
+
+    if settings.ray_address or not ray.is_initialized():
+        return None
+    return settings.gateway_shared_dir(ray.get_runtime_context().get_node_id())
+
+
 def stop() -> None:
     import ray
     from ray import serve
@@ -165,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"kronos serve: cannot load the model: {problem}", file=sys.stderr)
         return 2
     stop_event, force = threading.Event(), threading.Event()
-    handle = None
+    handle = scratch = None
 
     def _stop(signum, _frame):
         log.info("signal %s: shutting down", signum)
@@ -180,6 +191,7 @@ def run(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGINT, _stop)
         signal.signal(signal.SIGTERM, _stop)
         handle = gateway_handle(settings)
+        scratch = local_metrics_dir(settings)
         if not stop_event.is_set():
             print(f"Kronos service listening on {url}  (docs {url}/docs, metrics {url}/metrics); Ctrl-C stops it",
                   flush=True)
@@ -192,5 +204,7 @@ def run(args: argparse.Namespace) -> int:
         if stop_event.is_set():
             drain(settings, force, handle)
         stop()
+        if scratch is not None:  # this process's own Ray is gone, and with it every gateway
+            shutil.rmtree(scratch, ignore_errors=True)
         print("stopped", flush=True)
     return 0

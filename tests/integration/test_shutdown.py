@@ -76,7 +76,8 @@ def test_sigterm_lets_the_request_in_flight_finish_then_exits_0(tmp_path):
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # its own local Ray
-    env.update(PYTHONPATH=str(ROOT), KRONOS_SHUTDOWN_GRACE_S="300", KRONOS_API_KEYS=(
+    metrics_dir = tmp_path / "metrics"
+    env.update(PYTHONPATH=str(ROOT), KRONOS_SHUTDOWN_GRACE_S="300", KRONOS_METRICS_DIR=str(metrics_dir), KRONOS_API_KEYS=(
         f"{hash_key(BIG)} big * -; {hash_key(SMALL)} small forecast 1"))
     log = open(tmp_path / "serve.log", "w+")
     proc = subprocess.Popen(
@@ -86,6 +87,7 @@ def test_sigterm_lets_the_request_in_flight_finish_then_exits_0(tmp_path):
     )
     try:
         _wait_ready(url, proc)
+        assert [p.name for p in metrics_dir.iterdir()] and all(p.name.startswith("kronos-") for p in metrics_dir.iterdir())
         symbols = KlineStore(Settings().resolved_store_dir()).symbols()[:1000]
         _check_keys_and_rate_limit(url, symbols)
         result: dict = {}
@@ -129,5 +131,6 @@ def test_sigterm_lets_the_request_in_flight_finish_then_exits_0(tmp_path):
     log.seek(0)
     out = log.read()
     assert "stopped" in out
+    assert list(metrics_dir.iterdir()) == []  # its own Ray is gone: the gateways' metric files too
     for dump in ("Traceback", "*** SIG", "Stack trace", "core dumped", "Fatal Python error"):
         assert dump not in out, out[-3000:]
