@@ -184,7 +184,7 @@ def _soak(args, url: str, root_pid: int, out: Path) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    from service.soak_report import summarise, write
+    from service.soak_report import summarise, write, write_samples
 
     if args.host and urlparse(args.host).hostname not in LOOPBACK:
         print(f"kronos soak: --host must be a loopback address, got {args.host}", file=sys.stderr)
@@ -204,6 +204,7 @@ def run(args: argparse.Namespace) -> int:
     summary = summarise(args, parts, url=url, root_pid=root_pid, started_by_soak=server is not None,
                         started_at=started)
     write(summary, out)
+    write_samples(parts["samples"], out / "samples.csv")
     return 0 if summary["passed"] else 1
 
 

@@ -124,6 +124,14 @@ def _markdown(s: dict) -> list[str]:
     return md
 
 
+def write_samples(samples: list[soak_probe.Sample], path: Path) -> None:
+    """Every sample as CSV rows ``t_s,pid,role,rss_mib,fds``: the trend behind the table."""
+    rows = ["t_s,pid,role,rss_mib,fds"]
+    rows += [f"{s.t:.1f},{pid},{role},{rss / 2**20:.1f},{fds}"
+             for s in samples for pid, (role, rss, fds) in sorted(s.procs.items())]
+    path.write_text("\n".join(rows) + "\n")
+
+
 def write(summary: dict, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(summary, indent=2))

@@ -223,3 +223,13 @@ def test_summary_files(tmp_path):
     md = (tmp_path / "summary.md").read_text()
     assert md.startswith("# Soak: soak with chaos (a predictor replica killed every 60 s): PASSED")
     assert "| 60.0 | abc | 2 | 9.5 |" in md and "| gateway | 1 | 100.0 | 100.0 |" in md
+
+
+def test_samples_csv_holds_every_process_of_every_sample(tmp_path):
+    from service.soak_report import write_samples
+
+    samples = _samples({1: [("gateway", 100 * MIB, 10)] * 3, 2: [("raylet", 50 * MIB, 20), None, None]})
+    write_samples(samples, tmp_path / "samples.csv")
+    lines = (tmp_path / "samples.csv").read_text().splitlines()
+    assert lines[0] == "t_s,pid,role,rss_mib,fds" and len(lines) == 1 + 4
+    assert lines[1:3] == ["0.0,1,gateway,100.0,10", "0.0,2,raylet,50.0,20"] and lines[-1] == "10.0,1,gateway,100.0,10"
