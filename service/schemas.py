@@ -86,14 +86,11 @@ WallClock = Annotated[str, Field(
 def _exchange_enum(schema: dict) -> None:
     """The schema lists the calendars the server knows (what it accepts), when it has them."""
     try:
-        import exchange_calendars as xcals
-
         from kronos_core.data.calendars import exchange_names
+
+        names = exchange_names()  # upper-case names the gateway finds and can build
     except ImportError:  # exchange_calendars not installed: every name is then a 422
         return
-    dispatcher = xcals.calendar_utils.global_calendar_dispatcher
-    # the gateway looks names up upper-cased: list only those it finds
-    names = [n for n in exchange_names() if dispatcher.has_calendar(n.strip().upper())]
     target = next((alt for alt in schema.get("anyOf", []) if alt.get("type") == "string"), schema)
     target["enum"] = names
 

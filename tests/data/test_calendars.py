@@ -85,6 +85,42 @@ def test_extra_holidays_and_unknown_exchange(real_stamps):
         future_timestamps(upto, 2, exchange="NOPE")
 
 
+def test_a_calendar_that_cannot_be_built_is_a_clear_error(monkeypatch):
+    import exchange_calendars as xcals
+
+    from kronos_core.data import calendars
+
+    with pytest.raises(UnknownExchangeError, match="ASEX calendar cannot be built"):
+        exchange_sessions("asex")
+    assert not set(calendars.exchange_names()) & calendars.UNBUILDABLE
+    assert {"XNYS", "XNAS", "XSHG", "XHKG"} <= set(calendars.exchange_names())
+
+    def broken(*a, **k):  # a future library/pandas mismatch not yet listed
+        raise NotImplementedError("implemented by subclasses")
+
+    calendars.exchange_sessions.cache_clear()
+    monkeypatch.setattr(xcals, "get_calendar", broken)
+    try:
+        with pytest.raises(UnknownExchangeError, match=r"XWBO calendar cannot be built .*NotImplementedError"):
+            exchange_sessions("XWBO")
+    finally:
+        calendars.exchange_sessions.cache_clear()
+
+
+@pytest.mark.slow
+def test_every_listed_exchange_builds():
+    """What the API schema offers must work: build every listed calendar (~15 s)."""
+    from kronos_core.data.calendars import exchange_names
+
+    failed = []
+    for name in exchange_names():
+        try:
+            exchange_sessions(name)
+        except Exception as exc:  # noqa: BLE001 - the list of failures is the assertion
+            failed.append(f"{name}: {type(exc).__name__}")
+    assert not failed, f"listed but not buildable (add to UNBUILDABLE): {failed}"
+
+
 def test_history_off_the_exchange_hours_falls_back_to_the_template():
     """Hourly stamps at :00 around the clock do not sit on NYSE's 09:30 grid: the learned
     template is used, with the exchange's closures as holidays."""
