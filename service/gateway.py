@@ -241,6 +241,11 @@ def inline_arrays(s: InlineSeries, lookback: int) -> tuple[np.ndarray, np.ndarra
     bad = ~np.isfinite(values)
     if bad.any():
         i, k = (int(x) for x in np.argwhere(bad)[0])
+        if k == 5 and no_amount[i] and np.isfinite(values[i, :5]).all():
+            raise ValueError(
+                f"amount[{i}] was not given, and the derived volume × mean price ({raw[i, 5]:.3g}) is beyond "
+                "float32 range; give the amount, or scale volume or prices"
+            )
         what = "NaN" if np.isnan(raw[i, k]) else "infinite or beyond float32 range"
         raise ValueError(
             f"{FEATURE_NAMES[k]}[{i}] is {what} ({int(bad.sum())} bad value(s)); candles must be finite numbers"

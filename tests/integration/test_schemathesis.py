@@ -3,8 +3,9 @@ every status documented, responses matching their schema, schema-invalid request
 and schema-valid requests accepted. Positive and negative examples for every operation,
 a bounded number of each so that the integration session stays short.
 
-JSON Schema cannot state three rules the gateway enforces on inline series: timestamps
-strictly increasing, within 1677-2262 (datetime64[ns]), and values within float32. A series
+JSON Schema cannot state four rules the gateway enforces on inline series: timestamps
+strictly increasing, within 1677-2262 (datetime64[ns]), values within float32, and, in a row
+without an amount, volume × mean price within float32 too (the amount the gateway derives). A series
 breaking them is an ``invalid_series`` entry in ``errors`` (or, when no series is usable, a
 422; tests/integration/test_hostile_http.py covers those). Positive examples here are made
 to follow the rules (``_follow_runtime_rules``), as the Schemathesis docs advise for rules a
@@ -34,7 +35,8 @@ def _is_datetime(value) -> bool:
 
 
 def _follow_runtime_rules(body):
-    """Inline candle rows of a positive example: increasing in-range timestamps, float32 values."""
+    """Inline candle rows of a positive example: increasing in-range timestamps, values whose
+    derived amount fits float32."""
     if not isinstance(body, dict) or not isinstance(body.get("series"), list):
         return body
     start = datetime(2024, 1, 1)
@@ -45,7 +47,8 @@ def _follow_runtime_rules(body):
         for i, row in enumerate(rows):
             if isinstance(row, list) and row and _is_datetime(row[0]):
                 row[0] = (start + timedelta(hours=i)).isoformat() + "Z"  # RFC 3339: with an offset
-                row[1:] = [max(-1e30, min(1e30, v)) if isinstance(v, float) and math.isfinite(v) else v
+                # |v| <= 1e15: within float32, and so is a derived amount (volume x price <= 1e30)
+                row[1:] = [max(-1e15, min(1e15, v)) if isinstance(v, float) and math.isfinite(v) else v
                            for v in row[1:]]
     return body
 

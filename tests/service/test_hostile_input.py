@@ -98,10 +98,13 @@ def _bad_series():
     dup[5][0] = dup[4][0]
     ancient = _rows(6)
     ancient[0][0] = "0001-01-01T00:00:00"  # outside datetime64[ns]
+    derived = _rows(6, width=6)  # rows without an amount: the gateway derives volume x mean price
+    derived[3][1:6] = [1e30, 1e30, 1e30, 1e30, 1e30]  # each value fits float32, their product does not
     return {"NAN": (nan, "high[2] is NaN"), "INF": (inf, "close[4] is infinite"),
             "OVER": (overflow, "open[1] is infinite or beyond float32"),
             "UNORDERED": (unordered, "timestamps[4]"), "DUP": (dup, "timestamps[5]"),
-            "ANCIENT": (ancient, "timestamps")}
+            "ANCIENT": (ancient, "timestamps"),
+            "DERIVED": (derived, "amount[3] was not given, and the derived volume × mean price")}
 
 
 def test_invalid_inline_series_are_per_series_errors_and_the_rest_is_forecast():
