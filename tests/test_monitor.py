@@ -48,6 +48,11 @@ def test_report_has_timeseries_summary_and_throughput(tmp_path):
         for _ in range(4):
             _busy(0.05)
             m.step(n_samples=8)
+        # The sampler thread runs every 20 ms but a loaded machine can starve it; wait (bounded)
+        # for the five rows the report is checked for instead of assuming the 0.2 s were enough.
+        deadline = time.monotonic() + 30
+        while len(m.samples) < 5 and time.monotonic() < deadline:
+            time.sleep(0.02)
     report = m.report(tmp_path / "run.json")
     on_disk = json.loads((tmp_path / "run.json").read_text())
     assert on_disk["summary"] == report["summary"]
