@@ -45,7 +45,9 @@ def test_body_above_the_limit_is_413_from_content_length_alone(live_service):
 def test_deadline_gives_504_and_cancels_pending_shards(live_service):
     live_service.wait_ready(2, timeout=120)
     symbols = live_service.store.symbols()[:1000]
-    req = {"symbols": symbols, "lookback": 256, "horizon": 16}  # ~10 s of work on 2 cores
+    # ~10 s of work on 2 cores; lookback + horizon fit the bundled model's 256-candle context, so
+    # the shards still running after the 504 (they finish; only pending ones are cancelled) are short
+    req = {"symbols": symbols, "lookback": 240, "horizon": 16}
     t0 = time.monotonic()
     r = live_service.client.post("/v1/forecast", json=req, headers={"X-Kronos-Timeout-S": "1"})
     elapsed = time.monotonic() - t0

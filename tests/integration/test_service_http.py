@@ -21,6 +21,9 @@ from response_checks import assert_arrow_equals_json
 pytestmark = pytest.mark.integration
 
 SMALL = {"lookback": 48, "horizon": 4}  # keeps 1,000-series requests quick on 2 cores
+# Requests that must keep the replicas busy for a few seconds: the longest that fits the bundled
+# model's 256-candle context (a longer one re-encodes the window at every step, ~8x the work).
+LONG = {"lookback": 240, "horizon": 16}
 
 
 def _closes(resp: dict) -> np.ndarray:
@@ -224,9 +227,10 @@ def test_replica_killed_during_request_still_succeeds(live_service):
 
     live_service.settle()
     # 400 series still make 16 shards (8 per replica, 2 in flight each), so the victim has work
-    # queued behind the shard it dies with; 1,000 took ~4 minutes on a loaded 2-core box
+    # queued behind the shard it dies with. Lookback + horizon stay within the bundled model's
+    # 256-candle context (LONG): past it every step re-encodes the whole window, ~8x the work.
     symbols = live_service.store.symbols()[:400]
-    req = {"symbols": symbols, "lookback": 256, "horizon": 16, "seed": 11}
+    req = {"symbols": symbols, **LONG, "seed": 11}
     retries_before = live_service.metric("kronos_shard_retries_total")
     result: dict = {}
 
@@ -309,7 +313,7 @@ def test_client_disconnect_stops_the_replicas_working_for_it(live_service):
     n = 1000
     symbols = live_service.store.symbols()[:n]
     series0 = live_service.metric("kronos_batch_size_sum")
-    sock = _post_raw(live_service.url, {"symbols": symbols, "lookback": 256, "horizon": 16})
+    sock = _post_raw(live_service.url, {"symbols": symbols, **LONG})
     try:
         deadline = time.monotonic() + 180  # precondition: its shards are running on the replicas
         while not (sum(live_service.replica_ongoing().values()) >= 1
