@@ -22,11 +22,12 @@ import pytest
 pytestmark = pytest.mark.integration
 
 EXAMPLES = {"positive": 25, "negative": 25}  # per operation and mode
-# Positive examples draw at most this many sample paths. The count changes how much the replicas
-# compute, not what the request or the response looks like: one generated case (16 series x 100
-# paths x 122 steps) cost 24-90 s of the session alone. Large requests are tested for what they
-# are elsewhere (tests/integration/test_service_http.py, test_limits_http.py).
-MAX_POSITIVE_SAMPLES = 4
+# Positive examples ask for at most this much work. Sample paths and horizon change how much the
+# replicas compute, not which fields the request and the response carry: single generated cases
+# (16 series x 100 paths x 122 steps; 12 series x 495 steps, past the bundled model's 256-candle
+# context) cost 24-90 s each. Large requests are tested for what they are elsewhere
+# (tests/integration/test_service_http.py, test_limits_http.py, tests/service/test_limits.py).
+MAX_POSITIVE_WORK = {"sample_count": 4, "horizon": 48}
 
 
 def _is_datetime(value) -> bool:
@@ -41,12 +42,13 @@ def _is_datetime(value) -> bool:
 
 def _follow_runtime_rules(body):
     """Inline candle rows of a positive example: increasing in-range timestamps, values whose
-    derived amount fits float32; and at most ``MAX_POSITIVE_SAMPLES`` sample paths."""
+    derived amount fits float32; and at most ``MAX_POSITIVE_WORK``."""
     if not isinstance(body, dict):
         return body
-    count = body.get("sample_count")
-    if isinstance(count, (int, float)) and not isinstance(count, bool) and count > MAX_POSITIVE_SAMPLES:
-        body["sample_count"] = MAX_POSITIVE_SAMPLES
+    for field, most in MAX_POSITIVE_WORK.items():
+        value = body.get(field)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > most:
+            body[field] = most
     if not isinstance(body.get("series"), list):
         return body
     start = datetime(2024, 1, 1)
