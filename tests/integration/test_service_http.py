@@ -270,7 +270,7 @@ def test_replica_killed_during_request_still_succeeds(live_service):
 def test_overload_gives_503_with_retry_after_then_serves_again(live_service):
     live_service.settle()
     symbols = live_service.store.symbols()[:200]
-    req = {"symbols": symbols, "lookback": 128, "horizon": 8}
+    req = {"symbols": symbols, "lookback": 64, "horizon": 4}  # seconds per request once they queue
     n = 4 * live_service.settings.max_inflight_requests
 
     def call(_):
