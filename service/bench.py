@@ -44,12 +44,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m service.bench``: the same as ``kronos bench service``."""
-    p = argparse.ArgumentParser(prog="kronos bench service", description=__doc__.split("\n\n")[0])
-    add_arguments(p)
-    args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    return run(args)
+    """``python -m service.bench``: ``kronos bench service``, through the same command line (flags, help, logging)."""
+    from kronos_core.cli import main as kronos_main
+
+    return kronos_main(["bench", "service", *(sys.argv[1:] if argv is None else argv)])
 
 
 def _engine_side(args, settings, store, symbols: list[str], lookback: int | None, cores: int):

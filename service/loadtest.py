@@ -181,12 +181,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m loadtests.run`` / ``python -m service.loadtest``: the same as ``kronos loadtest``."""
-    p = argparse.ArgumentParser(prog="kronos loadtest", description=__doc__.split("\n\n")[0])
-    add_arguments(p)
-    args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    return run(args)
+    """``python -m loadtests.run`` / ``python -m service.loadtest``: ``kronos loadtest``, through the same command line (flags, help, logging)."""
+    from kronos_core.cli import main as kronos_main
+
+    return kronos_main(["loadtest", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

@@ -84,3 +84,20 @@ def test_a_missing_plugin_is_not_listed(monkeypatch):
     with pytest.raises(SystemExit) as ei:  # unknown without the service installed: the usage, exit 2
         cli.main(["serve"])
     assert ei.value.code == 2
+
+
+@pytest.mark.parametrize("module, command", [
+    ("service.loadtest", "kronos loadtest"), ("service.soak", "kronos soak"), ("service.bench", "kronos bench service"),
+])
+def test_python_m_forms_are_the_kronos_commands(module, command, capsys):
+    """``python -m service.soak`` and the others go through ``kronos``'s own command line: the same
+    flags, usage line and errors (one parser per command, not one per spelling)."""
+    import importlib
+
+    main = importlib.import_module(module).main
+    with pytest.raises(SystemExit) as ei:
+        main(["--help"])
+    assert ei.value.code == 0 and capsys.readouterr().out.startswith(f"usage: {command} ")
+    with pytest.raises(SystemExit) as ei:
+        main(["--no-such-flag"])
+    assert ei.value.code == 2 and "unrecognized arguments: --no-such-flag" in capsys.readouterr().err
