@@ -8,9 +8,12 @@ encoder, and the quantiser loss:
 
 Entropies are estimated per group of ``group_size`` consecutive bits: each group
 is a sub-codebook of ``2^group_size`` corners of the sphere, the soft assignment
-of a latent to a corner is ``softmax(2 * <u, c>)`` (``-||u - c||^2`` up to a
-constant, the paper's soft quantiser with temperature 1), and each entropy sums
-over the groups. Low per-sample entropy makes every latent sit near one corner;
+of a latent to a corner is ``softmax(2 * inv_temperature * <u, c>)``
+(``-inv_temperature * ||u - c||^2`` up to a constant), and each entropy sums over
+the groups. ``inv_temperature`` is 100 (``INV_TEMPERATURE``): the value that trained
+the bundled model. At 1 the assignment cannot get sharp (with u and c of norm 1 the
+logits of a group of 4 bits stay within +-1), so the per-sample entropy term could not
+do its job. Low per-sample entropy makes every latent sit near one corner;
 high codebook entropy (the batch-average assignment) makes all corners used.
 """
 
@@ -20,6 +23,8 @@ import math
 from dataclasses import dataclass
 
 import torch
+
+INV_TEMPERATURE = 100.0  # of the soft code assignment in the entropy terms (see the module docstring)
 
 
 @dataclass
@@ -53,7 +58,7 @@ def _entropy(p: torch.Tensor) -> torch.Tensor:
 
 def bsq_loss(
     z: torch.Tensor, code: torch.Tensor, beta: float, gamma0: float, gamma: float, zeta: float, group_size: int,
-    weight: torch.Tensor | None = None,
+    weight: torch.Tensor | None = None, inv_temperature: float = INV_TEMPERATURE,
 ) -> QuantizerLoss:
     """Quantiser loss of unit-norm latents z (..., D) and their codes (``quantize_ste``).
 
@@ -69,7 +74,7 @@ def bsq_loss(
     commitment = (((code.detach().reshape(-1, dim).float() - u) ** 2).sum(-1) * w).sum() / n
     corners = _group_corners(group_size, 1 / math.sqrt(dim), u.device, u.dtype)  # (C, g)
     groups = u.view(u.shape[0], dim // group_size, group_size)  # (T, G, g)
-    prob = torch.softmax(2 * groups @ corners.T, dim=-1)  # (T, G, C)
+    prob = torch.softmax(2 * inv_temperature * groups @ corners.T, dim=-1)  # (T, G, C)
     sample_entropy = (_entropy(prob).sum(-1) * w).sum() / n
     mean_prob = (prob * w[:, None, None]).sum(0) / n  # (G, C)
     codebook_entropy = _entropy(mean_prob).sum()

@@ -122,13 +122,15 @@ def test_tokenizer_gradients_pass_the_quantizer(tiny, fixture_cases):
 
 
 def test_bsq_loss_parts():
-    """A latent on a corner has zero commitment and near-zero per-sample entropy; spread codes raise the
-    codebook entropy to its maximum, group_size bits per group."""
+    """A latent on a corner has zero commitment and near-zero per-sample entropy (the soft assignment
+    is sharp: inverse temperature 100); spread codes raise the codebook entropy to its maximum,
+    group_size bits per group."""
     torch.manual_seed(0)
     dim, g = 8, 4
     corners = torch.where(torch.rand(4096, dim) > 0.5, 1.0, -1.0) / dim**0.5  # (T, D) on the sphere
     loss = bsq_loss(corners, quantize_ste(corners), 0.05, 1.0, 1.1, 0.05, g)
     assert float(loss.commitment) < 1e-10
+    assert float(loss.sample_entropy) < 1e-3  # at inverse temperature 1: ~5 nats
     uniform_max = (dim // g) * np.log(2**g)
     assert abs(float(loss.codebook_entropy) - uniform_max) < 0.05
     off = torch.nn.functional.normalize(corners + 0.3 * torch.randn_like(corners), dim=-1)

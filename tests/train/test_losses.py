@@ -8,7 +8,8 @@ import math
 import torch
 
 from kronos_core.model import Kronos, KronosConfig, KronosTokenizer, TokenizerConfig
-from kronos_core.train.losses import bsq_entropies, predictor_loss, tokenizer_loss
+from kronos_core.model.bsq import bsq_loss, quantize_ste
+from kronos_core.train.losses import predictor_loss, tokenizer_loss
 
 
 def _tokenizer(bits=4, group=4) -> KronosTokenizer:
@@ -48,7 +49,7 @@ def test_tokenizer_loss_matches_direct_computation():
 
 def test_grouped_per_sample_entropy_equals_full_codebook_entropy():
     z = torch.nn.functional.normalize(torch.randn(50, 8), dim=-1)
-    per_sample, _ = bsq_entropies(z, group_size=2, inv_temperature=3.0)
+    per_sample = bsq_loss(z, quantize_ste(z), 0.05, 1.0, 1.1, 0.05, group_size=2, inv_temperature=3.0).sample_entropy
     codes = torch.tensor(list(itertools.product([-1.0, 1.0], repeat=8))) / math.sqrt(8)
     direct = _entropy(torch.softmax(2 * 3.0 * z @ codes.T, -1)).mean()
     torch.testing.assert_close(per_sample, direct, rtol=1e-5, atol=1e-6)
