@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import filecmp
 import hashlib
 import json
 import re
 from pathlib import Path
 
-import pytest
-
 from kronos_core.data.sample_store import REAL_DIR as DATA_DIR
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 FIXTURE_DIR = FIXTURES / "kronos-tiny"
-SHARED_FIXTURE = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "kronos-tiny"
 FILES = ["cases.json", "model/config.json", "model/model.safetensors", "tokenizer/config.json",
          "tokenizer/model.safetensors"]
 
@@ -31,8 +27,3 @@ def test_cases_name_a_data_file_inside_the_repo():
     cases = json.loads((FIXTURE_DIR / "cases.json").read_text())
     assert (DATA_DIR / cases["data_csv"]).is_file()
 
-
-@pytest.mark.skipif(not SHARED_FIXTURE.is_dir(), reason="no ../shared/fixtures beside this checkout (optional)")
-def test_fixture_equals_the_shared_copy():
-    for rel in FILES:
-        assert filecmp.cmp(FIXTURE_DIR / rel, SHARED_FIXTURE / rel, shallow=False), rel

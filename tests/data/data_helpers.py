@@ -6,8 +6,6 @@ from pathlib import Path
 
 from kronos_core.data.sample_store import REAL_DIR
 
-# Optional: the team's shared data folder beside the checkout; only compared against, never required.
-SHARED_DATA = Path(__file__).parents[2].parent / "shared" / "data"
 REAL_FILES = ("kline_5min_a_share.csv", "goog_daily.csv", "eurusd_hourly.csv", "sp500_daily.csv")
 
 
