@@ -12,7 +12,7 @@ import os
 import re
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
@@ -109,14 +109,30 @@ def load_state_strict(module: torch.nn.Module, state: dict[str, torch.Tensor], s
     module.load_state_dict(state, strict=False)
 
 
-class PretrainedMixin:
+if TYPE_CHECKING:
+    # the type checker sees the mixin as what it is mixed into; at run time it adds no base class
+    _MixinBase = torch.nn.Module
+else:
+    _MixinBase = object
+
+
+_Pretrained = TypeVar("_Pretrained", bound="PretrainedMixin")
+
+
+class PretrainedMixin(_MixinBase):
     """``from_pretrained`` / ``save_pretrained`` for a module with a ``config`` dataclass."""
 
     config_class: Any
     kind: str
+    config: Any  # an instance of config_class, set by the module's __init__
 
     @classmethod
-    def from_pretrained(cls, path_or_hub_id: str | os.PathLike, revision: str | None = None, device=None):
+    def from_pretrained(
+        cls: type[_Pretrained],
+        path_or_hub_id: str | os.PathLike,
+        revision: str | None = None,
+        device: torch.device | str | None = None,
+    ) -> _Pretrained:
         folder = resolve_checkpoint(path_or_hub_id, revision)
         try:
             config = cls.config_class.from_dict(read_config(folder))

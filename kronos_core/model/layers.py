@@ -34,7 +34,7 @@ class SwiGLU(nn.Module):
         super().__init__()
         up = (d_model, ff_dim)
         self.w1, self.w3 = nn.Linear(*up, bias=False), nn.Linear(*up, bias=False)  # gate, value
-        self.w2 = nn.Linear(*reversed(up), bias=False)  # back down
+        self.w2 = nn.Linear(ff_dim, d_model, bias=False)  # back down
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -43,6 +43,8 @@ class SwiGLU(nn.Module):
 
 class Rotary(nn.Module):
     """Rotary position embedding; only holds ``inv_freq`` (head_dim / 2,)."""
+
+    inv_freq: torch.Tensor  # a buffer: registered in __init__, declared here for the type checker
 
     def __init__(self, head_dim: int, base: float = 10000.0):
         super().__init__()
@@ -87,6 +89,12 @@ class KVCache:
 
 class AttentionProjections(nn.Module):
     """The four biased projections (``q_proj``, ``k_proj``, ``v_proj``, ``out_proj``), rotary buffer, head split."""
+
+    # added by name in __init__; declared here for the type checker
+    q_proj: nn.Linear
+    k_proj: nn.Linear
+    v_proj: nn.Linear
+    out_proj: nn.Linear
 
     def __init__(self, d_model: int, n_heads: int):
         super().__init__()
