@@ -11,6 +11,7 @@ import logging
 import os
 import re
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -32,7 +33,7 @@ class CheckpointError(RuntimeError):
     """A checkpoint that cannot be loaded; the message says exactly why."""
 
 
-def resolve_checkpoint(path_or_hub_id: str | os.PathLike, revision: str | None = None) -> Path:
+def resolve_checkpoint(path_or_hub_id: str | os.PathLike[str], revision: str | None = None) -> Path:
     """A local folder as is, or a Hugging Face Hub id downloaded to the local cache."""
     path = Path(path_or_hub_id).expanduser()
     if path.is_dir():
@@ -129,7 +130,7 @@ class PretrainedMixin(_MixinBase):
     @classmethod
     def from_pretrained(
         cls: type[_Pretrained],
-        path_or_hub_id: str | os.PathLike,
+        path_or_hub_id: str | os.PathLike[str],
         revision: str | None = None,
         device: torch.device | str | None = None,
     ) -> _Pretrained:
@@ -146,7 +147,7 @@ class PretrainedMixin(_MixinBase):
         log.debug("loaded %s from %s", cls.__name__, folder)
         return module
 
-    def save_pretrained(self, path: str | os.PathLike) -> Path:
+    def save_pretrained(self, path: str | os.PathLike[str]) -> Path:
         """Write ``config.json`` and ``model.safetensors`` (atomically) into ``path``."""
         from safetensors.torch import save_file
 
@@ -158,7 +159,7 @@ class PretrainedMixin(_MixinBase):
         return folder
 
 
-def _atomic_write(target: Path, write) -> None:
+def _atomic_write(target: Path, write: Callable[[Path], object]) -> None:
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     os.close(fd)
     try:
