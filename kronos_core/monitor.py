@@ -64,8 +64,9 @@ class ResourceMonitor:
         self.interval = interval
         self.label = label
         self.max_samples = max_samples
-        self._nvml = None if not gpu else nvml if nvml is not None else load_nvml()
-        self._gpu = None
+        # a pynvml-like module (duck-typed: the real one is untyped, tests pass a fake) or None
+        self._nvml: Any = None if not gpu else nvml if nvml is not None else load_nvml()
+        self._gpu: Any = None  # the NVML device handle while GPU sampling is on
         if self._nvml is not None:
             index = gpu_index if gpu_index is not None else _visible_gpu_index()
             try:
@@ -78,7 +79,8 @@ class ResourceMonitor:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._t0 = self._t1 = None
+        self._t0: float | None = None  # perf_counter at __enter__
+        self._t1: float | None = None  # perf_counter at __exit__
         self._steps: list[float] = []  # seconds of each step
         self._last_step: float | None = None
         self._n_samples = 0
@@ -114,6 +116,7 @@ class ResourceMonitor:
             self._sample()
 
     def _sample(self) -> None:
+        assert self._t0 is not None, "sampled before __enter__"  # only __enter__'s thread and __exit__ sample
         row: dict[str, float | int | None] = {
             "t": round(time.perf_counter() - self._t0, 4),
             "cpu_percent": self._proc.cpu_percent(None),

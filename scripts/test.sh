@@ -7,4 +7,5 @@ cd "$(dirname "$0")/.."
 source scripts/venv.sh
 kronos_venv "dev,hub"
 "$PY" -m ruff check .
+"$PY" -m mypy  # [tool.mypy] in pyproject.toml: files, plugins, the strict seams
 "$PY" -m pytest "$@"

@@ -64,7 +64,11 @@ def simulate(prices: np.ndarray, rebalance_rows, weights, cost_bps: float = 0.0)
         raise ValueError(f"rebalance rows must increase within [1, {len(prices) - 1}], got {rows[:5]}...")
     last_len = rows[-1] - rows[-2] if len(rows) > 1 else len(prices) - rows[-1]
     ends = rows[1:] + [min(len(prices), rows[-1] + last_len)]
-    equity, rets, per_ret, turns, out_rows = [1.0], [], [], [], []
+    equity: list[float] = [1.0]
+    rets: list[float] = []
+    per_ret: list[float] = []
+    turns: list[float] = []
+    out_rows: list[int] = []
     held = np.zeros(prices.shape[1])
     for r, end, w in zip(rows, ends, weights):
         w = np.asarray(w, dtype=np.float64)

@@ -66,10 +66,11 @@ def score(
         cov[f"{nominal:g}"], cov_steps[f"{nominal:g}"] = _mean(c), _per_step(c)
     qv = qfn(list(quantiles)) if len(quantiles) else np.zeros((0, *truth.shape))
     pinball = {f"{lv:g}": _mean(m.pinball_elements(qv[i], truth, lv)) for i, lv in enumerate(quantiles)}
+    mse = _mean(se)
     return {
         "windows": int(truth.shape[0]),
         "mae": _mean(ae),
-        "rmse": float(np.sqrt(_mean(se))) if _mean(se) is not None else None,
+        "rmse": float(np.sqrt(mse)) if mse is not None else None,
         "mape": _mean(m.ape(point, truth)),
         "mase": _mean(sc),
         "direction_accuracy": _mean(hits),

@@ -44,7 +44,7 @@ def quantize_ste(z: torch.Tensor) -> torch.Tensor:
     return z + (code - z).detach()
 
 
-def _group_corners(group_size: int, scale: float, device, dtype) -> torch.Tensor:
+def _group_corners(group_size: int, scale: float, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
     """All 2^group_size sign patterns (least significant bit first), scaled: (2^g, g)."""
     ids = torch.arange(2**group_size, device=device)[:, None]  # (C, 1)
     bits = (ids >> torch.arange(group_size, device=device)) & 1  # (C, g)

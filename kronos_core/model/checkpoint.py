@@ -11,8 +11,9 @@ import logging
 import os
 import re
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
@@ -32,7 +33,7 @@ class CheckpointError(RuntimeError):
     """A checkpoint that cannot be loaded; the message says exactly why."""
 
 
-def resolve_checkpoint(path_or_hub_id: str | os.PathLike, revision: str | None = None) -> Path:
+def resolve_checkpoint(path_or_hub_id: str | os.PathLike[str], revision: str | None = None) -> Path:
     """A local folder as is, or a Hugging Face Hub id downloaded to the local cache."""
     path = Path(path_or_hub_id).expanduser()
     if path.is_dir():
@@ -109,14 +110,30 @@ def load_state_strict(module: torch.nn.Module, state: dict[str, torch.Tensor], s
     module.load_state_dict(state, strict=False)
 
 
-class PretrainedMixin:
+if TYPE_CHECKING:
+    # the type checker sees the mixin as what it is mixed into; at run time it adds no base class
+    _MixinBase = torch.nn.Module
+else:
+    _MixinBase = object
+
+
+_Pretrained = TypeVar("_Pretrained", bound="PretrainedMixin")
+
+
+class PretrainedMixin(_MixinBase):
     """``from_pretrained`` / ``save_pretrained`` for a module with a ``config`` dataclass."""
 
     config_class: Any
     kind: str
+    config: Any  # an instance of config_class, set by the module's __init__
 
     @classmethod
-    def from_pretrained(cls, path_or_hub_id: str | os.PathLike, revision: str | None = None, device=None):
+    def from_pretrained(
+        cls: type[_Pretrained],
+        path_or_hub_id: str | os.PathLike[str],
+        revision: str | None = None,
+        device: torch.device | str | None = None,
+    ) -> _Pretrained:
         folder = resolve_checkpoint(path_or_hub_id, revision)
         try:
             config = cls.config_class.from_dict(read_config(folder))
@@ -130,7 +147,7 @@ class PretrainedMixin:
         log.debug("loaded %s from %s", cls.__name__, folder)
         return module
 
-    def save_pretrained(self, path: str | os.PathLike) -> Path:
+    def save_pretrained(self, path: str | os.PathLike[str]) -> Path:
         """Write ``config.json`` and ``model.safetensors`` (atomically) into ``path``."""
         from safetensors.torch import save_file
 
@@ -142,7 +159,7 @@ class PretrainedMixin:
         return folder
 
 
-def _atomic_write(target: Path, write) -> None:
+def _atomic_write(target: Path, write: Callable[[Path], object]) -> None:
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     os.close(fd)
     try:

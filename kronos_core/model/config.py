@@ -9,9 +9,18 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
-T = TypeVar("T")
+
+class _Config(Protocol):
+    """What ``_from_dict`` needs of a config class: a dataclass with ``validate``."""
+
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
+
+    def validate(self) -> None: ...
+
+
+T = TypeVar("T", bound=_Config)
 
 
 class ConfigError(ValueError):
@@ -33,7 +42,7 @@ def _from_dict(cls: type[T], data: dict[str, Any], what: str) -> T:
             parts.append(f"unknown keys {unknown}")
         raise ConfigError(f"{what} config: {'; '.join(parts)}")
     obj = cls(**{k: data[k] for k in names if k in data})
-    obj.validate()  # type: ignore[attr-defined]
+    obj.validate()
     return obj
 
 

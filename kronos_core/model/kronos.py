@@ -7,6 +7,7 @@ sliding windows, sampling) lives in ``kronos_core.engine``.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch import nn
@@ -135,7 +136,8 @@ class DependencyLayer(nn.Module):
         self.cross_attn = CrossAttention(d_model, DEP_HEADS, attn_dropout)
         self.norm = RMSNorm(d_model)
 
-    def forward(self, hidden: torch.Tensor, query: torch.Tensor, k, v, **attend_kwargs) -> torch.Tensor:
+    def forward(self, hidden: torch.Tensor, query: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                **attend_kwargs: Any) -> torch.Tensor:
         """hidden, query (B, Lq, d); k, v (B, 4, S, D); kwargs as ``CrossAttention.attend`` -> (B, Lq, d)."""
         return self.norm(hidden + self.cross_attn.attend(query, k, v, **attend_kwargs))
 

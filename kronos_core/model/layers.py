@@ -34,7 +34,7 @@ class SwiGLU(nn.Module):
         super().__init__()
         up = (d_model, ff_dim)
         self.w1, self.w3 = nn.Linear(*up, bias=False), nn.Linear(*up, bias=False)  # gate, value
-        self.w2 = nn.Linear(*reversed(up), bias=False)  # back down
+        self.w2 = nn.Linear(ff_dim, d_model, bias=False)  # back down
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -43,6 +43,8 @@ class SwiGLU(nn.Module):
 
 class Rotary(nn.Module):
     """Rotary position embedding; only holds ``inv_freq`` (head_dim / 2,)."""
+
+    inv_freq: torch.Tensor  # a buffer: registered in __init__, declared here for the type checker
 
     def __init__(self, head_dim: int, base: float = 10000.0):
         super().__init__()
@@ -70,7 +72,8 @@ class KVCache:
     so every row's newest token sits in the same slot).
     """
 
-    def __init__(self, batch: int, heads: int, capacity: int, head_dim: int, dtype, device):
+    def __init__(self, batch: int, heads: int, capacity: int, head_dim: int, dtype: torch.dtype,
+                 device: torch.device | str):
         self.k = torch.zeros(batch, heads, capacity, head_dim, dtype=dtype, device=device)
         self.v = torch.zeros_like(self.k)
 
@@ -87,6 +90,12 @@ class KVCache:
 
 class AttentionProjections(nn.Module):
     """The four biased projections (``q_proj``, ``k_proj``, ``v_proj``, ``out_proj``), rotary buffer, head split."""
+
+    # added by name in __init__; declared here for the type checker
+    q_proj: nn.Linear
+    k_proj: nn.Linear
+    v_proj: nn.Linear
+    out_proj: nn.Linear
 
     def __init__(self, d_model: int, n_heads: int):
         super().__init__()
@@ -152,14 +161,16 @@ class SelfAttention(AttentionProjections):
 class TransformerBlock(nn.Module):
     """Pre-norm block: ``x + attn(norm1(x))`` then ``x + ffn(norm2(x))``."""
 
-    def __init__(self, d_model: int, n_heads: int, ff_dim: int, ffn_dropout=0.0, attn_dropout=0.0, resid_dropout=0.0):
+    def __init__(self, d_model: int, n_heads: int, ff_dim: int, ffn_dropout: float = 0.0,
+                 attn_dropout: float = 0.0, resid_dropout: float = 0.0):
         super().__init__()
         self.norm1 = RMSNorm(d_model)
         self.self_attn = SelfAttention(d_model, n_heads, attn_dropout, resid_dropout)
         self.norm2 = RMSNorm(d_model)
         self.ffn = SwiGLU(d_model, ff_dim, ffn_dropout)
 
-    def forward(self, x, positions, mask=None, cache: KVCache | None = None, cache_start: int = 0):
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None = None,
+                cache: KVCache | None = None, cache_start: int = 0) -> torch.Tensor:
         x = x + self.self_attn(self.norm1(x), positions, mask, cache, cache_start)
         return x + self.ffn(self.norm2(x))
 

@@ -64,7 +64,8 @@ class KronosTokenizer(PretrainedMixin, nn.Module):
         self.tokenizer = _QuantizerHolder(c.codebook_dim, c.group_size)
 
     @staticmethod
-    def _layout(batch: int, length: int, pad: torch.Tensor | None, device):
+    def _layout(batch: int, length: int, pad: torch.Tensor | None,
+                device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
         if pad is None:
             pad = torch.zeros(batch, dtype=torch.long, device=device)
         return padded_positions_and_mask(pad.to(device), length)

@@ -67,8 +67,9 @@ def auto_batch_size(kind: str, model: Kronos, tok: KronosTokenizer, window: int,
     try:
         from kronos_core.train import planner
     except ImportError:
-        planner = None
-    fit = getattr(planner, "largest_batch", None) if planner is not None else None
+        fit = None
+    else:
+        fit = getattr(planner, "largest_batch", None)
     if fit is not None:
         try:
             batch = int(fit(model=model if kind == "predictor" else tok, tokenizer=tok, mode="train",

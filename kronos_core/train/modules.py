@@ -31,13 +31,13 @@ def _bundled_tokenizer() -> Path | None:
     return None
 
 
-def _load_pair(init: str, tokenizer_init: str | None):
+def _load_pair(init: str, tokenizer_init: str | None) -> tuple[Kronos, KronosTokenizer]:
     """(model, tokenizer) from ``init``: a run/output folder with model/ and tokenizer/, a model folder, or a Hub id."""
     try:  # the shared loader knows aliases and Hub ids; fall back to plain folders without it
         from kronos_core.loading import PredictorConfig, load_checkpoints
     except ImportError:
-        load_checkpoints = None
-    if load_checkpoints is not None:
+        pass
+    else:
         loaded = load_checkpoints(PredictorConfig(model=init, tokenizer=tokenizer_init, device="cpu"))
         return loaded.model, loaded.tokenizer
     root = Path(init)

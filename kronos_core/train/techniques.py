@@ -82,6 +82,9 @@ def seed_everything(seed: int) -> None:
 def rng_state() -> dict:
     """Every RNG the loop draws from, in a form ``torch.load(weights_only=True)`` accepts."""
     np_state = np.random.get_state()
+    # numpy's global RandomState is an MT19937, whose legacy state is the 5-tuple (the stubs
+    # also allow the dict other bit generators return)
+    assert isinstance(np_state, tuple)
     state = {
         "torch": torch.get_rng_state(),
         "python": random.getstate(),

@@ -22,6 +22,7 @@ import math
 import shutil
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -50,6 +51,9 @@ from kronos_core.train.techniques import (
     set_rng_state,
     warmup_cosine,
 )
+
+if TYPE_CHECKING:
+    from kronos_core.monitor import ResourceMonitor
 
 log = logging.getLogger(__name__)
 STATE_FILE = "trainer_state.pt"
@@ -100,7 +104,7 @@ class Trainer:
         self.step = self.epoch = self.position = 0
         self.best_val, self.bad_evals, self.stopped_early = math.inf, 0, False
         self.history: list[dict] = []
-        self.monitor = None  # a kronos_core.monitor.ResourceMonitor told about every step, when set
+        self.monitor: ResourceMonitor | None = None  # a kronos_core.monitor.ResourceMonitor told about every step, when set
         if resume:
             self._load_state()
         self.metrics = MetricsLog(self.out, enabled=self.dist.is_main, tensorboard=cfg.tensorboard,
@@ -157,10 +161,13 @@ class Trainer:
         """Forward/backward every micro-batch of this rank's share; returns the share's mean loss and parts."""
         n = x.shape[0]
         chunks = torch.arange(n).tensor_split(min(self.accum, n))
+        parts: dict[str, float]
         total, parts = 0.0, {}
         for i, rows in enumerate(chunks):
             last = i == len(chunks) - 1
-            sync = contextlib.nullcontext() if last or self.dist.world == 1 else self.net.no_sync()
+            # self.net is a DistributedDataParallel when world > 1; torch types the by-name attribute
+            # of a plain nn.Module as Tensor | Module
+            sync = contextlib.nullcontext() if last or self.dist.world == 1 else self.net.no_sync()  # type: ignore[operator]
             with sync:
                 with autocast_context(self.cfg.precision, self.device):
                     loss = self.net(x[rows], stamp[rows])
