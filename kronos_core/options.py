@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from kronos_core.eval.calibration import Calibration
 
-SLIDING_MODES = ("exact", "rolling", "recompute")
+SLIDING_MODES = ("exact", "rolling", "recompute")  # how the engine treats a window that slides
 
 
 def _positive_int(name: str, value: Any) -> int:
@@ -53,7 +53,7 @@ class ForecastOptions:
     calibration: Calibration | None = None  # quantile correction fitted for this model
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "horizon", _positive_int("horizon", self.horizon))
+        object.__setattr__(self, "horizon", _positive_int("horizon (pred_len)", self.horizon))
         object.__setattr__(self, "sample_count", _positive_int("sample_count", self.sample_count))
         levels = tuple(float(q) for q in self.quantiles)
         bad = [q for q in levels if not 0 < q < 1]

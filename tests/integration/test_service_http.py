@@ -202,6 +202,7 @@ def test_repair_makes_forecast_candles_consistent(live_service):
 
 def test_service_equals_engine_called_directly(live_service):
     from kronos_core import load_predictor
+    from kronos_core.options import ForecastOptions
     from service.gateway import FutureTimestamps
 
     symbols = live_service.store.symbols()[30:36]
@@ -217,7 +218,7 @@ def test_service_equals_engine_called_directly(live_service):
         series.append(np.asarray(v, np.float32))
         xts.append(ts)
         yts.append(ft(ts.to_numpy(), SMALL["horizon"]))
-    res = predictor.forecast(series, xts, yts, SMALL["horizon"], sample_count=2, seed=7)
+    res = predictor.forecast(series, xts, yts, ForecastOptions(SMALL["horizon"], sample_count=2, seed=7))
     np.testing.assert_allclose(_closes(body), res.mean[:, :, 3], rtol=1e-5, atol=1e-5)
     assert [list(pd.DatetimeIndex(f["timestamps"])) for f in body["forecasts"]] == [list(pd.DatetimeIndex(y)) for y in yts]
 
