@@ -17,6 +17,18 @@ if TYPE_CHECKING:
 SLIDING_MODES = ("exact", "rolling", "recompute")  # how the engine treats a window that slides
 
 
+def quantile_label(level: float) -> str:
+    """A quantile level as text, exact and distinct: Python's shortest round-trip repr
+    (0.1 -> "0.1", 0.1234567 -> "0.1234567"), so two different levels never share a label.
+    Every name of a quantile (CLI columns, JSON keys, Arrow columns, metric keys) uses it."""
+    return repr(float(level))
+
+
+def quantile_column(feature: str, level: float) -> str:
+    """The column of one feature's quantile: ``close_q0.1``."""
+    return f"{feature}_q{quantile_label(level)}"
+
+
 def _positive_int(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         try:

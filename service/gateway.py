@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from kronos_core.errors import ErrorCode, WarningCode
+from kronos_core.options import quantile_label
 from service.interfaces import CandleStore, Replicas
 from service.metrics import Metrics
 from service.schemas import FEATURE_NAMES, ForecastRequest, InlineSeries
@@ -682,12 +683,6 @@ def _iso(ts: np.ndarray) -> list[str]:
 def _candles(a: np.ndarray) -> dict[str, np.ndarray]:
     # a: (H, 6) -> columns; contiguous float32 arrays (orjson serialises numpy natively)
     return {name: np.ascontiguousarray(a[:, k]) for k, name in enumerate(FEATURE_NAMES)}
-
-
-def quantile_label(level: float) -> str:
-    """A quantile level as text, exact and distinct: Python's shortest round-trip repr
-    (0.1 -> "0.1", 0.1234567 -> "0.1234567"). JSON keys and Arrow column names both use it."""
-    return repr(float(level))
 
 
 def _inputs(out: Outcome, i: int) -> dict[str, Any]:

@@ -1,11 +1,11 @@
-"""ForecastOptions: validated, hashable."""
+"""ForecastOptions (validated, hashable) and the one quantile labeller."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from kronos_core.options import ForecastOptions
+from kronos_core.options import ForecastOptions, quantile_column, quantile_label
 
 
 def test_options_validate_and_normalise():
@@ -36,3 +36,10 @@ def test_options_with_a_calibration_are_hashable():
     groups = {a: 1, a.with_(): 2, ForecastOptions(2, quantiles=(0.1, 0.9)): 3}
     assert len(groups) == 2 and groups[a] == 2
 
+
+def test_quantile_label_is_exact_and_distinct():
+    assert quantile_label(0.1) == "0.1" and quantile_label(np.float32(0.5)) == "0.5"
+    assert quantile_label(1 / 3) == repr(1 / 3)
+    assert quantile_label(0.1234567) != quantile_label(0.1234568)
+    assert float(quantile_label(0.1234568)) == 0.1234568  # round-trips
+    assert quantile_column("close", 0.05) == "close_q0.05"

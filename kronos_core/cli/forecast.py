@@ -19,7 +19,7 @@ import pandas as pd
 
 from kronos_core.data.reader import add_reader_arguments
 from kronos_core.loading import add_predictor_arguments, load_predictor, predictor_config_from_args
-from kronos_core.options import ForecastOptions
+from kronos_core.options import ForecastOptions, quantile_column
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +115,7 @@ def run(args) -> int:
     table = pd.DataFrame(res.mean[0], columns=list(FEATURES), index=pd.Index(future, name="timestamps"))
     for qi, q in enumerate(options.quantiles):
         for fi, f in enumerate(FEATURES):
-            table[f"{f}_q{q:g}"] = res.quantiles[qi, 0, :, fi]
+            table[quantile_column(f, q)] = res.quantiles[qi, 0, :, fi]
     if args.out:
         from kronos_core.data.reader import write_table
 
