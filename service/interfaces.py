@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from kronos_core.errors import ErrorCode
+from kronos_core.options import ForecastOptions
 from service.shards import ReplicaInfo, Shard, ShardResult
 
 
@@ -97,7 +98,7 @@ class ForecastEngine(Protocol):
     """A replica's view of the engine (``kronos_core.predictor.KronosPredictor``)."""
 
     def forecast(self, series: Sequence[np.ndarray], x_timestamps: Sequence, y_timestamps: Sequence,
-                 horizon: int, sample_count: int = 1, T: float = 1.0, top_k: int = 0, top_p: float = 0.9,
-                 seed: int | None = None, quantiles: Sequence[float] = (),
-                 repair: bool | None = None) -> EngineResult:
+                 options: ForecastOptions, *, series_keys: Sequence[int] | None = None,
+                 verbose: bool = False) -> EngineResult:
+        """Forecasts of ``series`` with every option of the call in ``options``."""
         ...

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from kronos_core.errors import ErrorCode
+from kronos_core.options import ForecastOptions
 
 if TYPE_CHECKING:
     from service.interfaces import ForecastEngine
@@ -38,6 +39,15 @@ class SamplingKey:
     return_paths: bool  # ship (B, S, H, 6) paths back
     repair: bool = False  # make forecast candles consistent (high/low, volume >= 0)
     calibrate: bool = False  # apply the replica's calibration to the quantiles (the gateway checked it covers them)
+
+    def options(self, calibration: Any = None) -> ForecastOptions:
+        """The engine's options for this key; ``calibration`` (the replica's) is used only when
+        the key asks to calibrate."""
+        return ForecastOptions(
+            horizon=self.horizon, sample_count=self.sample_count, temperature=self.temperature,
+            top_k=self.top_k, top_p=self.top_p, seed=self.seed, quantiles=self.quantiles, repair=self.repair,
+            calibration=calibration if self.calibrate else None,
+        )
 
 
 @dataclass
@@ -209,12 +219,7 @@ class BatchRunner:
         """Returns (mean, quantiles, paths, tokens) for the given series, splitting on OOM."""
         try:
             calls[0] += 1
-            res = self.predictor.forecast(
-                values, xts, yts, key.horizon,
-                sample_count=key.sample_count, T=key.temperature, top_k=key.top_k, top_p=key.top_p,
-                seed=key.seed, quantiles=key.quantiles, repair=key.repair,
-                calibration=self.calibration if key.calibrate else None,
-            )
+            res = self.predictor.forecast(values, xts, yts, key.options(self.calibration))
             tokens = int(res.stats.tokens_generated)
             q = np.asarray(res.quantiles, dtype=np.float32) if key.quantiles else None
             paths = np.asarray(res.paths, dtype=np.float32) if key.return_paths else None

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from kronos_core.errors import ErrorCode
+from kronos_core.options import ForecastOptions
 from service.gateway import ReplicaGone
 from service.shards import BatchRunner, ReplicaInfo, SamplingKey, Shard, ShardResult
 
@@ -102,10 +103,14 @@ class FakePredictor:
         self.oom_above = oom_above
         self.oom = oom
         self.calls: list[int] = []
+        self.options: list[ForecastOptions] = []  # what each call was given
 
-    def forecast(self, series, x_timestamps, y_timestamps, horizon, sample_count=1, T=1.0, top_k=0,
-                 top_p=0.9, seed=None, quantiles=(), repair=None, **kw):
+    def forecast(self, series, x_timestamps, y_timestamps, options: ForecastOptions, *, series_keys=None,
+                 verbose=False):
         import torch
+
+        horizon, sample_count, quantiles = options.horizon, options.sample_count, options.quantiles
+        self.options.append(options)
 
         self.calls.append(len(series))
         if self.oom_above is not None and len(series) > self.oom_above:

@@ -13,6 +13,7 @@ from service_fakes import FakePredictor, FakeReplicas, FakeStore, RoutedReplicas
 from kronos_core.data.store import KlineStore, SymbolError, WindowBatch
 from kronos_core.engine.generate import EngineStats
 from kronos_core.errors import ErrorCode
+from kronos_core.options import ForecastOptions
 from kronos_core.predictor import ForecastResult, KronosPredictor
 from service import interfaces as seams
 
@@ -28,11 +29,14 @@ def _params(fn) -> list[str]:
 
 
 def _implements(cls, proto) -> None:
-    """Every protocol method exists on ``cls`` with the protocol's parameters, in order, and is
-    async exactly where the protocol's is."""
+    """Every protocol method exists on ``cls`` with the protocol's parameters, in order, takes no
+    ``**kwargs`` that would hide a parameter the caller passes, and is async exactly where the
+    protocol's is."""
     for name in PROTOCOL_METHODS[proto]:
         want, got = getattr(proto, name), getattr(cls, name)
         assert _params(got)[: len(_params(want))] == _params(want), (cls, name)
+        kinds = [p.kind for p in inspect.signature(got).parameters.values()]
+        assert inspect.Parameter.VAR_KEYWORD not in kinds, (cls, name, "takes **kwargs")
         assert inspect.iscoroutinefunction(got) == inspect.iscoroutinefunction(want), (cls, name)
 
 
@@ -68,7 +72,7 @@ def test_engine_and_fake_engine():
     _implements(FakePredictor, seams.ForecastEngine)
     z = np.zeros((1, 1, 1, 6), np.float32)
     real = ForecastResult(z, z[0], z, (), EngineStats())
-    fake = FakePredictor().forecast([np.ones((4, 6), np.float32)], [None], [None], 2)
+    fake = FakePredictor().forecast([np.ones((4, 6), np.float32)], [None], [None], ForecastOptions(2))
     for res in (real, fake):
         assert isinstance(res, seams.EngineResult) and isinstance(res.stats, seams.EngineStatsView)
 

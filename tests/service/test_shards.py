@@ -75,6 +75,19 @@ def test_batch_runner_groups_by_sampling_options():
     assert [r.mean.shape[0] for r in results] == [2, 3, 1]
 
 
+def test_batch_runner_passes_the_options_whole_with_the_calibration_only_when_asked():
+    pred = FakePredictor()
+    runner = BatchRunner(pred, "r1", "cpu")
+    runner.calibration = calibration = object()  # stands for the replica's Calibration
+    key = make_key(horizon=3, sample_count=2, temperature=0.7, top_k=5, top_p=0.8, seed=9, quantiles=(0.1, 0.9),
+                   repair=True)
+    runner.run([make_shard(1, 0, key=key), make_shard(1, 1, key=make_key(calibrate=True, quantiles=(0.5,)))])
+    plain, calibrated = pred.options
+    assert (plain.horizon, plain.sample_count, plain.temperature, plain.top_k, plain.top_p, plain.seed,
+            plain.quantiles, plain.repair, plain.calibration) == (3, 2, 0.7, 5, 0.8, 9, (0.1, 0.9), True, None)
+    assert calibrated.calibration is calibration and calibrated.quantiles == (0.5,)
+
+
 def _cpu_oom() -> RuntimeError:
     try:
         torch.empty(2**62, dtype=torch.uint8)
