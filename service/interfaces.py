@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from kronos_core.errors import ErrorCode
-from service.shards import ReplicaInfo, Shard, ShardResult
+from service.messages import ReplicaInfo, Shard, ShardResult
 
 
 @runtime_checkable
@@ -66,9 +66,9 @@ class CandleStore(Protocol):
 @runtime_checkable
 class Replicas(Protocol):
     """The gateway's view of the predictor replicas (``service.replica.Predictor``, reached
-    through ``service.app.ServeReplicas``). ``forecast_shard`` raises
-    ``service.gateway.ReplicaGone`` when the replica died (the shard may be retried) and
-    ``service.gateway.Overloaded`` when the replicas' queues are full."""
+    through ``service.serve_replicas.ServeReplicas``). ``forecast_shard`` raises
+    ``service.errors.ReplicaGone`` when the replica died (the shard may be retried) and
+    ``service.errors.Overloaded`` when the replicas' queues are full."""
 
     async def forecast_shard(self, shard: Shard) -> ShardResult:
         ...

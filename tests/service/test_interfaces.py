@@ -53,8 +53,8 @@ def test_store_and_its_fake_are_candle_stores(tmp_path):
 
 def test_replica_deployment_adapter_and_fake_are_replicas():
     pytest.importorskip("ray")
-    from service.app import ServeReplicas
     from service.replica import Predictor
+    from service.serve_replicas import ServeReplicas
 
     assert isinstance(FakeReplicas(), seams.Replicas) and isinstance(RoutedReplicas(), seams.Replicas)
     assert isinstance(ServeReplicas(None, None, None), seams.Replicas)
