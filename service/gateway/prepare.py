@@ -61,15 +61,17 @@ def _wall_clock(t: pd.Timestamp, tz: str | None) -> pd.Timestamp:
     return (t.tz_convert(tz) if tz else t).tz_localize(None)
 
 
-def as_of_warning(as_of: datetime, ts: np.ndarray, meta: dict) -> dict | None:
+def as_of_warning(as_of: datetime, ts: np.ndarray, last_stored: np.datetime64,
+                  timezone: str | None) -> dict | None:
     """A warning when ``as_of`` lies more than one candle after the symbol's last stored
-    candle (``meta["last"]``): the forecast then starts after that older candle."""
-    last = meta.get("last")
-    if last is None or len(ts) < 2 or pd.Timestamp(ts[-1]) != pd.Timestamp(last):
+    candle (``last_stored``, from the window read): the forecast then starts after that
+    older candle. ``timezone``: the symbol's zone, for an aware ``as_of``."""
+    last = pd.Timestamp(last_stored)
+    if len(ts) < 2 or pd.Timestamp(ts[-1]) != last:
         return None  # the window stops inside the data: as_of is within it
     step = pd.Timestamp(ts[-1]) - pd.Timestamp(ts[-2])
-    wall = _wall_clock(pd.Timestamp(as_of), meta.get("timezone"))
-    if wall <= pd.Timestamp(last) + step:
+    wall = _wall_clock(pd.Timestamp(as_of), timezone)
+    if wall <= last + step:
         return None
     return symbol_warning(
         WarningCode.AS_OF_AFTER_DATA,
@@ -104,14 +106,13 @@ def _store_series(store: CandleStore, req: ForecastRequest, lookback: int, error
     batch = store.read_windows(list(req.symbols or []), lookback, as_of=as_of, frequency=req.frequency)
     errors.extend(symbol_error(e.symbol, ErrorCode(e.code), e.message) for e in batch.errors)
     items = []
-    for i, sym in enumerate(batch.symbols):
-        values, ts = batch.series(i)
-        meta = batch.metadata[i]
+    for win in batch.windows:
+        meta = win.metadata
         session = (meta.get("timezone"), meta["session_timezone"]) if meta.get("session_timezone") else None
-        item = _Series(sym, np.asarray(values, dtype=np.float32), to_ns(ts), session,
+        item = _Series(win.symbol, np.asarray(win.values, dtype=np.float32), to_ns(win.timestamps), session,
                        req.exchange or meta.get("exchange"))
         if req.as_of is not None:
-            w = as_of_warning(req.as_of, item.ts, store.metadata(sym, req.frequency))
+            w = as_of_warning(req.as_of, item.ts, win.last_stored, meta.get("timezone"))
             if w is not None:
                 item.warnings.append(w)
         items.append(item)

@@ -32,16 +32,26 @@ class FakeSymbolError:
 
 
 @dataclass
+class FakeWindow:
+    """A ``SymbolWindowView``: one symbol's window."""
+
+    symbol: str
+    values: np.ndarray
+    timestamps: np.ndarray
+    metadata: dict
+    last_stored: np.datetime64
+
+
+@dataclass
 class FakeWindowBatch:
     """``Windows``: what ``FakeStore.read_windows`` returns."""
 
-    symbols: list[str]
-    _series: list[tuple[np.ndarray, pd.DatetimeIndex]]
+    windows: list[FakeWindow]
     errors: list[FakeSymbolError] = field(default_factory=list)
-    metadata: list[dict] = field(default_factory=list)
 
-    def series(self, i):
-        return self._series[i]
+    @property
+    def symbols(self):
+        return [w.symbol for w in self.windows]
 
 
 class FakeStore:
@@ -61,7 +71,7 @@ class FakeStore:
         return {"frequency": "1h", "timezone": None, "first": str(self.idx[0]), "last": str(self.idx[-1])}
 
     def read_windows(self, symbols, lookback, as_of=None, frequency=None):
-        ok, series, errors = [], [], []
+        windows, errors = [], []
         end = self.length if as_of is None else int(self.idx.searchsorted(pd.Timestamp(as_of), "right"))
         for s in symbols:
             if s not in self.symbols():
@@ -72,9 +82,9 @@ class FakeStore:
                 continue
             k = int(s[1:])
             v = np.full((end, 6), 100.0 + k, np.float32)
-            ok.append(s)
-            series.append((v[-lookback:], self.idx[:end][-lookback:]))
-        return FakeWindowBatch(ok, series, errors, [{"timezone": None} for _ in ok])
+            ts = self.idx[:end][-lookback:].to_numpy(dtype="datetime64[ns]")
+            windows.append(FakeWindow(s, v[-lookback:], ts, {"timezone": None}, self.idx[-1].to_datetime64()))
+        return FakeWindowBatch(windows, errors)
 
 
 def fake_future(history: pd.DatetimeIndex, horizon: int) -> pd.DatetimeIndex:

@@ -29,9 +29,8 @@ def test_a_failed_shard_reports_the_replicas_code_not_its_wording():
 
     class Failing(FakeReplicas):
         async def forecast_shard(self, shard):
-            from service.messages import ShardResult
-
             from kronos_core.errors import ErrorCode
+            from service.messages import ShardResult
 
             return ShardResult(shard.request_id, shard.index, "r", None, None, None,
                                error="replica unavailable (a message, not a code)",

@@ -120,7 +120,8 @@ def test_exchange_reaches_the_future_timestamps_from_the_request_or_the_metadata
     class TaggedStore(FakeStore):
         def read_windows(self, symbols, lookback, as_of=None, frequency=None):
             batch = super().read_windows(symbols, lookback, as_of, frequency)
-            batch.metadata = [{"timezone": None, "exchange": "XNAS" if s == "S001" else None} for s in batch.symbols]
+            for w in batch.windows:
+                w.metadata = {"timezone": None, "exchange": "XNAS" if w.symbol == "S001" else None}
             return batch
 
     gw, _, _ = fake_gateway()
@@ -175,7 +176,7 @@ def test_session_clock_reaches_future_timestamps_through_the_real_store(tmp_path
     out = asyncio.run(gw.forecast(ForecastRequest(symbols=["EURUSD", "EURUSD.UTC"], as_of=as_of.isoformat(),
                                                   lookback=lookback, horizon=horizon)))
     assert out.symbols == ["EURUSD", "EURUSD.UTC"] and out.errors == []
-    _, hist = store.read_windows(["EURUSD"], lookback, as_of=as_of).series(0)
+    hist = pd.DatetimeIndex(store.read_windows(["EURUSD"], lookback, as_of=as_of).windows[0].timestamps)
     ny = pd.DatetimeIndex(future_timestamps(hist, horizon, timezone="UTC", session_timezone="America/New_York"))
     plain = pd.DatetimeIndex(future_timestamps(hist, horizon))
     ny = ny.tz_convert("UTC").tz_localize(None) if ny.tz is not None else ny
