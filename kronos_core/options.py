@@ -14,7 +14,19 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from kronos_core.eval.calibration import Calibration
 
-SLIDING_MODES = ("exact", "rolling", "recompute")
+SLIDING_MODES = ("exact", "rolling", "recompute")  # how the engine treats a window that slides
+
+
+def quantile_label(level: float) -> str:
+    """A quantile level as text, exact and distinct: Python's shortest round-trip repr
+    (0.1 -> "0.1", 0.1234567 -> "0.1234567"), so two different levels never share a label.
+    Every name of a quantile (CLI columns, JSON keys, Arrow columns, metric keys) uses it."""
+    return repr(float(level))
+
+
+def quantile_column(feature: str, level: float) -> str:
+    """The column of one feature's quantile: ``close_q0.1``."""
+    return f"{feature}_q{quantile_label(level)}"
 
 
 def _positive_int(name: str, value: Any) -> int:
@@ -53,7 +65,7 @@ class ForecastOptions:
     calibration: Calibration | None = None  # quantile correction fitted for this model
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "horizon", _positive_int("horizon", self.horizon))
+        object.__setattr__(self, "horizon", _positive_int("horizon (pred_len)", self.horizon))
         object.__setattr__(self, "sample_count", _positive_int("sample_count", self.sample_count))
         levels = tuple(float(q) for q in self.quantiles)
         bad = [q for q in levels if not 0 < q < 1]

@@ -1,8 +1,9 @@
 """``KronosPredictor``: the reference's forecasting API on the cached, batched engine.
 
 ``predict`` / ``predict_batch`` keep the reference's arguments, defaults, input
-rules and results (DataFrames). ``forecast`` is the array API: ragged series in,
-sample paths, mean and quantiles out, with seeded batch-invariant sampling.
+rules and results (DataFrames); their arguments map to ``ForecastOptions`` once.
+``forecast`` is the array API: ragged series and one ``ForecastOptions`` in, sample
+paths, mean and quantiles out, with seeded batch-invariant sampling.
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ from kronos_core.candles import (
 )
 from kronos_core.engine.batch import assemble
 from kronos_core.engine.generate import EngineStats, GenerationConfig, Generator
-from kronos_core.engine.sampling import SamplingParams, row_keys
+from kronos_core.engine.sampling import row_keys
 from kronos_core.model import Kronos, KronosTokenizer
+from kronos_core.options import ForecastOptions
 
 log = logging.getLogger(__name__)
 
@@ -127,9 +129,8 @@ class KronosPredictor:
                 arrays.append(candle_array(df))
             except CandleError as exc:
                 raise ValueError(f"series {i}: {exc}") from exc
-        norm, mean, _std, *_ = self._run(
-            arrays, x_timestamp_list, y_timestamp_list, pred_len, T, top_k, top_p, sample_count, None, None, verbose
-        )
+        options = ForecastOptions(horizon=pred_len, sample_count=sample_count, temperature=T, top_k=top_k, top_p=top_p)
+        norm, mean, _std, *_ = self._run(arrays, x_timestamp_list, y_timestamp_list, options, None, verbose)
         out = []
         for i, y_ts in enumerate(y_timestamp_list):
             preds = denormalize(norm[i].mean(axis=0), mean[i], _std[i])  # (H, 6)
@@ -144,43 +145,31 @@ class KronosPredictor:
         series: Sequence[np.ndarray],
         x_timestamps: Sequence,
         y_timestamps: Sequence,
-        horizon: int,
-        sample_count: int = 1,
-        T: float = 1.0,
-        top_k: int = 0,
-        top_p: float = 0.9,
-        seed: int | None = None,
-        quantiles: Sequence[float] = (),
-        repair: bool | None = None,
-        sliding: str | None = None,
+        options: ForecastOptions,
+        *,
         series_keys: Sequence[int] | None = None,
         verbose: bool = False,
-        calibration=None,
     ) -> ForecastResult:
         """Sample paths, mean and quantiles for ragged raw-scale series.
 
         series[i] (L_i, 6) in ``FEATURES`` order (volume/amount already filled);
-        x_timestamps[i] L_i datetimes; y_timestamps[i] ``horizon`` datetimes.
-        seed: with a seed, each series' paths depend only on the seed and the
-        series' key (``series_keys[i]``, default a hash of its values), not on
-        the rest of the batch. calibration: a ``kronos_core.eval.calibration.Calibration``
-        fitted for this model; it corrects the quantiles (the paths and mean stay raw) and is
-        refused (``CalibrationMismatch``) when fitted for another model.
-        Returns ``ForecastResult`` (shapes in its fields).
+        x_timestamps[i] L_i datetimes; y_timestamps[i] ``options.horizon`` datetimes.
+        options: horizon, sampling, quantiles, repair, sliding and calibration
+        (``kronos_core.options.ForecastOptions``). With a seed, each series' paths depend
+        only on the seed and the series' key (``series_keys[i]``, default a hash of its
+        values), not on the rest of the batch. A calibration corrects the quantiles (the
+        paths and mean stay raw) and is refused (``CalibrationMismatch``) when fitted for
+        another model. Returns ``ForecastResult`` (shapes in its fields).
         """
-        levels = tuple(float(q) for q in quantiles)
-        bad = [q for q in levels if not 0 < q < 1]
-        if bad:
-            raise ValueError(f"quantiles must be in (0, 1), got {bad}")
+        if not isinstance(options, ForecastOptions):
+            raise TypeError(f"options must be a kronos_core.options.ForecastOptions, got {type(options).__name__}")
+        levels, calibration = options.quantiles, options.calibration
         if calibration is not None:
             calibration.check_model(self.identity)  # before spending time on the forecast
         arrays = [self._check_array(i, a) for i, a in enumerate(series)]
-        norm, mean, std, stats = self._run(
-            arrays, x_timestamps, y_timestamps, horizon, T, top_k, top_p, sample_count, seed, series_keys,
-            verbose, sliding,
-        )
+        norm, mean, std, stats = self._run(arrays, x_timestamps, y_timestamps, options, series_keys, verbose)
         paths = denormalize(norm, mean[:, None, None, :], std[:, None, None, :]).astype(np.float32)  # (B, S, H, 6)
-        repair = self.repair if repair is None else repair
+        repair = self.repair if options.repair is None else options.repair
         if repair:
             paths = repair_candles(paths)
             path_mean = paths.mean(axis=1)
@@ -206,26 +195,27 @@ class KronosPredictor:
             raise CandleError(f"series {i}: non-finite values in rows {rows[:5].tolist()}")
         return a
 
-    def _run(
-        self, arrays, x_ts_list, y_ts_list, pred_len, T, top_k, top_p, sample_count, seed, keys, verbose,
-        sliding=None,
-    ):
+    def _run(self, arrays, x_ts_list, y_ts_list, options: ForecastOptions, keys, verbose):
         """Normalize, run the engine, return (norm paths (B, S, H, 6), means (B, 6), stds (B, 6), stats)."""
-        if not isinstance(pred_len, (int, np.integer)) or pred_len < 1:
-            raise ValueError(f"pred_len (horizon) must be a positive integer, got {pred_len!r}")
-        if not isinstance(sample_count, (int, np.integer)) or sample_count < 1:
-            raise ValueError(f"sample_count must be a positive integer, got {sample_count!r}")
+        horizon, sample_count = options.horizon, options.sample_count
         if len(x_ts_list) != len(arrays) or len(y_ts_list) != len(arrays):
             raise ValueError(
                 f"got {len(arrays)} series but {len(x_ts_list)} history and {len(y_ts_list)} future timestamp lists"
             )
-        sampling = SamplingParams(temperature=float(T), top_k=int(top_k or 0), top_p=float(top_p))
+        cfg = GenerationConfig.from_options(
+            options,
+            max_context=self.max_context,
+            sliding=self.sliding,
+            autocast_dtype=self.dtype,
+            compile=self.compile,
+            progress=bool(verbose),
+        )
         x_norm, means, stds, x_stamps, y_stamps = [], [], [], [], []
         for i, (a, xt, yt) in enumerate(zip(arrays, x_ts_list, y_ts_list)):
             if len(xt) != len(a):
                 raise ValueError(f"series {i}: {len(a)} candles but {len(xt)} history timestamps")
-            if len(yt) != pred_len:
-                raise ValueError(f"series {i}: {len(yt)} future timestamps but pred_len is {pred_len}")
+            if len(yt) != horizon:
+                raise ValueError(f"series {i}: {len(yt)} future timestamps but pred_len is {horizon}")
             xn, mu, sd = normalize(a, self.clip)
             x_norm.append(xn)
             means.append(mu)
@@ -233,22 +223,13 @@ class KronosPredictor:
             x_stamps.append(time_features(xt))
             y_stamps.append(time_features(yt))
         rkeys = None
-        if seed is not None:
+        if options.seed is not None:
             if keys is None:
                 keys = [series_key(a) for a in arrays]
             elif len(keys) != len(arrays):
                 raise ValueError(f"series_keys has {len(keys)} entries for {len(arrays)} series")
-            rkeys = row_keys(int(seed), [int(k) for k in keys], int(sample_count))
-        batch = assemble(x_norm, x_stamps, y_stamps, int(sample_count), rkeys, self.device)
-        cfg = GenerationConfig(
-            horizon=int(pred_len),
-            max_context=self.max_context,
-            sampling=sampling,
-            sliding=sliding or self.sliding,
-            autocast_dtype=self.dtype,
-            compile=self.compile,
-            progress=bool(verbose),
-        )
+            rkeys = row_keys(options.seed, [int(k) for k in keys], sample_count)
+        batch = assemble(x_norm, x_stamps, y_stamps, sample_count, rkeys, self.device)
         out = self.generator.generate(batch, cfg)
-        norm = out.candles.cpu().numpy().reshape(len(arrays), int(sample_count), int(pred_len), len(FEATURES))
+        norm = out.candles.cpu().numpy().reshape(len(arrays), sample_count, horizon, len(FEATURES))
         return norm, np.stack(means), np.stack(stds), out.stats

@@ -22,6 +22,7 @@ import sys
 import time
 
 import numpy as np
+import pandas as pd
 
 log = logging.getLogger("service.bench")
 
@@ -56,6 +57,7 @@ def _engine_side(args, settings, store, symbols: list[str], lookback: int | None
     import torch
 
     from kronos_core.loading import load_predictor
+    from kronos_core.options import ForecastOptions
     from service.gateway import FutureTimestamps
 
     torch.set_num_threads(cores)
@@ -66,15 +68,14 @@ def _engine_side(args, settings, store, symbols: list[str], lookback: int | None
     batch = store.read_windows(symbols, lookback)
     future = FutureTimestamps()
     series, xts, yts = [], [], []
-    for i in range(len(batch.symbols)):
-        v, ts = batch.series(i)
-        series.append(np.asarray(v, np.float32))
-        xts.append(ts)
-        yts.append(future(ts.to_numpy(), args.horizon))
-    kw = dict(sample_count=args.sample_count, seed=1234)
-    predictor.forecast(series[:8], xts[:8], yts[:8], args.horizon, **kw)  # warm-up
+    for w in batch.windows:
+        series.append(np.asarray(w.values, np.float32))
+        xts.append(pd.DatetimeIndex(w.timestamps))
+        yts.append(future(w.timestamps, args.horizon))
+    options = ForecastOptions(args.horizon, sample_count=args.sample_count, seed=1234)
+    predictor.forecast(series[:8], xts[:8], yts[:8], options)  # warm-up
     t0 = time.perf_counter()
-    res = predictor.forecast(series, xts, yts, args.horizon, **kw)
+    res = predictor.forecast(series, xts, yts, options)
     if device == "cuda":
         torch.cuda.synchronize()
     return res, time.perf_counter() - t0, lookback, device

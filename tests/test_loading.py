@@ -76,9 +76,11 @@ def test_options_reach_the_engine(monkeypatch):
     import numpy as np
     import pandas as pd
 
+    from kronos_core.options import ForecastOptions
+
     ts = pd.date_range("2024-01-02", periods=40, freq="D")
     x = np.abs(np.random.default_rng(0).normal(10, 1, (40, 6))).astype(np.float32)
-    p.forecast([x], [ts], [pd.date_range("2024-02-11", periods=3, freq="D")], 3, top_k=1)
+    p.forecast([x], [ts], [pd.date_range("2024-02-11", periods=3, freq="D")], ForecastOptions(3, top_k=1))
     assert seen[-1].autocast_dtype is torch.bfloat16
     assert seen[-1].compile is True and seen[-1].sliding == "rolling" and seen[-1].max_context == 64
 

@@ -8,6 +8,7 @@ import pytest
 
 from kronos_core import KronosPredictor
 from kronos_core.candles import FEATURES, CandleError
+from kronos_core.options import ForecastOptions
 
 GREEDY = dict(T=1.0, top_k=1, top_p=1.0, sample_count=1, verbose=False)
 
@@ -73,9 +74,9 @@ def test_ragged_batch_equals_single_series(tiny, a_share, max_context):
     predictor = KronosPredictor(*tiny, device="cpu", max_context=max_context)
     starts, lookbacks, horizon = [0, 300, 900, 1500, 2000], [20, 97, 50, 64, 33], 12
     values, xs, ys = _series(a_share, starts, lookbacks, horizon)
-    together = predictor.forecast(values, xs, ys, horizon, top_k=1)
+    together = predictor.forecast(values, xs, ys, ForecastOptions(horizon, top_k=1))
     for i in range(len(values)):
-        alone = predictor.forecast(values[i : i + 1], xs[i : i + 1], ys[i : i + 1], horizon, top_k=1)
+        alone = predictor.forecast(values[i : i + 1], xs[i : i + 1], ys[i : i + 1], ForecastOptions(horizon, top_k=1))
         np.testing.assert_allclose(together.mean[i], alone.mean[0], rtol=1e-5)
 
 
@@ -96,34 +97,34 @@ def test_seeded_sampling_is_batch_invariant(tiny, a_share):
     """A series' seeded sample paths do not depend on what shares the batch or on the batch size."""
     predictor = KronosPredictor(*tiny, device="cpu", max_context=128)
     values, xs, ys = _series(a_share, [0, 400, 800, 1200], [64, 40, 90, 64], 10)
-    kw = dict(sample_count=3, T=1.0, top_p=0.9, seed=1234)
-    full = predictor.forecast(values, xs, ys, 10, **kw)
+    kw = dict(sample_count=3, temperature=1.0, top_p=0.9, seed=1234)
+    full = predictor.forecast(values, xs, ys, ForecastOptions(10, **kw))
     # the same series alone, and in another order with other company
-    alone = predictor.forecast(values[2:3], xs[2:3], ys[2:3], 10, **kw)
-    shuffled = predictor.forecast(values[::-1], xs[::-1], ys[::-1], 10, **kw)
+    alone = predictor.forecast(values[2:3], xs[2:3], ys[2:3], ForecastOptions(10, **kw))
+    shuffled = predictor.forecast(values[::-1], xs[::-1], ys[::-1], ForecastOptions(10, **kw))
     np.testing.assert_allclose(alone.paths[0], full.paths[2], rtol=1e-5)
     np.testing.assert_allclose(shuffled.paths[1], full.paths[2], rtol=1e-5)
     # sample paths differ from each other and a different seed changes them
     assert not np.allclose(full.paths[2, 0], full.paths[2, 1])
-    other = predictor.forecast(values[2:3], xs[2:3], ys[2:3], 10, **{**kw, "seed": 99})
+    other = predictor.forecast(values[2:3], xs[2:3], ys[2:3], ForecastOptions(10, **{**kw, "seed": 99}))
     assert not np.allclose(other.paths[0], alone.paths[0])
 
 
 def test_same_seed_same_answer_and_unseeded_varies(tiny, a_share):
     predictor = KronosPredictor(*tiny, device="cpu", max_context=128)
     values, xs, ys = _series(a_share, [100], [64], 8)
-    a = predictor.forecast(values, xs, ys, 8, sample_count=4, seed=7)
-    b = predictor.forecast(values, xs, ys, 8, sample_count=4, seed=7)
+    a = predictor.forecast(values, xs, ys, ForecastOptions(8, sample_count=4, seed=7))
+    b = predictor.forecast(values, xs, ys, ForecastOptions(8, sample_count=4, seed=7))
     np.testing.assert_array_equal(a.paths, b.paths)
-    c = predictor.forecast(values, xs, ys, 8, sample_count=4)
-    d = predictor.forecast(values, xs, ys, 8, sample_count=4)
+    c = predictor.forecast(values, xs, ys, ForecastOptions(8, sample_count=4))
+    d = predictor.forecast(values, xs, ys, ForecastOptions(8, sample_count=4))
     assert not np.array_equal(c.paths, d.paths)
 
 
 def test_forecast_shapes_mean_and_quantiles(tiny, a_share):
     predictor = KronosPredictor(*tiny, device="cpu", max_context=128)
     values, xs, ys = _series(a_share, [0, 600], [64, 48], 6)
-    res = predictor.forecast(values, xs, ys, 6, sample_count=5, seed=3, quantiles=(0.1, 0.5, 0.9))
+    res = predictor.forecast(values, xs, ys, ForecastOptions(6, sample_count=5, seed=3, quantiles=(0.1, 0.5, 0.9)))
     assert res.paths.shape == (2, 5, 6, 6)
     assert res.mean.shape == (2, 6, 6)
     assert res.quantiles.shape == (3, 2, 6, 6)
@@ -136,8 +137,8 @@ def test_forecast_shapes_mean_and_quantiles(tiny, a_share):
 def test_repair_makes_candles_consistent(tiny, a_share):
     predictor = KronosPredictor(*tiny, device="cpu", max_context=128)
     values, xs, ys = _series(a_share, [0, 700, 1400], [64, 64, 64], 12)
-    raw = predictor.forecast(values, xs, ys, 12, sample_count=4, seed=5)
-    fixed = predictor.forecast(values, xs, ys, 12, sample_count=4, seed=5, repair=True)
+    raw = predictor.forecast(values, xs, ys, ForecastOptions(12, sample_count=4, seed=5))
+    fixed = predictor.forecast(values, xs, ys, ForecastOptions(12, sample_count=4, seed=5, repair=True))
     p = fixed.paths
     assert (p[..., 1] >= np.maximum(p[..., 0], p[..., 3]) - 1e-6).all()
     assert (p[..., 2] <= np.minimum(p[..., 0], p[..., 3]) + 1e-6).all()
@@ -171,7 +172,7 @@ def test_input_rules_match_reference(tiny, a_share):
     with pytest.raises(CandleError, match="non-finite"):
         arr = d[0].to_numpy(np.float32)
         arr[3, 2] = np.inf
-        predictor.forecast([arr], x, y, 4)
+        predictor.forecast([arr], x, y, ForecastOptions(4))
 
 
 def test_mismatched_tokenizer_is_rejected(tiny):

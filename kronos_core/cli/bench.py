@@ -29,6 +29,7 @@ from kronos_core.engine.memory import LiveTensorMeter, memory_breakdown
 from kronos_core.loading import PredictorConfig, build_predictor
 from kronos_core.model import Kronos, KronosConfig, KronosTokenizer, TokenizerConfig
 from kronos_core.monitor import ResourceMonitor
+from kronos_core.options import ForecastOptions
 from kronos_core.predictor import KronosPredictor
 
 SMALL = KronosConfig(s1_bits=10, s2_bits=10, n_layers=8, d_model=512, n_heads=8, ff_dim=1024)
@@ -91,7 +92,8 @@ def _sync(device: torch.device) -> None:
 
 def _run_forecast(predictor: KronosPredictor, data, horizon: int, sliding: str):
     values, xs, ys = data
-    return predictor.forecast(values, xs, [y[:horizon] for y in ys], horizon, top_k=1, top_p=1.0, sliding=sliding)
+    options = ForecastOptions(horizon, top_k=1, top_p=1.0, sliding=sliding)
+    return predictor.forecast(values, xs, [y[:horizon] for y in ys], options)
 
 
 def timed_forecast(predictor: KronosPredictor, data, horizon: int, sliding: str, memory_horizon: int | None = None):
@@ -162,7 +164,7 @@ def _run(args, monitor: ResourceMonitor) -> int:
     predictor = build_predictor(model, tok, cfg)
     data = synthetic_series(args.series, args.lookback, args.horizon, args.seed)
     # Warm-up on the same batch shape (oneDNN builds kernels per shape on first use).
-    predictor.forecast(data[0], data[1], [y[:2] for y in data[2]], 2, top_k=1)
+    predictor.forecast(data[0], data[1], [y[:2] for y in data[2]], ForecastOptions(2, top_k=1))
     print(f"\n[1] {args.series} series, lookback {args.lookback}, horizon {args.horizon}")
     res_a, a = timed_forecast(predictor, data, args.horizon, "recompute", memory_horizon=2)
     monitor.step(n_samples=args.series)
@@ -207,7 +209,7 @@ def _run(args, monitor: ResourceMonitor) -> int:
             d = synthetic_series(n, lb, h, args.seed + 2)
             meter = LiveTensorMeter()
             with meter:
-                predictor.forecast(*d, h, sample_count=s, seed=1)
+                predictor.forecast(*d, ForecastOptions(h, sample_count=s, seed=1))
             est = memory_breakdown(SMALL, TOKENIZER_BASE, n, lb, h, s, include_weights=False, ragged=False).total
             err = est / meter.peak - 1
             rows.append({"series": n, "lookback": lb, "horizon": h, "samples": s, "measured": meter.peak,
@@ -234,7 +236,7 @@ def gpu_workload(model, tok, device, args) -> dict:
     print(f"\n[4] {n} series, lookback {lb}, horizon {h} on {device}")
     for name in ("float32", "bfloat16"):
         pred = build_predictor(model, tok, PredictorConfig(device=str(device), dtype=name))
-        pred.forecast(*[d[:8] for d in data], h, top_k=1)  # warm-up (and compile, where asked)
+        pred.forecast(*[d[:8] for d in data], ForecastOptions(h, top_k=1))  # warm-up (and compile, where asked)
         _, r = timed_forecast(pred, data, h, "exact")
         est = memory_breakdown(SMALL, TOKENIZER_BASE, n, lb, h, 1, pred.dtype or torch.float32,
                                ragged=False).total

@@ -8,7 +8,7 @@ Example (fit on the first 70% of each series, show coverage before/after on the 
 
 The correction is per horizon step and interval level (see
 ``kronos_core.eval.calibration``); apply it with ``kronos forecast --calibration``,
-``kronos eval --calibration`` or ``KronosPredictor.forecast(..., calibration=...)``.
+``kronos eval --calibration`` or ``ForecastOptions(..., calibration=...)`` in ``KronosPredictor.forecast``.
 """
 
 from __future__ import annotations

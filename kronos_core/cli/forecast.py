@@ -19,6 +19,7 @@ import pandas as pd
 
 from kronos_core.data.reader import add_reader_arguments
 from kronos_core.loading import add_predictor_arguments, load_predictor, predictor_config_from_args
+from kronos_core.options import ForecastOptions, quantile_column
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,17 @@ def future_stamps(history: pd.DatetimeIndex, horizon: int, exchange: str | None 
     return future_timestamps(history, horizon, exchange=exchange)
 
 
+def options_from_args(args) -> ForecastOptions:
+    """The forecast's options from the command line's flags (the ``--calibration`` file is
+    loaded later, with the model, and added with ``options.with_``). Raises ``ValueError``
+    naming a bad flag value."""
+    levels = tuple(float(q) for q in args.quantiles.split(",")) if args.quantiles else ()
+    return ForecastOptions(
+        horizon=args.horizon, sample_count=args.samples, temperature=args.temperature, top_k=args.top_k,
+        top_p=args.top_p, seed=args.seed, quantiles=levels, repair=args.repair,
+    )
+
+
 def read_input(args) -> tuple[np.ndarray, pd.DatetimeIndex]:
     """The candles of ``--csv`` through the shared reader: ``(values (L, 6) float32,
     timestamps)``; raises ``CandleError`` with every problem of the file (and ``--out`` or
@@ -76,6 +88,7 @@ def run(args) -> int:
         print("kronos forecast: --horizon must be >= 1", file=sys.stderr)
         return 2
     try:
+        options = options_from_args(args)  # flag errors before any file is read or model loaded
         values, stamps = read_input(args)
     except (CandleError, ValueError) as exc:
         print(f"kronos forecast: {exc}", file=sys.stderr)
@@ -96,16 +109,13 @@ def run(args) -> int:
     lookback = args.lookback or max(1, min(len(values), predictor.max_context - args.horizon))
     values, stamps = values[-lookback:], stamps[-lookback:]
     future = future_stamps(stamps, args.horizon, args.exchange)
-    levels = tuple(float(q) for q in args.quantiles.split(",")) if args.quantiles else ()
-    res = predictor.forecast(
-        [values], [stamps], [future], args.horizon, sample_count=args.samples, T=args.temperature,
-        top_k=args.top_k, top_p=args.top_p, seed=args.seed, quantiles=levels, repair=args.repair,
-        verbose=sys.stderr.isatty(), calibration=calibration,
-    )
+    if calibration is not None:
+        options = options.with_(calibration=calibration)
+    res = predictor.forecast([values], [stamps], [future], options, verbose=sys.stderr.isatty())
     table = pd.DataFrame(res.mean[0], columns=list(FEATURES), index=pd.Index(future, name="timestamps"))
-    for qi, q in enumerate(levels):
+    for qi, q in enumerate(options.quantiles):
         for fi, f in enumerate(FEATURES):
-            table[f"{f}_q{q:g}"] = res.quantiles[qi, 0, :, fi]
+            table[quantile_column(f, q)] = res.quantiles[qi, 0, :, fi]
     if args.out:
         from kronos_core.data.reader import write_table
 

@@ -32,6 +32,7 @@ from kronos_core.model.config import DEP_HEADS
 from kronos_core.model.kronos import Kronos
 from kronos_core.model.layers import KVCache, padded_positions_and_mask
 from kronos_core.model.tokenizer import KronosTokenizer
+from kronos_core.options import ForecastOptions
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,29 @@ class GenerationConfig:
             raise ValueError(f"max_context must be >= 1, got {self.max_context}")
         if self.sliding not in SLIDING_MODES:
             raise ValueError(f"sliding must be one of {SLIDING_MODES}, got {self.sliding!r}")
+
+    @classmethod
+    def from_options(
+        cls,
+        options: ForecastOptions,
+        *,
+        max_context: int,
+        sliding: str,
+        autocast_dtype: torch.dtype | None = None,
+        compile: bool = False,
+        progress: bool = False,
+    ) -> GenerationConfig:
+        """The engine's config for one forecast: horizon and sampling from ``options``, the rest
+        from the predictor. ``sliding`` is the predictor's mode, used when ``options.sliding`` is None."""
+        return cls(
+            horizon=options.horizon,
+            max_context=max_context,
+            sampling=SamplingParams.from_options(options),
+            sliding=options.sliding or sliding,
+            autocast_dtype=autocast_dtype,
+            compile=compile,
+            progress=progress,
+        )
 
 
 @dataclass

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-SLIDING_MODES = ("exact", "rolling", "recompute")
+from kronos_core.options import SLIDING_MODES
 
 
 @dataclass(frozen=True)

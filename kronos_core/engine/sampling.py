@@ -13,11 +13,15 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from kronos_core.options import ForecastOptions
+
 _MASK64 = (1 << 64) - 1
 
 
 @dataclass(frozen=True)
 class SamplingParams:
+    """How tokens are drawn; built from ``ForecastOptions`` (``from_options``)."""
+
     temperature: float = 1.0  # logits are divided by this before the softmax
     top_k: int = 0  # > 0: keep only the top_k logits (then top_p is ignored)
     top_p: float = 0.9  # < 1: keep the smallest most-likely set reaching this probability
@@ -29,6 +33,11 @@ class SamplingParams:
             raise ValueError(f"top_k must be >= 0, got {self.top_k}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+
+    @classmethod
+    def from_options(cls, options: ForecastOptions) -> SamplingParams:
+        """The token-sampling part of a forecast's options (validated here)."""
+        return cls(temperature=options.temperature, top_k=options.top_k, top_p=options.top_p)
 
     @property
     def greedy(self) -> bool:

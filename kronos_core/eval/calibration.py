@@ -136,7 +136,7 @@ def select_method(samples, truth, levels, fidx, issued, resolved) -> tuple[str, 
     return best, gaps
 
 
-@dataclass
+@dataclass(eq=False)  # compared by identity, so ForecastOptions holding one stay hashable
 class Calibration:
     """Corrections ``(C, H, F)``: per central level, horizon step and feature (log units,
     or interval widths for ``cqr-r``)."""

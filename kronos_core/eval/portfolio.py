@@ -21,6 +21,7 @@ from kronos_core.candles import FEATURES
 from kronos_core.data.timestamps import future_timestamps
 from kronos_core.eval import backtest as bt
 from kronos_core.eval.data import Series
+from kronos_core.options import ForecastOptions
 
 log = logging.getLogger(__name__)
 CLOSE = FEATURES.index("close")
@@ -65,10 +66,10 @@ def forecast_scores(predictor, uni: Universe, row: int, lookback: int, horizon: 
     fut = future_timestamps(ts, horizon)
     last = ctx[:, -1, CLOSE].astype(np.float64)  # (M,)
     scores = np.empty(len(uni.names))
+    options = ForecastOptions(horizon, sample_count=sample_count, seed=seed)
     for lo in range(0, len(uni.names), batch_size):
         hi = min(len(uni.names), lo + batch_size)
-        res = predictor.forecast(list(ctx[lo:hi]), [ts] * (hi - lo), [fut] * (hi - lo), horizon,
-                                 sample_count=sample_count, seed=seed)
+        res = predictor.forecast(list(ctx[lo:hi]), [ts] * (hi - lo), [fut] * (hi - lo), options)
         ret = res.paths[:, :, -1, CLOSE].astype(np.float64) / last[lo:hi, None] - 1.0  # (b, S)
         mean = ret.mean(axis=1)
         if rank == "sharpe":

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from kronos_core.eval import metrics as m
+from kronos_core.options import quantile_label
 
 DEFAULT_QUANTILES = (0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95)
 DEFAULT_COVERAGE = (0.5, 0.8, 0.9)
@@ -65,7 +66,7 @@ def score(
         c = m.covered(q[0], q[1], truth)
         cov[f"{nominal:g}"], cov_steps[f"{nominal:g}"] = _mean(c), _per_step(c)
     qv = qfn(list(quantiles)) if len(quantiles) else np.zeros((0, *truth.shape))
-    pinball = {f"{lv:g}": _mean(m.pinball_elements(qv[i], truth, lv)) for i, lv in enumerate(quantiles)}
+    pinball = {quantile_label(lv): _mean(m.pinball_elements(qv[i], truth, lv)) for i, lv in enumerate(quantiles)}
     mse = _mean(se)
     return {
         "windows": int(truth.shape[0]),

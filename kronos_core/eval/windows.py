@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 
 from kronos_core.data.timestamps import future_timestamps
 from kronos_core.eval.data import Series
+from kronos_core.options import ForecastOptions
 
 log = logging.getLogger(__name__)
 
@@ -101,12 +102,12 @@ def forecast_windows(predictor, w: Windows, horizon: int, sample_count: int, see
     n = len(w)
     out = np.empty((n, sample_count, horizon, w.context.shape[2]), dtype=np.float32)
     t0 = time.perf_counter()
+    options = ForecastOptions(horizon, sample_count=sample_count, seed=seed)
     bar = tqdm(total=n, unit="win", desc="forecast", disable=not progress)
     for lo in range(0, n, batch_size):
         hi = min(n, lo + batch_size)
         res = predictor.forecast(
-            list(w.context[lo:hi]), w.context_ts[lo:hi], w.future_ts[lo:hi], horizon,
-            sample_count=sample_count, seed=seed,
+            list(w.context[lo:hi]), w.context_ts[lo:hi], w.future_ts[lo:hi], options,
         )
         out[lo:hi] = res.paths  # (b, S, H, 6)
         bar.update(hi - lo)

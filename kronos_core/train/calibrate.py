@@ -170,6 +170,7 @@ def _forecast_inputs(case: InferCase, seed: int):
 
 def measure_infer_peak(case: InferCase, seed: int = 0) -> int:
     """Peak bytes of all live tensors of one forecast call (weights created inside the meter)."""
+    from kronos_core.options import ForecastOptions
     from kronos_core.predictor import KronosPredictor
 
     data = _forecast_inputs(case, seed)
@@ -178,11 +179,12 @@ def measure_infer_peak(case: InferCase, seed: int = 0) -> int:
         torch.manual_seed(seed)
         model, tok = Kronos(case.config).eval(), KronosTokenizer(case.tokenizer_config).eval()
         predictor = KronosPredictor(model, tok, device="cpu", max_context=512)
-        predictor.forecast(*data, case.horizon, sample_count=case.samples, seed=1)
+        predictor.forecast(*data, ForecastOptions(case.horizon, sample_count=case.samples, seed=1))
     return meter.peak
 
 
 def measure_infer_seconds(case: InferCase, seed: int = 0, clock=time.perf_counter) -> float:
+    from kronos_core.options import ForecastOptions
     from kronos_core.predictor import KronosPredictor
 
     torch.manual_seed(seed)
@@ -190,9 +192,9 @@ def measure_infer_seconds(case: InferCase, seed: int = 0, clock=time.perf_counte
                                 device="cpu", max_context=512)
     data = _forecast_inputs(case, seed)
     values, xs, ys = data
-    predictor.forecast(values, xs, [y[:2] for y in ys], 2, sample_count=case.samples, seed=1)  # warm-up
+    predictor.forecast(values, xs, [y[:2] for y in ys], ForecastOptions(2, sample_count=case.samples, seed=1))  # warm-up
     t0 = clock()
-    predictor.forecast(*data, case.horizon, sample_count=case.samples, seed=1)
+    predictor.forecast(*data, ForecastOptions(case.horizon, sample_count=case.samples, seed=1))
     return clock() - t0
 
 

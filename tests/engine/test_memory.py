@@ -16,6 +16,7 @@ from kronos_core.engine.memory import (
     parameter_count,
 )
 from kronos_core.model import KronosConfig
+from kronos_core.options import ForecastOptions
 
 
 def test_estimate_grows_with_every_dimension(tiny):
@@ -73,8 +74,8 @@ def measured_and_estimated(tiny, lengths, horizon, samples, max_context, sliding
     meter = LiveTensorMeter()
     with meter:
         predictor.forecast(
-            values, [ts[:n] for n in lengths], [ts[n : n + horizon] for n in lengths], horizon,
-            sample_count=samples, seed=0,
+            values, [ts[:n] for n in lengths], [ts[n : n + horizon] for n in lengths],
+            ForecastOptions(horizon, sample_count=samples, seed=0),
         )
     est = estimate_inference_bytes(
         tiny[0].config, tiny[1].config, len(lengths), max(lengths), horizon, samples,

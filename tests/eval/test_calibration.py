@@ -14,6 +14,7 @@ from kronos_core.eval.calibration import (
     conformal_quantile,
 )
 from kronos_core.eval.metrics import covered
+from kronos_core.options import ForecastOptions
 
 MODEL = {"name": "m", "sha256": "a" * 64}
 
@@ -97,12 +98,13 @@ def _inputs(n=2, length=40, horizon=3):
 
 def test_forecast_applies_calibration_for_its_model(predictor):
     series, xts, yts = _inputs()
-    raw = predictor.forecast(series, xts, yts, 3, sample_count=8, seed=1, quantiles=(0.1, 0.9))
+    raw = predictor.forecast(series, xts, yts, ForecastOptions(3, sample_count=8, seed=1, quantiles=(0.1, 0.9)))
     rng = np.random.default_rng(5)
     fake_truth = raw.paths.mean(axis=1) * np.exp(rng.normal(0, 0.2, size=raw.mean.shape))  # (B, H, 6)
     paths = np.repeat(raw.paths, 10, axis=0)
     cal = Calibration.fit(paths, np.repeat(fake_truth, 10, axis=0), (0.8,), predictor.identity.as_dict())
-    res = predictor.forecast(series, xts, yts, 3, sample_count=8, seed=1, quantiles=(0.1, 0.9), calibration=cal)
+    res = predictor.forecast(series, xts, yts, ForecastOptions(3, sample_count=8, seed=1, quantiles=(0.1, 0.9),
+                                                                 calibration=cal))
     np.testing.assert_array_equal(res.paths, raw.paths)  # paths stay raw
     np.testing.assert_allclose(res.quantiles, cal.apply(raw.paths, (0.1, 0.9), predictor.identity), rtol=1e-6)
     assert not np.allclose(res.quantiles[..., 3], raw.quantiles[..., 3])
@@ -115,4 +117,5 @@ def test_forecast_refuses_calibration_of_another_model(predictor):
     paths, truth = _lognormal_case(rng, 30, 0.02)
     other = Calibration.fit(paths, truth, (0.5,), {"name": "kronos-small", "sha256": "b" * 64})
     with pytest.raises(CalibrationMismatch, match="kronos-small.*cannot be applied to"):
-        predictor.forecast(series, xts, yts, 3, sample_count=2, seed=1, quantiles=(0.25, 0.75), calibration=other)
+        predictor.forecast(series, xts, yts, ForecastOptions(3, sample_count=2, seed=1, quantiles=(0.25, 0.75),
+                                                          calibration=other))

@@ -110,3 +110,12 @@ def test_score_card_is_consistent():
     assert len(card["per_step"]["mae"]) == h
     assert card["mae"] == pytest.approx(np.mean(card["per_step"]["mae"]))
     assert set(card["pinball"]) == {"0.1", "0.9"}
+
+
+def test_score_card_keeps_close_quantile_levels_apart():
+    """Two levels that agree to six digits are two pinball entries (``f"{q:g}"`` merged them)."""
+    rng = np.random.default_rng(1)
+    samples, truth = rng.normal(size=(20, 16, 2)), rng.normal(size=(20, 2))
+    card = score(samples, samples.mean(axis=1), truth, np.zeros(20), rng.normal(size=(20, 10)).cumsum(axis=1),
+                 quantiles=(0.1234567, 0.1234568), coverage=(0.8,))
+    assert set(card["pinball"]) == {"0.1234567", "0.1234568"}

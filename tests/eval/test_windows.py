@@ -40,10 +40,11 @@ class _CountingPredictor:
         self.identity = type("Identity", (), {"sha256": sha})()
         self.calls = 0
 
-    def forecast(self, arrays, x_ts, y_ts, horizon, sample_count, seed):
+    def forecast(self, arrays, x_ts, y_ts, options):
         self.calls += 1
         rng = np.random.default_rng(self.calls)
-        return type("R", (), {"paths": rng.uniform(1, 2, (len(arrays), sample_count, horizon, 6))})()
+        shape = (len(arrays), options.sample_count, options.horizon, 6)
+        return type("R", (), {"paths": rng.uniform(1, 2, shape)})()
 
 
 def test_paths_cache_reuses_only_the_same_windows_and_model(tmp_path):

@@ -59,7 +59,7 @@ def test_thousand_symbols_in_request_order(live_service):
     assert body["timing"]["series"] == 1000 and body["timing"]["shards"] >= 2
     batch = live_service.store.read_windows(rev[:3], SMALL["lookback"])
     for i, f in enumerate(body["forecasts"][:3]):
-        _, hist_ts = batch.series(i)
+        hist_ts = pd.DatetimeIndex(batch.windows[i].timestamps)
         ts = pd.DatetimeIndex(f["timestamps"])
         assert len(ts) == SMALL["horizon"] and ts[0] > hist_ts[-1] and ts.is_monotonic_increasing
         for col in ("open", "high", "low", "close", "volume", "amount"):
@@ -202,6 +202,7 @@ def test_repair_makes_forecast_candles_consistent(live_service):
 
 def test_service_equals_engine_called_directly(live_service):
     from kronos_core import load_predictor
+    from kronos_core.options import ForecastOptions
     from service.gateway import FutureTimestamps
 
     symbols = live_service.store.symbols()[30:36]
@@ -212,12 +213,12 @@ def test_service_equals_engine_called_directly(live_service):
     batch = live_service.store.read_windows(symbols, SMALL["lookback"])
     ft = FutureTimestamps()
     series, xts, yts = [], [], []
-    for i in range(len(symbols)):
-        v, ts = batch.series(i)
+    for w in batch.windows:
+        v, ts = w.values, pd.DatetimeIndex(w.timestamps)
         series.append(np.asarray(v, np.float32))
         xts.append(ts)
         yts.append(ft(ts.to_numpy(), SMALL["horizon"]))
-    res = predictor.forecast(series, xts, yts, SMALL["horizon"], sample_count=2, seed=7)
+    res = predictor.forecast(series, xts, yts, ForecastOptions(SMALL["horizon"], sample_count=2, seed=7))
     np.testing.assert_allclose(_closes(body), res.mean[:, :, 3], rtol=1e-5, atol=1e-5)
     assert [list(pd.DatetimeIndex(f["timestamps"])) for f in body["forecasts"]] == [list(pd.DatetimeIndex(y)) for y in yts]
 
@@ -351,8 +352,8 @@ def test_fx_future_timestamps_follow_the_new_york_session(live_service):
     assert r.status_code == 200, r.text[:300]
     got = pd.DatetimeIndex(r.json()["forecasts"][0]["timestamps"])
     batch = live_service.store.read_windows(["EURUSD"], lookback, as_of=pd.Timestamp(as_of))
-    _, hist = batch.series(0)
-    meta = batch.metadata[0]
+    hist = pd.DatetimeIndex(batch.windows[0].timestamps)
+    meta = batch.windows[0].metadata
     assert meta["session_timezone"] == "America/New_York"
     want = pd.DatetimeIndex(future_timestamps(hist, horizon, timezone=meta["timezone"],
                                               session_timezone=meta["session_timezone"]))
