@@ -61,7 +61,8 @@ MAX_SYMBOL_OFFSET = 2**31 - 1  # /v1/symbols offset ceiling: bounded so that no 
 # This process's state (metrics, gateway id, body limit, drain, API keys) is reached through
 # service.state.current() at each call, never through a global of this module: serve.ingress
 # pickles the Ingress class by value, and a global read or set by its methods would be a copy.
-# both sit inside the latency middleware below, so that their 413s and 503s are observed too
+
+# all three sit inside the latency middleware below, so that their 413s and 503s are observed too
 # order of refusals: draining (503), then API key (401/403), then body size (413), all before the body is read
 api.add_middleware(BodyLimitMiddleware, get_limits=lambda: current().limits)
 api.add_middleware(ApiKeyMiddleware, get_ring=lambda: current().keyring)
