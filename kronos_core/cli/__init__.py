@@ -10,8 +10,8 @@ never pays for importing Ray or FastAPI.
 
 Commands are the core's own (``COMMANDS``) plus those other installed packages register
 under the entry-point group ``kronos.commands``: each entry point names a table like
-``COMMANDS`` (``service.commands:COMMANDS`` adds ``serve``, ``bench service`` and
-``loadtest``). The core never names those packages' modules. A command name may have two
+``COMMANDS`` (``service.commands:COMMANDS`` adds ``serve``;
+``loadtests.commands:COMMANDS`` adds ``bench service``, ``loadtest`` and ``soak``). The core never names those packages' modules. A command name may have two
 words (``bench store``); ``kronos bench`` alone is ``kronos bench engine``.
 """
 
