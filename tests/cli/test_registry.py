@@ -101,3 +101,7 @@ def test_python_m_forms_are_the_kronos_commands(module, command, capsys):
     with pytest.raises(SystemExit) as ei:
         main(["--no-such-flag"])
     assert ei.value.code == 2 and "unrecognized arguments: --no-such-flag" in capsys.readouterr().err
+
+
+def test_every_core_command_lives_in_the_cli_package():
+    assert all(module.startswith("kronos_core.cli.") for module, _help in cli.COMMANDS.values()), cli.COMMANDS
