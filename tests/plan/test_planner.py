@@ -139,3 +139,10 @@ def test_cli_inference_breakdown_and_time(capsys):
     text_code = main(["plan", "--model", "small", "--mode", "infer", "--batch", "4", "--device", "h200"])
     out = capsys.readouterr().out
     assert text_code == 0 and "s2-head caches" in out and "KV caches" in out and "≈" in out
+
+
+@pytest.mark.parametrize("flag", ["--measure-cpu", "--calibrate-cpu"])  # --calibrate-cpu: the older spelling
+def test_measure_cpu_flag_runs_the_measurement(flag, monkeypatch):
+    calls = []
+    monkeypatch.setattr(C, "measure_cpu", lambda as_json=False: calls.append(as_json) or 0)
+    assert main(["plan", flag, "--json"]) == 0 and calls == [True]
