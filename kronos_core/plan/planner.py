@@ -25,8 +25,8 @@ tables are copied per use. With checkpointing each block keeps only its input
 Inference reuses ``kronos_core.engine.memory.memory_breakdown`` and splits its
 caches into the trunk's key/value caches and the s2 head's caches.
 ``kronos plan --measure-cpu`` measures both against the CPU (see
-``docs/planner.md``). Parameters
-are counted by ``kronos_core.engine.memory.count_parameters``.
+``docs/planner.md``). Parameters are counted by
+``kronos_core.engine.memory.count_parameters``.
 """
 
 from __future__ import annotations

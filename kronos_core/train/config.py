@@ -31,32 +31,35 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
-def _section(name: str, checkpoint: type, derived: set[str], sizes: dict[str, int], doc: str) -> type[_Strict]:
-    """A strict YAML section with the fields of the checkpoint config ``checkpoint``
+def _fields_of(checkpoint: type, derived: set[str], sizes: dict[str, int]) -> type[_Strict]:
+    """A strict section with the fields of the checkpoint config ``checkpoint``
     (``kronos_core/model/config.py``) less the ``derived`` ones training fills in itself: the
-    checkpoint's defaults, and ``sizes`` (CPU-sized) as defaults of the fields it requires."""
+    checkpoint's types and defaults, and ``sizes`` (CPU-sized) as defaults of the fields it
+    requires (first, in this order)."""
     hints = typing.get_type_hints(checkpoint)
     fields = {f.name: f for f in dataclasses.fields(checkpoint) if f.name not in derived}
     required = {n for n, f in fields.items() if f.default is dataclasses.MISSING}
     if set(sizes) != required:  # a new required field needs a training default here
-        raise TypeError(f"{name}: defaults for {sorted(required)} needed, got {sorted(sizes)}")
-    spec: dict[str, Any] = {n: (hints[n], sizes[n]) for n in sizes}  # the sizes first, in this order
+        raise TypeError(f"{checkpoint.__name__}: training defaults for {sorted(required)} needed, got {sorted(sizes)}")
+    spec: dict[str, Any] = {n: (hints[n], sizes[n]) for n in sizes}
     spec.update({n: (hints[n], f.default) for n, f in fields.items() if n not in sizes})
-    return create_model(name, __base__=_Strict, __doc__=doc, __module__=__name__, **spec)
+    return create_model(f"_{checkpoint.__name__}Fields", __base__=_Strict, __module__=__name__, **spec)
 
 
-# d_in is always the 6 candle features
-TokenizerSize = _section(
-    "TokenizerSize", TokenizerConfig, {"d_in"},
-    {"d_model": 64, "n_heads": 4, "ff_dim": 128, "n_enc_layers": 3, "n_dec_layers": 3, "s1_bits": 8, "s2_bits": 8},
-    "Constructor keywords of a new ``KronosTokenizer`` (when not starting from a checkpoint).",
-)
-# the bit widths come from the tokenizer
-ModelSize = _section(
-    "ModelSize", KronosConfig, {"s1_bits", "s2_bits"},
-    {"d_model": 96, "n_layers": 3, "n_heads": 4, "ff_dim": 192},
-    "Constructor keywords of a new ``Kronos`` predictor (bits come from the tokenizer).",
-)
+# CPU-sized defaults of the sizes a checkpoint config requires
+TOKENIZER_SIZES = {"d_model": 64, "n_heads": 4, "ff_dim": 128, "n_enc_layers": 3, "n_dec_layers": 3,
+                   "s1_bits": 8, "s2_bits": 8}
+MODEL_SIZES = {"d_model": 96, "n_layers": 3, "n_heads": 4, "ff_dim": 192}
+
+
+class TokenizerSize(_fields_of(TokenizerConfig, {"d_in"}, TOKENIZER_SIZES)):  # type: ignore[misc]
+    """Constructor keywords of a new ``KronosTokenizer`` (when not starting from a checkpoint):
+    ``TokenizerConfig``'s fields but ``d_in`` (always the 6 candle features)."""
+
+
+class ModelSize(_fields_of(KronosConfig, {"s1_bits", "s2_bits"}, MODEL_SIZES)):  # type: ignore[misc]
+    """Constructor keywords of a new ``Kronos`` predictor: ``KronosConfig``'s fields but the bit
+    widths (they come from the tokenizer)."""
 
 
 class DataConfig(_Strict):
