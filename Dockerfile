@@ -17,6 +17,8 @@ RUN pip install --index-url https://download.pytorch.org/whl/cpu torch==2.13.0
 COPY pyproject.toml README.md ./
 COPY kronos_core ./kronos_core
 COPY service ./service
+# the tools that drive the service: kronos bench service, kronos loadtest, kronos soak
+COPY loadtests ./loadtests
 COPY deploy ./deploy
 # the README's install command, verbatim
 RUN pip install torch==2.13.0 -e '.[serve]' \

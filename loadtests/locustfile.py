@@ -1,4 +1,81 @@
-"""``locust -f loadtests/locustfile.py --host http://127.0.0.1:8000``: the users live in
-``service/locustfile.py`` (installed with the package, used by ``kronos loadtest``)."""
+"""Locust users for the Kronos service.
 
-from service.locustfile import PortfolioUser, events, outcomes  # noqa: F401
+    locust -f loadtests/locustfile.py --host http://127.0.0.1:8000
+    kronos loadtest --users 8 --run-time 30s                      # headless, writes a summary
+
+Knobs (environment): KRONOS_LOAD_SYMBOLS (portfolio size, default 50),
+KRONOS_LOAD_HORIZON (default 8), KRONOS_LOAD_LOOKBACK (default 128), KRONOS_LOAD_WAIT_S (each
+user's pause between requests, "min,max" seconds, default "0.05,0.2"), KRONOS_LOAD_TIMEOUT_S
+(client-side timeout of one request, default 330: a hung request is a failure).
+Outcomes are counted apart: ``outcomes["ok"]`` (a 200 whose answer covers every symbol asked),
+``outcomes["shed"]`` (503/429 with Retry-After: the service shedding load as designed). A shed
+request is not a success: locust records it as a failure named "shed: ...", so its latency does
+not flatter the numbers; ``kronos loadtest`` reports it apart from real failures.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+
+from locust import HttpUser, between, events, task
+
+from kronos_core.errors import ErrorCode
+
+PORTFOLIO = int(os.environ.get("KRONOS_LOAD_SYMBOLS", "50"))
+HORIZON = int(os.environ.get("KRONOS_LOAD_HORIZON", "8"))
+LOOKBACK = int(os.environ.get("KRONOS_LOAD_LOOKBACK", "128"))
+WAIT_S = tuple(float(x) for x in os.environ.get("KRONOS_LOAD_WAIT_S", "0.05,0.2").split(","))
+TIMEOUT_S = float(os.environ.get("KRONOS_LOAD_TIMEOUT_S", "330"))  # past the service's 300 s deadline
+LOST_CODES = (ErrorCode.REPLICA_UNAVAILABLE.value,)  # a series the service had to give up on: a failed request
+
+_universe: list[str] = []
+outcomes = {"ok": 0, "shed": 0}
+SHED_PREFIX = "shed: "  # failure messages of shed requests start with it
+
+
+@events.test_start.add_listener
+def _reset_counts(environment, **_kw):
+    outcomes.update(ok=0, shed=0)
+
+
+class PortfolioUser(HttpUser):
+    wait_time = between(*WAIT_S)
+    network_timeout = TIMEOUT_S  # a request that hangs becomes a failure, not a silent loss at the end
+
+    def on_start(self):
+        global _universe
+        if not _universe:
+            r = self.client.get("/v1/symbols", params={"limit": 5000}, name="/v1/symbols")
+            _universe = r.json()["symbols"]
+
+    def _post(self, body: dict, name: str, accept: str | None = None):
+        headers = {"Accept": accept} if accept else {}
+        with self.client.post("/v1/forecast", json=body, headers=headers, name=name, catch_response=True) as r:
+            if r.status_code in (429, 503) and "Retry-After" in r.headers:
+                outcomes["shed"] += 1
+                r.failure(f"{SHED_PREFIX}HTTP {r.status_code}, Retry-After {r.headers['Retry-After']}")
+            elif r.status_code != 200:
+                r.failure(f"HTTP {r.status_code}: {r.text[:200]}")
+            elif accept is None and len(r.json()["forecasts"]) + len(r.json()["errors"]) != body_size(body):
+                r.failure("forecasts + errors != symbols asked")
+            elif accept is None and (lost := [e for e in r.json()["errors"] if e.get("code") in LOST_CODES]):
+                r.failure(f"{len(lost)} series lost: {lost[0]['code']}: {lost[0].get('message', '')[:120]}")
+            else:
+                outcomes["ok"] += 1
+
+    @task(8)
+    def portfolio_json(self):
+        syms = random.sample(_universe, min(PORTFOLIO, len(_universe)))
+        self._post({"symbols": syms, "horizon": HORIZON, "lookback": LOOKBACK}, "/v1/forecast json")
+
+    @task(2)
+    def portfolio_arrow_quantiles(self):
+        syms = random.sample(_universe, min(PORTFOLIO, len(_universe)))
+        body = {"symbols": syms, "horizon": HORIZON, "lookback": LOOKBACK, "sample_count": 4,
+                "quantiles": [0.1, 0.5, 0.9]}
+        self._post(body, "/v1/forecast arrow", accept="application/vnd.apache.arrow.stream")
+
+
+def body_size(body: dict) -> int:
+    return len(body.get("symbols") or body.get("series") or [])

@@ -1,8 +1,191 @@
-"""``python -m loadtests.run``: the older spelling of ``kronos loadtest`` (``service/loadtest.py``)."""
+"""``kronos loadtest``: a headless locust load test against a local Kronos service; writes
+JSON and Markdown summaries. The users are in ``loadtests/locustfile.py``.
 
+    kronos loadtest                                          # starts the embedded service itself
+    kronos loadtest --host http://127.0.0.1:8000 --users 16 --run-time 60s
+    python -m loadtests.run ...                              # the same (older spelling)
+
+Only loopback targets are allowed. The run time is bounded (default 30 s, at most 10 min).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
 import sys
+import time
+from pathlib import Path
+from urllib.parse import urlparse
 
-from service.loadtest import main
+log = logging.getLogger(__name__)
+LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+
+
+def _seconds(text: str) -> float:
+    units = {"s": 1, "m": 60, "h": 3600}
+    if text[-1] in units:
+        return float(text[:-1]) * units[text[-1]]
+    return float(text)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_ready(host: str, server: subprocess.Popen, timeout: float = 180.0) -> None:
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise RuntimeError(f"kronos serve exited with {server.returncode}")
+        try:
+            with urllib.request.urlopen(host + "/readyz", timeout=5) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(1)
+    raise TimeoutError(f"service at {host} not ready after {timeout}s")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host", default=None, help="running service (loopback only); default: start one")
+    p.add_argument("--users", type=int, default=8)
+    p.add_argument("--spawn-rate", type=float, default=4)
+    p.add_argument("--run-time", default="30s", help="e.g. 30s, 2m (at most 10 min)")
+    p.add_argument("--replicas", type=int, default=1, help="when starting the service")
+    p.add_argument("--out", default="loadtest-results", help="folder for summary.json / summary.md")
+    p.add_argument("--stop-timeout", type=float, default=0,
+                   help="at the end, let users finish the request in flight for up to this many seconds "
+                   "(0: abort them, as locust does by default)")
+    p.add_argument("--min-ok", type=int, default=1,
+                   help="fail (exit 1) unless at least this many forecast requests answered 200")
+
+
+def start_service(replicas: int | None, extra_args: list[str] | tuple = (),
+                  timeout: float = 180.0) -> tuple[str, subprocess.Popen]:
+    """``kronos serve`` in its own process (Ray and locust's gevent do not share one), on a free
+    loopback port; ``replicas`` None: the service's default. Returns its URL and process once
+    ``/readyz`` answers 200; stops it again when it does not within ``timeout`` seconds."""
+    port = _free_port()
+    host = f"http://127.0.0.1:{port}"
+    replica_args = [] if replicas is None else ["--replicas", str(replicas)]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "kronos_core.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
+         *replica_args, *extra_args],
+    )
+    try:
+        _wait_ready(host, server, timeout)
+    except BaseException:
+        stop_service(server)
+        raise
+    return host, server
+
+
+def stop_service(server: subprocess.Popen) -> None:
+    server.send_signal(signal.SIGINT)  # kronos serve shuts Serve and Ray down cleanly
+    try:
+        server.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        server.kill()
+
+
+def _drive(host: str, users: int, spawn_rate: float, run_s: float, stop_timeout: float = 0) -> dict:
+    """Run locust headless for ``run_s`` seconds (then up to ``stop_timeout`` more while the
+    users finish their requests in flight); the summary of what happened."""
+    import gevent
+    from locust.env import Environment
+    from locust.stats import stats_history, stats_printer
+
+    from loadtests import locustfile
+
+    env = Environment(user_classes=[locustfile.PortfolioUser], host=host, events=locustfile.events,
+                      stop_timeout=stop_timeout or None)
+    runner = env.create_local_runner()
+    env.events.test_start.fire(environment=env)
+    gevent.spawn(stats_printer(env.stats))
+    gevent.spawn(stats_history, runner)
+    t0 = time.time()
+    runner.start(users, spawn_rate=spawn_rate)
+    gevent.sleep(run_s)
+    runner.quit()
+    runner.greenlet.join(timeout=30 + stop_timeout)
+    elapsed = time.time() - t0
+    total = env.stats.total
+    rows = []
+    for (name, method), e in sorted(env.stats.entries.items()):
+        rows.append({
+            "name": name, "method": method, "requests": e.num_requests, "failures": e.num_failures,
+            "rps": round(e.num_requests / elapsed, 3),
+            "p50_ms": e.get_response_time_percentile(0.5), "p95_ms": e.get_response_time_percentile(0.95),
+            "p99_ms": e.get_response_time_percentile(0.99), "max_ms": e.max_response_time,
+        })
+    return {
+        "host": host, "users": users, "run_time_s": round(elapsed, 1),
+        "portfolio_symbols": locustfile.PORTFOLIO, "horizon": locustfile.HORIZON,
+        "requests": total.num_requests,
+        "ok_200": locustfile.outcomes["ok"],
+        "shed_503_429": locustfile.outcomes["shed"],  # load shed with Retry-After: not a success
+        "failures": total.num_failures - locustfile.outcomes["shed"],  # everything else that went wrong
+        "rps": round(total.num_requests / elapsed, 3),
+        "series_per_s": round(locustfile.outcomes["ok"] * locustfile.PORTFOLIO / elapsed, 1),  # answered only
+        "p50_ms": total.get_response_time_percentile(0.5), "p95_ms": total.get_response_time_percentile(0.95),
+        "p99_ms": total.get_response_time_percentile(0.99), "max_ms": total.max_response_time,
+        "endpoints": rows,
+    }
+
+
+def _write(summary: dict, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    md = [f"# Load test: {summary['users']} users, {summary['run_time_s']} s against {summary['host']}", "",
+          f"requests {summary['requests']}: {summary['ok_200']} answered 200, {summary['shed_503_429']} shed "
+          f"(503/429), {summary['failures']} failed; {summary['rps']} req/s, ~{summary['series_per_s']} series/s", "",
+          "| endpoint | requests | failures | req/s | p50 ms | p95 ms | p99 ms | max ms |",
+          "|---|---|---|---|---|---|---|---|"]
+    md += [f"| {r['method']} {r['name']} | {r['requests']} | {r['failures']} | {r['rps']} | {r['p50_ms']} | "
+           f"{r['p95_ms']} | {r['p99_ms']} | {round(r['max_ms'] or 0)} |" for r in summary["endpoints"]]
+    (out / "summary.md").write_text("\n".join(md) + "\n")
+    print("\n".join(md))
+    print(f"\nwrote {out / 'summary.json'} and {out / 'summary.md'}")
+
+
+def run(args: argparse.Namespace) -> int:
+    os.environ.setdefault("GEVENT_SUPPORT", "True")
+    run_s = min(_seconds(args.run_time), 600.0)
+    if args.host and urlparse(args.host).hostname not in LOOPBACK:
+        print(f"kronos loadtest: --host must be a loopback address, got {args.host}", file=sys.stderr)
+        return 2
+    server: subprocess.Popen | None = None
+    host = args.host
+    if not host:
+        host, server = start_service(args.replicas)
+    try:
+        summary = _drive(host, args.users, args.spawn_rate, run_s, args.stop_timeout)
+    finally:
+        if server is not None:
+            stop_service(server)
+    _write(summary, Path(args.out))
+    if summary["ok_200"] < args.min_ok:
+        print(f"only {summary['ok_200']} forecast requests answered 200 (--min-ok {args.min_ok})")
+        return 1
+    return 1 if summary["failures"] else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m loadtests.run``: ``kronos loadtest``, through the same command line (flags, help, logging)."""
+    from kronos_core.cli import main as kronos_main
+
+    return kronos_main(["loadtest", *(sys.argv[1:] if argv is None else argv)])
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -10,8 +10,8 @@ never pays for importing Ray or FastAPI.
 
 Commands are the core's own (``COMMANDS``) plus those other installed packages register
 under the entry-point group ``kronos.commands``: each entry point names a table like
-``COMMANDS`` (``service.commands:COMMANDS`` adds ``serve``, ``bench service`` and
-``loadtest``). The core never names those packages' modules. A command name may have two
+``COMMANDS`` (``service.commands:COMMANDS`` adds ``serve``;
+``loadtests.commands:COMMANDS`` adds ``bench service``, ``loadtest`` and ``soak``). The core never names those packages' modules. A command name may have two
 words (``bench store``); ``kronos bench`` alone is ``kronos bench engine``.
 """
 
@@ -29,15 +29,15 @@ ENTRY_POINT_GROUP = "kronos.commands"
 COMMANDS: dict[str, tuple[str, str]] = {
     "forecast": ("kronos_core.cli.forecast", "forecast the next candles of a CSV file"),
     "plan": ("kronos_core.cli.plan", "plan memory, batch size and time of training or inference"),
-    "import": ("kronos_core.data.cli_import", "import CSV/Parquet candles into an Arrow store"),
-    "sample-store": ("kronos_core.data.cli_sample_store", "generate a synthetic sample store"),
+    "import": ("kronos_core.cli.data_import", "import CSV/Parquet candles into an Arrow store"),
+    "sample-store": ("kronos_core.cli.sample_store", "generate a synthetic sample store"),
     "train": ("kronos_core.cli.train", "train the tokenizer or predictor (or the bundled default model)"),
     "bench engine": ("kronos_core.cli.bench", "benchmark the cached engine against full recompute"),
-    "bench store": ("kronos_core.data.cli_bench_store", "benchmark store reads against CSV"),
+    "bench store": ("kronos_core.cli.bench_store", "benchmark store reads against CSV"),
     "eval": ("kronos_core.cli.eval", "walk-forward evaluation against baselines (metrics, regimes, plots)"),
     "calibrate": ("kronos_core.cli.calibrate", "fit conformal (CQR / ACI) corrections of the forecast quantiles"),
     "backtest": ("kronos_core.cli.backtest", "walk-forward top-k portfolio backtest with costs"),
-    "timestamps-holdout": ("kronos_core.data.cli_holdout", "hold-out check of future timestamps on real series"),
+    "timestamps-holdout": ("kronos_core.cli.timestamps_holdout", "hold-out check of future timestamps on real series"),
 }
 
 # old spellings that still work (not listed in --help)

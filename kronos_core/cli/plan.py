@@ -5,7 +5,7 @@ Examples::
     kronos plan --model small --mode train --window 512 --batch 32 --device a100-80gb
     kronos plan --model base --mode infer --window 400 --horizon 120 --batch 250 --series 1000 \\
         --device a100-80gb --gpus 4
-    kronos plan --calibrate-cpu        # planner against measured CPU peaks and step times
+    kronos plan --measure-cpu          # planner against measured CPU peaks and step times
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ import json
 import re
 import sys
 
-from kronos_core.train import planner as P
-from kronos_core.train import roofline as R
+from kronos_core.engine.memory import count_parameters
+from kronos_core.plan import planner as P
+from kronos_core.plan import roofline as R
 
 MiB = 2**20
 
@@ -40,8 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpointing", action="store_true", help="training: per-block gradient checkpointing")
     parser.add_argument("--gpus", type=int, default=1, help="devices (data-parallel training / split series)")
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON only")
-    parser.add_argument("--calibrate-cpu", action="store_true",
-                        help="measure peak memory and step time of small models on this CPU against the planner")
+    parser.add_argument("--measure-cpu", "--calibrate-cpu", dest="measure_cpu", action="store_true",
+                        help="measure peak memory and step time of small models on this CPU against the planner "
+                             "(--calibrate-cpu: the older spelling)")
 
 
 def parse_device(spec: str) -> R.Device:
@@ -66,10 +68,10 @@ def _mib(n: int | None) -> str:
 
 
 def run(args) -> int:
-    if args.calibrate_cpu:
-        from kronos_core.train.calibrate import run_calibration
+    if args.measure_cpu:
+        from kronos_core.plan.measure import measure_cpu
 
-        return run_calibration(args.json)
+        return measure_cpu(args.json)
     try:
         model = P.resolve_model(args.model, args.tokenizer)
         device = parse_device(args.device)
@@ -88,7 +90,7 @@ def run(args) -> int:
 
 
 def _header(args, model: P.ResolvedModel, device: R.Device) -> str:
-    n = P.count_parameters(model.model).total
+    n = count_parameters(model.model).total
     return (f"kronos plan: {model.name} ({n:,} parameters, context {model.max_context}), {args.mode}, "
             f"{args.precision}, {args.gpus}x {device.name} (usable {_mib(device.usable_bytes).strip()} each)")
 

@@ -54,16 +54,33 @@ def _mask_bytes(rows: int, length: int, ragged: bool) -> int:
     return rows * length * length if ragged else 0
 
 
+@dataclass(frozen=True)
+class ParamCounts:
+    """Parameters of the module a config builds (what the inference estimate and the planner count)."""
+
+    total: int  # every parameter (frozen ones included)
+    trainable: int  # parameters with requires_grad (get gradients and optimizer state)
+    linear: int  # weights of nn.Linear layers (what autocast copies to low precision)
+    largest: int  # the largest single trainable tensor
+
+
 @functools.cache
-def parameter_count(cfg: KronosConfig | TokenizerConfig) -> int:
-    """Parameters of the module a config builds, counted from the module (on the meta device)."""
+def count_parameters(cfg: KronosConfig | TokenizerConfig) -> ParamCounts:
+    """Exact counts from the module a config builds, built on the meta device (no memory used);
+    cached per config. The one parameter counter of the code base."""
+    from torch import nn
+
     from kronos_core.model.kronos import Kronos
     from kronos_core.model.tokenizer import KronosTokenizer
 
     cls = Kronos if isinstance(cfg, KronosConfig) else KronosTokenizer
     with torch.device("meta"):
         module = cls(cfg)
-    return sum(p.numel() for p in module.parameters())
+    params = list(module.parameters())
+    trainable = [p for p in params if p.requires_grad]
+    linear = sum(m.weight.numel() for m in module.modules() if isinstance(m, nn.Linear))
+    return ParamCounts(sum(p.numel() for p in params), sum(p.numel() for p in trainable), linear,
+                       max(p.numel() for p in trainable))
 
 
 @dataclass(frozen=True)
@@ -80,7 +97,7 @@ class MemoryEstimate:
 
 
 def _param_bytes(model_cfg: KronosConfig, tok_cfg: TokenizerConfig) -> int:
-    return 4 * (parameter_count(model_cfg) + parameter_count(tok_cfg))
+    return 4 * (count_parameters(model_cfg).total + count_parameters(tok_cfg).total)
 
 
 def estimate_inference_bytes(*args, **kwargs) -> int:

@@ -1,6 +1,6 @@
 """``batch_size: auto``: the largest batch the memory planner says fits, or a simple estimate.
 
-The planner (``kronos_core.train.planner``) is imported lazily; when it is absent
+The planner (``kronos_core.plan.planner``) is imported lazily; when it is absent
 or does not answer, ``fallback_batch_size`` estimates activation memory per
 sample from the model's sizes and takes half of the free memory as budget.
 """
@@ -65,7 +65,7 @@ def auto_batch_size(kind: str, model: Kronos, tok: KronosTokenizer, window: int,
                     checkpointing: bool, device: torch.device) -> int:
     """The largest batch that fits on ``device`` (planner first, estimate otherwise)."""
     try:
-        from kronos_core.train import planner
+        from kronos_core.plan import planner
     except ImportError:
         fit = None
     else:

@@ -41,7 +41,7 @@ def _rss_bytes() -> int:
 
 def _planner_estimate(trainer) -> int | None:
     try:
-        from kronos_core.train.planner import plan_training
+        from kronos_core.plan.planner import plan_training
     except ImportError:
         return None
     plan = plan_training(trainer.model.config, trainer.tok.config, trainer.cfg.data.window - 1,

@@ -2,53 +2,64 @@
 
 ``load_config(path, overrides)`` validates the YAML file (unknown keys are errors
 that name the key) and applies dotted overrides such as ``{"optim.lr": 1e-3}``.
-Defaults describe a small model that trains on a CPU in minutes.
+Defaults describe a small model that trains on a CPU in minutes. The ``tokenizer:`` and
+``model:`` sections are derived from the checkpoint configs (``kronos_core/model/config.py``):
+the same fields, types and defaults, with CPU-sized defaults for the sizes a checkpoint requires.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import typing
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_validator,
+)
+
+from kronos_core.model.config import KronosConfig, TokenizerConfig
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
-class TokenizerSize(_Strict):
-    """Constructor keywords of a new ``KronosTokenizer`` (when not starting from a checkpoint)."""
-
-    d_model: int = 64
-    n_heads: int = 4
-    ff_dim: int = 128
-    n_enc_layers: int = 3
-    n_dec_layers: int = 3
-    s1_bits: int = 8
-    s2_bits: int = 8
-    ffn_dropout_p: float = 0.0
-    attn_dropout_p: float = 0.0
-    resid_dropout_p: float = 0.0
-    beta: float = 0.05
-    gamma0: float = 1.0
-    gamma: float = 1.1
-    zeta: float = 0.05
-    group_size: int = 4
+def _fields_of(checkpoint: type, derived: set[str], sizes: dict[str, int]) -> type[_Strict]:
+    """A strict section with the fields of the checkpoint config ``checkpoint``
+    (``kronos_core/model/config.py``) less the ``derived`` ones training fills in itself: the
+    checkpoint's types and defaults, and ``sizes`` (CPU-sized) as defaults of the fields it
+    requires (first, in this order)."""
+    hints = typing.get_type_hints(checkpoint)
+    fields = {f.name: f for f in dataclasses.fields(checkpoint) if f.name not in derived}
+    required = {n for n, f in fields.items() if f.default is dataclasses.MISSING}
+    if set(sizes) != required:  # a new required field needs a training default here
+        raise TypeError(f"{checkpoint.__name__}: training defaults for {sorted(required)} needed, got {sorted(sizes)}")
+    spec: dict[str, Any] = {n: (hints[n], sizes[n]) for n in sizes}
+    spec.update({n: (hints[n], f.default) for n, f in fields.items() if n not in sizes})
+    return create_model(f"_{checkpoint.__name__}Fields", __base__=_Strict, __module__=__name__, **spec)
 
 
-class ModelSize(_Strict):
-    """Constructor keywords of a new ``Kronos`` predictor (bits come from the tokenizer)."""
+# CPU-sized defaults of the sizes a checkpoint config requires
+TOKENIZER_SIZES = {"d_model": 64, "n_heads": 4, "ff_dim": 128, "n_enc_layers": 3, "n_dec_layers": 3,
+                   "s1_bits": 8, "s2_bits": 8}
+MODEL_SIZES = {"d_model": 96, "n_layers": 3, "n_heads": 4, "ff_dim": 192}
 
-    d_model: int = 96
-    n_layers: int = 3
-    n_heads: int = 4
-    ff_dim: int = 192
-    ffn_dropout_p: float = 0.0
-    attn_dropout_p: float = 0.0
-    resid_dropout_p: float = 0.0
-    token_dropout_p: float = 0.0
-    learn_te: bool = True
+
+class TokenizerSize(_fields_of(TokenizerConfig, {"d_in"}, TOKENIZER_SIZES)):  # type: ignore[misc]
+    """Constructor keywords of a new ``KronosTokenizer`` (when not starting from a checkpoint):
+    ``TokenizerConfig``'s fields but ``d_in`` (always the 6 candle features)."""
+
+
+class ModelSize(_fields_of(KronosConfig, {"s1_bits", "s2_bits"}, MODEL_SIZES)):  # type: ignore[misc]
+    """Constructor keywords of a new ``Kronos`` predictor: ``KronosConfig``'s fields but the bit
+    widths (they come from the tokenizer)."""
 
 
 class DataConfig(_Strict):

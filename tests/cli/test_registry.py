@@ -1,5 +1,5 @@
 """The ``kronos`` command registry: the core's commands plus those registered under the
-``kronos.commands`` entry-point group (the service's), every one answering ``--help``."""
+``kronos.commands`` entry-point group (the service's and the load tools'), every one answering ``--help``."""
 
 from __future__ import annotations
 
@@ -87,10 +87,10 @@ def test_a_missing_plugin_is_not_listed(monkeypatch):
 
 
 @pytest.mark.parametrize("module, command", [
-    ("service.loadtest", "kronos loadtest"), ("service.soak", "kronos soak"), ("service.bench", "kronos bench service"),
+    ("loadtests.run", "kronos loadtest"), ("loadtests.soak", "kronos soak"), ("loadtests.bench", "kronos bench service"),
 ])
 def test_python_m_forms_are_the_kronos_commands(module, command, capsys):
-    """``python -m service.soak`` and the others go through ``kronos``'s own command line: the same
+    """``python -m loadtests.soak`` and the others go through ``kronos``'s own command line: the same
     flags, usage line and errors (one parser per command, not one per spelling)."""
     import importlib
 
@@ -101,3 +101,7 @@ def test_python_m_forms_are_the_kronos_commands(module, command, capsys):
     with pytest.raises(SystemExit) as ei:
         main(["--no-such-flag"])
     assert ei.value.code == 2 and "unrecognized arguments: --no-such-flag" in capsys.readouterr().err
+
+
+def test_every_core_command_lives_in_the_cli_package():
+    assert all(module.startswith("kronos_core.cli.") for module, _help in cli.COMMANDS.values()), cli.COMMANDS

@@ -10,10 +10,10 @@ import torch
 from kronos_core import KronosPredictor
 from kronos_core.engine.memory import (
     LiveTensorMeter,
+    count_parameters,
     estimate_inference_bytes,
     max_batch_that_fits,
     memory_breakdown,
-    parameter_count,
 )
 from kronos_core.model import KronosConfig
 from kronos_core.options import ForecastOptions
@@ -97,9 +97,9 @@ def test_parameters_counted_from_the_modules(tiny):
     def model(layers, d, heads, ff):
         return KronosConfig(s1_bits=10, s2_bits=10, n_layers=layers, d_model=d, n_heads=heads, ff_dim=ff)
 
-    assert parameter_count(model(4, 256, 4, 512)) == 4_108_032  # Kronos-mini
-    assert parameter_count(model(8, 512, 8, 1024)) == 24_741_376  # Kronos-small
-    assert parameter_count(model(12, 832, 16, 2048)) == 102_310_592  # Kronos-base
+    assert count_parameters(model(4, 256, 4, 512)).total == 4_108_032  # Kronos-mini
+    assert count_parameters(model(8, 512, 8, 1024)).total == 24_741_376  # Kronos-small
+    assert count_parameters(model(12, 832, 16, 2048)).total == 102_310_592  # Kronos-base
     m, t = tiny
-    assert parameter_count(m.config) == sum(p.numel() for p in m.parameters())
-    assert parameter_count(t.config) == sum(p.numel() for p in t.parameters())
+    assert count_parameters(m.config).total == sum(p.numel() for p in m.parameters())
+    assert count_parameters(t.config).total == sum(p.numel() for p in t.parameters())

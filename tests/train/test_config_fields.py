@@ -1,8 +1,9 @@
 """The training YAML's ``tokenizer:`` and ``model:`` sections name the same hyper-parameters as the
 checkpoint configs (``kronos_core/model/config.py``), minus what training derives itself: ``d_in``
-(always the 6 candle features) and the predictor's bit widths (taken from the tokenizer). They are
-separate classes on purpose: validated YAML with CPU-sized defaults, where a checkpoint config has
-no defaults for its sizes. This test keeps them from drifting apart."""
+(always the 6 candle features) and the predictor's bit widths (taken from the tokenizer). The sections are
+derived from the checkpoint dataclasses (``kronos_core.train.config._fields_of``): validated YAML
+with CPU-sized defaults, where a checkpoint config has no defaults for its sizes. This test checks
+the derivation: same names, types and defaults."""
 
 from __future__ import annotations
 

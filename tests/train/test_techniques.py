@@ -174,7 +174,7 @@ def test_other_errors_are_not_taken_for_oom(tiny_config, tmp_path, monkeypatch):
 
 
 def test_auto_batch_size_asks_the_planner(tiny_config, tmp_path, monkeypatch):
-    from kronos_core.train import planner
+    from kronos_core.plan import planner
 
     asked = {}
 
@@ -189,7 +189,7 @@ def test_auto_batch_size_asks_the_planner(tiny_config, tmp_path, monkeypatch):
 
 
 def test_auto_batch_size_falls_back_when_the_planner_cannot_answer(tiny_config, tmp_path, monkeypatch):
-    from kronos_core.train import planner
+    from kronos_core.plan import planner
 
     def broken(**kwargs):
         raise NotImplementedError("tokenizer training is not planned")

@@ -24,8 +24,9 @@ tables are copied per use. With checkpointing each block keeps only its input
 
 Inference reuses ``kronos_core.engine.memory.memory_breakdown`` and splits its
 caches into the trunk's key/value caches and the s2 head's caches.
-``kronos plan --calibrate-cpu`` measures both against the CPU (see
-``docs/planner.md``).
+``kronos plan --measure-cpu`` measures both against the CPU (see
+``docs/planner.md``). Parameters are counted by
+``kronos_core.engine.memory.count_parameters``.
 """
 
 from __future__ import annotations
@@ -33,9 +34,9 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import asdict, dataclass
-from functools import lru_cache
 from pathlib import Path
 
+from kronos_core.engine.memory import count_parameters, memory_breakdown
 from kronos_core.model.config import DEP_HEADS, KronosConfig, TokenizerConfig
 
 PRECISIONS = ("fp32", "bf16", "fp16")
@@ -103,31 +104,6 @@ def resolve_model(spec: str, tokenizer: str | None = None) -> ResolvedModel:
     meta = folder / "kronos.json"
     ctx = int(json.loads(meta.read_text()).get("max_context", 512)) if meta.is_file() else 512
     return ResolvedModel(str(folder), model, tok, ctx)
-
-
-@dataclass(frozen=True)
-class ParamCounts:
-    total: int  # every parameter (frozen ones included)
-    trainable: int  # parameters with requires_grad (get gradients and optimizer state)
-    linear: int  # weights of nn.Linear layers (what autocast copies to low precision)
-    largest: int  # the largest single trainable tensor
-
-
-@lru_cache(maxsize=64)
-def count_parameters(cfg: KronosConfig | TokenizerConfig) -> ParamCounts:
-    """Exact counts from the module built on the meta device (no memory used)."""
-    import torch
-    from torch import nn
-
-    from kronos_core.model import Kronos, KronosTokenizer
-
-    with torch.device("meta"):
-        module = Kronos(cfg) if isinstance(cfg, KronosConfig) else KronosTokenizer(cfg)
-    params = list(module.parameters())
-    trainable = [p for p in params if p.requires_grad]
-    linear = sum(m.weight.numel() for m in module.modules() if isinstance(m, nn.Linear))
-    return ParamCounts(sum(p.numel() for p in params), sum(p.numel() for p in trainable), linear,
-                       max(p.numel() for p in trainable))
 
 
 def _act_bytes(precision: str) -> int:
@@ -314,8 +290,6 @@ def plan_inference(model_cfg: KronosConfig, tok_cfg: TokenizerConfig, lookback: 
                    ragged: bool = True, sliding: str = "exact") -> InferencePlan:
     """Peak bytes of one engine call for ``batch`` series (``memory_breakdown`` with its caches split)."""
     import torch
-
-    from kronos_core.engine.memory import memory_breakdown
 
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
     est = memory_breakdown(model_cfg, tok_cfg, batch, lookback, horizon, sample_count, dtype, max_context,

@@ -8,7 +8,7 @@ first allocates the optimizer state). Step time is the median of un-metered
 steps. Inference: ``KronosPredictor.forecast`` on random candles, metered the
 same way (weights included, created inside the meter).
 
-``kronos plan --calibrate-cpu`` prints the table; ``tests/train/test_planner.py``
+``kronos plan --measure-cpu`` prints the table; ``tests/plan/test_planner.py``
 asserts the ±20% memory goal on the same configurations.
 """
 
@@ -28,7 +28,7 @@ from kronos_core.engine.memory import LiveTensorMeter
 from kronos_core.model import Kronos, KronosConfig, KronosTokenizer, TokenizerConfig
 
 TIME_TABLES = (60, 24, 7, 32, 13)
-# Calibration times CPU seconds of one thread: on a machine shared with other jobs,
+# The measurement times CPU seconds of one thread: on a machine shared with other jobs,
 # wall time measures the neighbours; CPU time measures the work.
 CLOCK = time.process_time
 
@@ -85,7 +85,7 @@ class InferCase:
                 f" horizon {self.horizon} samples {self.samples}")
 
 
-# The configurations the accuracy test and ``--calibrate-cpu`` measure (small enough for a 2-core CPU).
+# The configurations the accuracy test and ``--measure-cpu`` measure (small enough for a 2-core CPU).
 TRAIN_CASES = (
     TrainCase(128, 2, 4, 256, 8, 128),
     TrainCase(128, 4, 4, 512, 4, 256),
@@ -200,8 +200,8 @@ def measure_infer_seconds(case: InferCase, seed: int = 0, clock=time.perf_counte
 
 def compare_train(case: TrainCase, device=None) -> dict:
     """Planner against measurement for one training case (memory; time too when ``device`` is given)."""
-    from kronos_core.train.planner import plan_training
-    from kronos_core.train.roofline import train_step_seconds
+    from kronos_core.plan.planner import plan_training
+    from kronos_core.plan.roofline import train_step_seconds
 
     plan = plan_training(case.config, None, case.window, case.batch, case.precision, case.checkpointing,
                          include_tokenizer=False, foreach_optimizer=False)
@@ -215,8 +215,8 @@ def compare_train(case: TrainCase, device=None) -> dict:
 
 
 def compare_infer(case: InferCase, device=None) -> dict:
-    from kronos_core.train.planner import plan_inference
-    from kronos_core.train.roofline import infer_seconds
+    from kronos_core.plan.planner import plan_inference
+    from kronos_core.plan.roofline import infer_seconds
 
     plan = plan_inference(case.config, case.tokenizer_config, case.lookback, case.horizon, case.batch,
                           case.samples, ragged=False)
@@ -229,19 +229,19 @@ def compare_infer(case: InferCase, device=None) -> dict:
     return row
 
 
-def run_calibration(as_json: bool = False) -> int:
-    """``kronos plan --calibrate-cpu``: every case's memory and time, estimate against measured."""
+def measure_cpu(as_json: bool = False) -> int:
+    """``kronos plan --measure-cpu``: every case's memory and time, estimate against measured."""
     import json
 
     from tqdm import tqdm
 
-    from kronos_core.train.roofline import probe_cpu
+    from kronos_core.plan.roofline import probe_cpu
 
     torch.set_num_threads(1)
     device = probe_cpu(clock=CLOCK)
     cases = [("train", c) for c in TRAIN_CASES] + [("infer", c) for c in INFER_CASES]
     rows = []
-    for kind, case in tqdm(cases, desc="calibrating", unit="case", disable=as_json):
+    for kind, case in tqdm(cases, desc="measuring", unit="case", disable=as_json):
         row = compare_train(case, device) if kind == "train" else compare_infer(case, device)
         rows.append({"mode": kind, **row})
         if not as_json:

@@ -12,11 +12,11 @@ from types import SimpleNamespace
 import psutil
 import pytest
 
-from service import soak_probe
-from service.soak import counts_delta
-from service.soak_chaos import gcs_address
-from service.soak_probe import Sample, analyse, role_of
-from service.soak_report import checks, figures, write
+from loadtests import soak_probe
+from loadtests.soak import counts_delta
+from loadtests.soak_chaos import gcs_address
+from loadtests.soak_probe import Sample, analyse, role_of
+from loadtests.soak_report import checks, figures, write
 
 MIB = 2**20
 
@@ -204,7 +204,7 @@ def test_counts_delta_of_service_metrics():
 
 
 def test_summary_files(tmp_path):
-    from service.soak_report import summarise
+    from loadtests.soak_report import summarise
 
     args = SimpleNamespace(warmup=10, rss_tolerance=10.0, duration=100, replicas=2, sample_every=5, users=2,
                            spawn_rate=1, symbols=100, horizon=8, lookback=128, wait="0.5,1.5")
@@ -226,7 +226,7 @@ def test_summary_files(tmp_path):
 
 
 def test_samples_csv_holds_every_process_of_every_sample(tmp_path):
-    from service.soak_report import write_samples
+    from loadtests.soak_report import write_samples
 
     samples = _samples({1: [("gateway", 100 * MIB, 10)] * 3, 2: [("raylet", 50 * MIB, 20), None, None]})
     write_samples(samples, tmp_path / "samples.csv")

@@ -15,8 +15,9 @@ import math
 import time
 from dataclasses import dataclass, replace
 
+from kronos_core.engine.memory import count_parameters
 from kronos_core.model.config import KronosConfig, TokenizerConfig
-from kronos_core.train.planner import InferencePlan, TrainPlan, count_parameters
+from kronos_core.plan.planner import InferencePlan, TrainPlan
 
 COMPUTE_EFF = 0.5  # assumed share of the peak FLOP rate real kernels reach (GPU)
 MEMORY_EFF = 0.7  # assumed share of the peak bandwidth

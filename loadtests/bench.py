@@ -4,7 +4,7 @@ windows, in the same run.
 
     kronos bench service                          # 1,000 symbols, bundled model, sample store, 2 CPU replicas
     kronos bench service --replicas 1 --horizon 120 --json out.json
-    python -m service.bench ...                   # the same
+    python -m loadtests.bench ...                 # the same
 
 The engine side gets all of this machine's cores as torch threads; the service side gets
 the same cores split over its replicas (one torch thread per core). Both use the same seed,
@@ -24,7 +24,7 @@ import time
 import numpy as np
 import pandas as pd
 
-log = logging.getLogger("service.bench")
+log = logging.getLogger("loadtests.bench")
 
 
 def _free_port() -> int:
@@ -45,7 +45,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m service.bench``: ``kronos bench service``, through the same command line (flags, help, logging)."""
+    """``python -m loadtests.bench``: ``kronos bench service``, through the same command line (flags, help, logging)."""
     from kronos_core.cli import main as kronos_main
 
     return kronos_main(["bench", "service", *(sys.argv[1:] if argv is None else argv)])

@@ -1,4 +1,4 @@
-"""``kronos bench-store``: time window reads from the Arrow store against pandas.read_csv."""
+"""``kronos bench store``: time window reads from the Arrow store against pandas.read_csv."""
 
 from __future__ import annotations
 

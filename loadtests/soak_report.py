@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from kronos_core.errors import ErrorCode
-from service import soak_probe
+from loadtests import soak_probe
 
 
 def _forecast_rows(locust: dict) -> list[dict]:

@@ -16,7 +16,7 @@ import pytest
 # not imported here: locust monkey-patches the process (gevent); it runs in a subprocess
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("locust") is None, reason="pip install -e '.[load]'")
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SYMBOLS = [f"S{i:03d}" for i in range(60)]
 
 

@@ -1,0 +1,12 @@
+"""The load-testing tools' ``kronos`` subcommands, registered with the core's command line through
+the entry point ``[project.entry-points."kronos.commands"] loadtests = "loadtests.commands:COMMANDS"``
+(pyproject.toml). Same shape as ``kronos_core.cli.COMMANDS``: name -> (module, one-line help);
+each module has ``add_arguments(parser)`` and ``run(args)``. Importing this module imports
+nothing else."""
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    "bench service": ("loadtests.bench", "benchmark the service over HTTP against the engine called directly"),
+    "loadtest": ("loadtests.run", "headless locust load test against a local service (loopback only)"),
+    "soak": ("loadtests.soak", "long steady load test: memory/FD trends of every service process, optional "
+             "replica-kill chaos (loopback only)"),
+}
