@@ -509,7 +509,7 @@ class KlineStore:
         Identical overlapping candles are simply not duplicated. ``overwrite=True``
         replaces the whole history.
         """
-        from kronos_core.data.timestamps import infer_frequency
+        from kronos_core.data.sessions import infer_frequency
 
         validate_symbol(symbol)
         if on_overlap not in ("error", "keep", "replace"):
