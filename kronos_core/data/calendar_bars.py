@@ -3,20 +3,59 @@ next bars of an intraday one on the exchange's trading hours (open, lunch break,
 early closes), stamped at the bar's start, its end, or both ends of the session as the
 history is. The sessions come from ``kronos_core.data.calendars``; the public entry point
 is ``kronos_core.data.timestamps.future_timestamps(..., exchange=...)``.
+
+The calendar is built over the dates the history and the horizon need
+(``calendars.sessions_covering``). Where those lie outside the library's bounds for the
+venue a ``CalendarRangeWarning`` names the venue and the dates its calendar holds: a
+history that ends before them is answered by the learned template, a horizon that runs
+past them continues on weekdays with the last session's hours.
 """
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pandas as pd
 
+from kronos_core.data.calendars import (
+    CalendarRangeWarning,
+    ExchangeSessions,
+    exchange_sessions,
+    sessions_covering,
+)
 from kronos_core.data.sessions import DAY_NS, MAJORITY, as_int64, holiday_days, localize, mode_step
 
+# warnings point at the caller of future_timestamps:
+# warn <- _warn_* <- _next_session_days / _exchange_bars <- exchange_future <- future_timestamps
+_STACKLEVEL = 5
 
-def exchange_future(idx, horizon, holidays, sessions, timezone) -> pd.DatetimeIndex | None:
-    """``future_timestamps`` on an exchange calendar; None when the history's step or
-    stamps do not fit the exchange's sessions (the caller falls back to the template).
-    Works on the exchange's wall clock: free for naive stamps already on it."""
+
+def _warn_before(sessions: ExchangeSessions) -> None:
+    warnings.warn(
+        f"the {sessions.name} calendar of exchange_calendars starts on {sessions.first_date()}; a "
+        "history that ends before it gets future timestamps from its learned session template "
+        "(no holidays known)",
+        CalendarRangeWarning, stacklevel=_STACKLEVEL,
+    )
+
+
+def _warn_after(sessions: ExchangeSessions, last_day: int) -> None:
+    """Warns when future dates up to ``last_day`` run past the calendar's end."""
+    if last_day > sessions.end_day:
+        warnings.warn(
+            f"the {sessions.name} calendar of exchange_calendars ends on {sessions.last_date()}; future "
+            "timestamps after it continue on weekdays with the last session's hours (no holidays known)",
+            CalendarRangeWarning, stacklevel=_STACKLEVEL,
+        )
+
+
+def exchange_future(idx, horizon, holidays, exchange, timezone) -> pd.DatetimeIndex | None:
+    """``future_timestamps`` on ``exchange``'s calendar; None when the history's step or
+    stamps do not fit the exchange's sessions, or the history ends before the calendar's
+    first date (the caller falls back to the template). Works on the exchange's wall clock:
+    free for naive stamps already on it."""
+    sessions = exchange_sessions(exchange)  # the venue's clock (and an unknown name's error)
     zone = idx.tz if idx.tz is not None else timezone
     on_clock = zone is None or str(zone) == sessions.tz
     if idx.tz is not None:
@@ -29,12 +68,15 @@ def exchange_future(idx, horizon, holidays, sessions, timezone) -> pd.DatetimeIn
     if step == DAY_NS:  # daily: the next sessions, at the history's own time of day
         own = as_int64(idx)
         last_day = int(own[-1] // DAY_NS)
-        out = _next_session_days(sessions, last_day, horizon, hol) * DAY_NS + (own[-1] - last_day * DAY_NS)
+        days = _next_session_days(exchange, last_day, horizon, hol)
+        if days is None:
+            return None
+        out = days * DAY_NS + (own[-1] - last_day * DAY_NS)
         result = pd.DatetimeIndex(out.view("datetime64[ns]"))
         return localize(result, idx.tz) if idx.tz is not None else result
     if step >= DAY_NS or step <= 0:
         return None
-    bars = _exchange_bars(sessions, wall, step, horizon, hol)
+    bars = _exchange_bars(exchange, wall, step, horizon, hol)
     if bars is None:
         return None
     result = pd.DatetimeIndex(bars.view("datetime64[ns]"))
@@ -44,15 +86,23 @@ def exchange_future(idx, horizon, holidays, sessions, timezone) -> pd.DatetimeIn
     return result if idx.tz is not None else result.tz_localize(None)
 
 
-def _next_session_days(sessions, last_day: int, horizon: int, hol: np.ndarray) -> np.ndarray:
-    """The first ``horizon`` session dates after ``last_day`` that are not in ``hol``."""
+def _next_session_days(exchange: str, last_day: int, horizon: int, hol: np.ndarray) -> np.ndarray | None:
+    """The first ``horizon`` session dates after ``last_day`` that are not in ``hol``; None
+    (and a warning) when ``last_day`` is before the calendar's first date."""
     need = last_day + 2 * horizon + 30
     while True:
+        sessions = sessions_covering(exchange, last_day, need)
+        if last_day < sessions.start_day:
+            _warn_before(sessions)
+            return None
         sess = sessions.extended(need)
         days = sess.day[np.searchsorted(sess.day, last_day, side="right") :]
         days = days[~np.isin(days, hol)] if len(hol) else days
         if len(days) >= horizon:
-            return days[:horizon]
+            days = days[:horizon]
+            if len(days):
+                _warn_after(sessions, int(days[-1]))
+            return days
         need += 2 * horizon + 30
 
 
@@ -98,12 +148,20 @@ def _grid_fit(stamps: np.ndarray, grid: np.ndarray) -> float:
     return hits / (len(np.unique(stamps)) + len(inside) - hits)
 
 
-def _exchange_bars(sessions, wall, step, horizon, hol) -> np.ndarray | None:
+def _exchange_bars(exchange, wall, step, horizon, hol) -> np.ndarray | None:
     """The next ``horizon`` intraday bars (exchange wall-clock ns) on the exchange's sessions,
     labelled like the history ``wall`` (bar start, bar end, or both ends of the session:
     whichever grid fits its stamps best); None when fewer than half the history's stamps
-    sit on any grid."""
+    sit on any grid, or (with a warning) when the history ends before the calendar's first
+    date."""
     first_day, last_day = int(wall[0] // DAY_NS), int(wall[-1] // DAY_NS)
+    sessions = sessions_covering(exchange, first_day, last_day + 30)
+    if last_day < sessions.start_day:
+        _warn_before(sessions)
+        return None
+    if first_day < sessions.start_day:  # judge the grid on the stamps the calendar holds
+        first_day = sessions.start_day
+        wall = wall[wall // DAY_NS >= first_day]
     lo = int(np.searchsorted(sessions.day, first_day))
     hi = int(np.searchsorted(sessions.day, last_day, side="right"))
     seg = sessions.segments(lo, hi)
@@ -114,13 +172,17 @@ def _exchange_bars(sessions, wall, step, horizon, hol) -> np.ndarray | None:
     label = BAR_LABELS[int(np.argmax(fits))]  # ties: the first, bar start
     n_sess = 4
     while True:
-        sess = sessions.extended(last_day + 2 * n_sess + 14)
+        need = last_day + 2 * n_sess + 14
+        sessions = sessions_covering(exchange, first_day, need)
+        sess = sessions.extended(need)
         start = int(np.searchsorted(sess.day, last_day))
         bars, days = _bar_grid(*sess.segments(start, start + n_sess), step, label)
         keep = bars > wall[-1]
         if len(hol):
             keep &= ~np.isin(days, hol)
-        bars = bars[keep]
+        bars, days = bars[keep], days[keep]
         if len(bars) >= horizon:
+            if horizon:
+                _warn_after(sessions, int(days[horizon - 1]))
             return bars[:horizon]
         n_sess *= 2

@@ -269,10 +269,11 @@ def template_future(idx, horizon, holidays, timezone, session_timezone, exchange
     ts = work.as_unit("ns").asi8
     hol = holiday_days(holidays)
     if exchange is not None:
-        from kronos_core.data.calendars import exchange_sessions
+        from kronos_core.data.calendars import sessions_covering
 
         first = int(ts[-1] // DAY_NS)
-        closed = exchange_sessions(exchange).closed_days(first, first + 4 * 366 + horizon)
+        last = first + 4 * 366 + horizon
+        closed = sessions_covering(exchange, first, last).closed_days(first, last)
         hol = np.union1d(hol, closed)
     if horizon == 0:
         out = np.empty(0, np.int64)

@@ -59,9 +59,7 @@ def future_timestamps(
     if not (ts[1:] > ts[:-1]).all():
         raise ValueError("history timestamps must be strictly increasing")
     if exchange is not None:
-        from kronos_core.data.calendars import exchange_sessions
-
-        out = exchange_future(idx, horizon, holidays, exchange_sessions(exchange), timezone)
+        out = exchange_future(idx, horizon, holidays, exchange, timezone)
         if out is not None:
             return out
     return template_future(idx, horizon, holidays, timezone, session_timezone, exchange)

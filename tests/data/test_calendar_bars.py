@@ -91,3 +91,58 @@ def test_history_off_the_exchange_hours_falls_back_to_the_template():
     hist = hist[hist.day_of_week < 5]
     out = future_timestamps(hist, 3, exchange="XNYS")
     assert list(out) == list(pd.to_datetime(["2012-11-23 00:00", "2012-11-23 01:00", "2012-11-23 02:00"]))
+
+
+# Issue 17: the calendar was built for 1990-2035 only, and history outside it fell through
+# without a word (1980 history got 1990 dates). It is now built over the range the history
+# and horizon need, within the library's bounds; outside them a warning says so.
+
+
+def test_daily_history_from_1980_gets_the_next_1980_and_1981_sessions_not_1990():
+    hist = pd.bdate_range("1980-11-03", "1980-12-30")
+    out = future_timestamps(hist, 3, exchange="XNYS")
+    assert list(out) == list(pd.to_datetime(["1980-12-31", "1981-01-02", "1981-01-05"]))
+
+
+def test_intraday_history_from_1980_continues_on_the_next_1980_session():
+    hist = _us_30min_left(["1980-12-22", "1980-12-23", "1980-12-24"])
+    out = future_timestamps(hist, 2, exchange="XNYS")  # Christmas (Thursday) closed
+    assert list(out) == list(pd.to_datetime(["1980-12-26 09:30", "1980-12-26 10:00"]))
+
+
+def test_off_hours_history_from_1980_takes_only_the_real_closures():
+    """The learned-template fallback takes the exchange's closures as holidays: in 1980 those
+    are the real ones, not every weekday before the calendar's first year."""
+    hist = pd.date_range("1980-12-15", "1980-12-24 23:00", freq="1h")
+    hist = hist[hist.day_of_week < 5]
+    out = future_timestamps(hist, 3, exchange="XNYS")
+    assert list(out) == list(pd.to_datetime(["1980-12-26 00:00", "1980-12-26 01:00", "1980-12-26 02:00"]))
+
+
+def test_daily_horizon_past_the_default_range_follows_the_real_calendar():
+    hist = pd.bdate_range("2035-11-01", "2035-12-28")
+    out = future_timestamps(hist, 5, exchange="XNYS")  # 2036-01-01 is New Year's Day
+    assert list(out) == list(pd.to_datetime(["2035-12-31", "2036-01-02", "2036-01-03", "2036-01-04",
+                                             "2036-01-07"]))
+
+
+def test_history_before_the_librarys_first_date_uses_the_template_and_says_so():
+    from kronos_core.data import calendars
+
+    hist = pd.bdate_range("1955-03-01", "1955-04-29")  # XHKG's calendar starts in 1960
+    with pytest.warns(calendars.CalendarRangeWarning, match=r"XHKG.*1960-01-01"):
+        out = future_timestamps(hist, 5, exchange="XHKG")
+    assert list(out) == list(future_timestamps(hist, 5))
+
+
+def test_daily_horizon_past_the_librarys_last_date_keeps_its_count_and_warns():
+    import exchange_calendars as xcals
+
+    from kronos_core.data import calendars
+
+    end = xcals.get_calendar("XSHG").last_session  # Shanghai publishes a year at a time
+    hist = pd.bdate_range(end - pd.Timedelta("60D"), end - pd.Timedelta("10D"))
+    with pytest.warns(calendars.CalendarRangeWarning, match=rf"XSHG.*{end.date()}"):
+        out = future_timestamps(hist, 30, exchange="XSHG")
+    assert len(out) == 30 and out[0] > hist[-1] and out[-1] > end
+    assert (out.asi8[1:] > out.asi8[:-1]).all() and (out.day_of_week < 5).all()
