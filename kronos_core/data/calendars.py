@@ -132,6 +132,10 @@ def _year(day: int) -> int:
     return pd.Timestamp(int(day) * DAY_NS).year
 
 
+_DEFAULT_FIRST_DAY = pd.Timestamp(f"{_START_YEAR}-01-01").value // DAY_NS
+_DEFAULT_LAST_DAY = pd.Timestamp(f"{_END_YEAR}-12-31").value // DAY_NS
+
+
 def exchange_names() -> list[str]:
     """Every venue name and alias the calendar library accepts, as ``exchange_sessions`` looks
     it up (upper-cased), and can build here."""
@@ -147,10 +151,10 @@ def sessions_covering(exchange: str, first_day: int, last_day: int) -> ExchangeS
     since epoch), widened to whole decades so that nearby histories share one calendar, and
     within the library's bounds for the venue: check ``start_day`` / ``end_day`` of the
     result for what it could not cover."""
-    first_year = _year(first_day) // 10 * 10 if _year(first_day) < _START_YEAR else None
-    last_year = _year(last_day) // 10 * 10 + 9 if _year(last_day) > _END_YEAR else None
-    if first_year is None and last_year is None:
-        return exchange_sessions(exchange)  # the same cache entry as a plain call
+    if _DEFAULT_FIRST_DAY <= first_day and last_day <= _DEFAULT_LAST_DAY:
+        return exchange_sessions(exchange)  # the common case: the default calendar's cache entry
+    first_year = _year(first_day) // 10 * 10 if first_day < _DEFAULT_FIRST_DAY else None
+    last_year = _year(last_day) // 10 * 10 + 9 if last_day > _DEFAULT_LAST_DAY else None
     return exchange_sessions(exchange, first_year, last_year)
 
 
