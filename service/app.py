@@ -155,12 +155,12 @@ def _shared_metrics(settings: Settings) -> Metrics:
 @serve.ingress(api)
 class Ingress:
     def __init__(self, predictor: DeploymentHandle, settings: Settings, num_replicas: int):
-        from kronos_core.data.store import KlineStore
+        from kronos_core.data.store_reader import KlineReader
 
         self.settings = settings
         self.handle = predictor
         self.num_replicas = num_replicas
-        self.store = KlineStore(settings.resolved_store_dir())
+        self.store = KlineReader(settings.resolved_store_dir())  # the service only reads
         self.metrics = _shared_metrics(settings)
         self.replicas = ServeReplicas(predictor, settings, self.metrics)
         self.gateway = Gateway(settings, self.store, self.replicas, self.metrics, num_replicas)

@@ -1,7 +1,7 @@
 """The typed seams of the service: what the gateway needs from the candle store and from
 the predictor replicas, and what a replica needs from the engine.
 
-Production classes satisfy these by structure (``KlineStore``, ``Predictor`` and the
+Production classes satisfy these by structure (``KlineReader``, ``Predictor`` and the
 Ingress's ``ServeReplicas``, ``KronosPredictor``); so do the fakes of the unit tests
 (``tests/service/service_fakes.py``), and ``tests/service/test_interfaces.py`` checks both
 sides with ``isinstance`` on these runtime-checkable protocols. The gateway therefore never
@@ -51,7 +51,7 @@ class Windows(Protocol):
 
 @runtime_checkable
 class CandleStore(Protocol):
-    """The gateway's view of the store (``kronos_core.data.store.KlineStore``)."""
+    """The gateway's view of the store (``kronos_core.data.store_reader.KlineReader``)."""
 
     root: Any  # the store's folder: messages to clients name it by its base name only
 

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from kronos_core.data.timestamps import HoldoutResult, holdout_hit_rate, infer_frequency
+from kronos_core.data.holdout import HoldoutResult, holdout_hit_rate
+from kronos_core.data.sessions import infer_frequency
 
 
 @dataclass

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 __all__ = [
     "KlineStore",
+    "KlineReader",
+    "KlineWriter",
     "WindowBatch",
+    "SymbolWindow",
     "SymbolError",
     "future_timestamps",
     "build_sample_store",
@@ -17,7 +20,7 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    if name in ("KlineStore", "WindowBatch", "SymbolError"):
+    if name in ("KlineStore", "KlineReader", "KlineWriter", "WindowBatch", "SymbolWindow", "SymbolError"):
         from kronos_core.data import store
 
         return getattr(store, name)

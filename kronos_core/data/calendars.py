@@ -4,13 +4,18 @@ A venue is named by its ISO MIC or an alias the library knows: ``XNYS`` (NYSE), 
 (Nasdaq), ``XSHG`` (Shanghai), ``XSHE`` (Shenzhen), ``XHKG``, ``XLON``, ``XTKS``... The
 library records each venue's holidays, special closures (e.g. hurricane Sandy, 2012-10-29
 and 30 at NYSE), early closes and lunch breaks. ``exchange_sessions`` loads one calendar per
-venue per process (about a second for NYSE's 1990-2035 range) and keeps, per session, its
-local date and its open / break / close times on the exchange's wall clock (naive int64
-nanoseconds since the epoch), so a history stamped on that clock needs no time-zone work.
+venue and range per process (1990-2035 unless asked for more; a tenth of a second for NYSE)
+and keeps, per session, its local date and its open / break / close times on the exchange's
+wall clock (naive int64 nanoseconds since the epoch), so a history stamped on that clock
+needs no time-zone work.
 
-Past the calendar's last recorded year (Shanghai's holidays are published a year at a time)
-the sessions continue on weekdays with the last session's hours; ``ExchangeSessions.last_day``
-says where that starts.
+``sessions_covering`` widens the range, in whole decades, to what a history and its horizon
+need, within the library's bounds for the venue (XNYS has none; XHKG starts in 1960, XSHG
+ends with the last year it has published). What lies outside those bounds is not known:
+``ExchangeSessions.start_day`` / ``end_day`` say where the calendar holds, and the callers
+(``kronos_core.data.calendar_bars``) warn with ``CalendarRangeWarning``. Past the last
+recorded session the sessions continue on weekdays with the last session's hours
+(``ExchangeSessions.extended``).
 """
 
 from __future__ import annotations
@@ -23,13 +28,18 @@ import pandas as pd
 
 DAY_NS = 24 * 3600 * 10**9
 _EPOCH_WEEKDAY = 3  # 1970-01-01 was a Thursday (Monday = 0)
-_START = pd.Timestamp("1990-01-01")
-_END = pd.Timestamp("2035-12-31")
+_START_YEAR, _END_YEAR = 1990, 2035  # the range built unless a history needs more
+_FIRST_YEAR, _LAST_YEAR = 1678, 2261  # whole years pandas' nanosecond timestamps hold
 NO_BREAK = np.iinfo(np.int64).min
 
 
 class UnknownExchangeError(ValueError):
     """The venue is not one ``exchange_calendars`` knows, or its calendar cannot be built here."""
+
+
+class CalendarRangeWarning(UserWarning):
+    """Future timestamps reach dates the venue's calendar does not hold (before or after the
+    library's bounds for it): there they follow the learned template or continue on weekdays."""
 
 
 # Venues whose calendars exchange_calendars 4.x cannot build on pandas 3: their holiday rules
@@ -56,11 +66,21 @@ class ExchangeSessions:
     break_start: np.ndarray
     break_end: np.ndarray
     close: np.ndarray
+    start_day: int  # first local date (days since epoch) the calendar was built from
+    end_day: int  # last local date it was built to: closures are known on start_day..end_day
 
     @property
     def last_day(self) -> int:
         """Local date (days since epoch) of the last session the library records."""
         return int(self.day[-1])
+
+    def first_date(self) -> str:
+        """``start_day`` as text (``1960-01-01``)."""
+        return _date(self.start_day)
+
+    def last_date(self) -> str:
+        """``end_day`` as text (``2026-12-31``)."""
+        return _date(self.end_day)
 
     def segments(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(starts, ends, days) of the continuous trading segments of sessions ``lo:hi`` (a
@@ -79,7 +99,7 @@ class ExchangeSessions:
     def closed_days(self, first: int, last: int) -> np.ndarray:
         """Weekdays (days since epoch) in ``first..last`` with no session: holidays and
         special closures."""
-        cal = np.arange(first, last + 1, dtype=np.int64)
+        cal = np.arange(max(first, self.start_day), last + 1, dtype=np.int64)
         cal = cal[(cal + _EPOCH_WEEKDAY) % 7 < 5]
         return cal[(cal <= self.last_day) & ~np.isin(cal, self.day)]
 
@@ -100,7 +120,20 @@ class ExchangeSessions:
         return ExchangeSessions(
             self.name, self.tz, np.concatenate([self.day, extra]), cont(self.open),
             cont(self.break_start), cont(self.break_end), cont(self.close),
+            self.start_day, self.end_day,
         )
+
+
+def _date(day: int) -> str:
+    return str(pd.Timestamp(int(day) * DAY_NS).date())
+
+
+def _year(day: int) -> int:
+    return pd.Timestamp(int(day) * DAY_NS).year
+
+
+_DEFAULT_FIRST_DAY = pd.Timestamp(f"{_START_YEAR}-01-01").value // DAY_NS
+_DEFAULT_LAST_DAY = pd.Timestamp(f"{_END_YEAR}-12-31").value // DAY_NS
 
 
 def exchange_names() -> list[str]:
@@ -113,10 +146,24 @@ def exchange_names() -> list[str]:
                   if dispatcher.has_calendar(n.upper()) and n.upper() not in UNBUILDABLE)
 
 
+def sessions_covering(exchange: str, first_day: int, last_day: int) -> ExchangeSessions:
+    """The sessions of ``exchange`` over at least local dates ``first_day..last_day`` (days
+    since epoch), widened to whole decades so that nearby histories share one calendar, and
+    within the library's bounds for the venue: check ``start_day`` / ``end_day`` of the
+    result for what it could not cover."""
+    if _DEFAULT_FIRST_DAY <= first_day and last_day <= _DEFAULT_LAST_DAY:
+        return exchange_sessions(exchange)  # the common case: the default calendar's cache entry
+    first_year = _year(first_day) // 10 * 10 if first_day < _DEFAULT_FIRST_DAY else None
+    last_year = _year(last_day) // 10 * 10 + 9 if last_day > _DEFAULT_LAST_DAY else None
+    return exchange_sessions(exchange, first_year, last_year)
+
+
 @cache
-def exchange_sessions(exchange: str) -> ExchangeSessions:
-    """The sessions of ``exchange`` (MIC or alias, case-insensitive) from 1990 (or the
-    calendar's first year) to 2035 (or its last recorded year); loaded once per process."""
+def exchange_sessions(exchange: str, first_year: int | None = None,
+                      last_year: int | None = None) -> ExchangeSessions:
+    """The sessions of ``exchange`` (MIC or alias, case-insensitive) from 1990 (or
+    ``first_year`` when earlier) to 2035 (or ``last_year`` when later), within the
+    calendar's own bounds and pandas' (1678-2261); loaded once per process and range."""
     import exchange_calendars as xcals
 
     name = str(exchange).strip().upper()
@@ -127,8 +174,10 @@ def exchange_sessions(exchange: str) -> ExchangeSessions:
             f"XHKG, XLON, XTKS (all: kronos_core.data.calendars.exchange_names())"
         )
     cls = dispatcher._calendar_factories[dispatcher.resolve_alias(name)]
-    start = max(_START, pd.Timestamp(cls.bound_min() or _START))
-    end = min(_END, pd.Timestamp(cls.bound_max() or _END))
+    want_start = pd.Timestamp(f"{max(_FIRST_YEAR, min(_START_YEAR, first_year or _START_YEAR))}-01-01")
+    want_end = pd.Timestamp(f"{min(_LAST_YEAR, max(_END_YEAR, last_year or _END_YEAR))}-12-31")
+    start = max(want_start, pd.Timestamp(cls.bound_min() or want_start))
+    end = min(want_end, pd.Timestamp(cls.bound_max() or want_end))
     if name in UNBUILDABLE:
         raise UnknownExchangeError(f"the {name} calendar cannot be built with the installed exchange_calendars "
                                    "and pandas; pass no exchange (sessions are then learned from the history)")
@@ -154,4 +203,6 @@ def exchange_sessions(exchange: str) -> ExchangeSessions:
         break_start=ns("break_start"),
         break_end=ns("break_end"),
         close=ns("close"),
+        start_day=start.value // DAY_NS,
+        end_day=end.value // DAY_NS,
     )

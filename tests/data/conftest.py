@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-from data_helpers import REAL_FILES, real_path
+from data_helpers import REAL_FILES, SYMBOLS, clean_candles, real_path
 
 
 @pytest.fixture(scope="session")
@@ -18,3 +18,16 @@ def real_stamps(real_frames) -> dict[str, pd.DatetimeIndex]:
         k: pd.DatetimeIndex(pd.to_datetime(v["timestamps"])).as_unit("ns")
         for k, v in real_frames.items()
     }
+
+
+@pytest.fixture()
+def real_store(tmp_path, real_frames):
+    """A store of the three real files (GOOG 1d, EURUSD 1h in UTC, ASHARE 5min)."""
+    from kronos_core.data.store import KlineStore
+
+    st = KlineStore(tmp_path / "store")
+    for name, sym in SYMBOLS.items():
+        st.write(
+            sym, clean_candles(real_frames[name]), timezone="UTC" if sym == "EURUSD" else None, source=name
+        )
+    return st

@@ -40,3 +40,20 @@ def series(batch, i: int):
 def metadata(batch) -> list[dict]:
     """The metadata of each window of a ``WindowBatch``, in its order."""
     return [w.metadata for w in batch.windows]
+
+
+# the real files in the store tests' ``real_store`` (tests/data/conftest.py): symbol, frequency
+SYMBOLS = {
+    "kline_5min_a_share.csv": "ASHARE",
+    "goog_daily.csv": "GOOG",
+    "eurusd_hourly.csv": "EURUSD",
+}
+FREQ = {"ASHARE": "5min", "GOOG": "1d", "EURUSD": "1h"}
+
+
+def clean_candles(df):
+    """``df`` validated (``validate_candles``): what a store write takes."""
+    from kronos_core.data.validate import validate_candles
+
+    frame, _, _ = validate_candles(df)
+    return frame

@@ -11,6 +11,7 @@ import pytest
 from service_fakes import FakePredictor, FakeReplicas, FakeStore, RoutedReplicas
 
 from kronos_core.data.store import KlineStore, SymbolError, SymbolWindow, WindowBatch
+from kronos_core.data.store_reader import KlineReader
 from kronos_core.engine.generate import EngineStats
 from kronos_core.errors import ErrorCode
 from kronos_core.options import ForecastOptions
@@ -44,6 +45,8 @@ def test_store_and_its_fake_are_candle_stores(tmp_path):
     store, fake = KlineStore(tmp_path), FakeStore()
     assert isinstance(store, seams.CandleStore) and isinstance(fake, seams.CandleStore)
     _implements(KlineStore, seams.CandleStore)
+    _implements(KlineReader, seams.CandleStore)  # what the service holds
+    assert isinstance(KlineReader(tmp_path), seams.CandleStore)
     _implements(FakeStore, seams.CandleStore)
     window = SymbolWindow("S", np.zeros((0, 6), np.float32), np.zeros(0, "datetime64[ns]"), {},
                           np.datetime64(0, "ns"))
