@@ -85,7 +85,9 @@ class Trainer:
         train_idx, val_idx = split_windows(series, cfg.data)
         self.train_set = WindowDataset(series, train_idx, cfg.data)
         self.val_set = WindowDataset(series, val_idx, cfg.data)
-        self.tok, self.model = build_modules(cfg)
+        # the config as run: a checkpoint's context, sizes and dropout, not the defaults
+        self.tok, self.model, self.cfg = build_modules(cfg)
+        cfg = self.cfg
         self._setup_modules()
         self._setup_batch()
         self.objective = Objective(cfg.kind, self.model, self.tok)
