@@ -42,7 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", help="output folder (best/, last/, metrics.jsonl)")
     parser.add_argument("--max-steps", type=int)
     parser.add_argument("--resume", action="store_true", help="continue from OUT/last")
-    parser.add_argument("--init", help="start from this checkpoint (folder with model/ + tokenizer/, or Hub id)")
+    parser.add_argument("--init", help="start from this checkpoint: a folder with model/ + tokenizer/, a Hub id, or an "
+                        "alias (kronos-default: the bundled model; kronos-mini|small|base)")
     parser.add_argument("--tokenizer", help="tokenizer folder or Hub id (a predictor run keeps it frozen)")
     parser.add_argument("--batch-size", type=_batch, help="windows per optimiser step, or 'auto'")
     parser.add_argument("--accum-steps", type=int, help="micro-batches per step (gradient accumulation)")
@@ -78,6 +79,7 @@ def config_from_args(args: argparse.Namespace, kind: str):
 
 
 def run(args: argparse.Namespace) -> int:
+    from kronos_core.model import CheckpointError
     from kronos_core.train.config import ConfigFileError
 
     try:
@@ -100,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
                 from kronos_core.train.trainer import train
 
                 summary = train(cfg, resume=args.resume)
-    except (ConfigFileError, ValueError, FileNotFoundError) as exc:
+    except (ConfigFileError, CheckpointError, ValueError, FileNotFoundError) as exc:
         print(f"kronos train: {exc}", file=sys.stderr)
         return 2
     if summary is not None:

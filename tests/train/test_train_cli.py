@@ -105,3 +105,15 @@ def test_tokenizer_run_end_to_end_then_a_predictor_on_it(tmp_path):
     saved = KronosTokenizer.from_pretrained(pred_out / "best" / "tokenizer")
     for a, b in zip(tok.state_dict().values(), saved.state_dict().values()):
         assert a.equal(b)  # the predictor run kept its tokenizer frozen and stored it
+
+
+def test_init_from_the_bundled_model_by_name_and_a_bad_name_without_traceback(tmp_path, capsys):
+    out = tmp_path / "ft"
+    args = ["train", "predictor", "--data", str(GOOG), "--lookback", "24", "--horizon", "8", "--batch-size", "4",
+            "--max-steps", "1", "--device", "cpu", "--threads", "1", "--out", str(out)]
+    assert main([*args, "--init", "kronos-default"]) == 0
+    assert json.loads((out / "best" / "kronos.json").read_text())["max_context"] == 256  # the bundled model's
+    capsys.readouterr()
+    assert main([*args, "--init", "kronos-nope"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("kronos train: ") and "kronos-nope" in err and "Traceback" not in err
