@@ -78,6 +78,17 @@ def config_from_args(args: argparse.Namespace, kind: str):
     return load_config(args.config, overrides)
 
 
+def interrupted_hint(what: str, out, step: int, saved_step: int | None) -> str:
+    """What Ctrl-C during ``kronos train WHAT`` prints: where the last checkpoint is and the
+    command that continues from it (or that none was written yet)."""
+    if saved_step is None:
+        return (f"kronos train {what}: interrupted at step {step}, before the first checkpoint; "
+                f"nothing to resume in {out} (run the command again to start over)")
+    flags = "--work ... --resume" if what == "default" else f"--out {out} --resume"
+    return (f"kronos train {what}: interrupted at step {step}; {out}/last holds step {saved_step}. "
+            f"Continue from it with the same command and --resume: kronos train {what} ... {flags}")
+
+
 def run(args: argparse.Namespace) -> int:
     from kronos_core.model import CheckpointError
     from kronos_core.train.config import ConfigFileError
@@ -105,6 +116,14 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigFileError, CheckpointError, ValueError, FileNotFoundError) as exc:
         print(f"kronos train: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as exc:  # Ctrl-C: say how to continue, no traceback
+        from kronos_core.train.trainer import TrainingInterrupted
+
+        if isinstance(exc, TrainingInterrupted):
+            print(interrupted_hint(args.what, exc.out, exc.step, exc.saved_step), file=sys.stderr)
+        else:
+            print(f"kronos train {args.what}: interrupted before training started", file=sys.stderr)
+        return 130
     if summary is not None:
         print(json.dumps(summary, indent=2))
     return 0

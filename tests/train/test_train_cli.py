@@ -117,3 +117,26 @@ def test_init_from_the_bundled_model_by_name_and_a_bad_name_without_traceback(tm
     assert main([*args, "--init", "kronos-nope"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("kronos train: ") and "kronos-nope" in err and "Traceback" not in err
+
+
+def test_ctrl_c_prints_how_to_resume_and_exits_130(tmp_path, capsys, monkeypatch):
+    from kronos_core.train.trainer import Trainer
+
+    real_step = Trainer.train_step
+
+    def step(self, batch):
+        if self.step == 3:  # during step 4; last/ holds step 2 (save_every 2)
+            raise KeyboardInterrupt
+        return real_step(self, batch)
+
+    monkeypatch.setattr(Trainer, "train_step", step)
+    out = tmp_path / "run"
+    args = ["train", "predictor", "--config", _yaml_for(tmp_path), "--data", str(GOOG), "--out", str(out)]
+    assert main(args) == 130
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err
+    assert "interrupted at step 3" in err and f"{out}/last holds step 2" in err and "--resume" in err
+    assert f"kronos train predictor ... --out {out} --resume" in err
+    monkeypatch.setattr(Trainer, "train_step", real_step)
+    assert main([*args, "--resume"]) == 0  # the hint's command works
+    assert json.loads(capsys.readouterr().out)["steps"] == 4
