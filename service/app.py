@@ -11,32 +11,25 @@ import os
 import time
 from typing import Annotated
 
-import orjson
 from fastapi import FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from ray import serve
 from ray.exceptions import RayActorError
-from ray.serve.exceptions import BackPressureError
 from ray.serve.handle import DeploymentHandle
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from kronos_core.errors import ErrorCode
 from service.auth import ApiKeyMiddleware
 from service.docs_ui import install_docs
-from service.gateway import (
-    DeadlineExceeded,
-    Gateway,
-    Overloaded,
-    ReplicaGone,
-    RequestInvalid,
-    outcome_to_arrow,
-    outcome_to_json,
-)
+from service.errors import InvalidRequest, RateLimited, ServiceError, TooLarge
+from service.gateway import Gateway
+from service.gateway.encode import outcome_to_arrow, outcome_to_json
 from service.lifecycle import DrainMiddleware
 from service.limits import BodyLimitMiddleware
 from service.metrics import CONTENT_TYPE, Metrics
 from service.replica import Predictor
+from service.responses import error_response
+from service.responses import json_response as _json
 from service.schemas import (
     ARROW_STREAM,
     ForecastRequest,
@@ -46,8 +39,9 @@ from service.schemas import (
     RequestErrorOut,
     SymbolsPage,
 )
+from service.serve_replicas import ServeReplicas
 from service.settings import Settings
-from service.shards import ReplicaInfo, Shard, ShardResult
+from service.state import current
 
 log = logging.getLogger(__name__)
 
@@ -63,30 +57,15 @@ install_docs(api)
 
 
 MAX_SYMBOL_OFFSET = 2**31 - 1  # /v1/symbols offset ceiling: bounded so that no answer holds a >64-bit int
-_METRICS: Metrics | None = None  # the ingress's metrics, for the middleware below
-_GATEWAY_ID: str | None = None  # this gateway replica's Serve id, sent back as X-Kronos-Gateway
 
-
+# This process's state (metrics, gateway id, body limit, drain, API keys) is reached through
+# service.state.current() at each call, never through a global of this module: serve.ingress
+# pickles the Ingress class by value, and a global read or set by its methods would be a copy.
 # both sit inside the latency middleware below, so that their 413s and 503s are observed too
 # order of refusals: draining (503), then API key (401/403), then body size (413), all before the body is read
-api.add_middleware(BodyLimitMiddleware)
-api.add_middleware(ApiKeyMiddleware)
-api.add_middleware(DrainMiddleware)
-
-
-def _lifecycle():
-    """This process's ``service.lifecycle.STATE``, looked up through the module: the Ingress class
-    is pickled by value, so a name imported here would be a copy inside the replica."""
-    import service.lifecycle
-
-    return service.lifecycle.STATE
-
-
-def _keyring():
-    """This process's ``service.auth.RING`` (through the module, for the same reason as above)."""
-    import service.auth
-
-    return service.auth.RING
+api.add_middleware(BodyLimitMiddleware, get_limits=lambda: current().limits)
+api.add_middleware(ApiKeyMiddleware, get_ring=lambda: current().keyring)
+api.add_middleware(DrainMiddleware, get_state=lambda: current().lifecycle)
 
 
 _SHUTTING_DOWN = {"model": RequestErrorOut, "description": "shutting down (code shutting_down); see Retry-After"}
@@ -102,86 +81,46 @@ async def _observe(request: Request, call_next):
     answered (``X-Kronos-Gateway``, one of several when ``gateway_replicas`` > 1)."""
     t0 = time.perf_counter()
     status = 500
+    state = current()
     try:
         response = await call_next(request)
         status = response.status_code
-        if _GATEWAY_ID is not None:
-            response.headers["X-Kronos-Gateway"] = _GATEWAY_ID
+        if state.gateway_id is not None:
+            response.headers["X-Kronos-Gateway"] = state.gateway_id
         return response
     finally:
-        if _METRICS is not None:
+        if state.metrics is not None:
             route = request.scope.get("route")
             path = getattr(route, "path", None) or "unmatched"
-            _METRICS.request_seconds.labels(route=path, method=request.method, status=str(status)).observe(
+            state.metrics.request_seconds.labels(route=path, method=request.method, status=str(status)).observe(
                 time.perf_counter() - t0
             )
+
+
+@api.exception_handler(ServiceError)
+async def _service_error(request: Request, exc: ServiceError) -> Response:
+    """Every ``service.errors.ServiceError`` raised by a route or the gateway behind it."""
+    return error_response(exc, current().metrics)
 
 
 @api.exception_handler(RequestValidationError)
 async def _invalid(request: Request, exc: RequestValidationError) -> Response:
     """422 naming the field; the offending input is not echoed (it may hold NaN, or be huge)."""
-    if _METRICS is not None:
-        _METRICS.record_error(ErrorCode.INVALID_REQUEST)
     detail = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")} for e in exc.errors()]
-    return _json({"detail": detail}, 422)
+    return error_response(InvalidRequest(detail), current().metrics)
 
 
 @api.exception_handler(StarletteHTTPException)
 async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
     """FastAPI answers 400 for a body it cannot decode (invalid UTF-8, nesting too deep for the
-    JSON parser): answer the documented 422 instead, in the validation-error shape."""
+    JSON parser): answer the documented 422 instead, in the validation-error shape. A body
+    past the limit while it streams (``service.limits.BodyTooLarge``) is 413 ``too_large``."""
     if exc.status_code == 400:
-        if _METRICS is not None:
-            _METRICS.record_error(ErrorCode.INVALID_REQUEST)
-        return _json({"detail": [{"loc": ["body"], "msg": f"unreadable body: {exc.detail}; send UTF-8 JSON",
-                                  "type": "json_invalid"}]}, 422)
-    body = {"detail": exc.detail}
+        return error_response(InvalidRequest([{"loc": ["body"], "msg": f"unreadable body: {exc.detail}; send UTF-8 JSON",
+                                               "type": "json_invalid"}]), current().metrics)
     if exc.status_code == 413:
-        body["code"] = ErrorCode.TOO_LARGE
-        if _METRICS is not None:
-            _METRICS.record_error(ErrorCode.TOO_LARGE)
-    return _json(body, exc.status_code, headers=exc.headers)
-
-
-def _json(content, status_code: int = 200, headers: dict | None = None) -> Response:
-    return Response(
-        orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS),
-        status_code=status_code, media_type="application/json", headers=headers,
-    )
-
-
-class ServeReplicas:
-    """The predictor replicas behind a Serve handle, as the gateway's ``Replicas``: Ray's
-    failures become the gateway's ``ReplicaGone`` (retry the shard) and ``Overloaded`` (503)."""
-
-    def __init__(self, handle: DeploymentHandle, settings: Settings, metrics: Metrics):
-        self.handle = handle
-        self.settings = settings
-        self.metrics = metrics
-
-    async def forecast_shard(self, shard: Shard) -> ShardResult:
-        resp = self.handle.forecast_shard.remote(shard)
-        try:
-            return await resp
-        except asyncio.CancelledError:
-            resp.cancel()  # client gone: drop the shard where Ray still can
-            raise
-        except BackPressureError as exc:
-            self.metrics.record_error(ErrorCode.OVERLOADED)
-            raise Overloaded(f"replicas' queues are full: {exc}", self.settings.retry_after_s) from exc
-        except RayActorError as exc:
-            first_line = str(exc).splitlines()[0] if str(exc) else ""
-            raise ReplicaGone(f"{type(exc).__name__}: {first_line}") from exc
-
-    async def describe(self) -> ReplicaInfo:
-        for attempt in range(self.settings.shard_retries + 1):
-            try:
-                return await self.handle.describe.remote()
-            except RayActorError:
-                if attempt == self.settings.shard_retries:
-                    raise
-                await asyncio.sleep(0.5)
-        raise AssertionError("unreachable")
+        return error_response(TooLarge(exc.detail, exc.headers), current().metrics)
+    return _json({"detail": exc.detail}, exc.status_code, headers=exc.headers)
 
 
 # defined before Ingress: serve.ingress pickles the class (by value) where it is decorated
@@ -225,22 +164,7 @@ class Ingress:
         self.replicas = ServeReplicas(predictor, settings, self.metrics)
         self.gateway = Gateway(settings, self.store, self.replicas, self.metrics, num_replicas)
         self._symbols: list[str] | None = None
-
-        # serve.ingress pickles this class by value, so `global` would bind a copy of the
-        # module's globals: set the middleware's metrics on the imported module itself.
-        import service.app as app_module
-
-        app_module._METRICS = self.metrics
-        app_module._GATEWAY_ID = _replica_id()
-        import service.limits
-
-        service.limits.LIMITS.max_body_bytes = settings.max_body_bytes
-        state = _lifecycle()
-        state.retry_after_s = settings.retry_after_s
-        state.shared_dir, state.gauge = self.metrics.shared_dir, self.metrics.http_in_flight
-        import service.auth
-
-        service.auth.RING = service.auth.load_keyring(settings)
+        current().start(settings, self.metrics, _replica_id())
 
     # ------------------------------------------------------------ shutdown control (handle calls)
     def __del__(self):
@@ -252,7 +176,7 @@ class Ingress:
     async def drain(self) -> int:
         """Stop taking work on every gateway of the node: new requests get 503, /readyz is not
         ready. Returns the requests in flight, summed over the gateways."""
-        _lifecycle().start_drain()
+        current().lifecycle.start_drain()
         active = await self.in_flight()
         log.info("gateways draining: %d request(s) in flight", active)
         return active
@@ -260,12 +184,6 @@ class Ingress:
     async def in_flight(self) -> int:
         """HTTP requests in flight over all gateway replicas of the node."""
         return int(await asyncio.to_thread(self.metrics.total, "kronos_http_requests_in_flight"))
-
-    def _overloaded(self, exc: Overloaded) -> Response:
-        return _json(
-            {"detail": str(exc), "code": ErrorCode.OVERLOADED}, exc.status_code,
-            headers={"Retry-After": str(exc.retry_after_s)},
-        )
 
     # ------------------------------------------------------------------ routes
     @api.post(
@@ -288,23 +206,14 @@ class Ingress:
         request: Request = None,  # type: ignore[assignment]  # FastAPI passes it; None when called directly
     ) -> Response:
         key = request.scope.get("state", {}).get("api_key") if request is not None else None
-        wait = _keyring().throttle(key, req.n_series)
+        wait = current().keyring.throttle(key, req.n_series)
         if wait > 0:
-            self.metrics.record_error(ErrorCode.RATE_LIMITED)
-            return _json({"detail": f"rate limit of key {key.name!r} ({key.series_per_s:g} series/s) reached",
-                          "code": ErrorCode.RATE_LIMITED}, 429, {"Retry-After": str(max(1, math.ceil(wait)))})
+            raise RateLimited(f"rate limit of key {key.name!r} ({key.series_per_s:g} series/s) reached",
+                              max(1, math.ceil(wait)))
         timeout = self.settings.request_timeout_s
         if x_kronos_timeout_s is not None:
             timeout = min(timeout, x_kronos_timeout_s)
-        try:
-            out = await self.gateway.forecast(req, timeout_s=timeout)
-        except DeadlineExceeded as exc:
-            return _json({"detail": str(exc), "code": ErrorCode.DEADLINE_EXCEEDED}, 504)
-        except Overloaded as exc:
-            return self._overloaded(exc)
-        except RequestInvalid as exc:
-            self.metrics.record_error(ErrorCode.INVALID_REQUEST)
-            return _json({"detail": exc.detail()}, 422)
+        out = await self.gateway.forecast(req, timeout_s=timeout)  # a ServiceError: answered by _service_error
         if accept and ARROW_STREAM in accept:
             return Response(outcome_to_arrow(out), media_type=ARROW_STREAM,
                             headers={"X-Kronos-Errors": str(len(out.errors))})
@@ -337,7 +246,7 @@ class Ingress:
     @api.get("/readyz", response_model=Readiness,
              responses={503: {"model": Readiness, "description": "not ready: no replica yet, or shutting down"}})
     async def readyz(self) -> Response:
-        if _lifecycle().is_draining():
+        if current().lifecycle.is_draining():
             return _json({"ready": False, "replicas_ready": 0, "replicas_target": self.num_replicas,
                           "detail": "shutting down"}, 503)
         running, detail = 0, ""
