@@ -280,6 +280,38 @@ class Calibration:
                     "(quantiles " + ", ".join(f"{q:g}" for q in levels if abs(2 * float(q) - 1) in outside) + ")")
         return member.scope.mismatch(lookback, frequency)
 
+    def member_key(self, frequency: str | None = None, group: str | None = None) -> str | None:
+        """The name of the member that applies to a series (None: no members, or none applies)."""
+        if not self.members:
+            return None
+        key = group if self.group_by == "series" or (group is not None and group in self.members) else frequency
+        return key if key in self.members else None
+
+    def describe(self) -> dict:
+        """What a calibration covers, as plain values (no corrections): method, levels, horizon,
+        features, scope and, for a file fitted per group, each group's; ``from_description``
+        rebuilds a calibration that answers ``covers`` the same way (the service's gateway
+        decides with it, the replicas hold the corrections)."""
+        out = {"method": self.method, "levels": list(self.levels), "horizon": self.horizon,
+               "features": list(self.features), "scope": self.scope.to_dict()}
+        if self.members:
+            out["group_by"] = self.group_by
+            out["groups"] = {k: m.describe() for k, m in self.members.items()}
+        return out
+
+    @classmethod
+    def from_description(cls, d: dict, model: dict | None = None) -> Calibration:
+        """A calibration without corrections (zeros) from ``describe``'s dict, for ``covers``;
+        older descriptions (levels and horizon only) give today's rule."""
+        if d.get("groups"):
+            members = {k: cls.from_description(v, model) for k, v in d["groups"].items()}
+            return cls.grouped(members, d.get("group_by") or "frequency")
+        levels = tuple(sorted(float(c) for c in d["levels"]))
+        features = tuple(d.get("features") or PRICE_FEATURES)
+        corr = np.zeros((len(levels), int(d["horizon"]), len(features)))
+        return cls(str(d.get("method", "cqr")), dict(model or {}), levels, features, corr,
+                   scope=Scope.from_dict(d.get("scope")))
+
     def select(self, frequency: str | None = None, group: str | None = None) -> Calibration:
         """The member for a series (``member_for``); raises ``CalibrationError`` with the reason."""
         member, reason = self.member_for(frequency, group)
