@@ -312,6 +312,14 @@ class Calibration:
         return cls(str(d.get("method", "cqr")), dict(model or {}), levels, features, corr,
                    scope=Scope.from_dict(d.get("scope")))
 
+    def for_series(self, horizon: int, levels: Sequence[float], lookback: int, timestamps,
+                   group: str | None = None) -> tuple[Calibration | None, str | None]:
+        """(the calibration, or group member, to apply to one series' forecast, None) or (None,
+        why not): ``covers`` with the series' bar frequency read off its history ``timestamps``."""
+        frequency = series_frequency(timestamps) if len(timestamps) > 1 else None
+        why = self.covers(horizon, levels, lookback, frequency, group)
+        return (None, why) if why else (self.select(frequency, group), None)
+
     def select(self, frequency: str | None = None, group: str | None = None) -> Calibration:
         """The member for a series (``member_for``); raises ``CalibrationError`` with the reason."""
         member, reason = self.member_for(frequency, group)

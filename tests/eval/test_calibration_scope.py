@@ -98,3 +98,29 @@ def test_calibrate_per_frequency_into_one_file_then_eval_checks_the_scope(tmp_pa
     capsys.readouterr()
     assert main(["eval", "--data", files[1], "--lookback", "48", *window]) == 2
     assert "does not apply to hourly: fitted for lookback 32, asked 48" in capsys.readouterr().err
+
+
+def test_forecast_applies_a_calibration_only_in_its_scope_and_summarises_as_the_bands(tmp_path, capsys, caplog):
+    import logging
+
+    path = tmp_path / "daily.csv"
+    frame = _frame(pd.bdate_range("2020-01-01", periods=160), 3)
+    frame.to_csv(path, index=False)
+    model = ["--model", TINY, "--device", "cpu"]
+    cal = tmp_path / "cal.json"
+    assert main(["calibrate", "--data", str(path), "--lookback", "32", "--horizon", "2", "--windows", "12",
+                 "--sample-count", "4", "--out", str(cal), *model]) == 0
+    capsys.readouterr()
+    args = ["forecast", "--csv", str(path), "--horizon", "2", "--samples", "100", "--seed", "1",
+            "--quantiles", "0.05,0.95", "--summary", "--calibration", str(cal), *model]
+    assert main([*args, "--lookback", "32"]) == 0
+    text = capsys.readouterr().out
+    table = [line.split() for line in text.splitlines() if line.startswith("2020-")]
+    header = next(line.split() for line in text.splitlines() if "close_q0.05" in line)
+    q05 = float(table[-1][1 + header.index("close_q0.05")])  # the row starts with the date
+    var_95 = float(text.split("var_95=")[1].split(",")[0])
+    last = float(frame["close"].iloc[-1])
+    assert var_95 == pytest.approx(1 - q05 / last, abs=0.01)  # the summary agrees with the bands
+    with caplog.at_level(logging.WARNING):
+        assert main(args) == 0  # default lookback: all 160 rows, not the calibration's 32
+    assert "not applied: fitted for lookback 32, asked 160" in caplog.text
