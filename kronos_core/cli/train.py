@@ -68,12 +68,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ray-address", default=None, help="Ray cluster address (default: auto / local)")
     parser.add_argument("--work", help="default: folder for the two run folders (default runs/kronos-default)")
     parser.add_argument("--steps", type=int, default=8, help="bench: steps per configuration")
+    from kronos_core.data.reader import add_reader_arguments
+
+    add_reader_arguments(parser)  # --time-column, --column, --sort, --drop-nan, ... as every command reads files
+    parser.add_argument("--timestamp-column", dest="time_column", help=argparse.SUPPRESS)  # old spelling
+
+
+REPAIRS = ("drop_nan", "drop_duplicates", "sort", "fix_high_low", "clip_negative")
+
+
+def reader_overrides(args: argparse.Namespace) -> dict:
+    """The reader flags as dotted config keys (None: the config's own value)."""
+    chosen = list(REPAIRS) if getattr(args, "repair_input", False) else [
+        r for r in REPAIRS if getattr(args, r, False)]
+    column_map = None
+    if getattr(args, "column", None):
+        from kronos_core.data.reader import parse_column_map
+
+        column_map = parse_column_map(args.column)
+    return {"data.timestamp_column": getattr(args, "time_column", None), "data.columns": column_map,
+            "data.repairs": sorted(set(chosen) | {"sort"}) if chosen else None}
 
 
 def config_from_args(args: argparse.Namespace, kind: str):
     from kronos_core.train.config import load_config
 
     overrides = {key: getattr(args, dest, None) for dest, key in OVERRIDES.items()}
+    overrides.update(reader_overrides(args))
     overrides["kind"] = kind
     return load_config(args.config, overrides)
 

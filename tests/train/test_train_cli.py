@@ -140,3 +140,21 @@ def test_ctrl_c_prints_how_to_resume_and_exits_130(tmp_path, capsys, monkeypatch
     monkeypatch.setattr(Trainer, "train_step", real_step)
     assert main([*args, "--resume"]) == 0  # the hint's command works
     assert json.loads(capsys.readouterr().out)["steps"] == 4
+
+
+def test_train_reads_a_vendor_file_with_the_reader_flags(tmp_path, capsys):
+    """kronos train takes the reader's flags too: a vendor file with a NaN row and a renamed
+    volume column, newest first, trains with --drop-nan --column volume=Vol."""
+    df = pd.read_csv(GOOG).iloc[:400]
+    vendor = pd.DataFrame({"Date": df["timestamps"], "Open": df["open"], "High": df["high"], "Low": df["low"],
+                           "Close": df["close"], "Adj Close": df["close"], "Vol": df["volume"]}).iloc[::-1]
+    vendor.iloc[5, 4] = float("nan")
+    csv = tmp_path / "vendor.csv"
+    vendor.to_csv(csv, index=False)
+    args = ["train", "predictor", "--config", _yaml_for(tmp_path), "--data", str(csv), "--max-steps", "1",
+            "--out", str(tmp_path / "run")]
+    assert main(args) == 2
+    assert "--drop-nan" in capsys.readouterr().err  # refused, naming the row and the flag
+    assert main([*args, "--drop-nan", "--column", "volume=Vol", "--time-column", "Date"]) == 0
+    written = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["data"]
+    assert written["repairs"] == ["drop_nan", "sort"] and written["columns"] == {"volume": "Vol"}
