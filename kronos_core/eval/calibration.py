@@ -214,7 +214,7 @@ class Calibration:
             return None, f"calibrated per {self.group_by}; the request's {self.group_by} is unknown"
         member = self.members.get(key)
         if member is None:
-            return None, f"no calibration for {self.group_by} {key} (fitted for {', '.join(self.members)})"
+            return None, f"no group for {self.group_by} {key}; fitted for {', '.join(self.members)}"
         return member, ""
 
     def covers(self, horizon: int, levels: Sequence[float], lookback: int | None = None,

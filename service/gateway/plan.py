@@ -67,7 +67,7 @@ def calibration_decisions(cal: dict | None, req: ForecastRequest, prep: Prepared
         if why is None:
             out.append(SeriesCalibration(True, calibration.member_key(frequency, symbol)))
         else:
-            out.append(SeriesCalibration(reason=f"quantiles not calibrated: the calibration was {why}"))
+            out.append(SeriesCalibration(reason=f"quantiles not calibrated: {why}"))
     return out
 
 

@@ -62,7 +62,7 @@ def test_one_file_per_group_applies_each_where_it_was_fitted(tmp_path):
     assert list(back.members) == ["1d", "1h"] and back.group_by == "frequency"
     assert back.covers(5, (0.1, 0.9), 128, "1d") is None
     assert back.covers(5, (0.1, 0.9), 128, "1h") == "fitted for horizon 3, asked 5"
-    assert back.covers(3, (0.1, 0.9), 128, "5min") == "no calibration for frequency 5min (fitted for 1d, 1h)"
+    assert back.covers(3, (0.1, 0.9), 128, "5min") == "no group for frequency 5min; fitted for 1d, 1h"
     np.testing.assert_array_equal(back.select("1h").corrections, hourly.corrections)
     with pytest.raises(CalibrationError, match="per frequency"):
         back.quantiles(np.ones((1, 4, 3)), [0.1, 0.9])  # a grouped file: pick the group first

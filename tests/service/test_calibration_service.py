@@ -125,11 +125,11 @@ def test_gateway_calibrates_per_series_and_says_why_not(tmp_path):
     assert out.symbols == ["D", "H"] and not out.calibrated  # not every series is
     codes = [[(w["code"], w["message"]) for w in ws] for ws in out.warnings]
     assert not any(c == "uncalibrated" for c, _ in codes[0])
-    assert ("uncalibrated", "quantiles not calibrated: the calibration was fitted on 1d bars, asked 1h") in codes[1]
+    assert ("uncalibrated", "quantiles not calibrated: fitted on 1d bars, asked 1h") in codes[1]
     out = asyncio.run(gw.forecast(ForecastRequest(series=series[:1], horizon=5, quantiles=[0.1, 0.9],
                                                   sample_count=4, lookback=40)))
     assert not out.calibrated
-    assert ("uncalibrated", "quantiles not calibrated: the calibration was fitted for horizon 3, asked 5") in [
+    assert ("uncalibrated", "quantiles not calibrated: fitted for horizon 3, asked 5") in [
         (w["code"], w["message"]) for w in out.warnings[0]]
     out = asyncio.run(gw.forecast(ForecastRequest(series=series[:1], horizon=3, quantiles=[0.1, 0.9],
                                                   sample_count=4, lookback=40)))
@@ -160,3 +160,35 @@ def test_calibrated_summaries_agree_with_the_calibrated_bands(tmp_path):
     raw = asyncio.run(gw.forecast(req.model_copy(update={"quantiles": []})))  # nothing to calibrate: raw paths
     assert not np.allclose(raw.paths[0], out.paths[0])
     assert out.summaries[0]["var_95"] != pytest.approx(raw.summaries[0]["var_95"], abs=1e-4)
+
+
+def test_gateway_picks_each_series_group_of_a_calibration_fitted_per_frequency(tmp_path):
+    import asyncio
+    import dataclasses
+
+    from service_fakes import FakeReplicas, fake_gateway, fake_info
+
+    from kronos_core.eval.calibration import Scope
+    from service.schemas import ForecastRequest
+
+    predictor = load_predictor(PredictorConfig(model=TINY, device="cpu"))
+    base = _calibration(predictor.identity.as_dict(), tmp_path / "cal.json")
+    daily = dataclasses.replace(base, scope=Scope(None, ("1d",), ("D",)))
+    hourly = dataclasses.replace(base, corrections=base.corrections * 3, scope=Scope(None, ("1h",), ("H",)))
+    cal = Calibration.grouped({"1d": daily, "1h": hourly}, "frequency")
+    replicas = FakeReplicas(info=fake_info())
+    replicas.runner = BatchRunner(predictor, "r", "cpu")
+    replicas.runner.calibration = cal
+    replicas.info.model = {**predictor.identity.as_dict(), "calibration": calibration_info(cal)}
+    gw, _, _ = fake_gateway(replicas)
+    series = [_inline("D", 40, "D", 0), _inline("H", 40, "h", 1), _inline("M", 40, "5min", 2)]
+    req = ForecastRequest(series=series, horizon=3, quantiles=[0.1, 0.9], sample_count=8, seed=1, return_paths=True)
+    out = asyncio.run(gw.forecast(req))
+    assert out.symbols == ["D", "H", "M"] and not out.calibrated
+    assert [w["code"] for w in out.warnings[0] + out.warnings[1]] == []
+    assert out.warnings[2] == [{"code": "uncalibrated", "message": "quantiles not calibrated: no group for "
+                                "frequency 5min; fitted for 1d, 1h"}]
+    raw = asyncio.run(gw.forecast(req.model_copy(update={"quantiles": []})))  # nothing to calibrate: raw paths
+    for i, member in ((0, daily), (1, hourly)):
+        want = member.apply(raw.paths[i][None], (0.1, 0.9), predictor.identity)[:, 0]  # (Q, H, 6)
+        np.testing.assert_allclose(out.quantiles[i], want, rtol=1e-5)
