@@ -73,6 +73,7 @@ class WarningCode(str, Enum):
 
     SHORT_HISTORY = "short_history"  # fewer candles than the deployment's min_history_warning
     AS_OF_AFTER_DATA = "as_of_after_data"  # as_of is past the symbol's last stored candle
+    UNCALIBRATED = "uncalibrated"  # the deployment's calibration does not apply here; the message says why
 
     def __str__(self) -> str:
         return self.value

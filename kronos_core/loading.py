@@ -5,8 +5,9 @@ the choice of checkpoint, device, precision, compile and sliding mode is written
 
 Where a model comes from (``PredictorConfig.model``):
 
-* ``None``: the embedded default (``kronos_core/assets/models/kronos-default``), a small
-  model trained by this project on real data (see ``docs/model-card.md``).
+* ``None`` or ``kronos-default`` (``BUNDLED_ALIAS``): the embedded default
+  (``kronos_core/assets/models/kronos-default``), a small model trained by this project on
+  real data (see ``docs/model-card.md``).
 * an alias, ``kronos-mini`` / ``kronos-small`` / ``kronos-base``: the published NeoQuasar
   checkpoint with the tokenizer and context it was trained with (``ALIASES``).
 * a folder holding ``model/`` and ``tokenizer/`` (what ``kronos train`` writes, and the
@@ -55,6 +56,14 @@ ALIASES: dict[str, Alias] = {
     "kronos-small": Alias("NeoQuasar/Kronos-small", "NeoQuasar/Kronos-Tokenizer-base", 512),
     "kronos-base": Alias("NeoQuasar/Kronos-base", "NeoQuasar/Kronos-Tokenizer-base", 512),
 }
+
+BUNDLED_ALIAS = "kronos-default"  # the embedded default, by name: --model, --init, --model-dir
+
+
+def model_aliases() -> list[str]:
+    """Every model name the loader knows, the bundled one first (for help texts and errors)."""
+    return [BUNDLED_ALIAS, *ALIASES]
+
 
 DTYPES: dict[str, torch.dtype | None] = {"float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DTYPE_SPELLINGS = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16"}
@@ -162,7 +171,7 @@ def _hub_revision(folder: Path) -> str | None:
 def resolve_source(cfg: PredictorConfig) -> ResolvedSource:
     """Turn ``cfg.model`` / ``cfg.tokenizer`` into local folders; raises ``CheckpointError``."""
     spec = cfg.model
-    if spec is None:
+    if spec is None or spec == BUNDLED_ALIAS:
         bundle = default_bundle()
         if bundle is None:
             raise CheckpointError(
@@ -181,7 +190,7 @@ def resolve_source(cfg: PredictorConfig) -> ResolvedSource:
         return _bundle_source(path, cfg, bundled=False)
     mdir = resolve_checkpoint(spec, cfg.revision)
     if cfg.tokenizer is None:
-        known = ", ".join(ALIASES)
+        known = ", ".join(model_aliases())
         raise CheckpointError(
             f"{spec} is a model checkpoint without a tokenizer: pass the tokenizer it was trained with "
             f"(--tokenizer DIR_OR_HUB_ID), or use an alias ({known}) or a folder with model/ and tokenizer/"
@@ -255,7 +264,7 @@ def load_predictor(cfg: PredictorConfig | None = None) -> KronosPredictor:
 # ---- command-line flags, shared by every command that loads a predictor --------------------
 def add_predictor_arguments(parser: argparse.ArgumentParser, *, sliding_default: str = "exact") -> None:
     g = parser.add_argument_group("model")
-    g.add_argument("--model", help="checkpoint folder, Hub id, alias (" + ", ".join(ALIASES) + "), or a folder "
+    g.add_argument("--model", help="checkpoint folder, Hub id, alias (" + ", ".join(model_aliases()) + "), or a folder "
                    "with model/ and tokenizer/ such as a `kronos train` output (default: the bundled model)")
     g.add_argument("--tokenizer", help="tokenizer folder or Hub id (default: the one the model goes with)")
     g.add_argument("--revision", help="Hub revision (branch, tag or commit) of --model")
@@ -280,4 +289,6 @@ def predictor_config_from_args(args: argparse.Namespace, **overrides) -> Predict
 
 def describe_sources() -> str:
     """One line per alias, for help texts and docs."""
-    return os.linesep.join(f"{k}: {a.model} + {a.tokenizer}, context {a.max_context}" for k, a in ALIASES.items())
+    bundled = f"{BUNDLED_ALIAS}: the embedded default model ({DEFAULT_MODEL_DIR.name}, shipped in the package)"
+    return os.linesep.join([bundled, *(f"{k}: {a.model} + {a.tokenizer}, context {a.max_context}"
+                                       for k, a in ALIASES.items())])

@@ -72,7 +72,9 @@ class BatchRunner:
         """The one engine call: (mean (B, H, 6), quantiles (Q, B, H, 6) or None, paths (B, S, H, 6), tokens)."""
         res = self.predictor.forecast(values, xts, yts, options)
         q = np.asarray(res.quantiles, dtype=np.float32) if options.quantiles else None
-        paths = np.asarray(res.paths, dtype=np.float32)
+        paths = np.asarray(res.paths, dtype=np.float32)  # (B, S, H, 6)
+        if options.calibration is not None:  # the paths of the corrected distribution: summaries agree with the bands
+            paths = options.calibration.correct_paths(paths, self.predictor.identity)
         return np.asarray(res.mean, dtype=np.float32), q, paths, int(res.stats.tokens_generated)
 
     def _forecast(self, values, xts, yts, options: ForecastOptions, splits: list[int], calls: list[int]):
@@ -103,23 +105,28 @@ class BatchRunner:
 
             torch.cuda.empty_cache()
 
-    def _options(self, options: ForecastOptions, calibrate: bool) -> ForecastOptions:
-        """The shard's options with this replica's calibration when the shard asks for it."""
-        return options.with_(calibration=self.calibration) if calibrate and self.calibration is not None else options
+    def _options(self, options: ForecastOptions, calibrate: bool, group: str | None = None) -> ForecastOptions:
+        """The shard's options with this replica's calibration (the ``group``'s member of a file
+        fitted per group) when the shard asks for it."""
+        if not calibrate or self.calibration is None:
+            return options
+        chosen = self.calibration.select(group=group) if self.calibration.members else self.calibration
+        return options.with_(calibration=chosen)
 
     def run(self, shards: list[Shard], queue_depth: int = 0) -> tuple[list[ShardResult], BatchReport]:
         t0 = time.perf_counter()
         results: list[ShardResult | None] = [None] * len(shards)
-        groups: dict[tuple[ForecastOptions, bool], list[int]] = {}
+        groups: dict[tuple[ForecastOptions, bool, str | None], list[int]] = {}
         for i, s in enumerate(shards):
-            groups.setdefault((s.options, s.calibrate), []).append(i)
+            groups.setdefault((s.options, s.calibrate, s.calibration_group), []).append(i)
         splits, calls, tokens = [0], [0], 0
-        for (options, calibrate), idx in groups.items():
+        for (options, calibrate, group), idx in groups.items():
             values = [v for i in idx for v in shards[i].values]
             xts = [v for i in idx for v in shards[i].x_timestamps]
             yts = [v for i in idx for v in shards[i].y_timestamps]
             try:
-                mean, q, paths, tok = self._forecast(values, xts, yts, self._options(options, calibrate), splits, calls)
+                chosen = self._options(options, calibrate, group)
+                mean, q, paths, tok = self._forecast(values, xts, yts, chosen, splits, calls)
                 tokens += tok
             except Exception as exc:  # one group's failure must not fail other requests' shards
                 log.exception("replica %s: forecast failed for %d series", self.replica_id, len(values))

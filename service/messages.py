@@ -34,6 +34,7 @@ class Shard:
     options: ForecastOptions  # the request's forecast options; calibration is None on the wire
     return_paths: bool = False  # ship (B, S, H, 6) paths back
     calibrate: bool = False  # apply the replica's calibration to the quantiles (the gateway checked it covers them)
+    calibration_group: str | None = None  # the member of a calibration fitted per group (None: not grouped)
     tokens: int = 0  # sum_i sample_count * (L_i + H): the shard's share of a token budget
 
     def __post_init__(self) -> None:

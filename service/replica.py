@@ -78,8 +78,8 @@ def load_calibration(path: str, identity):
 
 def calibration_info(cal) -> dict[str, Any]:
     """What answers say about the calibration: the model it was fitted for and what it covers."""
-    return {"model_name": cal.model.get("name"), "model_sha256": cal.model.get("sha256"), "method": cal.method,
-            "levels": list(cal.levels), "horizon": cal.horizon, "features": list(cal.features)}
+    # method, levels, horizon, features, scope (and groups): the gateway decides per series with it
+    return {"model_name": cal.model.get("name"), "model_sha256": cal.model.get("sha256"), **cal.describe()}
 
 
 def model_info(identity, max_context: int, cfg) -> dict[str, Any]:

@@ -178,3 +178,24 @@ def test_serve_refuses_a_bad_model_before_starting_ray(capsys, monkeypatch):
     err = capsys.readouterr().err
     assert "no checkpoint folder at /tmp/definitely-not-a-model" in err
     assert started == []  # refused before anything started
+
+
+def test_the_bundled_model_has_an_alias_everywhere_a_model_is_named(tmp_path, capsys):
+    """``kronos-default`` names the embedded model: the loader, forecast, eval and serve's check."""
+    import argparse
+
+    from kronos_core.cli import main
+    from service import cli
+
+    by_name, default = load_checkpoints(PredictorConfig(model="kronos-default")), load_checkpoints(PredictorConfig())
+    assert by_name.identity == default.identity and by_name.max_context == default.max_context
+    assert by_name.identity.bundled
+    goog = Path(loading.__file__).parent / "data" / "real" / "goog_daily.csv"
+    assert main(["forecast", "--csv", str(goog), "--horizon", "2", "--model", "kronos-default", "--device", "cpu"]) == 0
+    assert main(["eval", "--data", str(goog), "--lookback", "32", "--horizon", "2", "--windows", "1",
+                 "--sample-count", "2", "--model", "kronos-default", "--device", "cpu",
+                 "--monitor-out", str(tmp_path / "m.json")]) == 0
+    capsys.readouterr()
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    assert cli.check_model(cli.settings_from_args(parser.parse_args(["--model-dir", "kronos-default"]))) is None

@@ -15,12 +15,12 @@ from pathlib import Path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from kronos_core.eval.runner import add_file_arguments
     from kronos_core.loading import add_predictor_arguments
 
     g = parser.add_argument_group("backtest")
     g.add_argument("--data", nargs="+", required=True, help="CSV/Parquet files (one symbol each) or a store folder")
     g.add_argument("--symbols", nargs="+", help="symbols to take from a store (default: all)")
-    g.add_argument("--timestamp-column", default="timestamps")
     g.add_argument("--lookback", type=int, default=128, help="context candles (default 128)")
     g.add_argument("--horizon", type=int, required=True, help="forecast candles; ranks use the return to the end")
     g.add_argument("--rebalance", type=int, required=True, help="rows between rebalances")
@@ -36,17 +36,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--batch-size", type=int, default=512, help="universe symbols per engine call")
     g.add_argument("--out", type=Path, help="folder for backtest.json, backtest.md and equity.png")
+    add_file_arguments(parser)
     add_predictor_arguments(parser)
 
 
 def run(args) -> int:
     from kronos_core.eval.data import DataError, load_series
     from kronos_core.eval.portfolio import Universe, markdown, run_backtest
+    from kronos_core.eval.runner import read_options
     from kronos_core.loading import load_predictor, predictor_config_from_args
     from kronos_core.model import CheckpointError
 
     try:
-        uni = Universe.from_series(load_series(args.data, args.symbols, args.timestamp_column))
+        uni = Universe.from_series(load_series(args.data, args.symbols, read_options(args)))
         predictor = load_predictor(predictor_config_from_args(args))
         res = run_backtest(predictor, uni, args.lookback, args.horizon, args.rebalance, args.top, args.long_short,
                            args.cost_bps, args.rank, args.sample_count, args.momentum_window, args.start,

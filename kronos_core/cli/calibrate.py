@@ -38,6 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="fit on windows before the last FRACTION of each series (from --start / --last-fraction on) and "
                              "report coverage before/after calibration on windows in that last part")
     parser.add_argument("--holdout-windows", type=int, help="held-out windows per series (default: --windows)")
+    parser.add_argument("--group-by", choices=("none", "frequency", "series"), default="none",
+                        help="fit one calibration per bar frequency (1d, 1h, ...) or per series, all in the one "
+                             "file; each applies only to its group (default: one for all the series)")
     parser.add_argument("--out", type=Path, default=Path("calibration.json"), help="calibration JSON to write")
 
 
@@ -75,6 +78,7 @@ def _covered(name, cal, samples, truth, issued, resolved) -> dict[str, np.ndarra
 def holdout_report(args, predictor, series, cals: dict) -> list[dict]:
     """Coverage before and after each calibration on each series' held-out last part (windows in
     time order, so ACI walks through them), and over all of them."""
+    from kronos_core.eval.calibration import series_frequency
     from kronos_core.eval.evaluate import CLOSE
     from kronos_core.eval.runner import walk_forward, window_times
 
@@ -90,7 +94,8 @@ def holdout_report(args, predictor, series, cals: dict) -> list[dict]:
         cols = {"before": np.stack([(raw[2 * i] <= y) & (y <= raw[2 * i + 1]) for i in range(len(levels))])
                 .astype(np.float64)}
         for name, cal in cals.items():
-            cols.update(_covered(name, cal, wf.paths, truth, issued, resolved))
+            member = cal.select(series_frequency(s.timestamps), s.name)  # the group of this series
+            cols.update(_covered(name, member, wf.paths, truth, issued, resolved))
         rows += _rows(s.name, levels, cols)
         for k, v in cols.items():
             pooled.setdefault(k, []).append(v)
@@ -105,9 +110,25 @@ def _rows(name, levels, cols) -> list[dict]:
             for ci, c in enumerate(levels)]
 
 
-def fit_calibrations(args, predictor, series) -> tuple[dict, int, float]:
-    """The --method calibration and the --compare ones, all on the same calibration windows."""
-    from kronos_core.eval.calibration import Calibration
+def group_series(series, group_by: str) -> dict[str | None, list]:
+    """{group name: its series} for ``--group-by`` (``none``: one group, named None)."""
+    from kronos_core.eval.calibration import series_frequency
+
+    if group_by == "none":
+        return {None: list(series)}
+    groups: dict[str | None, list] = {}
+    for s in series:
+        key = s.name if group_by == "series" else series_frequency(s.timestamps)
+        if key is None:
+            raise ValueError(f"{s.name}: cannot tell its bar frequency (too few rows) for --group-by frequency")
+        groups.setdefault(key, []).append(s)
+    return groups
+
+
+def _fit_group(args, predictor, series) -> tuple[dict, int, float]:
+    """The --method calibration and the --compare ones of one group, on the same windows, each
+    with the scope it was fitted on (lookback, bar frequencies, series)."""
+    from kronos_core.eval.calibration import Calibration, Scope, series_frequency
     from kronos_core.eval.runner import walk_forward, window_times
 
     if args.holdout is not None:  # calibration windows end where each series' held-out part begins
@@ -123,11 +144,34 @@ def fit_calibrations(args, predictor, series) -> tuple[dict, int, float]:
     info = {"windows": n_windows, "lookback": args.lookback, "sample_count": args.sample_count,
             "seed": args.seed, "step": args.step or args.horizon, "holdout": args.holdout,
             "series": [s.name for s in series], "start": args.start, "end": args.end}
+    frequencies = {series_frequency(s.timestamps) for s in series} - {None}
+    scope = Scope((args.lookback, args.lookback), tuple(sorted(frequencies)) or None, tuple(s.name for s in series))
     cals = {}
     for m in dict.fromkeys((args.method, *args.compare)):
         cal = Calibration.fit(paths, truth, levels_from(args), predictor.identity.as_dict(), m, info=info,
-                              issued=issued, resolved=resolved)
-        cals[m if m == cal.method else f"{m} ({cal.method})"] = cal
+                              issued=issued, resolved=resolved, scope=scope)
+        cals[m] = cal
+    return cals, n_windows, seconds
+
+
+def _label(asked: str, cal) -> str:
+    return asked if asked == cal.method else f"{asked} ({cal.method})"
+
+
+def fit_calibrations(args, predictor, series) -> tuple[dict, int, float]:
+    """The --method calibration and the --compare ones, all on the same calibration windows;
+    with ``--group-by``, each one file of one member per group."""
+    from kronos_core.eval.calibration import Calibration
+
+    groups = group_series(series, getattr(args, "group_by", "none"))
+    fitted = {key: _fit_group(args, predictor, members) for key, members in groups.items()}
+    n_windows, seconds = sum(f[1] for f in fitted.values()), sum(f[2] for f in fitted.values())
+    if list(groups) == [None]:
+        return {_label(m, cal): cal for m, cal in fitted[None][0].items()}, n_windows, seconds
+    cals = {}
+    for asked in next(iter(fitted.values()))[0]:
+        cal = Calibration.grouped({key: f[0][asked] for key, f in fitted.items()}, args.group_by)
+        cals[_label(asked, cal)] = cal
     return cals, n_windows, seconds
 
 
@@ -154,6 +198,9 @@ def run(args) -> int:
         return 2
     cal = next(iter(cals.values()))
     cal.save(args.out)
+    if cal.members:
+        print(f"one calibration per {cal.group_by}: {', '.join(cal.members)}")
+        cal = next(iter(cal.members.values()))  # the details below: of the first group
     detail = ""
     if "selection" in cal.info:
         detail = f" (select chose {cal.info['selection']['chosen']})"

@@ -72,6 +72,25 @@ def write_plots(out: Path, report: dict, wf, calibration=None, series_names=None
     return files
 
 
+def calibration_for(cal, series, horizon: int, lookback: int):
+    """The calibration (or the member of a file fitted per group) that applies to every one of
+    ``series``; raises ``CalibrationError`` naming the series and why it does not apply."""
+    from kronos_core.eval.calibration import CalibrationError, series_frequency
+
+    chosen = {}
+    for s in series:
+        frequency = series_frequency(s.timestamps)
+        why = cal.covers(horizon, (), lookback, frequency, s.name)
+        if why:
+            raise CalibrationError(f"the calibration does not apply to {s.name}: {why}")
+        member = cal.select(frequency, s.name)
+        chosen[id(member)] = member
+    if len(chosen) > 1:
+        raise CalibrationError(f"the series fall in different groups of this calibration ({cal.group_by}); "
+                               "evaluate each group on its own")
+    return next(iter(chosen.values()))
+
+
 def run(args) -> int:
     from kronos_core.eval.calibration import Calibration, CalibrationError
     from kronos_core.eval.data import DataError
@@ -87,6 +106,7 @@ def run(args) -> int:
         predictor = load_predictor(predictor_config_from_args(args))
         if calibration is not None:
             calibration.check_model(predictor.identity)
+            calibration = calibration_for(calibration, series, args.horizon, args.lookback)
         with ResourceMonitor(label="kronos eval") as monitor:
             wf = walk_forward(args, predictor, series, start=args.start, end=args.end)
             monitor.step(n_samples=len(wf.windows))

@@ -107,6 +107,12 @@ def run(args) -> int:
     if predictor.identity is not None and predictor.identity.random_weights:
         log.warning("model %s has RANDOM weights: forecasts are not meaningful", predictor.identity.name)
     lookback = args.lookback or max(1, min(len(values), predictor.max_context - args.horizon))
+    if calibration is not None:  # applied only where it was fitted; elsewhere raw quantiles, and why
+        asked = [float(q) for q in str(args.quantiles or "").split(",") if q.strip()]
+        calibration, why = calibration.for_series(args.horizon, asked, min(lookback, len(values)),
+                                                  stamps[-lookback:], Path(args.csv).stem)
+        if why:
+            log.warning("--calibration %s not applied: %s", args.calibration, why)
     values, stamps = values[-lookback:], stamps[-lookback:]
     future = future_stamps(stamps, args.horizon, args.exchange)
     if calibration is not None:
@@ -128,7 +134,8 @@ def run(args) -> int:
         from kronos_core.eval.risk import risk_summary
 
         close = FEATURES.index("close")
-        summary = risk_summary(res.paths[0, :, :, close], float(values[-1, close]), values[:, close])
+        paths = res.paths if calibration is None else calibration.correct_paths(res.paths, predictor.identity)
+        summary = risk_summary(paths[0, :, :, close], float(values[-1, close]), values[:, close])  # as the bands
         print("risk summary: " + ", ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}"
                                            for k, v in summary.to_dict().items()))
     log.info("forecast of %d candles from %d history candles in %.2fs", args.horizon, len(values),

@@ -42,7 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", help="output folder (best/, last/, metrics.jsonl)")
     parser.add_argument("--max-steps", type=int)
     parser.add_argument("--resume", action="store_true", help="continue from OUT/last")
-    parser.add_argument("--init", help="start from this checkpoint (folder with model/ + tokenizer/, or Hub id)")
+    parser.add_argument("--init", help="start from this checkpoint: a folder with model/ + tokenizer/, a Hub id, or an "
+                        "alias (kronos-default: the bundled model; kronos-mini|small|base)")
     parser.add_argument("--tokenizer", help="tokenizer folder or Hub id (a predictor run keeps it frozen)")
     parser.add_argument("--batch-size", type=_batch, help="windows per optimiser step, or 'auto'")
     parser.add_argument("--accum-steps", type=int, help="micro-batches per step (gradient accumulation)")
@@ -67,17 +68,50 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ray-address", default=None, help="Ray cluster address (default: auto / local)")
     parser.add_argument("--work", help="default: folder for the two run folders (default runs/kronos-default)")
     parser.add_argument("--steps", type=int, default=8, help="bench: steps per configuration")
+    from kronos_core.data.reader import add_reader_arguments
+
+    add_reader_arguments(parser)  # --time-column, --column, --sort, --drop-nan, ... as every command reads files
+    parser.add_argument("--timestamp-column", dest="time_column", help=argparse.SUPPRESS)  # old spelling
+
+
+REPAIRS = ("drop_nan", "drop_duplicates", "sort", "fix_high_low", "clip_negative")
+
+
+def reader_overrides(args: argparse.Namespace) -> dict:
+    """The reader flags as dotted config keys (None: the config's own value)."""
+    chosen = list(REPAIRS) if getattr(args, "repair_input", False) else [
+        r for r in REPAIRS if getattr(args, r, False)]
+    column_map = None
+    if getattr(args, "column", None):
+        from kronos_core.data.reader import parse_column_map
+
+        column_map = parse_column_map(args.column)
+    return {"data.timestamp_column": getattr(args, "time_column", None), "data.columns": column_map,
+            "data.repairs": sorted(set(chosen) | {"sort"}) if chosen else None}
 
 
 def config_from_args(args: argparse.Namespace, kind: str):
     from kronos_core.train.config import load_config
 
     overrides = {key: getattr(args, dest, None) for dest, key in OVERRIDES.items()}
+    overrides.update(reader_overrides(args))
     overrides["kind"] = kind
     return load_config(args.config, overrides)
 
 
+def interrupted_hint(what: str, out, step: int, saved_step: int | None) -> str:
+    """What Ctrl-C during ``kronos train WHAT`` prints: where the last checkpoint is and the
+    command that continues from it (or that none was written yet)."""
+    if saved_step is None:
+        return (f"kronos train {what}: interrupted at step {step}, before the first checkpoint; "
+                f"nothing to resume in {out} (run the command again to start over)")
+    flags = "--work ... --resume" if what == "default" else f"--out {out} --resume"
+    return (f"kronos train {what}: interrupted at step {step}; {out}/last holds step {saved_step}. "
+            f"Continue from it with the same command and --resume: kronos train {what} ... {flags}")
+
+
 def run(args: argparse.Namespace) -> int:
+    from kronos_core.model import CheckpointError
     from kronos_core.train.config import ConfigFileError
 
     try:
@@ -100,9 +134,17 @@ def run(args: argparse.Namespace) -> int:
                 from kronos_core.train.trainer import train
 
                 summary = train(cfg, resume=args.resume)
-    except (ConfigFileError, ValueError, FileNotFoundError) as exc:
+    except (ConfigFileError, CheckpointError, ValueError, FileNotFoundError) as exc:
         print(f"kronos train: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as exc:  # Ctrl-C: say how to continue, no traceback
+        from kronos_core.train.trainer import TrainingInterrupted
+
+        if isinstance(exc, TrainingInterrupted):
+            print(interrupted_hint(args.what, exc.out, exc.step, exc.saved_step), file=sys.stderr)
+        else:
+            print(f"kronos train {args.what}: interrupted before training started", file=sys.stderr)
+        return 130
     if summary is not None:
         print(json.dumps(summary, indent=2))
     return 0

@@ -36,6 +36,18 @@ only (split in time: first half, then the later windows), never with held-out da
 
 A calibration is tied to the model it was fitted for (its identity's SHA-256);
 applying it to another model raises ``CalibrationMismatch``.
+
+It also records where it was fitted (``Scope``: the lookback range, the bar frequencies,
+the series) and ``Calibration.covers`` says whether it applies to a request (horizon,
+levels, lookback, frequency) or why not; files without a scope (older ones) are checked
+on horizon and levels only. ``kronos calibrate --group-by frequency|series`` fits one
+calibration per group into one file (``members``); ``covers`` and ``select`` pick the
+group of a request.
+
+Consistency of what a calibrated answer says: ``apply`` keeps the candle relations
+(low <= open, close <= high) in every quantile column, and ``correct_paths`` maps the
+sample paths onto the corrected distribution (per step, a monotone map from the raw to the
+corrected quantiles) so that summaries computed from paths (VaR, P(up)) agree with the bands.
 """
 
 from __future__ import annotations
@@ -50,6 +62,7 @@ import numpy as np
 
 from kronos_core.candles import FEATURES
 from kronos_core.eval import aci
+from kronos_core.eval.calibration_scope import Scope, series_frequency
 
 METHODS = ("cqr", "cqr-r", "select", "aci")
 PRICE_FEATURES = ("open", "high", "low", "close")
@@ -136,6 +149,19 @@ def select_method(samples, truth, levels, fidx, issued, resolved) -> tuple[str, 
     return best, gaps
 
 
+def enforce_candle_order(values: np.ndarray) -> np.ndarray:
+    """``values`` (..., 6) with high raised to max(open, high, low, close) and low lowered to
+    min(open, high, low, close): low <= open, close <= high. Applied to quantile columns of
+    one level, each column non-decreasing in the level, the result still is (max and min of
+    non-decreasing functions)."""
+    o, h, lo, c = (FEATURES.index(f) for f in ("open", "high", "low", "close"))
+    out = values.copy()
+    prices = values[..., [o, h, lo, c]]
+    out[..., h] = prices.max(axis=-1)
+    out[..., lo] = prices.min(axis=-1)
+    return out
+
+
 @dataclass(eq=False)  # compared by identity, so ForecastOptions holding one stay hashable
 class Calibration:
     """Corrections ``(C, H, F)``: per central level, horizon step and feature (log units,
@@ -148,16 +174,120 @@ class Calibration:
     corrections: np.ndarray  # (C, H, F)
     info: dict = field(default_factory=dict)  # windows, lookback, sample_count, data ...
     state: aci.ACIState | None = None  # method "aci": the walk's state after the calibration windows
+    scope: Scope = field(default_factory=Scope)  # where it was fitted (unknown in older files)
+    members: dict[str, Calibration] = field(default_factory=dict)  # per group (file fitted per group)
+    group_by: str | None = None  # what the members are keyed by: "frequency" or "series"
 
     @property
     def horizon(self) -> int:
+        if self.members:
+            return min(m.horizon for m in self.members.values())
         return int(self.corrections.shape[1])
+
+    @classmethod
+    def grouped(cls, members: dict[str, Calibration], group_by: str) -> Calibration:
+        """One calibration holding one member per group (same model, levels and features; the
+        method may differ when ``select`` chose per group: then the whole says ``select``)."""
+        if not members:
+            raise CalibrationError("no group to calibrate")
+        first = next(iter(members.values()))
+        for name, m in members.items():
+            if (m.levels, m.features, m.model.get("sha256")) != (first.levels, first.features,
+                                                                  first.model.get("sha256")):
+                raise CalibrationError(f"group {name}: fitted differently from group {next(iter(members))}")
+        method = first.method if len({m.method for m in members.values()}) == 1 else "select"
+        scopes = [m.scope for m in members.values()]
+        info = {"groups": {k: m.info.get("windows") for k, m in members.items()}}
+        whole = Scope(None, tuple(sorted({f for sc in scopes for f in (sc.frequencies or ())})) or None,
+                      tuple(s for sc in scopes for s in (sc.series or ())) or None)
+        return cls(method, dict(first.model), first.levels, first.features,
+                   np.zeros((len(first.levels), 0, len(first.features))), info, None, whole, dict(members), group_by)
+
+    # ---- scope ---------------------------------------------------------------------------
+    def member_for(self, frequency: str | None = None, group: str | None = None) -> tuple[Calibration | None, str]:
+        """(the calibration that applies to a series of this bar ``frequency`` / named ``group``,
+        or None; a reason when None). Without members: this calibration."""
+        if not self.members:
+            return self, ""
+        key = group if self.group_by == "series" or (group is not None and group in self.members) else frequency
+        if key is None:
+            return None, f"calibrated per {self.group_by}; the request's {self.group_by} is unknown"
+        member = self.members.get(key)
+        if member is None:
+            return None, f"no group for {self.group_by} {key}; fitted for {', '.join(self.members)}"
+        return member, ""
+
+    def covers(self, horizon: int, levels: Sequence[float], lookback: int | None = None,
+               frequency: str | None = None, group: str | None = None) -> str | None:
+        """None when this calibration applies to a forecast of ``horizon`` steps, quantile
+        ``levels``, ``lookback`` context candles of bars of ``frequency`` (of the series or
+        group ``group``, for files fitted per series); else why not, e.g. "fitted for horizon
+        5, asked 8". Unknown request fields (None) and unrecorded scope fields are not checked."""
+        member, reason = self.member_for(frequency, group)
+        if member is None:
+            return reason
+        if horizon > member.horizon:
+            return f"fitted for horizon {member.horizon}, asked {horizon}"
+        lv = member.levels
+        central = [abs(2 * float(q) - 1) for q in levels if abs(float(q) - 0.5) > 1e-12]
+        outside = [c for c in central if not lv[0] - 1e-9 <= c <= lv[-1] + 1e-9]
+        if outside:
+            return (f"fitted for central levels {lv[0]:g}-{lv[-1]:g}, asked {', '.join(f'{c:g}' for c in outside)} "
+                    "(quantiles " + ", ".join(f"{q:g}" for q in levels if abs(2 * float(q) - 1) in outside) + ")")
+        return member.scope.mismatch(lookback, frequency)
+
+    def member_key(self, frequency: str | None = None, group: str | None = None) -> str | None:
+        """The name of the member that applies to a series (None: no members, or none applies)."""
+        if not self.members:
+            return None
+        key = group if self.group_by == "series" or (group is not None and group in self.members) else frequency
+        return key if key in self.members else None
+
+    def describe(self) -> dict:
+        """What a calibration covers, as plain values (no corrections): method, levels, horizon,
+        features, scope and, for a file fitted per group, each group's; ``from_description``
+        rebuilds a calibration that answers ``covers`` the same way (the service's gateway
+        decides with it, the replicas hold the corrections)."""
+        out = {"method": self.method, "levels": list(self.levels), "horizon": self.horizon,
+               "features": list(self.features), "scope": self.scope.to_dict()}
+        if self.members:
+            out["group_by"] = self.group_by
+            out["groups"] = {k: m.describe() for k, m in self.members.items()}
+        return out
+
+    @classmethod
+    def from_description(cls, d: dict, model: dict | None = None) -> Calibration:
+        """A calibration without corrections (zeros) from ``describe``'s dict, for ``covers``;
+        older descriptions (levels and horizon only) give today's rule."""
+        if d.get("groups"):
+            members = {k: cls.from_description(v, model) for k, v in d["groups"].items()}
+            return cls.grouped(members, d.get("group_by") or "frequency")
+        levels = tuple(sorted(float(c) for c in d["levels"]))
+        features = tuple(d.get("features") or PRICE_FEATURES)
+        corr = np.zeros((len(levels), int(d["horizon"]), len(features)))
+        return cls(str(d.get("method", "cqr")), dict(model or {}), levels, features, corr,
+                   scope=Scope.from_dict(d.get("scope")))
+
+    def for_series(self, horizon: int, levels: Sequence[float], lookback: int, timestamps,
+                   group: str | None = None) -> tuple[Calibration | None, str | None]:
+        """(the calibration, or group member, to apply to one series' forecast, None) or (None,
+        why not): ``covers`` with the series' bar frequency read off its history ``timestamps``."""
+        frequency = series_frequency(timestamps) if len(timestamps) > 1 else None
+        why = self.covers(horizon, levels, lookback, frequency, group)
+        return (None, why) if why else (self.select(frequency, group), None)
+
+    def select(self, frequency: str | None = None, group: str | None = None) -> Calibration:
+        """The member for a series (``member_for``); raises ``CalibrationError`` with the reason."""
+        member, reason = self.member_for(frequency, group)
+        if member is None:
+            raise CalibrationError(reason)
+        return member
 
     # ---- fit / file ---------------------------------------------------------------------
     @classmethod
     def fit(cls, samples: np.ndarray, truth: np.ndarray, levels: Sequence[float], model: dict,
             method: str = "cqr", features: Sequence[str] = PRICE_FEATURES, info: dict | None = None,
-            issued=None, resolved=None) -> Calibration:
+            issued=None, resolved=None, scope: Scope | None = None) -> Calibration:
         """Fit on sample paths (N, S, H, 6) and truths (N, H, 6) of calibration windows.
 
         ``select`` and ``aci`` also need each window's issue time (its last context candle)
@@ -188,12 +318,13 @@ class Calibration:
             corr = state.correction()
         else:
             corr = _static_corrections(scores, levels)
-        return cls(method, dict(model), levels, tuple(features), corr, info, state)
+        return cls(method, dict(model), levels, tuple(features), corr, info, state, scope or Scope())
 
     def walk(self, samples: np.ndarray, truth: np.ndarray, issued, resolved) -> np.ndarray:
         """ACI continued through new windows (time order): the correction (N, C, H, F) issued to
         each, the state updated only with windows whose truth ended by its issue time.
         For ``cqr``/``cqr-r`` files: the static correction for every window."""
+        self._single()
         fidx = [FEATURES.index(f) for f in self.features]
         if self.state is None:
             return np.broadcast_to(self.corrections, (len(truth), *self.corrections.shape)).copy()
@@ -208,15 +339,23 @@ class Calibration:
         return conformity_scores(samples, truth, self.levels, fidx, "cqr" if self.method == "aci" else self.method)
 
     def to_dict(self) -> dict:
+        if self.members:
+            return {"format": FORMAT, "method": self.method, "citation": self._citation(), "model": self.model,
+                    "levels": list(self.levels), "features": list(self.features), "horizon": self.horizon,
+                    "scope": self.scope.to_dict(), "group_by": self.group_by, "info": self.info,
+                    "groups": {k: m.to_dict() for k, m in self.members.items()}}
         return {
             "format": FORMAT, "method": self.method,
             "citation": CITATION + ("; " + aci.CITATION if self.method == "aci" else ""), "model": self.model,
             "levels": list(self.levels), "features": list(self.features), "horizon": self.horizon,
             "corrections": {f: {f"{c:g}": self.corrections[ci, :, j].tolist() for ci, c in enumerate(self.levels)}
                             for j, f in enumerate(self.features)},
-            "info": self.info,
+            "info": self.info, "scope": self.scope.to_dict(),
             **({"aci_state": self.state.to_dict()} if self.state is not None else {}),
         }
+
+    def _citation(self) -> str:
+        return CITATION + ("; " + aci.CITATION if self.method == "aci" else "")
 
     def save(self, path: str | Path) -> Path:
         path = Path(path)
@@ -231,15 +370,25 @@ class Calibration:
             d = json.loads(path.read_text())
             if d.get("format") != FORMAT:
                 raise CalibrationError(f"{path}: not a calibration file (format {d.get('format')!r}, want {FORMAT})")
-            levels = tuple(float(c) for c in d["levels"])
-            feats = tuple(d["features"])
-            corr = np.array([[d["corrections"][f][f"{c:g}"] for f in feats] for c in levels])  # (C, F, H)
-            state = aci.ACIState.from_dict(d["aci_state"], levels) if "aci_state" in d else None
-            return cls(d["method"], d["model"], levels, feats, corr.transpose(0, 2, 1), d.get("info", {}), state)
+            return cls._from_dict(d)
         except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             if isinstance(exc, CalibrationError):
                 raise
             raise CalibrationError(f"cannot read calibration {path}: {exc}") from exc
+
+    @classmethod
+    def _from_dict(cls, d: dict) -> Calibration:
+        if "groups" in d:
+            members = {str(k): cls._from_dict(v) for k, v in d["groups"].items()}
+            whole = cls.grouped(members, d.get("group_by") or "frequency")
+            whole.info = d.get("info", whole.info)
+            return whole
+        levels = tuple(float(c) for c in d["levels"])
+        feats = tuple(d["features"])
+        corr = np.array([[d["corrections"][f][f"{c:g}"] for f in feats] for c in levels])  # (C, F, H)
+        state = aci.ACIState.from_dict(d["aci_state"], levels) if "aci_state" in d else None
+        return cls(d["method"], d["model"], levels, feats, corr.transpose(0, 2, 1), d.get("info", {}), state,
+                   Scope.from_dict(d.get("scope")))
 
     # ---- apply ---------------------------------------------------------------------------
     def check_model(self, identity) -> None:
@@ -264,6 +413,7 @@ class Calibration:
 
         Level 0.5 and features outside ``self.features`` are the raw sample quantiles.
         """
+        self._single()
         levels = [float(q) for q in levels]
         if samples.shape[2] > self.horizon:
             raise CalibrationError(f"horizon {samples.shape[2]} exceeds the calibrated horizon {self.horizon}")
@@ -286,11 +436,68 @@ class Calibration:
         out[order] = np.sort(out[order], axis=0)  # rearrangement: quantiles never cross
         return out
 
+    def _single(self) -> None:
+        if self.members:
+            raise CalibrationError(
+                f"this calibration was fitted per {self.group_by} ({', '.join(self.members)}): pick the group of "
+                "the series first (Calibration.select / covers)")
+
     def apply(self, paths: np.ndarray, levels: Sequence[float], identity) -> np.ndarray:
-        """Corrected quantiles (Q, B, H, 6) of sample paths (B, S, H, 6) for the model ``identity``."""
+        """Corrected quantiles (Q, B, H, 6) of sample paths (B, S, H, 6) for the model ``identity``.
+
+        Each price feature's quantiles are corrected on their own, then the candle relations are
+        restored in every level's columns (``enforce_candle_order``: low <= open, close <= high),
+        so e.g. ``high_q0.05`` is never below ``close_q0.05``."""
         self.check_model(identity)
         out = np.quantile(paths, list(levels), axis=1)  # (Q, B, H, 6)
         for f in self.features:
             fi = FEATURES.index(f)
             out[..., fi] = self.quantiles(paths[..., fi], levels, f)
+        if set(PRICE_FEATURES) <= set(self.features):
+            out = enforce_candle_order(out)
         return out.astype(np.float32)
+
+    def _correction_curve(self, c: np.ndarray, h: int, j: int) -> np.ndarray:
+        """Corrections at any central levels ``c`` (S,): interpolated between the calibrated
+        levels, from 0 at the median (level 0, left raw as ``quantiles`` does) to the narrowest
+        one, and held at the widest one's beyond it."""
+        lv = np.concatenate([[0.0], self.levels])
+        corr = np.concatenate([[0.0], self.corrections[:, h, j]])
+        return np.interp(c, lv, corr)
+
+    def correct_paths(self, paths: np.ndarray, identity) -> np.ndarray:
+        """Sample paths (B, S, H, 6) mapped onto the corrected distribution, for summaries that
+        must agree with the corrected quantiles (VaR, expected shortfall, P(up)).
+
+        Per series, step and calibrated feature, the sample of rank r (of S) stands for level
+        ``(r + 0.5) / S``; it is moved to the corrected quantile of that level (the raw quantile,
+        i.e. itself, widened in log space by the correction of its central level, ``cqr-r``
+        scaled by its interval's width). The map is monotone (rearranged so), so each path keeps
+        its rank at each step, the median stays raw, and ``np.quantile`` of the result at a
+        calibrated level is the corrected quantile up to the interpolation between ranks. The
+        candle relations are restored on every path afterwards. Features not calibrated (volume,
+        amount) are unchanged."""
+        self.check_model(identity)
+        self._single()
+        paths = np.asarray(paths)
+        b, s, h, _ = paths.shape
+        if h > self.horizon:
+            raise CalibrationError(f"horizon {h} exceeds the calibrated horizon {self.horizon}")
+        level = (np.arange(s) + 0.5) / s  # (S,) level of each rank
+        central, sign = np.abs(2 * level - 1), np.sign(level - 0.5)  # (S,), (S,)
+        out = paths.astype(np.float64).copy()
+        for j, f in enumerate(self.features):
+            fi = FEATURES.index(f)
+            order = np.argsort(paths[..., fi], axis=1, kind="stable")  # (B, S, H)
+            logs = _log(np.take_along_axis(paths[..., fi], order, axis=1))  # (B, S, H) ascending
+            width = np.abs(logs - logs[:, ::-1]) if self.method == "cqr-r" else 1.0  # mirror rank: 1 - level
+            moved = np.empty_like(logs)
+            for step in range(h):
+                shift = sign * self._correction_curve(central, step, j)  # (S,)
+                w = width[:, :, step] if self.method == "cqr-r" else 1.0
+                moved[:, :, step] = logs[:, :, step] + shift[None, :] * w
+            moved = np.sort(moved, axis=1)  # rearrangement: a monotone map of the ranks
+            np.put_along_axis(out[..., fi], order, np.exp(moved), axis=1)
+        if set(PRICE_FEATURES) <= set(self.features):
+            out = enforce_candle_order(out)
+        return out.astype(paths.dtype)

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from kronos_core.candles import CandleError, candle_array
+from kronos_core.data.reader import ReadOptions, read_candles
 
 
 @dataclass
@@ -31,24 +32,28 @@ class DataError(ValueError):
 
 def _from_frame(df: pd.DataFrame, name: str, source: str, column: str) -> Series:
     if column not in df.columns:
-        raise DataError(f"{source}: no {column!r} column (columns: {list(df.columns)}); "
-                        f"pass --timestamp-column")
+        raise DataError(f"{source}: no {column!r} column (columns: {list(df.columns)}); pass --time-column")
     stamps = pd.DatetimeIndex(pd.to_datetime(df[column]))
     if not stamps.is_monotonic_increasing or stamps.has_duplicates:
-        raise DataError(f"{source}: timestamps must be strictly increasing (sort and de-duplicate the file)")
+        raise DataError(f"{source}: timestamps must be strictly increasing (--sort, --drop-duplicates)")
     try:
         values = candle_array(df)
     except CandleError as exc:
         raise DataError(f"{source}: {exc}") from exc
     if not np.isfinite(values).all():
-        raise DataError(f"{source}: non-finite candle values")
+        raise DataError(f"{source}: non-finite candle values (--drop-nan)")
     return Series(name, values, stamps, source)
 
 
 def load_series(sources: Sequence[str | Path], symbols: Sequence[str] | None = None,
-                timestamp_column: str = "timestamps") -> list[Series]:
+                read_options: ReadOptions | None = None) -> list[Series]:
     """Series from CSV/Parquet files (one symbol each, named by the file stem) and store
-    folders (``symbols`` picks from a store; all its symbols without it)."""
+    folders (``symbols`` picks from a store; all its symbols without it).
+
+    Files go through the reader every command uses (``kronos_core.data.reader``): any-case
+    column names, the time column auto-detected or ``read_options.time_column``, every problem
+    reported by row, repairs (``--sort``, ``--drop-nan``, ...) only when asked."""
+    options = read_options or ReadOptions()
     out: list[Series] = []
     for src in sources:
         path = Path(src)
@@ -56,10 +61,10 @@ def load_series(sources: Sequence[str | Path], symbols: Sequence[str] | None = N
             out.extend(_from_store(path, symbols))
         elif path.is_file():
             try:
-                df = pd.read_parquet(path) if path.suffix.lower() == ".parquet" else pd.read_csv(path)
-            except (OSError, ValueError, UnicodeDecodeError) as exc:
-                raise DataError(f"cannot read {path}: {exc}") from exc
-            out.append(_from_frame(df, path.stem, str(path), timestamp_column))
+                frame, _tz, _report = read_candles(path, options)
+            except CandleError as exc:
+                raise DataError(str(exc)) from exc
+            out.append(_from_frame(frame, path.stem, str(path), "timestamps"))
         else:
             raise DataError(f"{path}: no such file or store folder")
     if not out:

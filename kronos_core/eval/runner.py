@@ -31,7 +31,7 @@ def add_window_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("data and windows")
     g.add_argument("--data", nargs="+", required=True, help="CSV/Parquet files (one series each) or store folders")
     g.add_argument("--symbols", nargs="+", help="symbols to take from a store (default: all)")
-    g.add_argument("--timestamp-column", default="timestamps")
+    add_file_arguments(parser)
     g.add_argument("--lookback", type=int, default=256, help="context candles per window (default 256)")
     g.add_argument("--horizon", type=int, required=True, help="candles forecast per window")
     g.add_argument("--windows", type=int, default=50, help="windows per series, counted back from the end")
@@ -67,8 +67,30 @@ class WalkForward:
         return [season_length(s.timestamps) for s in self.series]
 
 
+def add_file_arguments(parser: argparse.ArgumentParser) -> None:
+    """How candle files are read: the flags of ``kronos forecast`` and ``kronos import``
+    (``--time-column``, ``--column``, ``--sort``, ``--drop-nan``, ...), and the old
+    ``--timestamp-column`` spelling, hidden."""
+    from kronos_core.data.reader import add_reader_arguments
+
+    add_reader_arguments(parser)
+    parser.add_argument("--timestamp-column", dest="time_column", help=argparse.SUPPRESS)  # old spelling
+
+
+def read_options(args):
+    """``ReadOptions`` of the flags of ``add_file_arguments``; a bad ``--column`` is a ``DataError``."""
+    from kronos_core.candles import CandleError
+    from kronos_core.data.reader import read_options_from_args
+    from kronos_core.eval.data import DataError
+
+    try:
+        return read_options_from_args(args)
+    except CandleError as exc:
+        raise DataError(str(exc)) from exc
+
+
 def load_data(args) -> list[Series]:
-    return load_series(args.data, args.symbols, args.timestamp_column)
+    return load_series(args.data, args.symbols, read_options(args))
 
 
 def cache_key(identity, w: Windows, horizon: int, sample_count: int, seed: int) -> str:

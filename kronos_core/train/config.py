@@ -69,7 +69,10 @@ class DataConfig(_Strict):
     store: str | None = Field(None, description="Arrow store root (KlineStore)")
     symbols: list[str] | None = Field(None, description="store symbols; None = whole universe")
     frequency: str | None = None
-    timestamp_column: str = "timestamps"
+    timestamp_column: str = "timestamps"  # "timestamps": auto-detected (timestamps, date, ...; any case)
+    columns: dict[str, str] = Field(default_factory=dict, description="our column -> the file's (--column)")
+    repairs: list[Literal["drop_nan", "drop_duplicates", "sort", "fix_high_low", "clip_negative"]] = Field(
+        default_factory=lambda: ["sort"], description="reader repairs (--sort, --drop-nan, ...; rows are sorted)")
     lookback: int = 96
     horizon: int = 32
     stride: int = 16

@@ -48,14 +48,17 @@ def _series_from_frame(name: str, df, timestamp_column: str) -> Series:
     return Series(name, np.array(candle_array(df), dtype=np.float32), time_features(stamps))  # own, writable copy
 
 
-def _series_from_file(path: Path, timestamp_column: str) -> Series:
-    """One file through the reader that ``kronos import`` and ``kronos forecast`` use: any-case
-    names (``Date``, ``Open``), validation reported by row, rows sorted by time if needed."""
+def _series_from_file(path: Path, cfg: DataConfig) -> Series:
+    """One file through the reader every command uses (``kronos import``, ``forecast``, ``eval``):
+    any-case names (``Date``, ``Open``), ``cfg.columns`` mapped, validation reported by row,
+    ``cfg.repairs`` applied (rows sorted by time unless told otherwise)."""
     from kronos_core.data.reader import ReadOptions, read_candles
     from kronos_core.data.validate import Repairs
 
-    column = None if timestamp_column == "timestamps" else timestamp_column  # None: auto-detect
-    frame, _tz, _report = read_candles(path, ReadOptions(time_column=column, repairs=Repairs(sort=True)))
+    column = None if cfg.timestamp_column == "timestamps" else cfg.timestamp_column  # None: auto-detect
+    options = ReadOptions(time_column=column, column_map=dict(cfg.columns),
+                          repairs=Repairs(**{name: True for name in cfg.repairs}))
+    frame, _tz, _report = read_candles(path, options)
     return _series_from_frame(str(path), frame, "timestamps")
 
 
@@ -71,7 +74,7 @@ def load_series(cfg: DataConfig) -> list[Series]:
         for f in files:
             if not f.exists():
                 raise FileNotFoundError(f"training data file {f} not found")
-            out.append(_series_from_file(f, cfg.timestamp_column))
+            out.append(_series_from_file(f, cfg))
     if cfg.store:
         from kronos_core.data.store import KlineStore
 

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from pathlib import Path
 
 from kronos_core.model import Kronos, KronosConfig, KronosTokenizer, TokenizerConfig
 from kronos_core.train.config import TrainConfig
+
+# Fields a run may change on a loaded checkpoint: they shape training, not the weights.
+# Every other field of a section (sizes, bit widths, group size) is the checkpoint's.
+TRAINING_ONLY_FIELDS = ("ffn_dropout_p", "attn_dropout_p", "resid_dropout_p", "token_dropout_p",
+                        "beta", "gamma0", "gamma", "zeta")
 
 log = logging.getLogger(__name__)
 
@@ -31,37 +37,77 @@ def _bundled_tokenizer() -> Path | None:
     return None
 
 
-def _load_pair(init: str, tokenizer_init: str | None) -> tuple[Kronos, KronosTokenizer]:
-    """(model, tokenizer) from ``init``: a run/output folder with model/ and tokenizer/, a model folder, or a Hub id."""
-    try:  # the shared loader knows aliases and Hub ids; fall back to plain folders without it
-        from kronos_core.loading import PredictorConfig, load_checkpoints
-    except ImportError:
-        pass
-    else:
-        loaded = load_checkpoints(PredictorConfig(model=init, tokenizer=tokenizer_init, device="cpu"))
-        return loaded.model, loaded.tokenizer
-    root = Path(init)
-    if (root / "model").is_dir():
-        tok_src = tokenizer_init or root / "tokenizer"
-        return Kronos.from_pretrained(root / "model"), KronosTokenizer.from_pretrained(tok_src)
-    if tokenizer_init is None:
-        raise ValueError(f"init {init} is a single model; give tokenizer_init (--tokenizer) too")
-    return Kronos.from_pretrained(init), KronosTokenizer.from_pretrained(tokenizer_init)
+def _load_pair(init: str, tokenizer_init: str | None) -> tuple[Kronos, KronosTokenizer, int]:
+    """(model, tokenizer, context) from ``init``: an alias, a run/output folder with model/ and
+    tokenizer/, a model folder, or a Hub id; the context is the one the checkpoint was trained with."""
+    from kronos_core.loading import PredictorConfig, load_checkpoints
+
+    loaded = load_checkpoints(PredictorConfig(model=init, tokenizer=tokenizer_init, device="cpu"))
+    return loaded.model, loaded.tokenizer, loaded.max_context
 
 
-def build_modules(cfg: TrainConfig) -> tuple[KronosTokenizer, Kronos]:
-    """The run's starting (tokenizer, model).
+def _with_training_fields(module, section, loaded_from: str):
+    """``module`` rebuilt with the training-only fields the user set in ``section`` (same weights);
+    size fields the user set that differ from the checkpoint's are ignored with a warning."""
+    current = module.config
+    changes, ignored = {}, []
+    for name in section.model_fields_set:
+        wanted, has = getattr(section, name), getattr(current, name)
+        if wanted == has:
+            continue
+        if name in TRAINING_ONLY_FIELDS:
+            changes[name] = wanted
+        else:
+            ignored.append(f"{name}={wanted!r} (checkpoint: {has!r})")
+    if ignored:
+        log.warning("%s keeps the architecture of %s; ignored: %s", type(module).__name__, loaded_from,
+                    ", ".join(sorted(ignored)))
+    if not changes:
+        return module
+    rebuilt = type(module)(dataclasses.replace(current, **changes))
+    rebuilt.load_state_dict(module.state_dict())
+    log.info("%s from %s trains with %s", type(module).__name__, loaded_from, changes)
+    return rebuilt
 
-    ``init`` loads both; else a predictor run takes ``tokenizer_init`` (or the
-    bundled default tokenizer) and a new model of ``cfg.model`` size; a tokenizer
-    run makes a new tokenizer of ``cfg.tokenizer`` size (and a new model to ship beside it).
+
+def config_as_run(cfg: TrainConfig, tok: KronosTokenizer, model: Kronos,
+                  checkpoint_context: int | None) -> TrainConfig:
+    """``cfg`` with what the run really uses: the sections of the modules it trains (a loaded
+    checkpoint's sizes and dropout, not the defaults) and, for a run from a checkpoint, the
+    checkpoint's context unless ``max_context`` was given. This is what ``config.yaml`` and
+    ``kronos.json`` record."""
+    update: dict = {
+        "tokenizer": cfg.tokenizer.model_validate(
+            {k: getattr(tok.config, k) for k in type(cfg.tokenizer).model_fields}),
+        "model": cfg.model.model_validate({k: getattr(model.config, k) for k in type(cfg.model).model_fields}),
+    }
+    context = cfg.max_context
+    if checkpoint_context is not None and "max_context" not in cfg.model_fields_set:
+        context = update["max_context"] = checkpoint_context
+    if cfg.kind == "predictor" and cfg.data.window > context + 1:
+        raise ValueError(
+            f"data.lookback + data.horizon = {cfg.data.window} exceeds the context {context} of {cfg.init} "
+            f"(+1); shorten the window, or give max_context (--max-context) to train a longer one")
+    return cfg.model_copy(update=update)
+
+
+def build_modules(cfg: TrainConfig) -> tuple[KronosTokenizer, Kronos, TrainConfig]:
+    """The run's starting (tokenizer, model) and the config as run (``config_as_run``).
+
+    ``init`` loads both (its context and architecture kept; training-only fields such as
+    dropout the user set are applied); else a predictor run takes ``tokenizer_init`` (or the
+    bundled default tokenizer) and a new model of ``cfg.model`` size; a tokenizer run makes a
+    new tokenizer of ``cfg.tokenizer`` size (and a new model to ship beside it).
     """
     if cfg.init:
-        model, tok = _load_pair(cfg.init, cfg.tokenizer_init)
-        return tok, model
+        model, tok, context = _load_pair(cfg.init, cfg.tokenizer_init)
+        model = _with_training_fields(model, cfg.model, cfg.init)
+        tok = _with_training_fields(tok, cfg.tokenizer, cfg.tokenizer_init or cfg.init)
+        return tok, model, config_as_run(cfg, tok, model, context)
     if cfg.kind == "tokenizer":
         tok = new_tokenizer(cfg)
-        return tok, new_model(cfg, tok)
+        model = new_model(cfg, tok)
+        return tok, model, config_as_run(cfg, tok, model, None)
     source = cfg.tokenizer_init or _bundled_tokenizer()
     if source is None:
         log.warning("no tokenizer given and none bundled: training against an untrained tokenizer")
@@ -69,7 +115,8 @@ def build_modules(cfg: TrainConfig) -> tuple[KronosTokenizer, Kronos]:
     else:
         tok = KronosTokenizer.from_pretrained(source)
         log.info("predictor run uses the tokenizer at %s (frozen)", source)
-    return tok, new_model(cfg, tok)
+    model = new_model(cfg, tok)
+    return tok, model, config_as_run(cfg, tok, model, None)
 
 
 def save_pair(folder: Path, model: Kronos, tok: KronosTokenizer, cfg: TrainConfig, extra: dict | None = None) -> None:

@@ -58,7 +58,8 @@ def train_with_ray(cfg: TrainConfig, workers: int = 2, use_gpu: bool = False, re
                  log_to_driver=True)
     trainer = TorchTrainer(
         _worker_loop,
-        train_loop_config={"cfg": cfg.model_dump(mode="json"), "resume": resume},
+        # only the fields the user set: the others (max_context, ...) stay the init checkpoint's
+        train_loop_config={"cfg": cfg.model_dump(mode="json", exclude_unset=True), "resume": resume},
         scaling_config=ScalingConfig(num_workers=workers, use_gpu=use_gpu),
         run_config=RunConfig(name="kronos-train", storage_path=str(Path(cfg.out) / "ray")),
     )

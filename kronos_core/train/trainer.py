@@ -60,6 +60,15 @@ STATE_FILE = "trainer_state.pt"
 SUMMARY_FILE = "summary.json"
 
 
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C during ``Trainer.fit``: the bar, logs and process group are closed; says where the
+    last checkpoint is (``saved_step`` None: none written yet) so the command can say how to resume."""
+
+    def __init__(self, out: Path, step: int, saved_step: int | None):
+        super().__init__(f"interrupted at step {step}")
+        self.out, self.step, self.saved_step = out, step, saved_step
+
+
 class Objective(nn.Module):
     """Wraps the pair so DDP sees one ``forward(x, stamp) -> loss``; parts of the last call in ``parts``."""
 
@@ -89,7 +98,9 @@ class Trainer:
         train_idx, val_idx = split_windows(series, cfg.data)
         self.train_set = WindowDataset(series, train_idx, cfg.data)
         self.val_set = WindowDataset(series, val_idx, cfg.data)
-        self.tok, self.model = build_modules(cfg)
+        # the config as run: a checkpoint's context, sizes and dropout, not the defaults
+        self.tok, self.model, self.cfg = build_modules(cfg)
+        cfg = self.cfg
         self._setup_modules()
         self._setup_batch()
         self.objective = Objective(cfg.kind, self.model, self.tok)
@@ -102,6 +113,7 @@ class Trainer:
         self.sampler = StepBatchSampler(len(self.train_set), self.batch_size, seed=cfg.seed,
                                         rank=self.dist.rank, world=self.dist.world)
         self.step = self.epoch = self.position = 0
+        self.saved_step: int | None = None  # step of the checkpoint in last/, for the Ctrl-C hint
         self.best_val, self.bad_evals, self.stopped_early = math.inf, 0, False
         self.history: list[dict] = []
         self.monitor: ResourceMonitor | None = None  # a kronos_core.monitor.ResourceMonitor told about every step, when set
@@ -243,7 +255,32 @@ class Trainer:
             (self.out / "config.yaml").write_text(_yaml(cfg))
         bar = tqdm(total=cfg.max_steps, initial=self.step, desc=f"train {cfg.kind}", disable=not self.dist.is_main,
                    dynamic_ncols=True)
-        started, samples = time.perf_counter(), 0
+        started = time.perf_counter()
+        try:
+            samples = self._loop(bar)
+        except KeyboardInterrupt:
+            bar.close()
+            self.metrics.close()
+            shutdown(self.dist)
+            raise TrainingInterrupted(self.out, self.step, self.saved_step) from None
+        bar.close()
+        if self.dist.is_main and not (self.out / "best").is_dir():
+            self._save("best")  # no validation windows: the last weights are the best we know
+        elapsed = time.perf_counter() - started
+        self.metrics.close()
+        shutdown(self.dist)
+        summary = {"steps": self.step, "best_val_loss": None if math.isinf(self.best_val) else self.best_val,
+                   "stopped_early": self.stopped_early, "seconds": elapsed,
+                   "samples_per_s": samples / elapsed if elapsed else None, "out": str(self.out),
+                   "batch_size": self.batch_size, "micro_batch": self.micro_batch_size, "accum": self.accum,
+                   "world_size": self.dist.world}
+        if self.dist.is_main:
+            (self.out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
+        return summary
+
+    def _loop(self, bar) -> int:
+        """The steps from ``self.step`` to the end (or early stopping); returns the samples seen."""
+        cfg, samples = self.cfg, 0
         while self.step < cfg.max_steps and not self.stopped_early:
             self.sampler.epoch, self.sampler.position = self.epoch, self.position
             loader = make_loader(self.train_set, self.sampler, cfg.data.num_workers,
@@ -262,20 +299,7 @@ class Trainer:
                     break
             else:
                 self.epoch, self.position = self.epoch + 1, 0
-        bar.close()
-        if self.dist.is_main and not (self.out / "best").is_dir():
-            self._save("best")  # no validation windows: the last weights are the best we know
-        elapsed = time.perf_counter() - started
-        self.metrics.close()
-        shutdown(self.dist)
-        summary = {"steps": self.step, "best_val_loss": None if math.isinf(self.best_val) else self.best_val,
-                   "stopped_early": self.stopped_early, "seconds": elapsed,
-                   "samples_per_s": samples / elapsed if elapsed else None, "out": str(self.out),
-                   "batch_size": self.batch_size, "micro_batch": self.micro_batch_size, "accum": self.accum,
-                   "world_size": self.dist.world}
-        if self.dist.is_main:
-            (self.out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
-        return summary
+        return samples
 
     def _after_step(self, record: dict, bar) -> None:
         cfg = self.cfg
@@ -315,6 +339,8 @@ class Trainer:
             target.rename(old)
         tmp.rename(target)
         shutil.rmtree(old, ignore_errors=True)
+        if which == "last":
+            self.saved_step = self.step
 
     def _state(self) -> dict:
         return {
@@ -345,6 +371,7 @@ class Trainer:
         self.step, self.epoch, self.position = state["step"], state["epoch"], state["position"]
         self.best_val, self.bad_evals, self.accum = state["best_val"], state["bad_evals"], state["accum"]
         set_rng_state(state["rng"])
+        self.saved_step = self.step
         log.info("resumed %s at step %d (epoch %d, batch %d)", folder, self.step, self.epoch, self.position)
 
 

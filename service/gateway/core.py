@@ -125,7 +125,7 @@ class Gateway:
         results = await self.dispatcher.run_all(shards, run)
         t_fc = time.perf_counter()
         out = gather_outcome(info.model, tuple(req.quantiles), prep, slices, results)
-        out.calibrated = bool(shards) and shards[0].calibrate
+        out.calibrated = bool(shards) and all(s.calibrate for s in shards)  # else: warnings say which, why
         if req.summary:
             out.summary = True
             add_summaries(out, req.vol_alert_factor, keep_paths=req.return_paths)

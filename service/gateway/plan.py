@@ -6,10 +6,12 @@ from __future__ import annotations
 import math
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
+from kronos_core.errors import WarningCode
 from kronos_core.options import ForecastOptions
 from service.errors import RequestInvalid
-from service.gateway.prepare import Prepared
+from service.gateway.prepare import Prepared, symbol_warning
 from service.messages import ReplicaInfo, Shard
 from service.schemas import ForecastRequest
 
@@ -30,11 +32,57 @@ def request_options(req: ForecastRequest) -> ForecastOptions:
 def calibration_covers(cal: dict | None, horizon: int, quantiles) -> bool:
     """Whether the replicas' calibration (``calibration_info``) covers this request's horizon and
     quantile levels; uncovered requests get the raw sample quantiles and ``calibrated: false``."""
-    if not cal or not quantiles or horizon > cal["horizon"]:
+    if not cal or not quantiles:
         return False
-    lo, hi = min(cal["levels"]), max(cal["levels"])
-    central = [abs(2 * float(q) - 1) for q in quantiles if abs(float(q) - 0.5) > 1e-12]
-    return all(lo - 1e-9 <= c <= hi + 1e-9 for c in central)
+    from kronos_core.eval.calibration import Calibration
+
+    calibration = Calibration.from_description(cal)
+    return calibration.covers(horizon, quantiles) is None
+
+
+@dataclass(frozen=True)
+class SeriesCalibration:
+    """The calibration decision for one series: applied (with the group's member, for a file
+    fitted per group), or not, and why (None: nothing asked, no warning)."""
+
+    calibrate: bool = False
+    group: str | None = None
+    reason: str | None = None
+
+
+def calibration_decisions(cal: dict | None, req: ForecastRequest, prep: Prepared) -> list[SeriesCalibration]:
+    """Per usable series of ``prep``: does the replicas' calibration (``calibration_info``) apply
+    to it (``Calibration.covers``: horizon, levels, its history length as lookback, its bar
+    frequency, its group)? A request without quantiles or a deployment without a calibration
+    asks nothing; every other uncalibrated series gets the reason."""
+    if not cal or not req.quantiles:
+        return [SeriesCalibration() for _ in prep.symbols]
+    from kronos_core.eval.calibration import Calibration, series_frequency
+
+    calibration = Calibration.from_description(cal)
+    out = []
+    for symbol, values, ts in zip(prep.symbols, prep.values, prep.x_ts, strict=True):
+        frequency = series_frequency(ts) if len(ts) > 1 else None
+        why = calibration.covers(req.horizon, req.quantiles, len(values), frequency, symbol)
+        if why is None:
+            out.append(SeriesCalibration(True, calibration.member_key(frequency, symbol)))
+        else:
+            out.append(SeriesCalibration(reason=f"quantiles not calibrated: {why}"))
+    return out
+
+
+def split_by_calibration(slices: list[slice], decisions: list[SeriesCalibration]) -> list[slice]:
+    """``slices`` cut further where the calibration decision changes, so one shard is calibrated
+    (with one group) as a whole."""
+    out = []
+    for sl in slices:
+        start = sl.start
+        for i in range(sl.start + 1, sl.stop):
+            if (decisions[i].calibrate, decisions[i].group) != (decisions[i - 1].calibrate, decisions[i - 1].group):
+                out.append(slice(start, i))
+                start = i
+        out.append(slice(start, sl.stop))
+    return out
 
 
 def plan_shards(
@@ -98,16 +146,22 @@ def memory_model_fit(info: ReplicaInfo, horizon: int, sample_count: int) -> Call
 def make_shards(req: ForecastRequest, prep: Prepared, info: ReplicaInfo, fit: Callable[[int], int],
                 num_replicas: int, shards_per_replica: int) -> tuple[list[slice], list[Shard]]:
     """The request's shards and the slice of ``prep``'s series each holds; a series too long
-    for one replica is a ``RequestInvalid`` naming ``lookback``."""
+    for one replica is a ``RequestInvalid`` naming ``lookback``. Each series the deployment's
+    calibration does not apply to gets an ``uncalibrated`` warning saying why."""
     options = request_options(req)
-    calibrate = calibration_covers(info.model.get("calibration"), req.horizon, req.quantiles)
+    decisions = calibration_decisions(info.model.get("calibration"), req, prep)
+    for i, d in enumerate(decisions):
+        if d.reason is not None:
+            prep.warnings[i].append(symbol_warning(WarningCode.UNCALIBRATED, d.reason))
     try:
         slices = plan_shards([len(v) for v in prep.values], req.horizon, req.sample_count, fit,
                              num_replicas, shards_per_replica, info.max_batch_tokens)
     except TooLargeError as exc:
         raise RequestInvalid("lookback", str(exc)) from None
+    slices = split_by_calibration(slices, decisions)
     rid = uuid.uuid4().hex[:12]
     shards = [Shard(rid, i, prep.values[s], prep.x_ts[s], prep.y_ts[s], options,
-                    return_paths=req.return_paths or req.summary, calibrate=calibrate)
+                    return_paths=req.return_paths or req.summary, calibrate=decisions[s.start].calibrate,
+                    calibration_group=decisions[s.start].group)
               for i, s in enumerate(slices)]
     return slices, shards

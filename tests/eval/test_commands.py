@@ -144,3 +144,39 @@ def test_backtest_on_real_data_and_bad_inputs(real_dir, tmp_path, capsys):
     rc = main(["backtest", "--data", str(tmp_path / "missing.csv"), "--horizon", "2", "--rebalance", "5",
                "--top", "1"])
     assert rc == 2 and "missing.csv" in capsys.readouterr().err
+
+
+def _vendor_files(real_dir, tmp_path) -> list[str]:
+    """Two vendor downloads: ``Date,Open,High,Low,Close,Adj Close,Volume``, newest row first."""
+    import pandas as pd
+
+    out, dates = [], pd.read_csv(real_dir / "goog_daily.csv")["timestamps"].iloc[:300]
+    for name in ("goog_daily", "sp500_daily"):
+        df = pd.read_csv(real_dir / f"{name}.csv")
+        df = df[df["timestamps"].isin(dates)]  # one calendar, as a backtest needs
+        vendor = pd.DataFrame({"Date": df["timestamps"], "Open": df["open"], "High": df["high"], "Low": df["low"],
+                               "Close": df["close"], "Adj Close": df["close"] * 0.98, "Volume": df["volume"]})
+        path = tmp_path / f"{name}_vendor.csv"
+        vendor.iloc[::-1].to_csv(path, index=False)
+        out.append(str(path))
+    return out
+
+
+def test_eval_calibrate_backtest_read_a_vendor_file_like_forecast(real_dir, tmp_path, capsys):
+    """The reader's flags (--time-column, --sort, --drop-nan, ...) on every command that reads candles;
+    unsorted rows are refused with the flag that fixes them, and --timestamp-column still works."""
+    files = _vendor_files(real_dir, tmp_path)
+    model = ["--model", TINY, "--device", "cpu"]
+    window = ["--lookback", "32", "--horizon", "2", "--sample-count", "2"]
+    assert main(["eval", "--data", *files, *window, "--windows", "2", *model]) == 2
+    assert "--sort" in capsys.readouterr().err
+    assert main(["eval", "--data", *files, *window, "--windows", "2", "--time-column", "Date", "--sort", *model]) == 0
+    assert "| forecaster |" in capsys.readouterr().out
+    cal = tmp_path / "cal.json"
+    assert main(["calibrate", "--data", files[0], *window, "--windows", "12", "--sort", "--drop-nan",
+                 "--out", str(cal), *model]) == 0
+    assert json.loads(cal.read_text())["horizon"] == 2
+    capsys.readouterr()
+    assert main(["backtest", "--data", *files, *window, "--rebalance", "100", "--top", "1", "--sort",
+                 "--timestamp-column", "Date", *model]) == 0
+    assert "| model |" in capsys.readouterr().out

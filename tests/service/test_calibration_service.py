@@ -53,9 +53,10 @@ def test_runner_applies_the_calibration_only_when_the_key_asks(tmp_path, method)
     raw = runner.run([shard])[0][0]
     shard.calibrate = True
     cal = runner.run([shard])[0][0]
-    np.testing.assert_array_equal(raw.mean, cal.mean)  # paths and mean stay raw
-    np.testing.assert_array_equal(raw.paths, cal.paths)
-    want = runner.calibration.apply(cal.paths, (0.1, 0.9), predictor.identity)  # (Q, B, H, 6)
+    np.testing.assert_array_equal(raw.mean, cal.mean)  # the mean stays raw
+    # the paths are those of the corrected distribution, so summaries from them agree with the bands
+    np.testing.assert_allclose(cal.paths, runner.calibration.correct_paths(raw.paths, predictor.identity), rtol=1e-6)
+    want = runner.calibration.apply(raw.paths, (0.1, 0.9), predictor.identity)  # (Q, B, H, 6)
     np.testing.assert_allclose(cal.quantiles, want, rtol=1e-6)
     assert not np.allclose(cal.quantiles, raw.quantiles)
 
@@ -82,3 +83,112 @@ def test_replica_reports_its_calibration(tmp_path):
     assert replica.model["calibration"]["model_sha256"] == replica.model["sha256"]
     ts = pd.date_range("2024-01-02", periods=3, freq="D")
     assert len(ts) == replica.model["calibration"]["horizon"]
+
+
+def _inline(symbol: str, n: int, freq: str, seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    ts = pd.date_range("2024-01-01", periods=n, freq=freq)
+    close = 100 * np.exp(np.cumsum(rng.normal(0, 0.01, n)))
+    rows = [[t.isoformat(), c, c * 1.005, c * 0.995, c, 1000.0] for t, c in zip(ts, close)]
+    return {"symbol": symbol, "candles": rows}
+
+
+def _calibrated_gateway(tmp_path, scope):
+    """A gateway over one real replica (tiny model, BatchRunner) holding a calibration of ``scope``."""
+    import dataclasses
+
+    from service_fakes import FakeReplicas, fake_gateway, fake_info
+
+    predictor = load_predictor(PredictorConfig(model=TINY, device="cpu"))
+    cal = _calibration(predictor.identity.as_dict(), tmp_path / "cal.json")
+    cal = dataclasses.replace(cal, scope=scope)
+    replicas = FakeReplicas(info=fake_info())
+    replicas.runner = BatchRunner(predictor, "r", "cpu")
+    replicas.runner.calibration = cal
+    replicas.info.model = {**predictor.identity.as_dict(), "calibration": calibration_info(cal)}
+    gw, _, _ = fake_gateway(replicas)
+    return gw, cal, predictor
+
+
+def test_gateway_calibrates_per_series_and_says_why_not(tmp_path):
+    """A calibration fitted on daily bars at lookback 40: the daily series is calibrated, the
+    hourly one is not and its warning says why; a horizon beyond the calibration's warns too."""
+    import asyncio
+
+    from kronos_core.eval.calibration import Scope
+    from service.schemas import ForecastRequest
+
+    gw, cal, predictor = _calibrated_gateway(tmp_path, Scope((40, 40), ("1d",), ("D",)))
+    series = [_inline("D", 40, "D", 0), _inline("H", 40, "h", 1)]
+    req = ForecastRequest(series=series, horizon=3, quantiles=[0.1, 0.5, 0.9], sample_count=8, seed=1, lookback=40)
+    out = asyncio.run(gw.forecast(req))
+    assert out.symbols == ["D", "H"] and not out.calibrated  # not every series is
+    codes = [[(w["code"], w["message"]) for w in ws] for ws in out.warnings]
+    assert not any(c == "uncalibrated" for c, _ in codes[0])
+    assert ("uncalibrated", "quantiles not calibrated: fitted on 1d bars, asked 1h") in codes[1]
+    out = asyncio.run(gw.forecast(ForecastRequest(series=series[:1], horizon=5, quantiles=[0.1, 0.9],
+                                                  sample_count=4, lookback=40)))
+    assert not out.calibrated
+    assert ("uncalibrated", "quantiles not calibrated: fitted for horizon 3, asked 5") in [
+        (w["code"], w["message"]) for w in out.warnings[0]]
+    out = asyncio.run(gw.forecast(ForecastRequest(series=series[:1], horizon=3, quantiles=[0.1, 0.9],
+                                                  sample_count=4, lookback=40)))
+    assert out.calibrated and out.warnings[0] == []
+
+
+def test_calibrated_summaries_agree_with_the_calibrated_bands(tmp_path):
+    """The summary comes from the corrected paths: their quantiles match the calibrated close
+    quantile (the calibration is fitted at 50% and 80%: the 10% quantile is compared), and P(up)
+    agrees with where the calibrated median sits."""
+    import asyncio
+
+    from kronos_core.candles import FEATURES
+    from kronos_core.eval.calibration import Scope
+    from service.schemas import ForecastRequest
+
+    gw, cal, _ = _calibrated_gateway(tmp_path, Scope())
+    series = [_inline("D", 40, "D", 0)]
+    req = ForecastRequest(series=series, horizon=3, quantiles=[0.1, 0.5, 0.9], sample_count=100, seed=2,
+                          summary=True, return_paths=True)
+    out = asyncio.run(gw.forecast(req))
+    assert out.calibrated
+    close = FEATURES.index("close")
+    last = float(series[0]["candles"][-1][4])
+    q10 = float(out.quantiles[0][0, -1, close])
+    ret = out.paths[0][:, -1, close] / last - 1
+    assert np.quantile(ret, 0.1) == pytest.approx(q10 / last - 1, abs=2e-3)
+    raw = asyncio.run(gw.forecast(req.model_copy(update={"quantiles": []})))  # nothing to calibrate: raw paths
+    assert not np.allclose(raw.paths[0], out.paths[0])
+    assert out.summaries[0]["var_95"] != pytest.approx(raw.summaries[0]["var_95"], abs=1e-4)
+
+
+def test_gateway_picks_each_series_group_of_a_calibration_fitted_per_frequency(tmp_path):
+    import asyncio
+    import dataclasses
+
+    from service_fakes import FakeReplicas, fake_gateway, fake_info
+
+    from kronos_core.eval.calibration import Scope
+    from service.schemas import ForecastRequest
+
+    predictor = load_predictor(PredictorConfig(model=TINY, device="cpu"))
+    base = _calibration(predictor.identity.as_dict(), tmp_path / "cal.json")
+    daily = dataclasses.replace(base, scope=Scope(None, ("1d",), ("D",)))
+    hourly = dataclasses.replace(base, corrections=base.corrections * 3, scope=Scope(None, ("1h",), ("H",)))
+    cal = Calibration.grouped({"1d": daily, "1h": hourly}, "frequency")
+    replicas = FakeReplicas(info=fake_info())
+    replicas.runner = BatchRunner(predictor, "r", "cpu")
+    replicas.runner.calibration = cal
+    replicas.info.model = {**predictor.identity.as_dict(), "calibration": calibration_info(cal)}
+    gw, _, _ = fake_gateway(replicas)
+    series = [_inline("D", 40, "D", 0), _inline("H", 40, "h", 1), _inline("M", 40, "5min", 2)]
+    req = ForecastRequest(series=series, horizon=3, quantiles=[0.1, 0.9], sample_count=8, seed=1, return_paths=True)
+    out = asyncio.run(gw.forecast(req))
+    assert out.symbols == ["D", "H", "M"] and not out.calibrated
+    assert [w["code"] for w in out.warnings[0] + out.warnings[1]] == []
+    assert out.warnings[2] == [{"code": "uncalibrated", "message": "quantiles not calibrated: no group for "
+                                "frequency 5min; fitted for 1d, 1h"}]
+    raw = asyncio.run(gw.forecast(req.model_copy(update={"quantiles": []})))  # nothing to calibrate: raw paths
+    for i, member in ((0, daily), (1, hourly)):
+        want = member.apply(raw.paths[i][None], (0.1, 0.9), predictor.identity)[:, 0]  # (Q, H, 6)
+        np.testing.assert_allclose(out.quantiles[i], want, rtol=1e-5)

@@ -105,3 +105,56 @@ def test_tokenizer_run_end_to_end_then_a_predictor_on_it(tmp_path):
     saved = KronosTokenizer.from_pretrained(pred_out / "best" / "tokenizer")
     for a, b in zip(tok.state_dict().values(), saved.state_dict().values()):
         assert a.equal(b)  # the predictor run kept its tokenizer frozen and stored it
+
+
+def test_init_from_the_bundled_model_by_name_and_a_bad_name_without_traceback(tmp_path, capsys):
+    out = tmp_path / "ft"
+    args = ["train", "predictor", "--data", str(GOOG), "--lookback", "24", "--horizon", "8", "--batch-size", "4",
+            "--max-steps", "1", "--device", "cpu", "--threads", "1", "--out", str(out)]
+    assert main([*args, "--init", "kronos-default"]) == 0
+    assert json.loads((out / "best" / "kronos.json").read_text())["max_context"] == 256  # the bundled model's
+    capsys.readouterr()
+    assert main([*args, "--init", "kronos-nope"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("kronos train: ") and "kronos-nope" in err and "Traceback" not in err
+
+
+def test_ctrl_c_prints_how_to_resume_and_exits_130(tmp_path, capsys, monkeypatch):
+    from kronos_core.train.trainer import Trainer
+
+    real_step = Trainer.train_step
+
+    def step(self, batch):
+        if self.step == 3:  # during step 4; last/ holds step 2 (save_every 2)
+            raise KeyboardInterrupt
+        return real_step(self, batch)
+
+    monkeypatch.setattr(Trainer, "train_step", step)
+    out = tmp_path / "run"
+    args = ["train", "predictor", "--config", _yaml_for(tmp_path), "--data", str(GOOG), "--out", str(out)]
+    assert main(args) == 130
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err
+    assert "interrupted at step 3" in err and f"{out}/last holds step 2" in err and "--resume" in err
+    assert f"kronos train predictor ... --out {out} --resume" in err
+    monkeypatch.setattr(Trainer, "train_step", real_step)
+    assert main([*args, "--resume"]) == 0  # the hint's command works
+    assert json.loads(capsys.readouterr().out)["steps"] == 4
+
+
+def test_train_reads_a_vendor_file_with_the_reader_flags(tmp_path, capsys):
+    """kronos train takes the reader's flags too: a vendor file with a NaN row and a renamed
+    volume column, newest first, trains with --drop-nan --column volume=Vol."""
+    df = pd.read_csv(GOOG).iloc[:400]
+    vendor = pd.DataFrame({"Date": df["timestamps"], "Open": df["open"], "High": df["high"], "Low": df["low"],
+                           "Close": df["close"], "Adj Close": df["close"], "Vol": df["volume"]}).iloc[::-1]
+    vendor.iloc[5, 4] = float("nan")
+    csv = tmp_path / "vendor.csv"
+    vendor.to_csv(csv, index=False)
+    args = ["train", "predictor", "--config", _yaml_for(tmp_path), "--data", str(csv), "--max-steps", "1",
+            "--out", str(tmp_path / "run")]
+    assert main(args) == 2
+    assert "--drop-nan" in capsys.readouterr().err  # refused, naming the row and the flag
+    assert main([*args, "--drop-nan", "--column", "volume=Vol", "--time-column", "Date"]) == 0
+    written = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["data"]
+    assert written["repairs"] == ["drop_nan", "sort"] and written["columns"] == {"volume": "Vol"}
