@@ -32,10 +32,19 @@ def test_batch_runner_groups_by_sampling_options():
     assert [r.mean.shape[0] for r in results] == [2, 3, 1]
 
 
+class _StandInCalibration:
+    """Stands for the replica's Calibration: one file for every series (no groups), paths kept."""
+
+    members: dict = {}
+
+    def correct_paths(self, paths, identity):
+        return paths
+
+
 def test_batch_runner_passes_the_options_whole_with_the_calibration_only_when_asked():
     pred = FakePredictor()
     runner = BatchRunner(pred, "r1", "cpu")
-    runner.calibration = calibration = object()  # stands for the replica's Calibration
+    runner.calibration = calibration = _StandInCalibration()
     options = make_options(horizon=3, sample_count=2, temperature=0.7, top_k=5, top_p=0.8, seed=9,
                            quantiles=(0.1, 0.9), repair=True, sliding="rolling")
     runner.run([make_shard(1, 0, options=options), make_shard(1, 1, options=options, calibrate=True)])
