@@ -14,8 +14,9 @@ the batch window read, the read snapshot's use) and ``KlineWriter`` (``store_wri
 writes, appends, replaces, ``compact``, the per-symbol locks). The service holds a reader
 only. ``KlineStore`` is both in one object, for the callers that write and then read the
 same folder (import, the sample store, training data, tests): a reader that also writes,
-nothing more. This module re-exports the store's names, so ``from kronos_core.data.store
-import ...`` keeps working.
+nothing more. This module re-exports the store's classes, its errors, ``TIME_COLUMN`` and
+``SNAPSHOT_NAME``; the file format's helpers are in ``fileformat.py``, the snapshot's in
+``snapshot.py``.
 """
 
 from __future__ import annotations
@@ -34,31 +35,8 @@ from kronos_core.data.errors import (  # noqa: F401  (re-exported: callers impor
     validate_frequency,
     validate_symbol,
 )
-from kronos_core.data.fileformat import (  # noqa: F401  (re-exported)
-    COLUMNS,
-    FORMAT_NAME,
-    FORMAT_VERSION,
-    META_KEY,
-    SCHEMA_FIELDS,
-    SUFFIX,
-    TIME_COLUMN,
-    FileEntry,
-    SymbolLock,
-    file_metadata,
-    frame_arrays,
-    open_file,
-    stat_key,
-    symbol_file,
-    to_table,
-    write_arrow_atomic,
-)
-from kronos_core.data.snapshot import (  # noqa: F401  (re-exported)
-    SNAPSHOT_NAME,
-    Snapshot,
-    SnapshotError,
-    open_snapshot,
-    write_snapshot,
-)
+from kronos_core.data.fileformat import TIME_COLUMN  # noqa: F401  (re-exported)
+from kronos_core.data.snapshot import SNAPSHOT_NAME  # noqa: F401  (re-exported)
 from kronos_core.data.store_dir import StoreDirectory  # noqa: F401  (re-exported)
 from kronos_core.data.store_reader import KlineReader, SymbolWindow, WindowBatch  # noqa: F401
 from kronos_core.data.store_writer import KlineWriter

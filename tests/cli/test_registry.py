@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-import re
 import sys
 from importlib import metadata
 from pathlib import Path
 
 import pytest
+from import_rules import lines_naming
 
 import kronos_core.cli as cli
 
@@ -36,12 +36,7 @@ def test_service_commands_come_from_the_entry_point(registered):
 
 
 def test_the_core_never_names_service_modules():
-    offenders = [
-        f"{p.relative_to(REPO)}:{i}"
-        for p in (REPO / "kronos_core").rglob("*.py")
-        for i, line in enumerate(p.read_text().splitlines(), 1)
-        if re.search(r"""(^\s*(from|import)\s+service\b)|["']service\.\w""", line)
-    ]
+    offenders = lines_naming("kronos_core", "service")
     assert not offenders, offenders
 
 

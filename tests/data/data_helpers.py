@@ -7,6 +7,9 @@ from pathlib import Path
 from kronos_core.data.sample_store import REAL_DIR
 
 REAL_FILES = ("kline_5min_a_share.csv", "goog_daily.csv", "eurusd_hourly.csv", "sp500_daily.csv")
+A_SHARE, GOOG, EURUSD, SPX = REAL_FILES
+# spot FX: stamps in UTC, sessions on the New York clock
+FX_CLOCK = dict(timezone="UTC", session_timezone="America/New_York")
 
 
 def real_path(name: str) -> Path:

@@ -5,19 +5,11 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-from data_helpers import real_path
+from data_helpers import A_SHARE, EURUSD, FX_CLOCK, GOOG, SPX, real_path
 from fixture_paths import US_INTRADAY_MSFT
 
 from kronos_core.data.holdout import holdout_hit_rate, missing_trading_days, short_session_days
 from kronos_core.data.timestamps import future_timestamps
-
-A_SHARE, GOOG, EURUSD, SPX = (
-    "kline_5min_a_share.csv",
-    "goog_daily.csv",
-    "eurusd_hourly.csv",
-    "sp500_daily.csv",
-)
-FX_CLOCK = dict(timezone="UTC", session_timezone="America/New_York")
 
 
 def test_calendar_helpers(real_stamps):

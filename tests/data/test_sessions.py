@@ -4,17 +4,10 @@ nights, weekends, FX's New York clock and monthly steps, on the real files."""
 from __future__ import annotations
 
 import pandas as pd
+from data_helpers import A_SHARE, EURUSD, FX_CLOCK, GOOG
 
 from kronos_core.data.sessions import infer_frequency, learn_sessions
 from kronos_core.data.timestamps import future_timestamps
-
-A_SHARE, GOOG, EURUSD, SPX = (
-    "kline_5min_a_share.csv",
-    "goog_daily.csv",
-    "eurusd_hourly.csv",
-    "sp500_daily.csv",
-)
-FX_CLOCK = dict(timezone="UTC", session_timezone="America/New_York")
 
 
 def test_infer_frequency(real_stamps):

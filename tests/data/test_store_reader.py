@@ -14,6 +14,7 @@ from data_helpers import COMMON_DAMAGE, FREQ, SYMBOLS, clean_candles, lengths, s
 from kronos_core.candles import FEATURES
 from kronos_core.data import fileformat
 from kronos_core.data import store as store_mod
+from kronos_core.data.fileformat import write_arrow_atomic
 from kronos_core.data.store import AmbiguousSymbolError, KlineStore, UnknownSymbolError
 from kronos_core.data.store_reader import KlineReader
 
@@ -134,14 +135,14 @@ def test_wrong_schema_unsorted_and_bad_metadata_are_corrupt(tmp_path):
     vals = np.ones((5, 6))
     # other columns
     t = pa.table({"time": pa.array(ts.view("datetime64[ns]")), "price": pa.array(np.ones(5))})
-    store_mod.write_arrow_atomic(tmp_path / "1d" / "WRONG.arrow", t)
+    write_arrow_atomic(tmp_path / "1d" / "WRONG.arrow", t)
     # unsorted timestamps written behind the store's back
-    store_mod.write_arrow_atomic(
+    write_arrow_atomic(
         tmp_path / "1d" / "UNSORTED.arrow", fileformat.to_table(ts[::-1].copy(), vals, {})
     )
     # metadata that is not JSON
     bad = fileformat.to_table(ts, vals, {}).replace_schema_metadata({b"kronos": b"{not json"})
-    store_mod.write_arrow_atomic(tmp_path / "1d" / "BADMETA.arrow", bad)
+    write_arrow_atomic(tmp_path / "1d" / "BADMETA.arrow", bad)
     st.write(
         "OK",
         pd.DataFrame({"timestamps": ts.view("datetime64[ns]"), **dict(zip(FEATURES, vals.T))}),

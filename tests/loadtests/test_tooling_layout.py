@@ -6,16 +6,13 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from import_rules import lines_naming
+
 REPO = Path(__file__).resolve().parents[2]
 
 
 def test_the_service_never_imports_the_load_tools():
-    offenders = [
-        f"{p.relative_to(REPO)}:{i}"
-        for p in (REPO / "service").rglob("*.py")
-        for i, line in enumerate(p.read_text().splitlines(), 1)
-        if re.search(r"""(^\s*(from|import)\s+loadtests\b)|["']loadtests\.\w""", line)
-    ]
+    offenders = lines_naming("service", "loadtests")
     assert not offenders, offenders
 
 

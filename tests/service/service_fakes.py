@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from kronos_core.data.store_reader import SymbolWindow
 from kronos_core.errors import ErrorCode
 from kronos_core.options import ForecastOptions
 from service.batch_runner import BatchRunner
@@ -32,21 +33,10 @@ class FakeSymbolError:
 
 
 @dataclass
-class FakeWindow:
-    """A ``SymbolWindowView``: one symbol's window."""
-
-    symbol: str
-    values: np.ndarray
-    timestamps: np.ndarray
-    metadata: dict
-    last_stored: np.datetime64
-
-
-@dataclass
 class FakeWindowBatch:
     """``Windows``: what ``FakeStore.read_windows`` returns."""
 
-    windows: list[FakeWindow]
+    windows: list[SymbolWindow]  # the real value type: a fake of it would buy nothing
     errors: list[FakeSymbolError] = field(default_factory=list)
 
     @property
@@ -83,7 +73,7 @@ class FakeStore:
             k = int(s[1:])
             v = np.full((end, 6), 100.0 + k, np.float32)
             ts = self.idx[:end][-lookback:].to_numpy(dtype="datetime64[ns]")
-            windows.append(FakeWindow(s, v[-lookback:], ts, {"timezone": None}, self.idx[-1].to_datetime64()))
+            windows.append(SymbolWindow(s, v[-lookback:], ts, {"timezone": None}, self.idx[-1].to_datetime64()))
         return FakeWindowBatch(windows, errors)
 
 

@@ -2,6 +2,7 @@
 store windows become arrays with their future timestamps, history length and warnings."""
 
 import asyncio
+import dataclasses
 
 import numpy as np
 import pandas as pd
@@ -120,8 +121,8 @@ def test_exchange_reaches_the_future_timestamps_from_the_request_or_the_metadata
     class TaggedStore(FakeStore):
         def read_windows(self, symbols, lookback, as_of=None, frequency=None):
             batch = super().read_windows(symbols, lookback, as_of, frequency)
-            for w in batch.windows:
-                w.metadata = {"timezone": None, "exchange": "XNAS" if w.symbol == "S001" else None}
+            batch.windows = [dataclasses.replace(w, metadata={"timezone": None, "exchange": "XNAS" if w.symbol == "S001" else None})
+                             for w in batch.windows]
             return batch
 
     gw, _, _ = fake_gateway()
