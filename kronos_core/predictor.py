@@ -12,6 +12,7 @@ import hashlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -93,8 +94,9 @@ class KronosPredictor:
         self.dtype = dtype
         self.compile = compile
         self.repair = repair
-        self.identity = None  # ModelIdentity when built by kronos_core.loading
-        self.config = None  # the PredictorConfig it was built from, when built by kronos_core.loading
+        # Any: kronos_core.loading (which imports this module) defines both types
+        self.identity: Any = None  # ModelIdentity when built by kronos_core.loading
+        self.config: Any = None  # the PredictorConfig it was built from, when built by kronos_core.loading
 
     # ---- reference-compatible DataFrame API -----------------------------------------
     def predict(

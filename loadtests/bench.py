@@ -119,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
         overrides["store_dir"] = args.store
     settings = Settings().model_copy(update=overrides)
     settings = settings.model_copy(update={"store_dir": settings.resolved_store_dir()})
-    store = KlineStore(settings.store_dir)
+    store = KlineStore(settings.resolved_store_dir())  # = settings.store_dir, resolved above
     symbols = store.symbols()[: args.symbols]
     if len(symbols) < args.symbols:
         log.warning("store holds %d symbols, asked for %d", len(symbols), args.symbols)

@@ -25,6 +25,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 import psutil
@@ -70,7 +71,7 @@ def service_counts(url: str) -> dict:
     answers by HTTP status, series forecast."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    out = {"shard_retries": 0.0, "series_forecast": 0.0, "errors": {}, "forecast_status": {}}
+    out: dict[str, Any] = {"shard_retries": 0.0, "series_forecast": 0.0, "errors": {}, "forecast_status": {}}
     for fam in text_string_to_metric_families(_get(url + "/metrics").decode()):
         for s in fam.samples:
             if s.name == "kronos_shard_retries_total":

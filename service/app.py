@@ -9,7 +9,7 @@ import logging
 import math
 import os
 import time
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -69,8 +69,8 @@ api.add_middleware(ApiKeyMiddleware, get_ring=lambda: current().keyring)
 api.add_middleware(DrainMiddleware, get_state=lambda: current().lifecycle)
 
 
-_SHUTTING_DOWN = {"model": RequestErrorOut, "description": "shutting down (code shutting_down); see Retry-After"}
-_KEYS = {  # only when API keys are configured (off by default)
+_SHUTTING_DOWN: dict[str, Any] = {"model": RequestErrorOut, "description": "shutting down (code shutting_down); see Retry-After"}
+_KEYS: dict[int | str, dict[str, Any]] = {  # only when API keys are configured (off by default)
     401: {"model": RequestErrorOut, "description": "API keys are on and none (or an unknown one) was sent"},
     403: {"model": RequestErrorOut, "description": "the key has no access to this route"},
 }
@@ -299,12 +299,13 @@ def build_app(args: Settings) -> serve.Application:
     gpus = _cluster_gpus()
     replicas = settings.resolved_num_replicas(gpus)
     if settings.use_gpu(gpus):
-        actor_opts = {"num_gpus": 1, "num_cpus": 1}
+        actor_opts: dict[str, float] = {"num_gpus": 1, "num_cpus": 1}
     else:
         cpus = settings.resolved_replica_cpus(replicas)
         actor_opts = {"num_cpus": cpus}
         settings = settings.model_copy(update={"replica_cpus": cpus})
-    predictor = Predictor.options(
+    # @serve.deployment makes the class a ray Deployment; mypy does not apply class decorators
+    predictor = Predictor.options(  # type: ignore[attr-defined]
         num_replicas=replicas,
         ray_actor_options=actor_opts,
         max_ongoing_requests=settings.replica_max_ongoing,
@@ -314,7 +315,7 @@ def build_app(args: Settings) -> serve.Application:
     gateway_opts: dict = {"num_cpus": 0}
     if settings.gateway_resource:  # pin every gateway to the node that has it (they share metric files)
         gateway_opts["resources"] = {settings.gateway_resource: 0.001}
-    ingress = Ingress.options(
+    ingress = Ingress.options(  # type: ignore[attr-defined]  # a Deployment too (see Predictor above)
         num_replicas=settings.gateway_replicas,
         ray_actor_options=gateway_opts,
         max_ongoing_requests=settings.max_inflight_requests + 64,  # beyond: the gateway answers 503 itself

@@ -9,6 +9,7 @@ of the answer's ``errors`` list.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from kronos_core.errors import ErrorCode
@@ -29,7 +30,7 @@ class ServiceError(Exception):
     def body(self) -> dict[str, Any]:
         return {"detail": self.message, "code": self.code}
 
-    def headers(self) -> dict[str, str] | None:
+    def headers(self) -> Mapping[str, str] | None:
         return None if self.retry_after_s is None else {"Retry-After": str(self.retry_after_s)}
 
 
@@ -40,11 +41,11 @@ class InvalidRequest(ServiceError):
     code = ErrorCode.INVALID_REQUEST
     status = 422
 
-    def __init__(self, detail: list[dict]):
+    def __init__(self, detail: list[dict[str, Any]]):
         super().__init__(detail[0]["msg"] if detail else "invalid request")
         self._detail = detail
 
-    def detail(self) -> list[dict]:
+    def detail(self) -> list[dict[str, Any]]:
         return self._detail
 
     def body(self) -> dict[str, Any]:
@@ -54,7 +55,7 @@ class InvalidRequest(ServiceError):
 class RequestInvalid(InvalidRequest):
     """A request the service cannot run as asked (422); ``field`` names the culprit."""
 
-    def __init__(self, field: str, message: str, details: list[tuple[list, str]] | None = None):
+    def __init__(self, field: str, message: str, details: list[tuple[list[str | int], str]] | None = None):
         self.field = field
         self.details = details  # (loc, message) per culprit, when there are several
         pairs = details or [(["body", field], message)]
@@ -69,11 +70,11 @@ class TooLarge(ServiceError):
     code = ErrorCode.TOO_LARGE
     status = 413
 
-    def __init__(self, message: str, headers: dict[str, str] | None = None):
+    def __init__(self, message: str, headers: Mapping[str, str] | None = None):
         super().__init__(message)
         self._headers = headers
 
-    def headers(self) -> dict[str, str] | None:
+    def headers(self) -> Mapping[str, str] | None:
         return self._headers
 
 

@@ -22,22 +22,38 @@ from service.messages import ReplicaInfo, Shard, ShardResult
 
 @runtime_checkable
 class SymbolFailure(Protocol):
-    """One symbol the store could not read (``kronos_core.data.store.SymbolError``)."""
+    """One symbol the store could not read (``kronos_core.data.store.SymbolError``).
+    Members read-only (properties), so frozen dataclasses conform."""
 
-    symbol: str
-    code: ErrorCode
-    message: str
+    @property
+    def symbol(self) -> str: ...
+
+    @property
+    def code(self) -> ErrorCode: ...
+
+    @property
+    def message(self) -> str: ...
 
 
 @runtime_checkable
 class SymbolWindowView(Protocol):
-    """One symbol's unpadded window (``kronos_core.data.store.SymbolWindow``)."""
+    """One symbol's unpadded window (``kronos_core.data.store.SymbolWindow``).
+    Members read-only (properties), so frozen dataclasses conform."""
 
-    symbol: str
-    values: np.ndarray  # (L, 6) float32, FEATURES order
-    timestamps: np.ndarray  # (L,) datetime64[ns], naive local wall clock
-    metadata: dict  # frequency, timezone, session_timezone, exchange, ...
-    last_stored: np.datetime64  # the last stored candle (after timestamps[-1] when as_of cut)
+    @property
+    def symbol(self) -> str: ...
+
+    @property
+    def values(self) -> np.ndarray: ...  # (L, 6) float32, FEATURES order
+
+    @property
+    def timestamps(self) -> np.ndarray: ...  # (L,) datetime64[ns], naive local wall clock
+
+    @property
+    def metadata(self) -> dict[str, Any]: ...  # frequency, timezone, session_timezone, exchange, ...
+
+    @property
+    def last_stored(self) -> np.datetime64: ...  # the last stored candle (after timestamps[-1] when as_of cut)
 
 
 @runtime_checkable
@@ -45,8 +61,12 @@ class Windows(Protocol):
     """A batch read (``kronos_core.data.store.WindowBatch``): the windows of the symbols
     that succeeded, in request order, and the failures."""
 
-    windows: Sequence[SymbolWindowView]
-    errors: Sequence[SymbolFailure]
+    # read-only (properties): a batch holding lists of the concrete window and error types conforms
+    @property
+    def windows(self) -> Sequence[SymbolWindowView]: ...
+
+    @property
+    def errors(self) -> Sequence[SymbolFailure]: ...
 
 
 @runtime_checkable
@@ -64,7 +84,7 @@ class CandleStore(Protocol):
         """The last ``lookback`` candles at or before ``as_of`` of each symbol."""
         ...
 
-    def metadata(self, symbol: str, frequency: str | None = None) -> dict:
+    def metadata(self, symbol: str, frequency: str | None = None) -> dict[str, Any]:
         """The symbol's metadata; ``last`` is its last stored candle's time (text)."""
         ...
 
@@ -95,14 +115,20 @@ class EngineResult(Protocol):
     paths: np.ndarray  # (B, S, H, 6)
     mean: np.ndarray  # (B, H, 6)
     quantiles: np.ndarray  # (Q, B, H, 6)
-    stats: EngineStatsView
+
+    @property  # read-only, so the engine's own EngineStats conforms
+    def stats(self) -> EngineStatsView: ...
 
 
 @runtime_checkable
 class ForecastEngine(Protocol):
     """A replica's view of the engine (``kronos_core.predictor.KronosPredictor``)."""
 
-    def forecast(self, series: Sequence[np.ndarray], x_timestamps: Sequence, y_timestamps: Sequence,
+    # the model's kronos_core.loading.ModelIdentity (None when not built by the loader); a calibration
+    # checks it before correcting paths
+    identity: Any
+
+    def forecast(self, series: Sequence[np.ndarray], x_timestamps: Sequence[Any], y_timestamps: Sequence[Any],
                  options: ForecastOptions, *, series_keys: Sequence[int] | None = None,
                  verbose: bool = False) -> EngineResult:
         """Forecasts of ``series`` with every option of the call in ``options``."""

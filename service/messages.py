@@ -92,4 +92,4 @@ class ReplicaInfo:
     max_context: int
     model_cfg: Any  # model.config dataclass, for the memory model
     tokenizer_cfg: Any
-    model: dict  # ModelInfo fields
+    model: dict[str, Any]  # ModelInfo fields

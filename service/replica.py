@@ -152,9 +152,10 @@ class Predictor:
         user_config = user_config or {}
         tokens = user_config.get("max_batch_tokens") or self.settings.max_batch_tokens or self._default_batch_tokens()
         self.max_batch_tokens = int(tokens)
-        self._batched.set_max_batch_size(self.max_batch_tokens)
+        # @serve.batch's wrapper has these setters; ray's stubs type it as a plain callable
+        self._batched.set_max_batch_size(self.max_batch_tokens)  # type: ignore[attr-defined]
         wait = user_config.get("batch_wait_timeout_s", self.settings.batch_wait_timeout_s)
-        self._batched.set_batch_wait_timeout_s(float(wait))
+        self._batched.set_batch_wait_timeout_s(float(wait))  # type: ignore[attr-defined]  # (see above)
 
     async def describe(self) -> ReplicaInfo:
         return ReplicaInfo(

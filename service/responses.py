@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import orjson
 from starlette.responses import Response
 
@@ -9,7 +11,7 @@ from service.errors import ServiceError
 from service.metrics import Metrics
 
 
-def json_response(content, status_code: int = 200, headers: dict | None = None) -> Response:
+def json_response(content, status_code: int = 200, headers: Mapping[str, str] | None = None) -> Response:
     """``content`` as JSON (numpy arrays and non-string keys allowed)."""
     return Response(
         orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from datetime import datetime
-from typing import Annotated, Any, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.json_schema import SkipJsonSchema
@@ -265,8 +265,12 @@ class SymbolForecast(BaseModel):
     summary: RiskSummaryOut | None = Field(None, description="with summary: true")
 
 
-# exactly the codes a forecast response's ``errors`` can hold (tests/service/test_error_codes.py)
-SymbolErrorCode = Literal[tuple(c.value for c in SYMBOL_ERROR_CODES)]  # type: ignore[valid-type]
+# exactly the codes a forecast response's ``errors`` can hold (tests/service/test_error_codes.py);
+# the type checker cannot evaluate a Literal built at run time, so it sees the codes (and those below) as text
+if TYPE_CHECKING:
+    SymbolErrorCode = str
+else:
+    SymbolErrorCode = Literal[tuple(c.value for c in SYMBOL_ERROR_CODES)]
 
 
 class SymbolErrorOut(BaseModel):
@@ -276,7 +280,10 @@ class SymbolErrorOut(BaseModel):
 
 
 # the codes of a whole request's failure that carry a body with ``code`` (422 has FastAPI's shape)
-RequestErrorCode = Literal[tuple(c.value for c in REQUEST_ERROR_CODES if c is not ErrorCode.INVALID_REQUEST)]  # type: ignore[valid-type]
+if TYPE_CHECKING:
+    RequestErrorCode = str
+else:
+    RequestErrorCode = Literal[tuple(c.value for c in REQUEST_ERROR_CODES if c is not ErrorCode.INVALID_REQUEST)]
 
 
 class RequestErrorOut(BaseModel):

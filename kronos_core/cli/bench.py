@@ -68,7 +68,7 @@ def random_small(seed: int) -> tuple[Kronos, KronosTokenizer]:
     return Kronos(SMALL).eval(), KronosTokenizer(TOKENIZER_BASE).eval()
 
 
-def synthetic_series(n: int, length: int, horizon: int, seed: int):
+def synthetic_series(n: int, length: int, horizon: int, seed: int) -> tuple[list[np.ndarray], list[pd.DatetimeIndex], list[pd.DatetimeIndex]]:
     """Random-walk 5-minute candles: (values list, history stamps list, future stamps list)."""
     rng = np.random.default_rng(seed)
     stamps = pd.date_range("2024-01-02 09:35", periods=length + horizon, freq="5min")
@@ -236,7 +236,7 @@ def gpu_workload(model, tok, device, args) -> dict:
     print(f"\n[4] {n} series, lookback {lb}, horizon {h} on {device}")
     for name in ("float32", "bfloat16"):
         pred = build_predictor(model, tok, PredictorConfig(device=str(device), dtype=name))
-        pred.forecast(*[d[:8] for d in data], ForecastOptions(h, top_k=1))  # warm-up (and compile, where asked)
+        pred.forecast(data[0][:8], data[1][:8], data[2][:8], ForecastOptions(h, top_k=1))  # warm-up (and compile, where asked)
         _, r = timed_forecast(pred, data, h, "exact")
         est = memory_breakdown(SMALL, TOKENIZER_BASE, n, lb, h, 1, pred.dtype or torch.float32,
                                ragged=False).total

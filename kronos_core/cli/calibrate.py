@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
@@ -83,7 +84,8 @@ def holdout_report(args, predictor, series, cals: dict) -> list[dict]:
     from kronos_core.eval.runner import walk_forward, window_times
 
     levels = next(iter(cals.values())).levels
-    rows, pooled = [], {}
+    rows: list[dict] = []
+    pooled: dict[str, list[np.ndarray]] = {}  # column -> its (C, N) array of each series
     for s, t in zip(series, split_times(series, args.holdout)):
         wf = walk_forward(args, predictor, [s], start=t, windows=args.holdout_windows or args.windows)
         issued, resolved = window_times(wf)
@@ -144,7 +146,7 @@ def _fit_group(args, predictor, series) -> tuple[dict, int, float]:
     info = {"windows": n_windows, "lookback": args.lookback, "sample_count": args.sample_count,
             "seed": args.seed, "step": args.step or args.horizon, "holdout": args.holdout,
             "series": [s.name for s in series], "start": args.start, "end": args.end}
-    frequencies = {series_frequency(s.timestamps) for s in series} - {None}
+    frequencies = {f for s in series if (f := series_frequency(s.timestamps)) is not None}
     scope = Scope((args.lookback, args.lookback), tuple(sorted(frequencies)) or None, tuple(s.name for s in series))
     cals = {}
     for m in dict.fromkeys((args.method, *args.compare)):
@@ -170,7 +172,8 @@ def fit_calibrations(args, predictor, series) -> tuple[dict, int, float]:
         return {_label(m, cal): cal for m, cal in fitted[None][0].items()}, n_windows, seconds
     cals = {}
     for asked in next(iter(fitted.values()))[0]:
-        cal = Calibration.grouped({key: f[0][asked] for key, f in fitted.items()}, args.group_by)
+        # cast: past the one unnamed group (returned above), every group has a name
+        cal = Calibration.grouped({cast(str, key): f[0][asked] for key, f in fitted.items()}, args.group_by)
         cals[_label(asked, cal)] = cal
     return cals, n_windows, seconds
 

@@ -63,6 +63,7 @@ class FileEntry:
     def cols(self) -> list[np.ndarray]:
         """The six float64 column views into the mapping."""
         if self._cols is None:
+            assert self.block is not None  # no column views: the file has its block
             self._cols = list(self.block)
         return self._cols
 

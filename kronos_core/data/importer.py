@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 from tqdm.auto import tqdm
@@ -64,7 +65,7 @@ def import_frame(
     on_overlap: str = "error",
     extra_metadata: dict | None = None,
     row_numbers=None,
-    column_map: dict[str, str] | None = None,
+    column_map: Mapping[str, str] | None = None,
 ) -> ImportOutcome:
     """Validate one symbol's candles and merge them into the store (atomically). A failure
     is returned in the outcome (its message names the file and symbol once), not logged."""
@@ -146,7 +147,7 @@ def import_files(
     extra_metadata: dict | None = None,
     progress: bool = True,
     compact: bool = True,
-    column_map: dict[str, str] | None = None,
+    column_map: Mapping[str, str] | None = None,
 ) -> list[ImportOutcome]:
     """Import files into the store at ``store_root``; one outcome per (file, symbol).
 
@@ -172,7 +173,7 @@ def import_files(
         except (OSError, ValueError) as exc:  # the parser's: say which file
             outcomes.append(ImportOutcome(file=str(path), symbol=symbol, error=f"{path}: cannot read: {exc}"))
             continue
-        kw = dict(
+        kw: dict[str, Any] = dict(
             source_name=str(path),
             frequency=frequency,
             timezone=timezone,

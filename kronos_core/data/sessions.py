@@ -227,6 +227,7 @@ def _walk(template: SessionTemplate, last: int, horizon: int, hol: np.ndarray) -
 
 def _monthly(idx: pd.DatetimeIndex, horizon: int, hol: np.ndarray) -> np.ndarray:
     last = idx[-1]
+    offset: pd.offsets.BaseOffset
     if idx.is_month_end.all():
         offset = pd.offsets.MonthEnd()
     elif (idx + pd.offsets.BMonthEnd(0) == idx).all():
@@ -235,7 +236,7 @@ def _monthly(idx: pd.DatetimeIndex, horizon: int, hol: np.ndarray) -> np.ndarray
         offset = pd.offsets.MonthBegin()
     else:
         offset = pd.DateOffset(months=1)
-    out = []
+    out: list[int] = []  # int64 ns
     t = last
     while len(out) < horizon:
         t = t + offset

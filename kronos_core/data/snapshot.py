@@ -100,6 +100,7 @@ class Snapshot:
             raise SnapshotError(f"metadata of {symbol} is not a JSON object")
         if k in self._unsorted_in(b):  # the per-file check
             raise SnapshotError(f"timestamps of {symbol} are not strictly increasing")
+        cols: list[np.ndarray] | None
         ts, cols, block = self.batches[b]
         ts = ts[off : off + n]
         if block is not None:
@@ -179,7 +180,7 @@ def open_snapshot(path: str, key: tuple[int, int, int], frequency: str) -> Snaps
     index = head.get("index")
     if type(index) is not dict:
         raise SnapshotError(f"{path}: no index")
-    cols = [index.get(name) for name in SNAPSHOT_FIELDS]
+    cols: list[Any] = [index.get(name) for name in SNAPSHOT_FIELDS]  # JSON values, checked below
     symbols, bs, offs, ns, inos, sizes, mtimes, metas = cols
     m = len(symbols) if type(symbols) is list else -1
     if (

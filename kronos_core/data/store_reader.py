@@ -281,6 +281,7 @@ class KlineReader(StoreDirectory):
                             tz_cache[tz] = _as_ns(as_of, tz)
                         limit = tz_cache[tz]
                     else:
+                        assert naive_as_of is not None  # as_of given, naive: set above
                         limit = naive_as_of
                     end = int(ts.searchsorted(limit, "right"))
                 start = max(0, end - lookback)

@@ -151,6 +151,7 @@ def _check_columns(df: pd.DataFrame, time_column: str | None, source: str) -> st
         raise CandleError(f"{source}: " + "; ".join(missing) + f"; columns: {list(df.columns)}")
     if len(df) == 0:
         raise CandleError(f"{source}: no rows")
+    assert tcol is not None  # else ``missing`` named it, and we raised
     return tcol
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import torch
@@ -179,7 +180,7 @@ class Generator:
                 f"do not match the model's (s1_bits={model.config.s1_bits}, s2_bits={model.config.s2_bits})"
             )
         self.model, self.tokenizer = model, tokenizer
-        self._compiled = None
+        self._compiled: Callable[..., torch.Tensor] | None = None  # torch.compile of decode_step_forward
 
     def _decode_fn(self, compile: bool):
         if not compile:
@@ -203,7 +204,7 @@ class Generator:
 
             t0 = time.perf_counter()
             cached: _CachedRows | None = None
-            steps = range(horizon)
+            steps: Iterable[int] = range(horizon)
             if cfg.progress:
                 from tqdm.auto import tqdm
 
@@ -237,6 +238,7 @@ class Generator:
             cached, first = self._prefill(seqs, cfg)
             groups.append(first)
         elif plan.cached:
+            assert cached is not None  # a cached step follows the prefill that made the caches
             if plan.evict:
                 cached.evict(plan.evict)
             groups.append(self._decode(cached, seqs, plan, cfg))
@@ -261,6 +263,7 @@ class Generator:
             if logits2 is None:
                 logits2 = part.new_empty(n_rows, part.shape[-1])  # (N, V2)
             logits2[g.rows] = part
+        assert logits2 is not None  # groups is never empty
         s2 = sample_tokens(logits2, cfg.sampling, self._uniforms(batch, step, 1))  # (N,)
         return s1, s2
 

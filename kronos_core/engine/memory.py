@@ -73,9 +73,8 @@ def count_parameters(cfg: KronosConfig | TokenizerConfig) -> ParamCounts:
     from kronos_core.model.kronos import Kronos
     from kronos_core.model.tokenizer import KronosTokenizer
 
-    cls = Kronos if isinstance(cfg, KronosConfig) else KronosTokenizer
     with torch.device("meta"):
-        module = cls(cfg)
+        module: nn.Module = Kronos(cfg) if isinstance(cfg, KronosConfig) else KronosTokenizer(cfg)
     params = list(module.parameters())
     trainable = [p for p in params if p.requires_grad]
     linear = sum(m.weight.numel() for m in module.modules() if isinstance(m, nn.Linear))
@@ -156,7 +155,7 @@ def memory_breakdown(
     inputs += n * total_len * (5 * 4 + 2 * 8)  # concatenated stamps + two int64 token sequences
     caches = _cache_bytes(model_cfg, n, min(lookback, max_context), horizon, act, sliding)
     phases = _phases(model_cfg, tokenizer_cfg, n, lookback, horizon, act, max_context, ragged, sliding)
-    phase = max(phases, key=phases.get)
+    phase = max(phases, key=phases.__getitem__)
     weights = _param_bytes(model_cfg, tokenizer_cfg) if include_weights else 0
     total = int((weights + inputs + phases[phase]) * SAFETY)
     return MemoryEstimate(weights, inputs, caches, phases[phase], phase, total)

@@ -396,7 +396,7 @@ class Calibration:
         want = self.model.get("sha256")
         got = None if identity is None else identity.sha256
         if got != want:
-            name = "a predictor without a model identity" if identity is None else f"{identity.name} ({got[:12]})"
+            name = "a predictor without a model identity" if identity is None else f"{identity.name} ({identity.sha256[:12]})"
             raise CalibrationMismatch(
                 f"calibration fitted for model {self.model.get('name')} ({str(want)[:12]}) cannot be applied to "
                 f"{name}; fit one for this model with `kronos calibrate`")
@@ -430,7 +430,7 @@ class Calibration:
             lr, lm = _log(raw[qi]), _log(mirror[qi])
             width = np.abs(lr - lm) if self.method == "cqr-r" else 1.0
             for h in range(samples.shape[2]):
-                corr = self._correction(c, h, j) * (width[:, h] if self.method == "cqr-r" else width)
+                corr = self._correction(c, h, j) * (width[:, h] if isinstance(width, np.ndarray) else width)  # cqr-r
                 out[qi, :, h] = np.exp(lr[:, h] + sign * corr)
         order = np.argsort(levels)
         out[order] = np.sort(out[order], axis=0)  # rearrangement: quantiles never cross
@@ -494,7 +494,7 @@ class Calibration:
             moved = np.empty_like(logs)
             for step in range(h):
                 shift = sign * self._correction_curve(central, step, j)  # (S,)
-                w = width[:, :, step] if self.method == "cqr-r" else 1.0
+                w = width[:, :, step] if isinstance(width, np.ndarray) else 1.0  # cqr-r: an array
                 moved[:, :, step] = logs[:, :, step] + shift[None, :] * w
             moved = np.sort(moved, axis=1)  # rearrangement: a monotone map of the ranks
             np.put_along_axis(out[..., fi], order, np.exp(moved), axis=1)

@@ -41,10 +41,8 @@ class Scope:
 
 def series_frequency(timestamps) -> str | None:
     """Bar frequency of a series (``1d``, ``1h``, ``5min``...), None when it cannot be told."""
-    try:
-        from kronos_core.data.sessions import infer_frequency
-    except ImportError:  # before the timestamps module was split
-        from kronos_core.data.timestamps import infer_frequency
+    from kronos_core.data.sessions import infer_frequency
+
     try:
         return infer_frequency(timestamps)
     except ValueError:

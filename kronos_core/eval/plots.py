@@ -18,7 +18,7 @@ def _plt():
     return plt
 
 
-def band_colours(levels) -> dict[float, tuple[float, float, float, float]]:
+def band_colours(levels) -> dict[float, tuple[float, ...]]:
     """One opaque colour per central band level, the widest band lightest: {level: RGBA}.
 
     Bands are drawn widest first and opaque, so each ring between two levels shows its own

@@ -69,7 +69,7 @@ def build_windows(series: Sequence[Series], lookback: int, horizon: int, windows
     """Windows of every series. start: origins at or after this time; end: truths before it;
     last_fraction: origins only in the last fraction of each series' rows."""
     step = step or horizon
-    rows = []
+    rows: list[tuple[int, int]] = []  # (series, origin row)
     for k, s in enumerate(series):
         first = 0 if start is None else int(s.timestamps.searchsorted(pd.Timestamp(start), "left"))
         if last_fraction is not None:

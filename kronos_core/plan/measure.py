@@ -18,6 +18,7 @@ import contextlib
 import statistics
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -100,7 +101,7 @@ INFER_CASES = (
 )
 
 
-def random_tokens(batch: int, length: int, seed: int = 0, bits: int = 10):
+def random_tokens(batch: int, length: int, seed: int = 0, bits: int = 10) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """s1, s2 (B, L) ids and stamps (B, L, 5) time features, all random."""
     g = torch.Generator().manual_seed(seed)
     s1 = torch.randint(0, 2**bits, (batch, length), generator=g)  # (B, L)
@@ -161,7 +162,7 @@ def measure_step_seconds(case: TrainCase, steps: int = 3, seed: int = 0, clock=t
     return statistics.median(times)
 
 
-def _forecast_inputs(case: InferCase, seed: int):
+def _forecast_inputs(case: InferCase, seed: int) -> tuple[list[np.ndarray], list[pd.DatetimeIndex], list[pd.DatetimeIndex]]:
     rng = np.random.default_rng(seed)
     stamps = pd.date_range("2024-01-02 09:35", periods=case.lookback + case.horizon, freq="5min")
     values = [np.abs(rng.normal(10, 1, (case.lookback, 6))).astype(np.float32) for _ in range(case.batch)]
@@ -205,7 +206,7 @@ def compare_train(case: TrainCase, device=None) -> dict:
 
     plan = plan_training(case.config, None, case.window, case.batch, case.precision, case.checkpointing,
                          include_tokenizer=False, foreach_optimizer=False)
-    row = {"case": case.label(), "estimate_bytes": plan.total, "measured_bytes": measure_train_peak(case)}
+    row: dict[str, Any] = {"case": case.label(), "estimate_bytes": plan.total, "measured_bytes": measure_train_peak(case)}
     row["memory_error"] = row["estimate_bytes"] / row["measured_bytes"] - 1
     if device is not None:
         row["estimate_s"] = train_step_seconds(case.config, plan, device)["total"]
@@ -220,7 +221,7 @@ def compare_infer(case: InferCase, device=None) -> dict:
 
     plan = plan_inference(case.config, case.tokenizer_config, case.lookback, case.horizon, case.batch,
                           case.samples, ragged=False)
-    row = {"case": case.label(), "estimate_bytes": plan.total, "measured_bytes": measure_infer_peak(case)}
+    row: dict[str, Any] = {"case": case.label(), "estimate_bytes": plan.total, "measured_bytes": measure_infer_peak(case)}
     row["memory_error"] = row["estimate_bytes"] / row["measured_bytes"] - 1
     if device is not None:
         row["estimate_s"] = infer_seconds(case.config, case.tokenizer_config, plan, case.batch, device)["total"]
@@ -239,10 +240,10 @@ def measure_cpu(as_json: bool = False) -> int:
 
     torch.set_num_threads(1)
     device = probe_cpu(clock=CLOCK)
-    cases = [("train", c) for c in TRAIN_CASES] + [("infer", c) for c in INFER_CASES]
+    cases: list[tuple[str, TrainCase | InferCase]] = [("train", c) for c in TRAIN_CASES] + [("infer", c) for c in INFER_CASES]
     rows = []
     for kind, case in tqdm(cases, desc="measuring", unit="case", disable=as_json):
-        row = compare_train(case, device) if kind == "train" else compare_infer(case, device)
+        row = compare_train(case, device) if isinstance(case, TrainCase) else compare_infer(case, device)  # = kind
         rows.append({"mode": kind, **row})
         if not as_json:
             tqdm.write(_row_text(rows[-1]))

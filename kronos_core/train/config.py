@@ -62,6 +62,13 @@ class ModelSize(_fields_of(KronosConfig, {"s1_bits", "s2_bits"}, MODEL_SIZES)): 
     widths (they come from the tokenizer)."""
 
 
+RepairName = Literal["drop_nan", "drop_duplicates", "sort", "fix_high_low", "clip_negative"]
+
+
+def _sort_only() -> list[RepairName]:
+    return ["sort"]
+
+
 class DataConfig(_Strict):
     """Where the candles come from and how they are cut into windows."""
 
@@ -71,8 +78,8 @@ class DataConfig(_Strict):
     frequency: str | None = None
     timestamp_column: str = "timestamps"  # "timestamps": auto-detected (timestamps, date, ...; any case)
     columns: dict[str, str] = Field(default_factory=dict, description="our column -> the file's (--column)")
-    repairs: list[Literal["drop_nan", "drop_duplicates", "sort", "fix_high_low", "clip_negative"]] = Field(
-        default_factory=lambda: ["sort"], description="reader repairs (--sort, --drop-nan, ...; rows are sorted)")
+    repairs: list[RepairName] = Field(
+        default_factory=_sort_only, description="reader repairs (--sort, --drop-nan, ...; rows are sorted)")
     lookback: int = 96
     horizon: int = 32
     stride: int = 16

@@ -383,14 +383,17 @@ def _yaml(cfg: TrainConfig) -> str:
 
 def train(cfg: TrainConfig, resume: bool = False) -> dict:
     """Build a ``Trainer`` and run it, wrapped in a ``ResourceMonitor`` when one is available."""
+    monitor_type: type[ResourceMonitor] | None
     try:
         from kronos_core.monitor import ResourceMonitor
+
+        monitor_type = ResourceMonitor
     except ImportError:
-        ResourceMonitor = None  # noqa: N806
+        monitor_type = None
     trainer = Trainer(cfg, resume=resume)
-    if ResourceMonitor is None or not trainer.dist.is_main:
+    if monitor_type is None or not trainer.dist.is_main:
         return trainer.fit()
-    with ResourceMonitor(label=f"train {cfg.kind}") as monitor:
+    with monitor_type(label=f"train {cfg.kind}") as monitor:
         trainer.monitor = monitor
         summary = trainer.fit()
     try:

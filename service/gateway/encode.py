@@ -3,7 +3,8 @@ one row per symbol and step); both carry the same numbers, errors, model and tim
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, cast
 
 import numpy as np
 
@@ -12,7 +13,7 @@ from service.gateway.gather import Outcome
 from service.schemas import FEATURE_NAMES
 
 
-def _iso(ts: np.ndarray) -> list[str]:
+def _iso(ts: np.ndarray | Sequence[np.datetime64]) -> list[str]:
     return list(np.datetime_as_string(ts, unit="s"))
 
 
@@ -94,7 +95,8 @@ def outcome_to_arrow(out: Outcome) -> bytes:
         cols[name] = pa.array(np.ascontiguousarray(mean[:, k]), pa.float32())
     if out.quantile_levels:  # the columns exist even when no symbol succeeded: one schema per request
         nq = len(out.quantile_levels)
-        q = np.concatenate(out.quantiles, axis=1) if n else np.zeros((nq, 0, 6), np.float32)  # (Q, n*H, 6)
+        qs = cast(list[np.ndarray], out.quantiles)  # cast: with levels asked, every forecast has its quantiles
+        q = np.concatenate(qs, axis=1) if n else np.zeros((nq, 0, 6), np.float32)  # (Q, n*H, 6)
         for qi, lv in enumerate(out.quantile_levels):
             for k, name in enumerate(FEATURE_NAMES):
                 cols[f"{name}_q{quantile_label(lv)}"] = pa.array(np.ascontiguousarray(q[qi, :, k]), pa.float32())

@@ -25,7 +25,9 @@ class FutureTimestamps:
 
     def __init__(self, fn: Callable[..., pd.DatetimeIndex] | None = None, size: int = 4096):
         if fn is None:
-            from kronos_core.data.timestamps import future_timestamps as fn
+            from kronos_core.data.timestamps import future_timestamps
+
+            fn = future_timestamps
         self.fn = fn
         self.size = size
         self._cache: dict[tuple, np.ndarray] = {}

@@ -50,6 +50,7 @@ def gather_outcome(model: dict, levels: tuple[float, ...], prep: Prepared, slice
             code = res.error_code or ErrorCode.FORECAST_FAILED
             out.errors.extend(symbol_error(s, code, res.error) for s in prep.symbols[sl])
             continue
+        assert res.mean is not None  # a shard without an error carries its forecast
         for j in range(sl.stop - sl.start):
             i = sl.start + j
             q = None if res.quantiles is None else res.quantiles[:, j]  # (Q, H, 6)
@@ -79,6 +80,9 @@ def add_summaries(out: Outcome, vol_factor: float, keep_paths: bool) -> None:
     close = FEATURE_NAMES.index("close")
     for i, p in enumerate(out.paths):
         hist = out.histories[i][:, close].astype(np.float64)
+        if p is None:  # no paths: no summary
+            out.summaries.append(None)
+            continue
         try:
             summary = risk_summary(p[:, :, close], float(hist[-1]), hist, vol_factor).to_dict()
             finite = all(math.isfinite(v) for v in summary.values() if isinstance(v, float))

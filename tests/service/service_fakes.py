@@ -108,6 +108,7 @@ class FakePredictor:
         self.oom = oom
         self.calls: list[int] = []
         self.options: list[ForecastOptions] = []  # what each call was given
+        self.identity = None  # a ForecastEngine's model identity: none, as a predictor not built by the loader
 
     def forecast(self, series, x_timestamps, y_timestamps, options: ForecastOptions, *, series_keys=None,
                  verbose=False):

@@ -47,7 +47,8 @@ def test_batch_runner_passes_the_options_whole_with_the_calibration_only_when_as
     runner.calibration = calibration = _StandInCalibration()
     options = make_options(horizon=3, sample_count=2, temperature=0.7, top_k=5, top_p=0.8, seed=9,
                            quantiles=(0.1, 0.9), repair=True, sliding="rolling")
-    runner.run([make_shard(1, 0, options=options), make_shard(1, 1, options=options, calibrate=True)])
+    results, _ = runner.run([make_shard(1, 0, options=options), make_shard(1, 1, options=options, calibrate=True)])
+    assert [r.error for r in results] == [None, None]  # the calibrated shard too: the engine offers its identity
     plain, calibrated = pred.options
     assert plain == options and plain.calibration is None  # every option reaches the engine, as given
     assert calibrated.calibration is calibration and calibrated.with_(calibration=None) == options
