@@ -34,6 +34,20 @@ def wall_clock_ns(value: Any) -> int:
     return int(ts.as_unit("ns").value)
 
 
+def wall_clock_ns_array(values: Any) -> np.ndarray:
+    """Times as int64 ns of their naive wall clock (n,); a ``datetime64`` array converts
+    without a per-item step (the fast way to pass ``ForecastRecord.timestamps``)."""
+    arr = np.asarray(values)
+    if arr.dtype.kind == "M":
+        return arr.astype("datetime64[ns]").astype("i8")
+    if not len(arr):
+        return np.zeros(0, dtype="i8")
+    idx = pd.DatetimeIndex(list(values))
+    if idx.tz is not None:
+        idx = idx.tz_localize(None)
+    return np.asarray(idx.as_unit("ns").asi8, dtype="i8")
+
+
 def utc_ns(value: Any) -> int:
     """A time as int64 ns UTC (a naive time is taken as UTC)."""
     ts = pd.Timestamp(value)
@@ -88,9 +102,9 @@ class ForecastRecord:
     request_id: str
     symbol: str
     origin: Any  # last input candle's time (wall clock)
-    timestamps: Sequence[Any]  # (H,)
-    mean: Mapping[str, Sequence[float]]
-    quantiles: Mapping[Any, Mapping[str, Sequence[float]]]
+    timestamps: Any  # (H,) datetime64 array (fastest), or times pandas reads
+    mean: Mapping[str, Any]  # feature -> (H,) floats
+    quantiles: Mapping[Any, Mapping[str, Any]]  # level -> feature -> (H,) floats
     model_sha256: str
     model_name: str | None = None
     request_time: Any = None  # UTC; None: now
@@ -140,7 +154,7 @@ def to_table(records: Sequence[ForecastRecord], features: Sequence[str] = DEFAUL
     cols["horizon"] = pa.array(np.repeat(np.asarray(sizes, dtype="i8"), sizes), pa.int32())
     steps = np.concatenate([np.arange(1, s + 1) for s in sizes]) if n else np.zeros(0, dtype="i8")
     cols["horizon_step"] = pa.array(steps.astype("i4"), pa.int32())
-    step_ns = np.asarray([wall_clock_ns(t) for r in records for t in r.timestamps], dtype="i8")
+    step_ns = np.concatenate([wall_clock_ns_array(r.timestamps) for r in records]) if n else np.zeros(0, "i8")
     if n and (step_ns <= origins).any():
         bad = next(r for r in records if any(wall_clock_ns(t) <= wall_clock_ns(r.origin) for t in r.timestamps))
         raise ValueError(f"{bad.symbol}: a step's time is not after the origin {bad.origin}")
@@ -163,7 +177,7 @@ def to_table(records: Sequence[ForecastRecord], features: Sequence[str] = DEFAUL
     return pa.table(cols)
 
 
-def _level(quantiles: Mapping[Any, Mapping[str, Sequence[float]]], q: float, feature: str):
+def _level(quantiles: Mapping[Any, Mapping[str, Any]], q: float, feature: str):
     for k, v in quantiles.items():
         if float(k) == q:
             return v.get(feature)

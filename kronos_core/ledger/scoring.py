@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -42,6 +43,7 @@ from kronos_core.data.store_reader import KlineReader
 from kronos_core.eval import metrics as m
 from kronos_core.ledger.errors import LedgerWriteError
 from kronos_core.ledger.ledger import Ledger
+from kronos_core.ledger.records import utc_ns
 from kronos_core.options import quantile_label
 
 KEY = ("request_id", "symbol", "horizon_step")  # one score per forecast step
@@ -184,7 +186,9 @@ def score(ledger: Ledger, store: KlineReader, since: Any = None, now: datetime |
 def _score_locked(ledger: Ledger, store: KlineReader, since: Any, now: datetime | None) -> ScoreResult:
     forecasts = ledger.read(since=since)
     skipped = list(ledger.skipped)
-    done = ledger.read_scores(since=since)  # a step is scored after its request: since bounds both
+    # a step is scored after its request, so scores of these requests were written from
+    # ``since`` on; a day's margin covers writers whose clocks disagree (extra keys are harmless)
+    done = ledger.read_scores(since=None if since is None else pd.Timestamp(utc_ns(since), tz="UTC") - pd.Timedelta(days=1))
     skipped += ledger.skipped
     if forecasts.num_rows == 0:
         return ScoreResult(empty_scores(), forecasts, 0, None, skipped)
