@@ -25,6 +25,7 @@ persisted and never recomputed, even if the candle is later re-imported with oth
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -42,9 +43,17 @@ from kronos_core.data.fileformat import SymbolLock
 from kronos_core.data.store_reader import KlineReader
 from kronos_core.eval import metrics as m
 from kronos_core.ledger.errors import LedgerWriteError
-from kronos_core.ledger.ledger import Ledger
+from kronos_core.ledger.ledger import (
+    Ledger,
+    empty_forecasts,
+    filter_rows,
+    partition_files,
+    read_files,
+)
 from kronos_core.ledger.records import utc_ns
 from kronos_core.options import quantile_label
+
+log = logging.getLogger(__name__)
 
 KEY = ("request_id", "symbol", "horizon_step")  # one score per forecast step
 CARRIED = ("request_time", "model_sha256", "model_name", "calibration_method", "calibration_version",
@@ -164,6 +173,16 @@ def _truths(store: KlineReader, symbol: str, frequency: str | None, times: np.nd
     return out, last
 
 
+def _note_complete(ledger: Ledger, files: list[Path], forecasts: pa.Table, waiting: pa.Table | None) -> None:
+    """Note the files read whose every step now has a score (none still ``waiting``)."""
+    present = set(forecasts["_file"].to_pylist())
+    still = set() if waiting is None else set(waiting["_file"].to_pylist())
+    try:
+        ledger.mark_complete([files[k] for k in sorted(present - still)])
+    except LedgerWriteError as exc:  # only a shortcut for later scorers: never fails the scoring
+        log.warning("%s", exc)
+
+
 def score(ledger: Ledger, store: KlineReader, since: Any = None, now: datetime | None = None) -> ScoreResult:
     """Score every recorded forecast step (of requests at or after ``since``) whose truth the
     store holds and that has no score yet; persist the new scores (one file) and return them.
@@ -184,21 +203,28 @@ def score(ledger: Ledger, store: KlineReader, since: Any = None, now: datetime |
 
 
 def _score_locked(ledger: Ledger, store: KlineReader, since: Any, now: datetime | None) -> ScoreResult:
-    forecasts = ledger.read(since=since)
-    skipped = list(ledger.skipped)
+    complete = ledger.complete_files()
+    files = [f for f in ledger.files(since) if f"{f.parent.name}/{f.name}" not in complete]
+    skipped: list[tuple[Path, str]] = []
+    read = read_files(files, skipped, file_index=True)
+    forecasts = empty_forecasts() if read is None else read
+    if since is not None:
+        forecasts = filter_rows(forecasts, "request_time", utc_ns(since), None, None)
+    if forecasts.num_rows == 0:
+        return ScoreResult(empty_scores(), empty_forecasts(), 0, None, skipped)
     # a step is scored after its request, so scores of these requests were written from
     # ``since`` on; a day's margin covers writers whose clocks disagree (extra keys are harmless)
-    done = ledger.read_scores(since=None if since is None else pd.Timestamp(utc_ns(since), tz="UTC") - pd.Timedelta(days=1))
-    skipped += ledger.skipped
-    if forecasts.num_rows == 0:
-        return ScoreResult(empty_scores(), forecasts, 0, None, skipped)
-    keys = done.select(list(KEY)).cast(pa.schema([pa.field("request_id", pa.string()),
-                                                  pa.field("symbol", pa.string()),
-                                                  pa.field("horizon_step", pa.int32())]))
-    todo = forecasts.join(keys, list(KEY), join_type="left anti") if keys.num_rows else forecasts
+    day = None if since is None else (pd.Timestamp(utc_ns(since), tz="UTC") - pd.Timedelta(days=1)).date()
+    done = read_files(partition_files(ledger.scores_root, day), skipped, columns=KEY)
+    todo = forecasts
+    if done is not None and done.num_rows:
+        keys = done.cast(pa.schema([pa.field("request_id", pa.string()), pa.field("symbol", pa.string()),
+                                    pa.field("horizon_step", pa.int32())]))
+        todo = forecasts.join(keys, list(KEY), join_type="left anti")
     todo = todo.combine_chunks()
     if todo.num_rows == 0:
-        return ScoreResult(empty_scores(), todo, 0, None, skipped)
+        _note_complete(ledger, files, forecasts, None)
+        return ScoreResult(empty_scores(), todo.drop_columns(["_file"]), 0, None, skipped)
     n = todo.num_rows
     truth = np.full((n, len(FEATURES)), np.nan)  # (N, 6)
     origin_close = np.full(n, np.nan)
@@ -217,8 +243,10 @@ def _score_locked(ledger: Ledger, store: KlineReader, since: Any, now: datetime 
     ready = np.isfinite(truth[:, FEATURES.index("close")])
     waiting = int((~ready).sum())
     if not ready.any():
-        return ScoreResult(empty_scores(), todo.slice(0, 0), waiting, None, skipped)
-    rows_ready = todo.filter(pa.array(ready))
+        _note_complete(ledger, files, forecasts, todo.filter(pa.array(~ready)))
+        return ScoreResult(empty_scores(), todo.slice(0, 0).drop_columns(["_file"]), waiting, None, skipped)
+    open_rows = todo.filter(pa.array(~ready))
+    rows_ready = todo.filter(pa.array(ready)).drop_columns(["_file"])
     truth, origin_close = truth[ready], origin_close[ready]
     recorded_last = _col(rows_ready, "last_close")
     last = np.where(np.isfinite(recorded_last), recorded_last, origin_close)
@@ -237,6 +265,7 @@ def _score_locked(ledger: Ledger, store: KlineReader, since: Any, now: datetime 
         cols[k] = pa.array(v, pa.float64(), from_pandas=True)
     scores = pa.table(cols)
     path = ledger.write_scores(scores)
+    _note_complete(ledger, files, forecasts, open_rows)
     scored = rows_ready
     for j, f in enumerate(FEATURES):
         scored = scored.append_column(f"truth_{f}", pa.array(truth[:, j], pa.float64()))

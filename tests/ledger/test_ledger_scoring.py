@@ -164,3 +164,28 @@ def test_accuracy_filters_and_rolling_window(tmp_path):
     with pytest.raises(ValueError):
         accuracy(scores, window=0)
     assert accuracy(scores, since=pd.Timestamp.now(tz="UTC") + pd.Timedelta(days=1))["all_time"]["scored"] == 0
+
+
+def test_completely_scored_files_are_not_read_again(tmp_path, monkeypatch):
+    store, led, full, _, origin = _setup(tmp_path, symbols=("AAA",))
+    led.record([record("AAA", origin, 2, request_id="short")])
+    append(store, "AAA", full["AAA"].iloc[30:32])
+    assert score(led, store).scores.num_rows == 4  # the short one whole, the long one's first 2
+    complete = led.complete_files()
+    assert len(complete) == 1 and len(led.files()) == 2
+    read = []
+    import kronos_core.ledger.scoring as scoring
+
+    real = scoring.read_files
+
+    def spy(files, *a, **k):
+        read.append(list(files))
+        return real(files, *a, **k)
+
+    monkeypatch.setattr(scoring, "read_files", spy)
+    append(store, "AAA", full["AAA"].iloc[32:35])
+    assert score(led, store).scores.num_rows == 3
+    assert len(read[0]) == 1 and f"{read[0][0].parent.name}/{read[0][0].name}" not in complete
+    assert len(led.complete_files()) == 2
+    keys = led.read_scores().to_pandas()[["request_id", "symbol", "horizon_step"]]
+    assert len(keys) == 7 and not keys.duplicated().any()
