@@ -196,3 +196,24 @@ def test_bad_writer_id_and_missing_close():
         Ledger("x", writer_id="a/b")
     with pytest.raises(ValueError, match="close"):
         Ledger("x", features=("open",))
+
+
+def test_full_disk_raises_a_catchable_error_and_leaves_nothing(tmp_path, monkeypatch):
+    import errno
+
+    import kronos_core.ledger.ledger as ledger_module
+
+    led = Ledger(tmp_path)
+    led.record([record("AAA", START, 2, request_id="before")])
+
+    def full(table, where, **kw):
+        with open(where, "wb") as f:
+            f.write(b"PAR1 partial")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(ledger_module.pq, "write_table", full)
+    with pytest.raises(LedgerWriteError, match="No space left on device"):
+        led.record([record("BBB", START, 2, request_id="lost")])
+    monkeypatch.undo()
+    assert not [p for p in tmp_path.rglob("*") if p.name.endswith(".tmp")]
+    assert set(led.read()["request_id"].to_pylist()) == {"before"}

@@ -189,3 +189,27 @@ def test_completely_scored_files_are_not_read_again(tmp_path, monkeypatch):
     assert len(led.complete_files()) == 2
     keys = led.read_scores().to_pandas()[["request_id", "symbol", "horizon_step"]]
     assert len(keys) == 7 and not keys.duplicated().any()
+
+
+def test_concurrent_scorers_score_each_step_once(tmp_path):
+    import threading
+
+    store, led, full, _, _ = _setup(tmp_path, symbols=("AAA", "BBB", "CCC"))
+    for s, f in full.items():
+        append(store, s, f.iloc[30:35])
+    counts: list[int] = []
+
+    def run():
+        from kronos_core.data.store_reader import KlineReader
+
+        mine = Ledger(led.root, writer_id=f"w{threading.get_ident() % 1000}")
+        counts.append(score(mine, KlineReader(store.root, "1d")).scores.num_rows)
+
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(counts) == [0, 0, 0, 15]
+    keys = led.read_scores().to_pandas()[["request_id", "symbol", "horizon_step"]]
+    assert len(keys) == 15 and not keys.duplicated().any()
