@@ -42,6 +42,13 @@ def wall_clock_ns_array(values: Any) -> np.ndarray:
         return arr.astype("datetime64[ns]").astype("i8")
     if not len(arr):
         return np.zeros(0, dtype="i8")
+    naive = arr.dtype.kind == "U" and not (np.char.endswith(arr, "Z").any() or (np.char.rfind(arr, "+") > 9).any()
+                                           or (np.char.count(arr, "-") > 2).any())
+    if naive:  # ISO 8601 text without an offset (the service's answers): numpy parses it at once
+        try:
+            return arr.astype("datetime64[ns]").astype("i8")
+        except ValueError:  # other spellings, or an offset: pandas below
+            pass
     idx = pd.DatetimeIndex(list(values))
     if idx.tz is not None:
         idx = idx.tz_localize(None)

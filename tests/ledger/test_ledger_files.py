@@ -217,3 +217,13 @@ def test_full_disk_raises_a_catchable_error_and_leaves_nothing(tmp_path, monkeyp
     monkeypatch.undo()
     assert not [p for p in tmp_path.rglob("*") if p.name.endswith(".tmp")]
     assert set(led.read()["request_id"].to_pylist()) == {"before"}
+
+
+def test_step_times_are_the_wall_clock_whatever_their_type(tmp_path):
+    from kronos_core.ledger.records import wall_clock_ns_array
+
+    want = pd.Timestamp("2026-03-02 09:30").value
+    for spelling in (["2026-03-02T09:30:00"], ["2026-03-02 09:30"], [pd.Timestamp("2026-03-02 09:30")],
+                     [pd.Timestamp("2026-03-02 09:30", tz="America/New_York")], ["2026-03-02T09:30:00+01:00"],
+                     ["2026-03-02T09:30:00Z"], np.array(["2026-03-02T09:30"], dtype="datetime64[m]")):
+        assert wall_clock_ns_array(spelling).tolist() == [want], spelling
