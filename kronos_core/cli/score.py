@@ -59,18 +59,19 @@ def _fmt(v: float | None, pct: bool = False) -> str:
 
 
 def table_lines(rows: list[dict]) -> list[str]:
-    """The per model and horizon step table ``kronos score`` prints (all-time figures, and
-    the rolling 80% coverage)."""
+    """The per model and horizon step table ``kronos score`` prints: all-time figures, and
+    the rolling coverage of the 80% band (else the widest)."""
     levels = sorted({lv for r in rows for lv in r["all_time"]["coverage"]}, key=float)
+    watched = ["0.8"] if "0.8" in levels else levels[-1:]  # the alert's level when present
     head = ["model", "step", "scored", "crps", "mae", "direction"] + [f"cov {lv}" for lv in levels]
-    head += ["rolling cov " + lv for lv in levels[-1:]]
+    head += ["rolling cov " + lv for lv in watched]
     out = [head]
     for r in rows:
         a = r["all_time"]
         name = (r["model_name"] or "") + " " + r["model_sha256"][:12]
         line = [name.strip(), str(r["horizon_step"]), str(a["scored"]), _fmt(a["crps"]), _fmt(a["mae"]),
                 _fmt(a["direction_accuracy"], True)] + [_fmt(a["coverage"].get(lv), True) for lv in levels]
-        line += [_fmt(r["rolling"]["coverage"].get(lv), True) for lv in levels[-1:]]
+        line += [_fmt(r["rolling"]["coverage"].get(lv), True) for lv in watched]
         out.append(line)
     widths = [max(len(row[i]) for row in out) for i in range(len(head))]
     return ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
@@ -108,6 +109,7 @@ def run(args: argparse.Namespace) -> int:
           f"ledger {ledger_dir}, store {store_dir}")
     if rows:
         print("\n".join(table_lines(rows)))
+        print(f"(all time; rolling: the last {window} scored steps of each row)")
     else:
         print("no scored forecasts yet")
     return 0
