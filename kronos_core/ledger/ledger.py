@@ -80,7 +80,7 @@ def write_parquet_atomic(path: Path, table: pa.Table) -> None:
             os.unlink(tmp)
         except OSError:
             pass
-        raise LedgerWriteError(f"cannot write ledger file {path}: {exc.strerror or exc}") from exc
+        raise LedgerWriteError(f"cannot write ledger file {path}: {exc.strerror or exc}", exc.errno) from exc
     except BaseException:
         try:
             os.unlink(tmp)
@@ -272,12 +272,14 @@ class Ledger:
                 with open(path, "a") as fh:
                     fh.write("".join(n + "\n" for n in names))
             except OSError as exc:
-                raise LedgerWriteError(f"cannot write {path}: {exc.strerror or exc}") from exc
+                raise LedgerWriteError(f"cannot write {path}: {exc.strerror or exc}", exc.errno) from exc
 
     # -- retention -------------------------------------------------------------
 
-    def enforce_retention(self, now: datetime | None = None) -> list[Path]:
-        """Remove what the retention settings no longer keep; returns the removed files.
+    def enforce_retention(self, days: float | None = None, max_bytes: int | None = None,
+                          now: datetime | None = None) -> list[Path]:
+        """Remove what the retention settings (``days`` / ``max_bytes``, else the ledger's
+        ``retention_days`` / ``retention_bytes``) no longer keep; returns the removed files.
 
         Days: partitions (forecasts and scores) whose date is older than ``retention_days``
         before ``now``'s UTC date. Bytes: the oldest forecast files until forecasts and
@@ -285,18 +287,20 @@ class Ledger:
         before is gone (so no forecast is ever scored twice). Stale temporary files
         (crashed writes, older than an hour) are removed too."""
         now = now or datetime.now(timezone.utc)
+        days = self.retention_days if days is None else days
+        max_bytes = self.retention_bytes if max_bytes is None else max_bytes
         removed: list[Path] = []
         removed += self._remove_stale_tmp(now)
-        if self.retention_days is not None:
-            cutoff = now.date() - timedelta(days=float(self.retention_days))
+        if days is not None:
+            cutoff = now.date() - timedelta(days=float(days))
             for base in (self.root, self.scores_root):
                 for d in _partitions(base):
                     if d[0] < cutoff:
                         removed += sorted(p for p in d[1].iterdir() if p.is_file())
                         shutil.rmtree(d[1], ignore_errors=True)
                         _unlink(_complete_list(self.scores_root, d[1].name))
-        if self.retention_bytes is not None:
-            removed += self._enforce_bytes(int(self.retention_bytes))
+        if max_bytes is not None:
+            removed += self._enforce_bytes(int(max_bytes))
         return removed
 
     def _enforce_bytes(self, limit: int) -> list[Path]:

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from kronos_core.candles import FEATURES
 from kronos_core.options import quantile_column
 
 DEFAULT_FEATURES = ("close",)  # the features whose mean and quantiles a ledger keeps
@@ -92,14 +93,24 @@ class CalibrationStamp:
         return {"method": self.method, "version": self.version, "hash": self.hash,
                 "updated_at": None if self.updated_at is None else self.updated_at.isoformat()}
 
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> CalibrationStamp:
+        """From ``as_dict``'s shape (other keys are ignored; ``updated_at`` text or datetime)."""
+        upd = d.get("updated_at")
+        if upd is not None and not isinstance(upd, datetime):
+            upd = pd.Timestamp(upd).to_pydatetime()
+        return cls(str(d.get("method") or ""), int(d.get("version") or 0), str(d.get("hash") or ""), upd)
+
 
 @dataclass
 class ForecastRecord:
     """One symbol's forecast of one request, as the ledger keeps it.
 
-    ``timestamps`` (H,) the steps' times; ``mean`` feature -> (H,) values; ``quantiles``
-    level (float or its label) -> feature -> (H,) values (the answer's, i.e. calibrated
-    when ``calibration`` is set). Features the ledger does not keep are ignored.
+    ``timestamps`` (H,) the steps' times; ``mean`` feature -> (H,) values, or an array
+    (H, 6) in ``FEATURES`` order; ``quantiles`` level (float or its label) -> the same (the
+    answer's, i.e. calibrated when ``calibration`` is set), or an array (Q, H, 6) with its
+    ``levels`` (Q,). Features the ledger does not keep are ignored. ``calibration``: a
+    ``CalibrationStamp`` or its dict (``CalibrationStamp.from_dict``).
     ``last_close``: the close at ``origin`` (for the direction score; None: the scorer reads
     it from the store). ``series_hash``: for an inline series (``source="inline"``), the hash
     of its candles (``series_hash``). ``paths`` (S, H) close sample paths, kept only by a
@@ -110,17 +121,30 @@ class ForecastRecord:
     symbol: str
     origin: Any  # last input candle's time (wall clock)
     timestamps: Any  # (H,) datetime64 array (fastest), or times pandas reads
-    mean: Mapping[str, Any]  # feature -> (H,) floats
-    quantiles: Mapping[Any, Mapping[str, Any]]  # level -> feature -> (H,) floats
+    mean: Any  # feature -> (H,) floats, or (H, 6)
+    quantiles: Any  # level -> feature -> (H,) floats (or -> (H, 6)), or (Q, H, 6) with ``levels``
     model_sha256: str
     model_name: str | None = None
     request_time: Any = None  # UTC; None: now
-    calibration: CalibrationStamp | None = None
+    calibration: CalibrationStamp | Mapping[str, Any] | None = None
     last_close: float | None = None
     frequency: str | None = None  # the store's frequency folder, when known
     source: str = "store"  # "store" | "inline"
     series_hash: str | None = None
-    paths: Any = None  # (S, H) close paths or None
+    paths: Any = None  # (S, H) close paths, or (S, H, 6), or None
+    levels: Sequence[float] | None = None  # the levels of an array ``quantiles`` (Q,)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.calibration, Mapping):
+            self.calibration = CalibrationStamp.from_dict(self.calibration)
+        if not isinstance(self.quantiles, Mapping):
+            arr = np.asarray(self.quantiles)
+            if arr.size == 0:
+                self.quantiles = {}
+            else:
+                if self.levels is None or len(self.levels) != arr.shape[0]:
+                    raise ValueError(f"{self.symbol}: quantiles as an array (Q, H, 6) need their levels (Q,)")
+                self.quantiles = {float(q): arr[i] for i, q in enumerate(self.levels)}
 
 
 def _levels(records: Sequence[ForecastRecord]) -> list[float]:
@@ -145,7 +169,7 @@ def to_table(records: Sequence[ForecastRecord], features: Sequence[str] = DEFAUL
                                     pa.timestamp("ns", tz="UTC"))
     cols["model_sha256"] = pa.array(per_record([r.model_sha256 for r in records]), pa.string())
     cols["model_name"] = pa.array(per_record([r.model_name for r in records]), pa.string())
-    stamps = [r.calibration for r in records]
+    stamps = [_stamp(r.calibration) for r in records]
     cols["calibration_method"] = pa.array(per_record([s.method if s else None for s in stamps]), pa.string())
     cols["calibration_version"] = pa.array(per_record([s.version if s else None for s in stamps]), pa.int64())
     cols["calibration_hash"] = pa.array(per_record([s.hash if s else None for s in stamps]), pa.string())
@@ -167,7 +191,8 @@ def to_table(records: Sequence[ForecastRecord], features: Sequence[str] = DEFAUL
         raise ValueError(f"{bad.symbol}: a step's time is not after the origin {bad.origin}")
     cols["step_time"] = pa.array(step_ns.astype("datetime64[ns]"), pa.timestamp("ns"))
     for f in features:
-        cols[f"mean_{f}"] = pa.array(_stack([r.mean.get(f) for r in records], sizes), pa.float64(), from_pandas=True)
+        cols[f"mean_{f}"] = pa.array(_stack([_feature(r.mean, f) for r in records], sizes), pa.float64(),
+                                     from_pandas=True)
     for q in levels:
         for f in features:
             vals = [_level(r.quantiles, q, f) for r in records]
@@ -178,16 +203,34 @@ def to_table(records: Sequence[ForecastRecord], features: Sequence[str] = DEFAUL
             if r.paths is None:
                 rows.extend([None] * s)
             else:
-                p = np.asarray(r.paths, dtype=np.float64)  # (S, H)
+                p = np.asarray(r.paths, dtype=np.float64)  # (S, H) or (S, H, 6)
+                if p.ndim == 3:
+                    p = p[..., FEATURES.index("close")]
                 rows.extend(p[:, h].tolist() for h in range(s))
         cols["paths_close"] = pa.array(rows, pa.list_(pa.float64()))
     return pa.table(cols)
 
 
-def _level(quantiles: Mapping[Any, Mapping[str, Any]], q: float, feature: str):
+def _stamp(value: CalibrationStamp | Mapping[str, Any] | None) -> CalibrationStamp | None:
+    return CalibrationStamp.from_dict(value) if isinstance(value, Mapping) else value
+
+
+def _feature(values: Any, feature: str) -> Any:
+    """One feature's (H,) values of a feature -> values mapping or an (H, 6) array."""
+    if values is None:
+        return None
+    if isinstance(values, Mapping):
+        return values.get(feature)
+    arr = np.asarray(values)
+    if arr.ndim == 2 and arr.shape[-1] == len(FEATURES):
+        return arr[:, FEATURES.index(feature)]
+    raise ValueError(f"values must map feature -> (H,) or be an (H, {len(FEATURES)}) array, got shape {arr.shape}")
+
+
+def _level(quantiles: Mapping[Any, Any], q: float, feature: str):
     for k, v in quantiles.items():
         if float(k) == q:
-            return v.get(feature)
+            return _feature(v, feature)
     return None
 
 

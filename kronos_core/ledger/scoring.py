@@ -74,6 +74,13 @@ class ScoreResult:
     path: Path | None = None
     skipped_files: list[tuple[Path, str]] = field(default_factory=list)
 
+    def per_model(self) -> dict[str, int]:
+        """New scores per model SHA-256."""
+        if self.scores.num_rows == 0:
+            return {}
+        counts = self.scores.group_by("model_sha256").aggregate([("model_sha256", "count")]).to_pydict()
+        return dict(zip(counts["model_sha256"], counts["model_sha256_count"]))
+
 
 def close_levels(table: pa.Table) -> list[float]:
     """The quantile levels that have a close column in ``table``, ascending."""
@@ -195,7 +202,7 @@ def score(ledger: Ledger, store: KlineReader, since: Any = None, now: datetime |
         lock = SymbolLock(ledger.root, LOCK_NAME)
         lock.__enter__()
     except OSError as exc:
-        raise LedgerWriteError(f"cannot lock ledger {ledger.root} for scoring: {exc.strerror or exc}") from exc
+        raise LedgerWriteError(f"cannot lock ledger {ledger.root} for scoring: {exc.strerror or exc}", exc.errno) from exc
     try:
         return _score_locked(ledger, store, since, now)
     finally:

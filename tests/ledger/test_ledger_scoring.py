@@ -8,7 +8,7 @@ from datetime import timedelta
 import numpy as np
 import pandas as pd
 import pytest
-from ledger_helpers import append, candles, make_store, record
+from ledger_helpers import SHA, append, candles, make_store, record
 
 from kronos_core.eval import metrics as m
 from kronos_core.ledger import Ledger, accuracy, by_model_and_step, score, series_hash
@@ -30,7 +30,7 @@ def test_scores_match_a_direct_computation_with_eval_metrics(tmp_path):
     for s, f in full.items():
         append(store, s, f.iloc[30:35])
     res = score(led, store)
-    assert res.scores.num_rows == 10 and res.waiting == 0
+    assert res.scores.num_rows == 10 and res.waiting == 0 and res.per_model() == {SHA: 10}
     got = res.scores.to_pandas().sort_values(["symbol", "horizon_step"])
     for rec in recs:
         truth = full[rec.symbol].close.iloc[30:35].to_numpy()[None, :]  # (1, H)
