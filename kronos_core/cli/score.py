@@ -31,6 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--frequency", help="store frequency folder for forecasts that recorded none")
     parser.add_argument("--window", type=int, default=None, metavar="N",
                         help="rolling window: the last N scored steps (default 500)")
+    parser.add_argument("--require-next-bar", action="store_true",
+                        help="count a candle as a truth only once a later one is stored (stores fed with forming bars)")
     parser.add_argument("--json", action="store_true", help="print the summaries as JSON")
 
 
@@ -92,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     ledger = Ledger(ledger_dir)
     reader = KlineReader(store_dir, args.frequency)
     try:
-        result = score(ledger, reader, since=args.since)
+        result = score(ledger, reader, since=args.since, require_next_bar=args.require_next_bar)
     except LedgerError as exc:
         print(f"kronos score: {exc}", file=sys.stderr)
         return 1

@@ -153,12 +153,14 @@ def empty_scores() -> pa.Table:
 
 
 def _truths(store: KlineReader, symbol: str, frequency: str | None, times: np.ndarray,
-            origins: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-    """(values (N, 6) at exactly ``times`` (NaN where the store has no candle there), closes
-    (N,) at exactly ``origins``), or None when the store cannot read the symbol."""
+            origins: np.ndarray, require_next_bar: bool = False) -> tuple[np.ndarray, np.ndarray] | None:
+    """(values (N, 6) at exactly ``times`` (NaN where the store has no candle there, or, with
+    ``require_next_bar``, no later one), closes (N,) at exactly ``origins``), or None when the
+    store cannot read the symbol."""
     lo, hi = int(min(times.min(), origins.min())), int(times.max())
     try:
-        frame = store.read(symbol, frequency, start=np.datetime64(lo, "ns"), end=np.datetime64(hi, "ns"))
+        end = None if require_next_bar else np.datetime64(hi, "ns")
+        frame = store.read(symbol, frequency, start=np.datetime64(lo, "ns"), end=end)
     except StoreError:
         return None
     ts = frame["timestamps"].to_numpy().astype("datetime64[ns]").astype(np.int64)  # (L,)
@@ -170,6 +172,8 @@ def _truths(store: KlineReader, symbol: str, frequency: str | None, times: np.nd
         return i, hit
 
     i, hit = at(times)
+    if require_next_bar and len(ts):
+        hit &= times < ts[-1]  # a later bar exists: the one at ``times`` is closed
     out = np.full((len(times), len(FEATURES)), np.nan)
     if len(ts):
         out[hit] = values[i[hit]]
@@ -190,9 +194,13 @@ def _note_complete(ledger: Ledger, files: list[Path], forecasts: pa.Table, waiti
         log.warning("%s", exc)
 
 
-def score(ledger: Ledger, store: KlineReader, since: Any = None, now: datetime | None = None) -> ScoreResult:
+def score(ledger: Ledger, store: KlineReader, since: Any = None, now: datetime | None = None,
+          require_next_bar: bool = False) -> ScoreResult:
     """Score every recorded forecast step (of requests at or after ``since``) whose truth the
     store holds and that has no score yet; persist the new scores (one file) and return them.
+
+    ``require_next_bar``: for a store whose newest candle may still be forming (fed from a
+    live source), a step's candle counts as its truth only once a later candle is stored.
 
     Scorers are serialized by a file lock in the ledger's folder (``.score.lock``), so two
     gateways never score a step twice. Raises ``LedgerWriteError`` when the scores cannot
@@ -204,12 +212,13 @@ def score(ledger: Ledger, store: KlineReader, since: Any = None, now: datetime |
     except OSError as exc:
         raise LedgerWriteError(f"cannot lock ledger {ledger.root} for scoring: {exc.strerror or exc}", exc.errno) from exc
     try:
-        return _score_locked(ledger, store, since, now)
+        return _score_locked(ledger, store, since, now, require_next_bar)
     finally:
         lock.__exit__(None, None, None)
 
 
-def _score_locked(ledger: Ledger, store: KlineReader, since: Any, now: datetime | None) -> ScoreResult:
+def _score_locked(ledger: Ledger, store: KlineReader, since: Any, now: datetime | None,
+                  require_next_bar: bool) -> ScoreResult:
     complete = ledger.complete_files()
     files = [f for f in ledger.files(since) if f"{f.parent.name}/{f.name}" not in complete]
     skipped: list[tuple[Path, str]] = []
@@ -244,7 +253,7 @@ def _score_locked(ledger: Ledger, store: KlineReader, since: Any, now: datetime 
         groups.setdefault((str(s), None if f is None else str(f)), []).append(i)
     for (symbol, frequency), rows in groups.items():
         idx = np.asarray(rows)
-        found = _truths(store, symbol, frequency, steps_ns[idx], origins_ns[idx])
+        found = _truths(store, symbol, frequency, steps_ns[idx], origins_ns[idx], require_next_bar)
         if found is not None:
             truth[idx], origin_close[idx] = found
     ready = np.isfinite(truth[:, FEATURES.index("close")])

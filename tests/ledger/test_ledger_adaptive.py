@@ -189,3 +189,24 @@ def test_two_gateways_share_one_state(tmp_path):
     alone.update(second.scored)
     np.testing.assert_allclose(b.calibration.corrections, alone.calibration.corrections)
     assert a.refresh() and a.stamp == b.stamp
+
+
+def test_old_states_corrections_are_pruned(tmp_path):
+    import os
+
+    cal = _fitted()
+    path = tmp_path / "state.json"
+    online = OnlineCalibration(cal, path, history_days=1)
+    frame = candles(40, seed=2)
+    store = make_store(tmp_path / "store", {"AAA": frame})
+    led = Ledger(tmp_path / "ledger")
+    history = path.with_name(path.name + ".d")
+    history.mkdir()
+    old = history / ("0" * 64 + ".npy")
+    old.write_bytes(b"x")
+    os.utime(old, (1, 1))
+    recs, _ = _forecast_round(online, frame, np.arange(10, 14), np.random.default_rng(0), "x")
+    led.record(recs)
+    assert online.update(score(led, store).scored).changed
+    assert not old.exists()
+    assert {p.stem for p in history.glob("*.npy")} == {corrections_hash(cal), online.stamp.hash}

@@ -213,3 +213,12 @@ def test_concurrent_scorers_score_each_step_once(tmp_path):
     assert sorted(counts) == [0, 0, 0, 15]
     keys = led.read_scores().to_pandas()[["request_id", "symbol", "horizon_step"]]
     assert len(keys) == 15 and not keys.duplicated().any()
+
+
+def test_require_next_bar_waits_for_a_later_candle(tmp_path):
+    store, led, full, _, _ = _setup(tmp_path, symbols=("AAA",))
+    append(store, "AAA", full["AAA"].iloc[30:32])  # steps 1 and 2; step 2's bar may still be forming
+    first = score(led, store, require_next_bar=True)
+    assert first.scores["horizon_step"].to_pylist() == [1]
+    append(store, "AAA", full["AAA"].iloc[32:33])
+    assert score(led, store, require_next_bar=True).scores["horizon_step"].to_pylist() == [2]
