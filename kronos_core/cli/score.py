@@ -83,6 +83,7 @@ def table_lines(rows: list[dict]) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     from kronos_core.data.store_reader import KlineReader
     from kronos_core.ledger import DEFAULT_WINDOW, Ledger, LedgerError, by_model_and_step, score
+    from kronos_core.ledger.accuracy import select
 
     store_dir, ledger_dir = resolve_dirs(args.store, args.ledger)
     if not Path(store_dir).is_dir():
@@ -99,7 +100,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"kronos score: {exc}", file=sys.stderr)
         return 1
     window: int | timedelta = args.window or DEFAULT_WINDOW
-    scores = ledger.read_scores(since=args.since)
+    # scores of forecasts requested since T were written since T: read those, keep the forecasts'
+    scores = select(ledger.read_scores(since=args.since), since=args.since)
     rows = by_model_and_step(scores, window)
     for path, why in result.skipped_files:
         print(f"kronos score: skipped unreadable {path}: {why}", file=sys.stderr)
