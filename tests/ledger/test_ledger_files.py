@@ -265,3 +265,23 @@ def test_write_errors_are_os_errors(tmp_path):
     with pytest.raises(OSError) as info:
         Ledger(tmp_path / "ledger").record([record("AAA", START, 2)])
     assert isinstance(info.value, LedgerWriteError) and info.value.errno is not None
+
+
+def test_several_writers_at_once_never_collide(tmp_path):
+    root = tmp_path / "ledger"
+    script = textwrap.dedent(f"""
+        import sys
+        sys.path[:0] = {sys.path!r}
+        from ledger_helpers import record, START
+        from kronos_core.ledger import Ledger
+        led = Ledger({str(root)!r}, writer_id=sys.argv[1])
+        for i in range(20):
+            led.record([record("AAA", START, 4, request_id=f"{{sys.argv[1]}}-{{i}}")])
+    """)
+    procs = [subprocess.Popen([sys.executable, "-c", script, f"gw{k}"], cwd=os.path.dirname(__file__))
+             for k in range(3)]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0, 0]
+    led = Ledger(root)
+    assert len(led.files()) == 60
+    t = led.read()
+    assert t.num_rows == 240 and len(set(t["request_id"].to_pylist())) == 60 and led.skipped == []
