@@ -32,7 +32,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from kronos_core.ledger.errors import LedgerError, LedgerWriteError
-from kronos_core.ledger.records import DEFAULT_FEATURES, ForecastRecord, to_table, utc_ns
+from kronos_core.ledger.records import (
+    DEFAULT_FEATURES,
+    ForecastRecord,
+    empty_scores,
+    to_table,
+    utc_ns,
+)
 
 log = logging.getLogger(__name__)
 
@@ -235,8 +241,6 @@ class Ledger:
         self.skipped = []
         table = read_files(partition_files(self.scores_root, day), self.skipped)
         if table is None:
-            from kronos_core.ledger.scoring import empty_scores
-
             return empty_scores()
         return filter_rows(table, "scored_at", since_ns, model, symbol)
 

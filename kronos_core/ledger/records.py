@@ -242,3 +242,16 @@ def _stack(values: list, sizes: list[int]) -> np.ndarray:
         if len(p) != s:
             raise ValueError(f"a record has {len(p)} values for {s} steps")
     return np.concatenate(parts) if parts else np.zeros(0)
+
+
+def empty_scores() -> pa.Table:
+    """A scores table with no rows (the columns every scores file has)."""
+    cols: dict[str, pa.Array] = {
+        "request_id": pa.array([], pa.string()), "symbol": pa.array([], pa.string()),
+        "horizon_step": pa.array([], pa.int32()), "request_time": pa.array([], pa.timestamp("ns", tz="UTC")),
+        "scored_at": pa.array([], pa.timestamp("ns", tz="UTC")), "model_sha256": pa.array([], pa.string()),
+        "model_name": pa.array([], pa.string()), "step_time": pa.array([], pa.timestamp("ns")),
+        "truth_close": pa.array([], pa.float64()), "crps": pa.array([], pa.float64()),
+        "abs_error": pa.array([], pa.float64()), "direction_hit": pa.array([], pa.float64()),
+    }
+    return pa.table(cols)

@@ -50,7 +50,7 @@ from kronos_core.ledger.ledger import (
     partition_files,
     read_files,
 )
-from kronos_core.ledger.records import utc_ns
+from kronos_core.ledger.records import empty_scores, utc_ns
 from kronos_core.options import quantile_label
 
 log = logging.getLogger(__name__)
@@ -137,19 +137,6 @@ def step_scores(table: pa.Table, truth_close: np.ndarray, last_close: np.ndarray
         cov = m.covered(low, high, truth)[:, 0]
         out[f"covered_{quantile_label(c)}"] = np.where(np.isfinite(low[:, 0]) & np.isfinite(high[:, 0]), cov, np.nan)
     return out
-
-
-def empty_scores() -> pa.Table:
-    """A scores table with no rows (the columns every scores file has)."""
-    cols: dict[str, pa.Array] = {
-        "request_id": pa.array([], pa.string()), "symbol": pa.array([], pa.string()),
-        "horizon_step": pa.array([], pa.int32()), "request_time": pa.array([], pa.timestamp("ns", tz="UTC")),
-        "scored_at": pa.array([], pa.timestamp("ns", tz="UTC")), "model_sha256": pa.array([], pa.string()),
-        "model_name": pa.array([], pa.string()), "step_time": pa.array([], pa.timestamp("ns")),
-        "truth_close": pa.array([], pa.float64()), "crps": pa.array([], pa.float64()),
-        "abs_error": pa.array([], pa.float64()), "direction_hit": pa.array([], pa.float64()),
-    }
-    return pa.table(cols)
 
 
 def _truths(store: KlineReader, symbol: str, frequency: str | None, times: np.ndarray,
