@@ -64,6 +64,51 @@ def check_model(settings) -> str | None:
     return None
 
 
+def port_holder(host: str, port: int) -> str | None:
+    """What already listens on ``host:port``, or None when the port is free to bind.
+
+    Ray Serve's proxy binds with SO_REUSEPORT, so a second service on a busy port would start
+    and share the port with the first (requests then alternate between the two). A plain test
+    bind (SO_REUSEADDR only, so that connections of a stopped service in TIME_WAIT do not count)
+    fails on a port another process listens on. The answer names the holder when it can be
+    found ("pid 1234 (ray::ProxyActor)"), else just "in use". An address this machine cannot
+    bind at all (not one of its own) is left to Ray to report."""
+    import errno
+    import socket
+
+    try:
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror:
+        return None
+    for family, kind, proto, _name, address in addresses:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    return _listener(port) or "in use"
+    return None
+
+
+def _listener(port: int) -> str | None:
+    """"pid N (name)" of a process listening on TCP ``port``, when psutil can see it."""
+    import psutil
+
+    try:
+        pids = {c.pid for c in psutil.net_connections(kind="inet")
+                if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid}
+    except (psutil.Error, OSError):  # e.g. AccessDenied on macOS without root
+        return None
+    held = []
+    for pid in sorted(pids):
+        try:
+            held.append(f"pid {pid} ({psutil.Process(pid).name()})")
+        except psutil.Error:
+            held.append(f"pid {pid}")
+    return ", ".join(held) or None
+
+
 def settings_from_args(args: argparse.Namespace):
     from service.settings import Settings
 
@@ -171,6 +216,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"WARNING: kronos serve listens on {settings.host} with no API keys: anyone who can reach this "
               "port can run forecasts. Set KRONOS_API_KEYS or KRONOS_API_KEYS_FILE (SHA-256-hashed keys, see "
               "docs/service.md), or bind 127.0.0.1.", file=sys.stderr, flush=True)
+    if not settings.ray_address and settings.port:  # a cluster given by address binds on its own nodes
+        holder = port_holder(settings.host, settings.port)
+        if holder:
+            held = "in use" if holder == "in use" else f"in use by {holder}"
+            print(f"kronos serve: port {settings.port} on {settings.host} is {held}; stop that service or "
+                  "choose another port (--port, KRONOS_PORT)", file=sys.stderr)
+            return 2
     problem = check_model(settings)
     if problem:
         print(f"kronos serve: cannot load the model: {problem}", file=sys.stderr)
