@@ -205,6 +205,10 @@ def run(args: argparse.Namespace) -> int:
     except ValidationError as exc:
         print(f"kronos serve: invalid settings: {exc}", file=sys.stderr)
         return 2
+    from service.settings import unknown_kronos_variables
+
+    for message in unknown_kronos_variables():
+        print(f"WARNING: {message}", file=sys.stderr, flush=True)
     from service.auth import KeyFileError, load_keyring
 
     try:
