@@ -185,13 +185,35 @@ def local_metrics_dir(settings) -> str | None:
     return settings.gateway_shared_dir(ray.get_runtime_context().get_node_id())
 
 
-def stop() -> None:
+def stop(settings=None) -> None:
+    """Stop the app, then Ray (``settings``: those the app was started with; default ones
+    when not given: the embedded service).
+
+    Embedded (a local Ray, no ``ray_address``): delete the app, whose replicas stop as Serve
+    stops them (``graceful_shutdown_timeout_s``), then ``ray.shutdown()``, which disconnects
+    this driver and then ends the rest of the local Ray, Serve's controller and proxy with it.
+    ``serve.shutdown()`` is not used there: it has the controller kill itself while this
+    driver still waits on two of its calls (``graceful_shutdown`` returns only through that
+    death, and a handle's long poll is pending), and Ray reports each as ``Task
+    ServeController.graceful_shutdown failed ... killed by ray.kill`` on every clean stop.
+    On a cluster given by address, ``serve.shutdown()`` stays: the service's proxies bind
+    the port on the cluster's nodes and must go with it."""
     import ray
     from ray import serve
 
+    from service.settings import Settings
+
+    settings = settings or Settings()
     try:
-        if ray.is_initialized():  # else serve.shutdown() would start a Ray instance to shut down
+        if not ray.is_initialized():  # else a Serve call would start a Ray instance to shut down
+            return
+        if settings.ray_address:
             serve.shutdown()
+            return
+        try:
+            serve.delete(settings.app_name)
+        except Exception as exc:  # Serve never came up: nothing to delete, Ray goes anyway
+            log.warning("stopping the app: %s", exc)
     finally:
         if ray.is_initialized():
             ray.shutdown()
@@ -259,7 +281,7 @@ def run(args: argparse.Namespace) -> int:
         print("stopping Kronos service...", flush=True)
         if stop_event.is_set():
             drain(settings, force, handle)
-        stop()
+        stop(settings)
         if scratch is not None:  # this process's own Ray is gone, and with it every gateway
             shutil.rmtree(scratch, ignore_errors=True)
         print("stopped", flush=True)
