@@ -11,32 +11,25 @@ import os
 import time
 from typing import Annotated
 
-import orjson
 from fastapi import FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from ray import serve
 from ray.exceptions import RayActorError
-from ray.serve.exceptions import BackPressureError
 from ray.serve.handle import DeploymentHandle
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from kronos_core.errors import ErrorCode
 from service.auth import ApiKeyMiddleware
 from service.docs_ui import install_docs
-from service.gateway import (
-    DeadlineExceeded,
-    Gateway,
-    Overloaded,
-    ReplicaGone,
-    RequestInvalid,
-    outcome_to_arrow,
-    outcome_to_json,
-)
+from service.errors import InvalidRequest, RateLimited, ServiceError, TooLarge
+from service.gateway import Gateway
+from service.gateway.encode import outcome_to_arrow, outcome_to_json
 from service.lifecycle import DrainMiddleware
 from service.limits import BodyLimitMiddleware
 from service.metrics import CONTENT_TYPE, Metrics
 from service.replica import Predictor
+from service.responses import error_response
+from service.responses import json_response as _json
 from service.schemas import (
     ARROW_STREAM,
     ForecastRequest,
@@ -46,8 +39,8 @@ from service.schemas import (
     RequestErrorOut,
     SymbolsPage,
 )
+from service.serve_replicas import ServeReplicas
 from service.settings import Settings
-from service.shards import ReplicaInfo, Shard, ShardResult
 
 log = logging.getLogger(__name__)
 
@@ -117,71 +110,30 @@ async def _observe(request: Request, call_next):
             )
 
 
+@api.exception_handler(ServiceError)
+async def _service_error(request: Request, exc: ServiceError) -> Response:
+    """Every ``service.errors.ServiceError`` raised by a route or the gateway behind it."""
+    return error_response(exc, _METRICS)
+
+
 @api.exception_handler(RequestValidationError)
 async def _invalid(request: Request, exc: RequestValidationError) -> Response:
     """422 naming the field; the offending input is not echoed (it may hold NaN, or be huge)."""
-    if _METRICS is not None:
-        _METRICS.record_error(ErrorCode.INVALID_REQUEST)
     detail = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")} for e in exc.errors()]
-    return _json({"detail": detail}, 422)
+    return error_response(InvalidRequest(detail), _METRICS)
 
 
 @api.exception_handler(StarletteHTTPException)
 async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
     """FastAPI answers 400 for a body it cannot decode (invalid UTF-8, nesting too deep for the
-    JSON parser): answer the documented 422 instead, in the validation-error shape."""
+    JSON parser): answer the documented 422 instead, in the validation-error shape. A body
+    past the limit while it streams (``service.limits.BodyTooLarge``) is 413 ``too_large``."""
     if exc.status_code == 400:
-        if _METRICS is not None:
-            _METRICS.record_error(ErrorCode.INVALID_REQUEST)
-        return _json({"detail": [{"loc": ["body"], "msg": f"unreadable body: {exc.detail}; send UTF-8 JSON",
-                                  "type": "json_invalid"}]}, 422)
-    body = {"detail": exc.detail}
+        return error_response(InvalidRequest([{"loc": ["body"], "msg": f"unreadable body: {exc.detail}; send UTF-8 JSON",
+                                               "type": "json_invalid"}]), _METRICS)
     if exc.status_code == 413:
-        body["code"] = ErrorCode.TOO_LARGE
-        if _METRICS is not None:
-            _METRICS.record_error(ErrorCode.TOO_LARGE)
-    return _json(body, exc.status_code, headers=exc.headers)
-
-
-def _json(content, status_code: int = 200, headers: dict | None = None) -> Response:
-    return Response(
-        orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS),
-        status_code=status_code, media_type="application/json", headers=headers,
-    )
-
-
-class ServeReplicas:
-    """The predictor replicas behind a Serve handle, as the gateway's ``Replicas``: Ray's
-    failures become the gateway's ``ReplicaGone`` (retry the shard) and ``Overloaded`` (503)."""
-
-    def __init__(self, handle: DeploymentHandle, settings: Settings, metrics: Metrics):
-        self.handle = handle
-        self.settings = settings
-        self.metrics = metrics
-
-    async def forecast_shard(self, shard: Shard) -> ShardResult:
-        resp = self.handle.forecast_shard.remote(shard)
-        try:
-            return await resp
-        except asyncio.CancelledError:
-            resp.cancel()  # client gone: drop the shard where Ray still can
-            raise
-        except BackPressureError as exc:
-            self.metrics.record_error(ErrorCode.OVERLOADED)
-            raise Overloaded(f"replicas' queues are full: {exc}", self.settings.retry_after_s) from exc
-        except RayActorError as exc:
-            first_line = str(exc).splitlines()[0] if str(exc) else ""
-            raise ReplicaGone(f"{type(exc).__name__}: {first_line}") from exc
-
-    async def describe(self) -> ReplicaInfo:
-        for attempt in range(self.settings.shard_retries + 1):
-            try:
-                return await self.handle.describe.remote()
-            except RayActorError:
-                if attempt == self.settings.shard_retries:
-                    raise
-                await asyncio.sleep(0.5)
-        raise AssertionError("unreachable")
+        return error_response(TooLarge(exc.detail, exc.headers), _METRICS)
+    return _json({"detail": exc.detail}, exc.status_code, headers=exc.headers)
 
 
 # defined before Ingress: serve.ingress pickles the class (by value) where it is decorated
@@ -261,12 +213,6 @@ class Ingress:
         """HTTP requests in flight over all gateway replicas of the node."""
         return int(await asyncio.to_thread(self.metrics.total, "kronos_http_requests_in_flight"))
 
-    def _overloaded(self, exc: Overloaded) -> Response:
-        return _json(
-            {"detail": str(exc), "code": ErrorCode.OVERLOADED}, exc.status_code,
-            headers={"Retry-After": str(exc.retry_after_s)},
-        )
-
     # ------------------------------------------------------------------ routes
     @api.post(
         "/v1/forecast", response_model=ForecastResponse,
@@ -290,21 +236,12 @@ class Ingress:
         key = request.scope.get("state", {}).get("api_key") if request is not None else None
         wait = _keyring().throttle(key, req.n_series)
         if wait > 0:
-            self.metrics.record_error(ErrorCode.RATE_LIMITED)
-            return _json({"detail": f"rate limit of key {key.name!r} ({key.series_per_s:g} series/s) reached",
-                          "code": ErrorCode.RATE_LIMITED}, 429, {"Retry-After": str(max(1, math.ceil(wait)))})
+            raise RateLimited(f"rate limit of key {key.name!r} ({key.series_per_s:g} series/s) reached",
+                              max(1, math.ceil(wait)))
         timeout = self.settings.request_timeout_s
         if x_kronos_timeout_s is not None:
             timeout = min(timeout, x_kronos_timeout_s)
-        try:
-            out = await self.gateway.forecast(req, timeout_s=timeout)
-        except DeadlineExceeded as exc:
-            return _json({"detail": str(exc), "code": ErrorCode.DEADLINE_EXCEEDED}, 504)
-        except Overloaded as exc:
-            return self._overloaded(exc)
-        except RequestInvalid as exc:
-            self.metrics.record_error(ErrorCode.INVALID_REQUEST)
-            return _json({"detail": exc.detail()}, 422)
+        out = await self.gateway.forecast(req, timeout_s=timeout)  # a ServiceError: answered by _service_error
         if accept and ARROW_STREAM in accept:
             return Response(outcome_to_arrow(out), media_type=ARROW_STREAM,
                             headers={"X-Kronos-Errors": str(len(out.errors))})

@@ -22,6 +22,7 @@ import sys
 import time
 
 import numpy as np
+import pandas as pd
 
 log = logging.getLogger("service.bench")
 
@@ -66,11 +67,10 @@ def _engine_side(args, settings, store, symbols: list[str], lookback: int | None
     batch = store.read_windows(symbols, lookback)
     future = FutureTimestamps()
     series, xts, yts = [], [], []
-    for i in range(len(batch.symbols)):
-        v, ts = batch.series(i)
-        series.append(np.asarray(v, np.float32))
-        xts.append(ts)
-        yts.append(future(ts.to_numpy(), args.horizon))
+    for w in batch.windows:
+        series.append(np.asarray(w.values, np.float32))
+        xts.append(pd.DatetimeIndex(w.timestamps))
+        yts.append(future(w.timestamps, args.horizon))
     kw = dict(sample_count=args.sample_count, seed=1234)
     predictor.forecast(series[:8], xts[:8], yts[:8], args.horizon, **kw)  # warm-up
     t0 = time.perf_counter()

@@ -14,10 +14,9 @@ from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
-import pandas as pd
 
 from kronos_core.errors import ErrorCode
-from service.shards import ReplicaInfo, Shard, ShardResult
+from service.messages import ReplicaInfo, Shard, ShardResult
 
 
 @runtime_checkable
@@ -30,17 +29,23 @@ class SymbolFailure(Protocol):
 
 
 @runtime_checkable
+class SymbolWindowView(Protocol):
+    """One symbol's unpadded window (``kronos_core.data.store.SymbolWindow``)."""
+
+    symbol: str
+    values: np.ndarray  # (L, 6) float32, FEATURES order
+    timestamps: np.ndarray  # (L,) datetime64[ns], naive local wall clock
+    metadata: dict  # frequency, timezone, session_timezone, exchange, ...
+    last_stored: np.datetime64  # the last stored candle (after timestamps[-1] when as_of cut)
+
+
+@runtime_checkable
 class Windows(Protocol):
-    """A batch read (``kronos_core.data.store.WindowBatch``): the symbols that succeeded,
-    in request order, their metadata, and the failures."""
+    """A batch read (``kronos_core.data.store.WindowBatch``): the windows of the symbols
+    that succeeded, in request order, and the failures."""
 
-    symbols: list[str]
+    windows: Sequence[SymbolWindowView]
     errors: Sequence[SymbolFailure]
-    metadata: list[dict]  # per successful symbol: timezone, session_timezone, ...
-
-    def series(self, i: int) -> tuple[np.ndarray, pd.DatetimeIndex]:
-        """(values (L_i, 6), timestamps (L_i,)) of the i-th successful symbol."""
-        ...
 
 
 @runtime_checkable
@@ -66,9 +71,9 @@ class CandleStore(Protocol):
 @runtime_checkable
 class Replicas(Protocol):
     """The gateway's view of the predictor replicas (``service.replica.Predictor``, reached
-    through ``service.app.ServeReplicas``). ``forecast_shard`` raises
-    ``service.gateway.ReplicaGone`` when the replica died (the shard may be retried) and
-    ``service.gateway.Overloaded`` when the replicas' queues are full."""
+    through ``service.serve_replicas.ServeReplicas``). ``forecast_shard`` raises
+    ``service.errors.ReplicaGone`` when the replica died (the shard may be retried) and
+    ``service.errors.Overloaded`` when the replicas' queues are full."""
 
     async def forecast_shard(self, shard: Shard) -> ShardResult:
         ...

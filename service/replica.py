@@ -1,6 +1,6 @@
 """The predictor replica: a Ray Serve deployment that owns one device, loads the model
 once, and coalesces shards from concurrent requests into device batches (``@serve.batch``,
-list in / list out) within a token budget. Out-of-memory splitting is in ``BatchRunner``.
+list in / list out) within a token budget. Out-of-memory splitting is in ``service.batch_runner.BatchRunner``.
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ from typing import Any
 
 from ray import serve
 
+from service.batch_runner import BatchRunner
+from service.messages import BatchReport, ReplicaInfo, Shard, ShardResult
 from service.settings import Settings
-from service.shards import BatchReport, BatchRunner, ReplicaInfo, Shard, ShardResult
 
 log = logging.getLogger(__name__)
 

@@ -88,12 +88,12 @@ def _cold_in_new_process(root: Path, lookback: int, n_symbols: int, runs: int = 
 
 
 def _same_batch(a, b) -> bool:
-    return (
-        a.symbols == b.symbols
-        and np.array_equal(a.values, b.values)
-        and np.array_equal(a.timestamps, b.timestamps, equal_nan=True)
-        and np.array_equal(a.lengths, b.lengths)
-        and a.metadata == b.metadata
+    return a.symbols == b.symbols and all(
+        np.array_equal(x.values, y.values)
+        and np.array_equal(x.timestamps, y.timestamps)
+        and x.metadata == y.metadata
+        and x.last_stored == y.last_stored
+        for x, y in zip(a.windows, b.windows)
     )
 
 
@@ -169,9 +169,8 @@ def run_bench(
 
         identical = len(batch.errors) == 0 and len(batch) == len(paths)
         identical &= _same_batch(batch, cold_batch) and _same_batch(batch, batch_files)
-        for i in range(len(batch)):
-            v, ts = batch.series(i)
-            identical &= np.array_equal(v, windows[i]) and np.array_equal(ts.to_numpy(), stamps[i])
+        for w, v, ts in zip(batch.windows, windows, stamps):
+            identical &= np.array_equal(w.values, v) and np.array_equal(w.timestamps, ts)
         return BenchResult(
             n_symbols=len(symbols),
             lookback=lookback,

@@ -80,34 +80,39 @@ from kronos_core.data.snapshot import (  # noqa: F401  (re-exported)
 
 log = logging.getLogger(__name__)
 
-_NAT = np.iinfo(np.int64).min
+@dataclass(frozen=True)
+class SymbolWindow:
+    """One symbol's window of a batch read, unpadded.
+
+    ``values`` (L, 6) float32 in ``FEATURES`` order; ``timestamps`` (L,)
+    datetime64[ns], naive local wall clock; ``metadata`` the symbol's metadata
+    (frequency, timezone, session_timezone, exchange, ...); ``last_stored`` the
+    symbol's last stored candle, which is after ``timestamps[-1]`` when ``as_of``
+    cut the window.
+    """
+
+    symbol: str
+    values: np.ndarray
+    timestamps: np.ndarray
+    metadata: dict
+    last_stored: np.datetime64
 
 
 @dataclass
 class WindowBatch:
-    """Windows of many symbols, left-padded to a common length ``L``.
+    """A batch read: ``windows`` of the symbols that succeeded, in request order, and
+    ``errors`` of the others."""
 
-    ``values`` (B, L, 6) float32 in ``FEATURES`` order, padding rows are 0;
-    ``timestamps`` (B, L) datetime64[ns], padding is NaT; ``lengths`` (B,) the real
-    number of candles per symbol (its last ``lengths[i]`` rows). ``symbols`` are
-    the symbols that succeeded, in request order; ``errors`` the others.
-    """
-
-    symbols: list[str]
-    values: np.ndarray
-    timestamps: np.ndarray
-    lengths: np.ndarray
+    windows: list[SymbolWindow] = field(default_factory=list)
     errors: list[SymbolError] = field(default_factory=list)
-    metadata: list[dict] = field(default_factory=list)
+
+    @property
+    def symbols(self) -> list[str]:
+        """The symbols that succeeded, in request order."""
+        return [w.symbol for w in self.windows]
 
     def __len__(self) -> int:
-        return len(self.symbols)
-
-    def series(self, i: int) -> tuple[np.ndarray, pd.DatetimeIndex]:
-        """Unpadded ``(values (L_i, 6), DatetimeIndex (L_i,))`` of the i-th symbol (views)."""
-        n = int(self.lengths[i])
-        L = self.values.shape[1]
-        return self.values[i, L - n :], pd.DatetimeIndex(self.timestamps[i, L - n :])
+        return len(self.windows)
 
 
 def _as_ns(value: Any, timezone: str | None) -> int:
@@ -360,7 +365,8 @@ class KlineStore:
         as_of=None,
         frequency: str | None = None,
     ) -> WindowBatch:
-        """The last ``lookback`` candles at or before ``as_of`` of each symbol, as one batch.
+        """The last ``lookback`` candles at or before ``as_of`` of each symbol, each
+        symbol's window unpadded with its metadata and last stored candle.
 
         ``as_of``: None (latest), or a time; a naive time is each symbol's local wall
         clock, an aware one is converted to each symbol's time zone. A symbol that
@@ -392,7 +398,7 @@ class KlineStore:
                 listing.append(self._symbol_index())
             return listing[0]
 
-        ok: list[tuple[str, FileEntry, int, int, dict]] = []
+        windows: list[SymbolWindow] = []
         errors: list[SymbolError] = []
         snaps: dict = {}  # each frequency's snapshot is stat-ed once per call
         for symbol in symbols:
@@ -415,12 +421,11 @@ class KlineStore:
                 if end <= start:
                     when = "" if as_of is None else f" at or before {as_of}"
                     raise NoDataError(symbol, f"{symbol}: no candles{when}")
-                # parsed once per opened file; a bad header is this symbol's error
-                ok.append((symbol, entry, start, end, entry.meta))
+                windows.append(_window(symbol, entry, start, end))
             except StoreError as exc:
                 errors.append(exc.to_error())
 
-        return _pack_windows(ok, errors)
+        return WindowBatch(windows, errors)
 
     # -- writing -----------------------------------------------------------------
 
@@ -576,33 +581,21 @@ def _new_candles(symbol: str, frame: pd.DataFrame, timezone: str | None):
     return ts_new, val_new, timezone
 
 
-def _pack_windows(ok: list[tuple[str, FileEntry, int, int, dict]], errors: list[SymbolError]) -> WindowBatch:
-    """One left-padded batch of the rows ``start:end`` of each (symbol, entry, start, end,
-    meta): one copy per window, from the (6, n) block when the file has one."""
-    B = len(ok)
-    L = max((e - s for _, _, s, e, _ in ok), default=0)
-    values = np.zeros((B, L, len(FEATURES)), dtype=np.float32)  # (B, L, 6)
-    stamps = np.empty((B, L), dtype=np.int64)  # (B, L)
-    lengths = np.empty(B, dtype=np.int64)
-    for i, (_, entry, s, e, _) in enumerate(ok):
-        n = e - s
-        lengths[i] = n
-        if n < L:
-            stamps[i, : L - n] = _NAT
-        stamps[i, L - n :] = entry.ts[s:e]
-        if entry.block is not None:
-            values[i, L - n :] = entry.block[:, s:e].T
-        else:
-            block = values[i, L - n :]
-            for j, col in enumerate(entry.cols):
-                block[:, j] = col[s:e]
-    return WindowBatch(
-        symbols=[item[0] for item in ok],
+def _window(symbol: str, entry: FileEntry, start: int, end: int) -> SymbolWindow:
+    """The rows ``start:end`` of ``entry`` as one symbol's window: one copy, from the
+    (6, n) block when the file has one."""
+    if entry.block is not None:
+        values = np.ascontiguousarray(entry.block[:, start:end].T, dtype=np.float32)  # (L, 6)
+    else:
+        values = np.empty((end - start, len(FEATURES)), dtype=np.float32)  # (L, 6)
+        for j, col in enumerate(entry.cols):
+            values[:, j] = col[start:end]
+    return SymbolWindow(
+        symbol=symbol,
         values=values,
-        timestamps=stamps.view("datetime64[ns]"),
-        lengths=lengths,
-        errors=errors,
-        metadata=[item[4] for item in ok],
+        timestamps=entry.ts[start:end].astype("datetime64[ns]"),  # (L,), a copy
+        metadata=entry.meta,
+        last_stored=np.datetime64(int(entry.ts[-1]), "ns"),
     )
 
 

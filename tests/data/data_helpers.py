@@ -22,3 +22,21 @@ COMMON_DAMAGE = [
     (lambda b: b"not an arrow file" * 10, "garbage"),
     (lambda b: b[:-10] + b"\x00" * 10, "trailer zeroed"),
 ]
+
+
+def lengths(batch) -> list[int]:
+    """The window length of each symbol of a ``WindowBatch``, in its order."""
+    return [len(w.values) for w in batch.windows]
+
+
+def series(batch, i: int):
+    """``(values (L_i, 6), DatetimeIndex (L_i,))`` of the i-th window of a ``WindowBatch``."""
+    import pandas as pd
+
+    w = batch.windows[i]
+    return w.values, pd.DatetimeIndex(w.timestamps)
+
+
+def metadata(batch) -> list[dict]:
+    """The metadata of each window of a ``WindowBatch``, in its order."""
+    return [w.metadata for w in batch.windows]

@@ -35,9 +35,11 @@ def test_reproducible_from_seed(tmp_path, small_store):
     )
     syms = [f"SYN{i:04d}" for i in range(0, 300, 37)]
     a, b, c = _windows(small_store, syms), _windows(again, syms), _windows(other, syms)
-    np.testing.assert_array_equal(a.values, b.values)
-    np.testing.assert_array_equal(a.timestamps, b.timestamps)
-    assert not np.array_equal(a.values, c.values)
+    assert a.symbols == b.symbols == c.symbols
+    for wa, wb in zip(a.windows, b.windows, strict=True):
+        np.testing.assert_array_equal(wa.values, wb.values)
+        np.testing.assert_array_equal(wa.timestamps, wb.timestamps)
+    assert not all(np.array_equal(wa.values, wc.values) for wa, wc in zip(a.windows, c.windows))
 
 
 def test_real_series_included_with_source(small_store):
@@ -74,10 +76,10 @@ def test_realistic_features(small_store):
     st = KlineStore(small_store, frequency="5min")
     syms = [s for s in st.symbols() if s.startswith("SYN")]
     batch = st.read_windows(syms, 1000)
-    full = batch.lengths == 1000
+    full = np.array([len(w.values) for w in batch.windows]) == 1000
     assert 0.8 < full.mean() < 0.98  # about one in ten lists later: shorter history
-    v = batch.values[full].astype(np.float64)
-    ts = batch.timestamps[full]
+    v = np.stack([w.values for w in batch.windows if len(w.values) == 1000]).astype(np.float64)  # (n, 1000, 6)
+    ts = np.stack([w.timestamps for w in batch.windows if len(w.values) == 1000])  # (n, 1000)
     o, h, lo, c, vol, amt = (v[..., j] for j in range(6))
     assert (h >= np.maximum(o, c)).all() and (lo <= np.minimum(o, c)).all() and (lo > 0).all()
     assert (vol >= 0).all() and (amt >= 0).all()

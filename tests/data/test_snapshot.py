@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 import pytest
-from data_helpers import COMMON_DAMAGE
+from data_helpers import COMMON_DAMAGE, lengths, metadata, series
 
 from kronos_core.candles import FEATURES
 from kronos_core.cli import main
@@ -52,10 +52,11 @@ def store(tmp_path, real_frames):
 def _same(a: WindowBatch, b: WindowBatch) -> None:
     assert a.symbols == b.symbols
     assert [(e.symbol, e.code) for e in a.errors] == [(e.symbol, e.code) for e in b.errors]
-    np.testing.assert_array_equal(a.values, b.values)
-    np.testing.assert_array_equal(a.timestamps, b.timestamps)
-    np.testing.assert_array_equal(a.lengths, b.lengths)
-    assert a.metadata == b.metadata
+    for x, y in zip(a.windows, b.windows, strict=True):
+        np.testing.assert_array_equal(x.values, y.values)
+        np.testing.assert_array_equal(x.timestamps, y.timestamps)
+        assert len(x.values) == len(y.values)
+        assert x.metadata == y.metadata and x.last_stored == y.last_stored
 
 
 def _reads(root, **kw):
@@ -134,10 +135,10 @@ def test_append_after_compaction_is_read_from_its_file(store, real_frames):
     store.write("G00", goog.iloc[300:310], frequency="1d", fsync=False)  # 10 new candles
     for st in (cached, KlineStore(store.root)):
         after = st.read_windows(["GOOG", "G00"], 5)
-        v, ts = after.series(1)
+        v, ts = series(after, 1)
         np.testing.assert_array_equal(ts, goog["timestamps"].iloc[305:310])
         np.testing.assert_array_equal(v[:, 3], goog["close"].iloc[305:310].astype(np.float32))
-        assert after.metadata[1]["rows"] == 310 and before.metadata[1]["rows"] == 300
+        assert metadata(after)[1]["rows"] == 310 and metadata(before)[1]["rows"] == 300
     assert cached.opened == {"snapshot": 2, "file": 1}  # only the stale symbol re-opened
     _same_reads(store.root)
     # until the next compaction takes the new file in
@@ -153,8 +154,8 @@ def test_replaced_deleted_and_new_symbols_after_compaction(store, real_frames):
     store.write("NEW", goog.iloc[:40], frequency="1d", fsync=False)
     st = KlineStore(store.root)
     batch = st.read_windows(["G01", "G02", "NEW"], 512)
-    assert batch.symbols == ["G01", "NEW"] and batch.lengths.tolist() == [301, 40]
-    np.testing.assert_array_equal(batch.series(0)[1], goog["timestamps"].iloc[:301])
+    assert batch.symbols == ["G01", "NEW"] and lengths(batch) == [301, 40]
+    np.testing.assert_array_equal(series(batch, 0)[1], goog["timestamps"].iloc[:301])
     assert [(e.symbol, e.code) for e in batch.errors] == [("G02", "unknown_symbol")]
     assert st.opened == {"snapshot": 0, "file": 2}
 
@@ -321,7 +322,7 @@ def test_snapshot_replaced_while_open_is_picked_up(store, real_frames):
     store.write("G09", goog.iloc[:500], frequency="1d", overwrite=True, fsync=False)
     store.compact("1d", fsync=False)
     batch = st.read_windows(["G09"], 1000)
-    assert batch.lengths.tolist() == [500] and st.opened == {"snapshot": 2, "file": 0}
+    assert lengths(batch) == [500] and st.opened == {"snapshot": 2, "file": 0}
 
 
 def test_compaction_is_atomic_when_interrupted(store, monkeypatch):
@@ -370,11 +371,11 @@ def test_import_and_sample_store_compact(tmp_path, real_frames):
     real_frames["goog_daily.csv"].iloc[150:260].to_csv(csv, index=False)
     assert main(["import", str(csv), "--store", str(root), "--no-progress", "--no-compact"]) == 0
     st = KlineStore(root)
-    assert st.read_windows(["GOOG"], 1000).lengths.tolist() == [260]
+    assert lengths(st.read_windows(["GOOG"], 1000)) == [260]
     assert st.opened == {"snapshot": 0, "file": 1}  # stale entry: read from the file
     assert main(["import", str(csv), "--store", str(root), "--no-progress"]) == 0
     st = KlineStore(root)
-    assert st.read_windows(["GOOG"], 1000).lengths.tolist() == [260]
+    assert lengths(st.read_windows(["GOOG"], 1000)) == [260]
     assert st.opened == {"snapshot": 1, "file": 0}
 
     out = tmp_path / "sample"

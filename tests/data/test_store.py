@@ -10,7 +10,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.ipc as ipc
 import pytest
-from data_helpers import COMMON_DAMAGE
+from data_helpers import COMMON_DAMAGE, lengths, series
 
 from kronos_core.candles import FEATURES, CandleError
 from kronos_core.data import fileformat
@@ -84,16 +84,17 @@ def test_full_read_equals_csv(real_store, real_frames):
     np.testing.assert_allclose(goog["amount"], goog["volume"] * mean_price)
 
 
-def test_read_windows_tail_padding_and_order(real_store, real_frames):
+def test_read_windows_tail_and_order(real_store, real_frames):
     batch = real_store.read_windows(["GOOG", "ASHARE", "EURUSD"], lookback=600)
-    assert batch.symbols == ["GOOG", "ASHARE", "EURUSD"]
-    assert batch.values.shape == (3, 600, 6) and batch.values.dtype == np.float32
-    assert batch.timestamps.dtype == np.dtype("datetime64[ns]")
-    assert batch.lengths.tolist() == [600, 600, 600]
+    assert batch.symbols == ["GOOG", "ASHARE", "EURUSD"] and len(batch) == 3
+    for w in batch.windows:
+        assert w.values.shape == (600, 6) and w.values.dtype == np.float32
+        assert w.timestamps.dtype == np.dtype("datetime64[ns]")
+    assert lengths(batch) == [600, 600, 600]
     assert batch.errors == []
     for i, name in enumerate(["goog_daily.csv", "kline_5min_a_share.csv", "eurusd_hourly.csv"]):
         df = real_frames[name].tail(600)
-        values, stamps = batch.series(i)
+        values, stamps = series(batch, i)
         np.testing.assert_array_equal(values[:, 3], df["close"].to_numpy(dtype=np.float32))
         assert (stamps == pd.DatetimeIndex(pd.to_datetime(df["timestamps"]))).all()
 
@@ -104,12 +105,13 @@ def test_shorter_history_is_shorter_not_invented(tmp_path, real_frames):
     st.write("LONG", full, frequency="1d")
     st.write("SHORT", full.tail(100), frequency="1d")
     batch = st.read_windows(["SHORT", "LONG"], lookback=300)
-    assert batch.lengths.tolist() == [100, 300]
-    values, stamps = batch.series(0)
+    assert lengths(batch) == [100, 300]
+    values, stamps = series(batch, 0)
     assert len(values) == len(stamps) == 100
     np.testing.assert_array_equal(values[:, 0], full["open"].tail(100).to_numpy(dtype=np.float32))
-    # padding: zeros and NaT in front, never a candle
-    assert (batch.values[0, :200] == 0).all() and np.isnat(batch.timestamps[0, :200]).all()
+    # no padding: the short window holds its 100 candles only, never an invented one
+    short = batch.windows[0]
+    assert short.values.shape == (100, 6) and not np.isnat(short.timestamps).any()
 
 
 def test_as_of_naive_and_aware(real_store, real_frames):
@@ -118,13 +120,15 @@ def test_as_of_naive_and_aware(real_store, real_frames):
     as_of = "2024-07-15 13:02:00"  # inside the lunch break: last candle is 11:30
     batch = real_store.read_windows(["ASHARE"], lookback=50, as_of=as_of)
     expected = df[ts <= pd.Timestamp(as_of)].tail(50)
-    values, stamps = batch.series(0)
+    values, stamps = series(batch, 0)
     assert stamps[-1] == pd.Timestamp("2024-07-15 11:30")
+    # the window was cut by as_of; its last stored candle is still the file's last
+    assert batch.windows[0].last_stored == pd.Timestamp(real_store.metadata("ASHARE")["last"])
     np.testing.assert_array_equal(values[:, 3], expected["close"].to_numpy(dtype=np.float32))
     # an aware as_of is converted to the symbol's zone: EURUSD is UTC
     aware = pd.Timestamp("2017-06-01 12:00", tz="Europe/Berlin")  # 10:00 UTC
     b2 = real_store.read_windows(["EURUSD"], lookback=3, as_of=aware)
-    assert b2.series(0)[1][-1] == pd.Timestamp("2017-06-01 10:00")
+    assert series(b2, 0)[1][-1] == pd.Timestamp("2017-06-01 10:00")
 
 
 def test_errors_per_symbol_others_still_come_back(real_store):
@@ -139,7 +143,7 @@ def test_errors_per_symbol_others_still_come_back(real_store):
         "ASHARE": "no_data",
     }
     assert all(e.message for e in batch.errors)
-    assert batch.values.shape == (2, 10, 6)
+    assert [w.values.shape for w in batch.windows] == [(10, 6), (10, 6)]
 
 
 @pytest.mark.parametrize(
@@ -257,18 +261,18 @@ def test_append_keeps_history_and_cached_readers_see_it(tmp_path, real_frames):
     st = KlineStore(tmp_path, frequency="5min")
     st.write("A", full.iloc[:1500])
     first = st.read_windows(["A"], lookback=10)
-    assert first.series(0)[1][-1] == full["timestamps"].iloc[1499]
+    assert series(first, 0)[1][-1] == full["timestamps"].iloc[1499]
     st.write("A", full.iloc[1400:])  # overlaps 100 identical candles
     after = st.read_windows(
         ["A"], lookback=2500
     )  # same instance: cache invalidated by the new file
-    assert after.lengths.tolist() == [2500]
+    assert lengths(after) == [2500]
     np.testing.assert_array_equal(
-        after.series(0)[0][:, 3], full["close"].to_numpy(dtype=np.float32)
+        series(after, 0)[0][:, 3], full["close"].to_numpy(dtype=np.float32)
     )
     assert st.metadata("A")["rows"] == 2500
     # the view obtained before the append is still valid (old mapping kept alive)
-    assert first.series(0)[1][-1] == full["timestamps"].iloc[1499]
+    assert series(first, 0)[1][-1] == full["timestamps"].iloc[1499]
 
 
 def test_overlap_policies(tmp_path, real_frames):
@@ -330,7 +334,7 @@ def test_leftover_temp_files_are_invisible(tmp_path, real_frames):
     # what a crash between write and rename leaves behind
     (tmp_path / "1d" / ".G.arrow.999.abcd.tmp").write_bytes(b"half a file")
     assert st.symbols() == ["G"]
-    assert st.read_windows(["G"], 10).lengths.tolist() == [10]
+    assert lengths(st.read_windows(["G"], 10)) == [10]
 
 
 def test_concurrent_reader_sees_old_or_new_never_partial(tmp_path, real_frames):
@@ -346,6 +350,7 @@ def test_concurrent_reader_sees_old_or_new_never_partial(tmp_path, real_frames):
     code = textwrap.dedent(
         f"""
         import time
+        import pandas as pd
         from kronos_core.data.store import KlineStore
         st = KlineStore({str(tmp_path)!r}, frequency="1d")
         seen = set()
@@ -353,9 +358,9 @@ def test_concurrent_reader_sees_old_or_new_never_partial(tmp_path, real_frames):
         while time.time() < end and len(seen) < 3:
             b = st.read_windows(["S"], 6000)  # cached reader, re-opened when the file changes
             assert not b.errors, b.errors
-            v, ts = b.series(0)
-            assert ts.is_monotonic_increasing and len(ts) == b.lengths[0]
-            seen.add(int(b.lengths[0]))
+            v, ts = b.windows[0].values, pd.DatetimeIndex(b.windows[0].timestamps)
+            assert ts.is_monotonic_increasing and len(ts) == len(v)
+            seen.add(len(v))
         print(sorted(seen))
         """
     )
@@ -385,7 +390,7 @@ def test_symbol_at_several_frequencies(tmp_path, real_frames):
     assert batch.errors[0].code == "ambiguous_symbol" and "1d" in batch.errors[0].message
     with pytest.raises(AmbiguousSymbolError):
         st.metadata("X")
-    assert st.read_windows(["X"], 5, frequency="1w").lengths.tolist() == [5]
+    assert lengths(st.read_windows(["X"], 5, frequency="1w")) == [5]
     assert KlineStore(tmp_path, frequency="1d").read_windows(["X"], 5).symbols == ["X"]
     with pytest.raises(UnknownSymbolError):
         st.metadata("Y")

@@ -59,7 +59,7 @@ def test_thousand_symbols_in_request_order(live_service):
     assert body["timing"]["series"] == 1000 and body["timing"]["shards"] >= 2
     batch = live_service.store.read_windows(rev[:3], SMALL["lookback"])
     for i, f in enumerate(body["forecasts"][:3]):
-        _, hist_ts = batch.series(i)
+        hist_ts = pd.DatetimeIndex(batch.windows[i].timestamps)
         ts = pd.DatetimeIndex(f["timestamps"])
         assert len(ts) == SMALL["horizon"] and ts[0] > hist_ts[-1] and ts.is_monotonic_increasing
         for col in ("open", "high", "low", "close", "volume", "amount"):
@@ -212,8 +212,8 @@ def test_service_equals_engine_called_directly(live_service):
     batch = live_service.store.read_windows(symbols, SMALL["lookback"])
     ft = FutureTimestamps()
     series, xts, yts = [], [], []
-    for i in range(len(symbols)):
-        v, ts = batch.series(i)
+    for w in batch.windows:
+        v, ts = w.values, pd.DatetimeIndex(w.timestamps)
         series.append(np.asarray(v, np.float32))
         xts.append(ts)
         yts.append(ft(ts.to_numpy(), SMALL["horizon"]))
@@ -351,8 +351,8 @@ def test_fx_future_timestamps_follow_the_new_york_session(live_service):
     assert r.status_code == 200, r.text[:300]
     got = pd.DatetimeIndex(r.json()["forecasts"][0]["timestamps"])
     batch = live_service.store.read_windows(["EURUSD"], lookback, as_of=pd.Timestamp(as_of))
-    _, hist = batch.series(0)
-    meta = batch.metadata[0]
+    hist = pd.DatetimeIndex(batch.windows[0].timestamps)
+    meta = batch.windows[0].metadata
     assert meta["session_timezone"] == "America/New_York"
     want = pd.DatetimeIndex(future_timestamps(hist, horizon, timezone=meta["timezone"],
                                               session_timezone=meta["session_timezone"]))

@@ -13,8 +13,13 @@ import numpy as np
 import pandas as pd
 
 from kronos_core.errors import ErrorCode
-from service.gateway import ReplicaGone
-from service.shards import BatchRunner, ReplicaInfo, SamplingKey, Shard, ShardResult
+from kronos_core.options import ForecastOptions
+from service.batch_runner import BatchRunner
+from service.errors import ReplicaGone
+from service.gateway import FutureTimestamps, Gateway
+from service.messages import ReplicaInfo, Shard, ShardResult
+from service.metrics import Metrics
+from service.settings import Settings
 
 
 @dataclass
@@ -27,16 +32,26 @@ class FakeSymbolError:
 
 
 @dataclass
+class FakeWindow:
+    """A ``SymbolWindowView``: one symbol's window."""
+
+    symbol: str
+    values: np.ndarray
+    timestamps: np.ndarray
+    metadata: dict
+    last_stored: np.datetime64
+
+
+@dataclass
 class FakeWindowBatch:
     """``Windows``: what ``FakeStore.read_windows`` returns."""
 
-    symbols: list[str]
-    _series: list[tuple[np.ndarray, pd.DatetimeIndex]]
+    windows: list[FakeWindow]
     errors: list[FakeSymbolError] = field(default_factory=list)
-    metadata: list[dict] = field(default_factory=list)
 
-    def series(self, i):
-        return self._series[i]
+    @property
+    def symbols(self):
+        return [w.symbol for w in self.windows]
 
 
 class FakeStore:
@@ -56,7 +71,7 @@ class FakeStore:
         return {"frequency": "1h", "timezone": None, "first": str(self.idx[0]), "last": str(self.idx[-1])}
 
     def read_windows(self, symbols, lookback, as_of=None, frequency=None):
-        ok, series, errors = [], [], []
+        windows, errors = [], []
         end = self.length if as_of is None else int(self.idx.searchsorted(pd.Timestamp(as_of), "right"))
         for s in symbols:
             if s not in self.symbols():
@@ -67,9 +82,9 @@ class FakeStore:
                 continue
             k = int(s[1:])
             v = np.full((end, 6), 100.0 + k, np.float32)
-            ok.append(s)
-            series.append((v[-lookback:], self.idx[:end][-lookback:]))
-        return FakeWindowBatch(ok, series, errors, [{"timezone": None} for _ in ok])
+            ts = self.idx[:end][-lookback:].to_numpy(dtype="datetime64[ns]")
+            windows.append(FakeWindow(s, v[-lookback:], ts, {"timezone": None}, self.idx[-1].to_datetime64()))
+        return FakeWindowBatch(windows, errors)
 
 
 def fake_future(history: pd.DatetimeIndex, horizon: int) -> pd.DatetimeIndex:
@@ -119,26 +134,41 @@ class FakePredictor:
         return FakeResult(paths, mean, q, FakeStats(len(series) * sample_count * horizon))
 
 
-def make_key(**kw) -> SamplingKey:
-    base = dict(horizon=4, sample_count=1, temperature=1.0, top_k=0, top_p=0.9, seed=None, quantiles=(),
-                return_paths=False)
-    base.update(kw)
-    return SamplingKey(**base)
+def make_options(**kw) -> ForecastOptions:
+    """Forecast options of a test shard: horizon 4, one sample, unless ``kw`` says otherwise."""
+    return ForecastOptions(**{"horizon": 4, **kw})
 
 
-def make_shard(n: int, index: int = 0, length: int = 10, key: SamplingKey | None = None, start: float = 0.0,
-               request_id: str = "r") -> Shard:
-    key = key or make_key()
+def make_shard(n: int, index: int = 0, length: int = 10, options: ForecastOptions | None = None, start: float = 0.0,
+               request_id: str = "r", return_paths: bool = False, calibrate: bool = False) -> Shard:
+    options = options or make_options()
     ts = pd.date_range("2024-01-01", periods=length, freq="h").to_numpy()
-    yts = pd.date_range(ts[-1], periods=key.horizon + 1, freq="h")[1:].to_numpy()
+    yts = pd.date_range(ts[-1], periods=options.horizon + 1, freq="h")[1:].to_numpy()
     values = [np.full((length, 6), start + i, np.float32) for i in range(n)]
-    return Shard(request_id, index, values, [ts] * n, [yts] * n, key)
+    return Shard(request_id, index, values, [ts] * n, [yts] * n, options, return_paths=return_paths,
+                 calibrate=calibrate)
 
 
 def fake_info(budget: int = 1 << 30, max_context: int = 64, max_batch_tokens: int = 1 << 20) -> ReplicaInfo:
     return ReplicaInfo("fake-replica", "cpu", budget, max_batch_tokens, max_context, None, None,
                        {"name": "fake", "bundled": True})
 
+
+def fake_gateway(replicas=None, **settings):
+    """(gateway, metrics, replicas): a Gateway over ``FakeStore`` and ``replicas`` (default
+    ``FakeReplicas``), 2 replicas, shards of at most 3 series, fake future timestamps."""
+    replicas = replicas or FakeReplicas()
+    s = Settings(**{"max_context": 64, "shards_per_replica": 2, **settings})
+    m = Metrics()
+    gw = Gateway(s, FakeStore(), replicas, m, num_replicas=2,
+                 fit_factory=lambda info, h, sc: (lambda L: 3), future=FutureTimestamps(fake_future))
+    return gw, m, replicas
+
+
+def sample_value(m: Metrics, name, labels=None) -> float:
+    """A metric's value, 0 when it was never set."""
+    v = m.registry.get_sample_value(name, labels or {})
+    return 0.0 if v is None else v
 
 
 class FakeReplicas:

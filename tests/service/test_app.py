@@ -16,12 +16,16 @@ pytest.importorskip("ray.serve")
 from ray.exceptions import ActorDiedError  # noqa: E402
 from ray.serve.exceptions import BackPressureError  # noqa: E402
 
-from service.app import Ingress, ServeReplicas  # noqa: E402
-from service.gateway import FutureTimestamps, Gateway, Overloaded, ReplicaGone  # noqa: E402
+from service.app import Ingress  # noqa: E402
+from service.batch_runner import BatchRunner  # noqa: E402
+from service.errors import Overloaded, ReplicaGone, ServiceError  # noqa: E402
+from service.gateway import Gateway  # noqa: E402
+from service.gateway.future import FutureTimestamps  # noqa: E402
 from service.metrics import Metrics  # noqa: E402
+from service.responses import error_response  # noqa: E402
 from service.schemas import ForecastRequest  # noqa: E402
+from service.serve_replicas import ServeReplicas  # noqa: E402
 from service.settings import Settings  # noqa: E402
-from service.shards import BatchRunner  # noqa: E402
 
 
 class FakeResponse:
@@ -91,13 +95,22 @@ def _errors(ing: Ingress, code: str) -> float:
     return ing.metrics.registry.get_sample_value("kronos_errors_total", {"code": code}) or 0.0
 
 
+async def _answer(ing: Ingress, req: ForecastRequest):
+    """The forecast route's answer as a client gets it: a ``ServiceError`` it raises answered by
+    the app's exception handler (``error_response``)."""
+    try:
+        return await ing.forecast(req, accept=None)
+    except ServiceError as exc:
+        return error_response(exc, ing.metrics)
+
+
 REQ = ForecastRequest(symbols=[f"S{i:03d}" for i in range(8)], horizon=2)
 
 
 def test_full_replica_queue_is_503_with_retry_after():
     handle = FakeHandle(lambda shard: BackPressureError(num_queued_requests=64, max_queued_requests=64))
     ing = _ingress(handle)
-    resp = asyncio.run(ing.forecast(REQ, accept=None))
+    resp = asyncio.run(_answer(ing, REQ))
     assert resp.status_code == 503 and resp.headers["Retry-After"] == "7"
     body = orjson.loads(resp.body)
     assert body["code"] == "overloaded" and "queues are full" in body["detail"]
@@ -114,7 +127,7 @@ def test_dead_replica_is_retried_then_answered():
         return ActorDiedError() if len(calls) <= 2 else _run_shard(shard)
 
     ing = _ingress(FakeHandle(answer))
-    resp = asyncio.run(ing.forecast(REQ, accept=None))
+    resp = asyncio.run(_answer(ing, REQ))
     assert resp.status_code == 200
     body = orjson.loads(resp.body)
     assert [f["symbol"] for f in body["forecasts"]] == REQ.symbols and body["errors"] == []
@@ -125,7 +138,7 @@ def test_replica_that_stays_dead_gives_per_symbol_errors():
     ing = _ingress(FakeHandle(lambda shard: ActorDiedError()), shard_retries=1)
     with pytest.raises(ReplicaGone, match="ActorDiedError"):
         asyncio.run(ing.replicas.forecast_shard(make_shard(1)))
-    resp = asyncio.run(ing.forecast(REQ, accept=None))
+    resp = asyncio.run(_answer(ing, REQ))
     body = orjson.loads(resp.body)
     assert resp.status_code == 200 and body["forecasts"] == []
     assert [e["symbol"] for e in body["errors"]] == REQ.symbols
@@ -156,12 +169,12 @@ def test_cancelled_request_cancels_the_ray_call():
     sent = handle.forecast_shard.responses
     assert len(sent) == 4  # 8 series in shards of 2 (2 replicas x 2 shards each); 2 x 2 in flight: all sent
     assert all(r.cancelled for r in sent)
-    assert ing.gateway._shards_inflight == 0
+    assert ing.gateway.dispatcher.shards_in_flight == 0
 
 
 def test_request_the_deployment_cannot_run_is_422_naming_the_field():
     ing = _ingress(FakeHandle(_run_shard), max_symbols=2)
-    resp = asyncio.run(ing.forecast(REQ, accept=None))
+    resp = asyncio.run(_answer(ing, REQ))
     assert resp.status_code == 422
     detail = orjson.loads(resp.body)["detail"]
     assert len(detail) == 1 and detail[0]["loc"] == ["body", "symbols"] and detail[0]["type"] == "value_error"

@@ -8,14 +8,14 @@ import numpy as np
 import pandas as pd
 import pytest
 from fixture_paths import TINY
-from service_fakes import make_key, make_shard
+from service_fakes import make_options, make_shard
 
 from kronos_core.eval.calibration import Calibration, CalibrationMismatch
 from kronos_core.loading import PredictorConfig, load_predictor
-from service.gateway import calibration_covers
+from service.batch_runner import BatchRunner
+from service.gateway.plan import calibration_covers
 from service.replica import Predictor, calibration_info, load_calibration
 from service.settings import Settings
-from service.shards import BatchRunner
 
 
 def _calibration(identity: dict, path, method: str = "cqr") -> Calibration:
@@ -46,12 +46,12 @@ def test_runner_applies_the_calibration_only_when_the_key_asks(tmp_path, method)
     _calibration(predictor.identity.as_dict(), tmp_path / "cal.json", method)
     runner.calibration = load_calibration(str(tmp_path / "cal.json"), predictor.identity)  # as the replica does
     assert runner.calibration.method in (("cqr", "cqr-r") if method == "select" else (method,))
-    key = dict(horizon=3, sample_count=8, seed=3, quantiles=(0.1, 0.9), return_paths=True)
-    shard = make_shard(2, length=40, key=make_key(**key), start=100.0)
+    options = make_options(horizon=3, sample_count=8, seed=3, quantiles=(0.1, 0.9))
+    shard = make_shard(2, length=40, options=options, start=100.0, return_paths=True)
     rng = np.random.default_rng(1)
     shard.values = [np.abs(100 + np.cumsum(rng.normal(0, 1, (40, 6)), axis=0)).astype(np.float32) for _ in range(2)]
     raw = runner.run([shard])[0][0]
-    shard.key = make_key(**key, calibrate=True)
+    shard.calibrate = True
     cal = runner.run([shard])[0][0]
     np.testing.assert_array_equal(raw.mean, cal.mean)  # paths and mean stay raw
     np.testing.assert_array_equal(raw.paths, cal.paths)

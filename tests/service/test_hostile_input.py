@@ -13,7 +13,10 @@ import pytest
 from pydantic import ValidationError
 from service_fakes import FakeReplicas, FakeStore, fake_future
 
-from service.gateway import FutureTimestamps, Gateway, RequestInvalid, public_message
+from service.errors import RequestInvalid
+from service.gateway import Gateway
+from service.gateway.future import FutureTimestamps
+from service.gateway.gather import public_message
 from service.metrics import Metrics
 from service.schemas import ForecastRequest
 from service.settings import Settings
@@ -200,7 +203,7 @@ def test_as_of_outside_the_nanosecond_range_is_clamped(as_of, expect):
 
 
 def test_a_non_finite_forecast_is_that_series_error_not_a_null():
-    from service.shards import ShardResult
+    from service.messages import ShardResult
 
     gw = _gateway()
     inner = gw.replicas.forecast_shard

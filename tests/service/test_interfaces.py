@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from service_fakes import FakePredictor, FakeReplicas, FakeStore, RoutedReplicas
 
-from kronos_core.data.store import KlineStore, SymbolError, WindowBatch
+from kronos_core.data.store import KlineStore, SymbolError, SymbolWindow, WindowBatch
 from kronos_core.engine.generate import EngineStats
 from kronos_core.errors import ErrorCode
 from kronos_core.predictor import ForecastResult, KronosPredictor
@@ -41,20 +41,22 @@ def test_store_and_its_fake_are_candle_stores(tmp_path):
     assert isinstance(store, seams.CandleStore) and isinstance(fake, seams.CandleStore)
     _implements(KlineStore, seams.CandleStore)
     _implements(FakeStore, seams.CandleStore)
-    real = WindowBatch([], np.zeros((0, 0, 6)), np.zeros((0, 0)), np.zeros(0),
-                       [SymbolError("X", ErrorCode.UNKNOWN_SYMBOL, "x")])
+    window = SymbolWindow("S", np.zeros((0, 6), np.float32), np.zeros(0, "datetime64[ns]"), {},
+                          np.datetime64(0, "ns"))
+    real = WindowBatch([window], [SymbolError("X", ErrorCode.UNKNOWN_SYMBOL, "x")])
     fake_batch = fake.read_windows(["S001", "NOPE"], 5)
     for batch in (real, fake_batch):
         assert isinstance(batch, seams.Windows)
         assert all(isinstance(e, seams.SymbolFailure) for e in batch.errors)
+        assert all(isinstance(w, seams.SymbolWindowView) for w in batch.windows)
     assert fake_batch.errors[0].code is ErrorCode.UNKNOWN_SYMBOL
-    assert len(fake_batch.metadata) == len(fake_batch.symbols) == 1
+    assert len(fake_batch.windows) == len(fake_batch.symbols) == 1
 
 
 def test_replica_deployment_adapter_and_fake_are_replicas():
     pytest.importorskip("ray")
-    from service.app import ServeReplicas
     from service.replica import Predictor
+    from service.serve_replicas import ServeReplicas
 
     assert isinstance(FakeReplicas(), seams.Replicas) and isinstance(RoutedReplicas(), seams.Replicas)
     assert isinstance(ServeReplicas(None, None, None), seams.Replicas)

@@ -11,12 +11,15 @@ from fastapi.testclient import TestClient
 from service_fakes import FakeStore, fake_future, fake_info
 from starlette.exceptions import HTTPException
 
-from service.gateway import DeadlineExceeded, FutureTimestamps, Gateway
+from service.errors import DeadlineExceeded
+from service.gateway import Gateway
+from service.gateway.future import FutureTimestamps
 from service.limits import BodyLimitMiddleware, Limits
+from service.messages import ShardResult
 from service.metrics import Metrics
+from service.responses import error_response
 from service.schemas import ForecastRequest
 from service.settings import Settings
-from service.shards import ShardResult
 
 
 def _app(limit: int, reads: list[int]):
@@ -101,10 +104,11 @@ def test_deadline_cancels_pending_shards():
     req = ForecastRequest(symbols=[f"S{i:03d}" for i in range(12)], horizon=2)
 
     async def run():
-        with pytest.raises(DeadlineExceeded, match="2 s deadline"):
+        with pytest.raises(DeadlineExceeded, match="2 s deadline") as ei:
             await gw.forecast(req)
+        error_response(ei.value, m)  # what the app's exception handler does with it
         await asyncio.sleep(0)
-        return gw._shards_inflight, gw._inflight
+        return gw.dispatcher.shards_in_flight, gw._inflight
 
     shards_left, requests_left = asyncio.run(run())
     assert reps.started >= 1 and reps.cancelled == reps.started and reps.finished == 0

@@ -8,10 +8,11 @@ import numpy as np
 import pandas as pd
 import pytest
 from fixture_paths import TINY
-from service_fakes import make_key
+from service_fakes import make_options
 
 from kronos_core.loading import PredictorConfig, load_predictor
-from service.shards import BatchRunner, Shard
+from service.batch_runner import BatchRunner
+from service.messages import Shard
 
 
 @pytest.fixture(scope="module")
@@ -26,10 +27,10 @@ def _series(seed: int, n: int = 16) -> np.ndarray:
 
 
 def _shard(values: list[np.ndarray], index: int = 0) -> Shard:
-    key = make_key(horizon=2, sample_count=2, seed=11, return_paths=True)
+    options = make_options(horizon=2, sample_count=2, seed=11)
     ts = pd.date_range("2024-01-01", periods=len(values[0]), freq="h").to_numpy()
     yts = pd.date_range(ts[-1], periods=3, freq="h")[1:].to_numpy()
-    return Shard("r", index, values, [ts] * len(values), [yts] * len(values), key)
+    return Shard("r", index, values, [ts] * len(values), [yts] * len(values), options, return_paths=True)
 
 
 def test_seeded_draws_follow_the_values_not_the_batch(runner):

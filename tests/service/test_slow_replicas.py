@@ -11,7 +11,10 @@ import asyncio
 
 from service_fakes import FakeReplicas, FakeStore, RoutedReplicas, fake_future
 
-from service.gateway import FutureTimestamps, Gateway, ReplicaGone, ShardRun
+from service.errors import ReplicaGone
+from service.gateway import Gateway
+from service.gateway.dispatch import ShardRun
+from service.gateway.future import FutureTimestamps
 from service.metrics import Metrics
 from service.schemas import ForecastRequest
 from service.settings import Settings

@@ -12,7 +12,8 @@ from service_fakes import FakeReplicas, fake_future
 
 from kronos_core.candles import FEATURES
 from kronos_core.data.store import KlineStore
-from service.gateway import FutureTimestamps, Gateway
+from service.gateway import Gateway
+from service.gateway.future import FutureTimestamps
 from service.metrics import Metrics
 from service.schemas import ForecastRequest
 from service.settings import Settings
@@ -49,7 +50,7 @@ def test_corrupted_and_removed_files_while_serving(tmp_path):
 def test_simulated_out_of_memory_in_a_replica_splits_and_the_answer_is_complete(tmp_path):
     from service_fakes import FakePredictor
 
-    from service.shards import BatchRunner
+    from service.batch_runner import BatchRunner
 
     replicas = FakeReplicas()
     predictor = FakePredictor(oom_above=1)  # any batch of 2+ series: torch.OutOfMemoryError

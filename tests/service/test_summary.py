@@ -8,7 +8,9 @@ from response_checks import assert_arrow_equals_json
 from service_fakes import FakeReplicas, FakeStore, fake_future
 
 from kronos_core.eval.risk import risk_summary
-from service.gateway import FutureTimestamps, Gateway, outcome_to_arrow, outcome_to_json
+from service.gateway import Gateway
+from service.gateway.encode import outcome_to_arrow, outcome_to_json
+from service.gateway.future import FutureTimestamps
 from service.metrics import Metrics
 from service.schemas import ForecastRequest, SymbolForecast
 from service.settings import Settings

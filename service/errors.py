@@ -1,0 +1,110 @@
+"""The service's request-level errors: each type carries its ``ErrorCode`` and HTTP status,
+and knows its response body and headers. They are raised where the failure is found (the
+gateway's stages, the replica adapter, the forecast route) and answered in one place,
+``service.app``'s exception handler, which also counts them in ``kronos_errors_total``.
+
+Per-symbol failures are not exceptions: they travel as ``{symbol, code, message}`` entries
+of the answer's ``errors`` list.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from kronos_core.errors import ErrorCode
+
+
+class ServiceError(Exception):
+    """A whole request failed: answer ``status`` with ``body()`` and ``headers()``.
+    ``retry_after_s``: sent as ``Retry-After`` when set."""
+
+    code: ClassVar[ErrorCode]
+    status: ClassVar[int]
+
+    def __init__(self, message: str, retry_after_s: int | None = None):
+        super().__init__(message)
+        self.message = message
+        self.retry_after_s = retry_after_s
+
+    def body(self) -> dict[str, Any]:
+        return {"detail": self.message, "code": self.code}
+
+    def headers(self) -> dict[str, str] | None:
+        return None if self.retry_after_s is None else {"Retry-After": str(self.retry_after_s)}
+
+
+class InvalidRequest(ServiceError):
+    """422 in FastAPI's validation-error shape, ``{"detail": [{loc, msg, type}, ...]}`` (no
+    ``code`` in the body: the shape is FastAPI's)."""
+
+    code = ErrorCode.INVALID_REQUEST
+    status = 422
+
+    def __init__(self, detail: list[dict]):
+        super().__init__(detail[0]["msg"] if detail else "invalid request")
+        self._detail = detail
+
+    def detail(self) -> list[dict]:
+        return self._detail
+
+    def body(self) -> dict[str, Any]:
+        return {"detail": self.detail()}
+
+
+class RequestInvalid(InvalidRequest):
+    """A request the service cannot run as asked (422); ``field`` names the culprit."""
+
+    def __init__(self, field: str, message: str, details: list[tuple[list, str]] | None = None):
+        self.field = field
+        self.details = details  # (loc, message) per culprit, when there are several
+        pairs = details or [(["body", field], message)]
+        super().__init__([{"loc": loc, "msg": msg, "type": "value_error"} for loc, msg in pairs])
+        self.message = message
+        self.args = (message,)
+
+
+class TooLarge(ServiceError):
+    """413: the body is above ``KRONOS_MAX_BODY_BYTES``."""
+
+    code = ErrorCode.TOO_LARGE
+    status = 413
+
+    def __init__(self, message: str, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self._headers = headers
+
+    def headers(self) -> dict[str, str] | None:
+        return self._headers
+
+
+class RateLimited(ServiceError):
+    """429 with Retry-After: the API key's series/s rate is used up."""
+
+    code = ErrorCode.RATE_LIMITED
+    status = 429
+
+
+class Overloaded(ServiceError):
+    """Too much work queued: 503 with Retry-After."""
+
+    code = ErrorCode.OVERLOADED
+    status = 503
+
+    def __init__(self, message: str, retry_after_s: int = 1):
+        super().__init__(message, retry_after_s)
+
+
+class DeadlineExceeded(ServiceError):
+    """The request ran past its deadline (504); its pending shards were cancelled."""
+
+    code = ErrorCode.DEADLINE_EXCEEDED
+    status = 504
+
+
+class ReplicaGone(ServiceError):
+    """The replica running a shard died or is unreachable: the shard may be retried (the
+    gateway turns a shard whose retries all failed into per-symbol ``replica_unavailable``
+    errors; this answers 503 only should it ever escape)."""
+
+    code = ErrorCode.REPLICA_UNAVAILABLE
+    status = 503

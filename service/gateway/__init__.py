@@ -1,0 +1,31 @@
+"""The gateway, one module per stage of a forecast request:
+
+- ``prepare``: validation, store window reads or inline candles (``inline``), future
+  timestamps (``future``); unusable series become per-symbol errors;
+- ``plan``: the request's ``ForecastOptions`` (built once) and its memory-sized shards;
+- ``dispatch``: shards sent to the replicas, re-sent when one dies, hedged when one is slow;
+- ``gather``: results back in request order, risk summaries, client-safe messages;
+- ``encode``: the JSON answer and the Arrow stream.
+
+``core.Gateway`` walks a request through them. This package's face is the names below.
+"""
+
+from service.errors import DeadlineExceeded, Overloaded, ReplicaGone, RequestInvalid
+from service.gateway.core import Gateway
+from service.gateway.dispatch import ShardRun
+from service.gateway.encode import (
+    outcome_to_arrow,
+    outcome_to_json,
+    quantile_label,
+    summary_columns,
+)
+from service.gateway.future import FutureTimestamps
+from service.gateway.gather import Outcome, public_message
+from service.gateway.plan import calibration_covers, memory_model_fit
+from service.gateway.prepare import Prepared, as_of_warning, store_as_of
+
+__all__ = [
+    "DeadlineExceeded", "FutureTimestamps", "Gateway", "Outcome", "Overloaded", "Prepared", "ReplicaGone",
+    "RequestInvalid", "ShardRun", "as_of_warning", "calibration_covers", "memory_model_fit", "outcome_to_arrow",
+    "outcome_to_json", "public_message", "quantile_label", "store_as_of", "summary_columns",
+]

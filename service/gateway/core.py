@@ -1,0 +1,146 @@
+"""The gateway: one portfolio request through its stages, prepare (store windows or inline
+candles, future timestamps) -> plan (memory-sized shards) -> dispatch (replicas, retries,
+hedging) -> gather (request order); encoding is the route's (``service.gateway.encode``).
+Here: admission (request count, deadline) and the walk. No Ray and no FastAPI: the store and
+the replicas are injected objects typed by ``service.interfaces``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from service.errors import DeadlineExceeded, Overloaded, RequestInvalid
+from service.gateway.dispatch import Dispatcher, ShardRun, shard_timeout
+from service.gateway.future import FutureTimestamps
+from service.gateway.gather import Outcome, add_summaries, gather_outcome, public_message
+from service.gateway.plan import make_shards, memory_model_fit
+from service.gateway.prepare import Prepared, check_exchange, prepare
+from service.interfaces import CandleStore, Replicas
+from service.messages import ReplicaInfo
+from service.metrics import Metrics
+from service.schemas import ForecastRequest
+from service.settings import Settings
+
+
+class Gateway:
+    """Turns a ``ForecastRequest`` into shards, runs them on the ``replicas``, gathers in order."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: CandleStore,
+        replicas: Replicas,
+        metrics: Metrics,
+        num_replicas: int,
+        fit_factory: Callable[[ReplicaInfo, int, int], Callable[[int], int]] | None = None,
+        future: Callable[..., np.ndarray] | None = None,
+    ):
+        self.settings = settings
+        self.store = store
+        self.replicas = replicas
+        self.metrics = metrics
+        self.num_replicas = num_replicas
+        self.fit_factory = fit_factory or memory_model_fit
+        self.dispatcher = Dispatcher(settings, replicas, metrics, num_replicas)
+        self._future = future
+        self._info: ReplicaInfo | None = None
+        self._inflight = 0
+
+    @property
+    def future(self) -> Callable[..., np.ndarray]:
+        if self._future is None:
+            self._future = FutureTimestamps()
+        return self._future
+
+    async def info(self) -> ReplicaInfo:
+        if self._info is None:
+            self._info = await self.replicas.describe()
+        return self._info
+
+    def public(self, message: str) -> str:
+        """``message`` fit for a client: the store named by its folder name, no server paths."""
+        return public_message(message, self.store.root)
+
+    def remember(self, info: ReplicaInfo) -> None:
+        """Keep a replica description obtained elsewhere (the readiness probe)."""
+        if self._info is None:
+            self._info = info
+
+    def prepare(self, req: ForecastRequest, lookback: int) -> Prepared:
+        return prepare(req, lookback, self.store, self.future, self.settings.min_history_warning)
+
+    def shard_timeout(self, request_timeout_s: float) -> float | None:
+        """See ``service.gateway.dispatch.shard_timeout``."""
+        return shard_timeout(self.settings, self.num_replicas, request_timeout_s)
+
+    async def forecast(self, req: ForecastRequest, timeout_s: float | None = None) -> Outcome:
+        """Run ``req``; past ``timeout_s`` (default: the ``request_timeout_s`` setting) raise
+        ``DeadlineExceeded`` after cancelling every shard still pending or running."""
+        timeout_s = self.settings.request_timeout_s if timeout_s is None else timeout_s
+        try:
+            return await asyncio.wait_for(self._admit(req, self.shard_timeout(timeout_s)), timeout_s)
+        except TimeoutError:
+            raise DeadlineExceeded(
+                f"the forecast took longer than its {timeout_s:g} s deadline; its pending shards were cancelled "
+                "(ask fewer series, or raise KRONOS_REQUEST_TIMEOUT_S)"
+            ) from None
+
+    async def _admit(self, req: ForecastRequest, shard_timeout_s: float | None = None) -> Outcome:
+        if req.n_series > self.settings.max_symbols:
+            field_name = "symbols" if req.symbols is not None else "series"
+            raise RequestInvalid(field_name, f"{field_name}: {req.n_series} given, at most {self.settings.max_symbols} per request")
+        if self._inflight >= self.settings.max_inflight_requests:
+            raise Overloaded(
+                f"{self._inflight} forecast requests in flight (limit {self.settings.max_inflight_requests})",
+                self.settings.retry_after_s,
+            )
+        self._inflight += 1
+        self.metrics.queue_depth.labels(stage="requests").set(self._inflight)
+        try:
+            return await self._forecast(req, shard_timeout_s)
+        finally:
+            self._inflight -= 1
+            self.metrics.queue_depth.labels(stage="requests").set(self._inflight)
+
+    async def _forecast(self, req: ForecastRequest, shard_timeout_s: float | None = None) -> Outcome:
+        t0 = time.perf_counter()
+        info = await self.info()
+        lookback = max(2, info.max_context - req.horizon) if req.lookback is None else req.lookback
+        if req.exchange is not None:
+            check_exchange(req.exchange)
+        prep = await asyncio.to_thread(self.prepare, req, lookback)
+        t_read = time.perf_counter()
+        if req.series is not None and not prep.symbols:
+            # nothing usable: the request as a whole is invalid (422), one entry per series
+            raise RequestInvalid("series", "no inline series is usable", details=[
+                (["body", "series", i], self.public(e["message"])) for i, e in enumerate(prep.errors)
+            ])
+        fit = self.fit_factory(info, req.horizon, req.sample_count)
+        slices, shards = make_shards(req, prep, info, fit, self.num_replicas, self.settings.shards_per_replica)
+        run = ShardRun(shard_timeout_s)
+        results = await self.dispatcher.run_all(shards, run)
+        t_fc = time.perf_counter()
+        out = gather_outcome(info.model, tuple(req.quantiles), prep, slices, results)
+        out.calibrated = bool(shards) and shards[0].calibrate
+        if req.summary:
+            out.summary = True
+            add_summaries(out, req.vol_alert_factor, keep_paths=req.return_paths)
+        self.metrics.series_forecast.inc(len(out.symbols))
+        out.errors = [{**e, "message": self.public(e["message"])} for e in out.errors]
+        for e in out.errors:  # per-symbol errors; whole-request ones are counted by the app's handler
+            self.metrics.record_error(e["code"])
+        out.timing = {
+            "read_ms": round((t_read - t0) * 1e3, 3),
+            "forecast_ms": round((t_fc - t_read) * 1e3, 3),
+            "total_ms": round((time.perf_counter() - t0) * 1e3, 3),
+            "series": float(len(out.symbols)),
+            "shards": float(len(shards)),
+            "shard_retries": float(run.retries),  # re-sends: replica gone, or slow (hedged)
+            "shard_timeouts": float(run.timeouts),  # shard calls past their deadline, each hedged
+            "lookback": float(lookback),  # the window asked for; each series' own: history_length
+        }
+        return out

@@ -1,0 +1,105 @@
+"""Stage 3, gather: the shards' results back in request order as an ``Outcome`` (a failed
+shard's or a non-finite forecast's symbols become errors), risk summaries from the paths,
+and messages stripped of server paths before they reach a client."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from kronos_core.errors import ErrorCode
+from service.gateway.prepare import Prepared, symbol_error
+from service.messages import ShardResult
+from service.schemas import FEATURE_NAMES
+
+
+@dataclass
+class Outcome:
+    """A finished request: arrays per successful symbol, request order."""
+
+    model: dict
+    symbols: list[str]
+    timestamps: list[np.ndarray]  # (H,) datetime64[ns]
+    mean: list[np.ndarray]  # (H, 6)
+    quantile_levels: tuple[float, ...]
+    quantiles: list[np.ndarray | None]  # (Q, H, 6)
+    paths: list[np.ndarray | None]  # (S, H, 6)
+    errors: list[dict]
+    timing: dict[str, float]
+    history_length: list[int] = field(default_factory=list)  # candles of history each series used
+    last_timestamp: list[np.datetime64] = field(default_factory=list)  # its last input candle
+    warnings: list[list[dict]] = field(default_factory=list)  # {code, message} per series
+    calibrated: bool = False  # quantiles corrected by the model's calibration
+    histories: list[np.ndarray] = field(default_factory=list)  # (L, 6) input candles per series
+    summaries: list[dict | None] = field(default_factory=list)  # risk summary per series, with summary
+    summary: bool = False  # the request asked for summaries (the Arrow answer then has summary_* columns)
+
+
+def gather_outcome(model: dict, levels: tuple[float, ...], prep: Prepared, slices: list[slice],
+                   results: list[ShardResult]) -> Outcome:
+    """The shards' results put back in request order; a failed shard's symbols become errors."""
+    out = Outcome(model=model, symbols=[], timestamps=[], mean=[], quantile_levels=levels,
+                  quantiles=[], paths=[], errors=list(prep.errors), timing={})
+    for sl, res in zip(slices, results, strict=True):
+        if res.error is not None:
+            code = res.error_code or ErrorCode.FORECAST_FAILED
+            out.errors.extend(symbol_error(s, code, res.error) for s in prep.symbols[sl])
+            continue
+        for j in range(sl.stop - sl.start):
+            i = sl.start + j
+            q = None if res.quantiles is None else res.quantiles[:, j]  # (Q, H, 6)
+            p = None if res.paths is None else res.paths[j]  # (S, H, 6)
+            if not all(np.isfinite(a).all() for a in (res.mean[j], q, p) if a is not None):
+                # JSON has no NaN: a non-finite forecast is this series' error, not a null in the answer
+                out.errors.append(symbol_error(prep.symbols[i], ErrorCode.FORECAST_FAILED, (
+                    "the forecast holds NaN or infinite values; this series' candles likely span too many "
+                    "orders of magnitude for the model (check its values)")))
+                continue
+            out.symbols.append(prep.symbols[i])
+            out.timestamps.append(prep.y_ts[i])
+            out.mean.append(res.mean[j])
+            out.quantiles.append(q)
+            out.paths.append(p)
+            out.history_length.append(len(prep.values[i]))
+            out.last_timestamp.append(prep.x_ts[i][-1])
+            out.warnings.append(prep.warnings[i])
+            out.histories.append(prep.values[i])
+    return out
+
+
+def add_summaries(out: Outcome, vol_factor: float, keep_paths: bool) -> None:
+    """Each forecast's risk summary from its close paths; drops the paths unless asked for."""
+    from kronos_core.eval.risk import risk_summary
+
+    close = FEATURE_NAMES.index("close")
+    for i, p in enumerate(out.paths):
+        hist = out.histories[i][:, close].astype(np.float64)
+        try:
+            summary = risk_summary(p[:, :, close], float(hist[-1]), hist, vol_factor).to_dict()
+            finite = all(math.isfinite(v) for v in summary.values() if isinstance(v, float))
+            out.summaries.append(summary if finite else None)  # JSON has no NaN
+        except (ValueError, TypeError, IndexError):  # non-positive prices or no paths: no summary
+            out.summaries.append(None)
+        if not keep_paths:
+            out.paths[i] = None
+
+
+_ABS_PATH = re.compile(r"(?<![\w.:/])(?:/[^\s'\"/,;:()\[\]]+)+/?")
+
+
+def public_message(message: str, store_root: Any = None) -> str:
+    """Strip server file paths from a message sent to clients (paths stay in the logs).
+
+    The store's folder becomes its name (``store sample-store-v1``), any other absolute path
+    its last component (``/root/.cache/kronos/x/AAPL.arrow`` -> ``AAPL.arrow``).
+    """
+    if store_root is not None:
+        root = str(store_root).rstrip("/")
+        if root:
+            message = message.replace(root + "/", "").replace(root, os.path.basename(root) or "store")
+    return _ABS_PATH.sub(lambda m: os.path.basename(m.group(0).rstrip("/")) or "/", message)

@@ -1,0 +1,169 @@
+"""Stage 1, prepare: a request's series as arrays, in request order. Store windows (with
+their ``as_of`` warning) or inline candles (``service.gateway.inline``), each with its future
+timestamps (``service.gateway.future``); what cannot be used becomes a per-symbol error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import numpy as np
+import pandas as pd
+
+from kronos_core.errors import ErrorCode, WarningCode
+from service.errors import RequestInvalid
+from service.gateway.future import to_ns
+from service.gateway.inline import inline_arrays
+from service.interfaces import CandleStore
+from service.schemas import ForecastRequest
+
+
+def symbol_error(symbol: str, code: ErrorCode, message: str) -> dict:
+    """One entry of the answer's ``errors`` list."""
+    return {"symbol": symbol, "code": code, "message": message}
+
+
+def symbol_warning(code: WarningCode, message: str) -> dict:
+    """One entry of a forecast's ``warnings`` list."""
+    return {"code": code, "message": message}
+
+
+@dataclass
+class _Series:
+    """One usable series on its way to a shard."""
+
+    symbol: str
+    values: np.ndarray  # (L, 6) float32
+    ts: np.ndarray  # (L,) datetime64[ns]
+    session: tuple[str | None, str] | None = None  # (timezone, session_timezone) from metadata
+    exchange: str | None = None  # venue whose calendar gives the future timestamps (request or metadata)
+    warnings: list[dict] = field(default_factory=list)  # {code, message}
+
+
+@dataclass
+class Prepared:
+    """The request's usable series, in request order, and the per-symbol errors."""
+
+    symbols: list[str] = field(default_factory=list)
+    values: list[np.ndarray] = field(default_factory=list)  # (L_i, 6) float32
+    x_ts: list[np.ndarray] = field(default_factory=list)  # (L_i,) datetime64[ns]
+    y_ts: list[np.ndarray] = field(default_factory=list)  # (H,) datetime64[ns]
+    warnings: list[list[dict]] = field(default_factory=list)  # per usable series: {code, message}
+    errors: list[dict] = field(default_factory=list)  # {symbol, code, message}
+
+
+def _wall_clock(t: pd.Timestamp, tz: str | None) -> pd.Timestamp:
+    """``t`` as a naive wall-clock time of zone ``tz`` (how the store keeps stamps)."""
+    if t.tzinfo is None:
+        return t
+    return (t.tz_convert(tz) if tz else t).tz_localize(None)
+
+
+def as_of_warning(as_of: datetime, ts: np.ndarray, last_stored: np.datetime64,
+                  timezone: str | None) -> dict | None:
+    """A warning when ``as_of`` lies more than one candle after the symbol's last stored
+    candle (``last_stored``, from the window read): the forecast then starts after that
+    older candle. ``timezone``: the symbol's zone, for an aware ``as_of``."""
+    last = pd.Timestamp(last_stored)
+    if len(ts) < 2 or pd.Timestamp(ts[-1]) != last:
+        return None  # the window stops inside the data: as_of is within it
+    step = pd.Timestamp(ts[-1]) - pd.Timestamp(ts[-2])
+    wall = _wall_clock(pd.Timestamp(as_of), timezone)
+    if wall <= last + step:
+        return None
+    return symbol_warning(
+        WarningCode.AS_OF_AFTER_DATA,
+        f"as_of {wall} is after the last stored candle {last}; the forecast starts after {last}",
+    )
+
+
+def check_exchange(exchange: str) -> None:
+    """``RequestInvalid`` naming ``exchange`` when no calendar of that name exists."""
+    from kronos_core.data.calendars import UnknownExchangeError, exchange_sessions
+
+    try:
+        exchange_sessions(exchange)
+    except UnknownExchangeError as exc:
+        raise RequestInvalid("exchange", str(exc)) from None
+
+
+def store_as_of(value) -> pd.Timestamp | None:
+    """``as_of`` for the store, whose stamps are datetime64[ns] (1677-2262): a time after that
+    range cuts nothing (None), one before it cuts everything (each symbol: no_data)."""
+    ts = pd.Timestamp(value)
+    try:
+        ts.as_unit("ns")
+    except (OverflowError, ValueError):  # OutOfBoundsDatetime is a ValueError
+        return None if ts.year > 2000 else pd.Timestamp("1678-01-01", tz=ts.tz)
+    return ts
+
+
+def _store_series(store: CandleStore, req: ForecastRequest, lookback: int, errors: list[dict]) -> list[_Series]:
+    # the store reads a naive as_of as each symbol's wall clock, an aware one converted
+    as_of = None if req.as_of is None else store_as_of(req.as_of)
+    batch = store.read_windows(list(req.symbols or []), lookback, as_of=as_of, frequency=req.frequency)
+    errors.extend(symbol_error(e.symbol, ErrorCode(e.code), e.message) for e in batch.errors)
+    items = []
+    for win in batch.windows:
+        meta = win.metadata
+        session = (meta.get("timezone"), meta["session_timezone"]) if meta.get("session_timezone") else None
+        item = _Series(win.symbol, np.asarray(win.values, dtype=np.float32), to_ns(win.timestamps), session,
+                       req.exchange or meta.get("exchange"))
+        if req.as_of is not None:
+            w = as_of_warning(req.as_of, item.ts, win.last_stored, meta.get("timezone"))
+            if w is not None:
+                item.warnings.append(w)
+        items.append(item)
+    return items
+
+
+def _inline_series(req: ForecastRequest, lookback: int, errors: list[dict]) -> list[_Series]:
+    items = []
+    seen: dict[str, int] = {}
+    for j, s in enumerate(req.series or []):
+        if s.symbol in seen:
+            errors.append(symbol_error(s.symbol, ErrorCode.INVALID_SERIES,
+                                       f"series[{j}]: symbol {s.symbol!r} repeats series[{seen[s.symbol]}]; names must be unique"))
+            continue
+        seen[s.symbol] = j
+        try:
+            values, ts = inline_arrays(s, lookback)
+        except ValueError as exc:
+            errors.append(symbol_error(s.symbol, ErrorCode.INVALID_SERIES, f"series[{j}]: {exc}"))
+            continue
+        items.append(_Series(s.symbol, values, ts, exchange=req.exchange))
+    return items
+
+
+def prepare(req: ForecastRequest, lookback: int, store: CandleStore, future: Callable[..., np.ndarray],
+            min_history_warning: int) -> Prepared:
+    """The request's usable series with their future timestamps; a series with fewer than
+    ``min_history_warning`` candles is forecast with a ``short_history`` warning."""
+    out = Prepared()
+    if req.symbols is not None:
+        items = _store_series(store, req, lookback, out.errors)
+    else:
+        items = _inline_series(req, lookback, out.errors)
+    short = min_history_warning
+    for it in items:
+        try:
+            y = future(it.ts, req.horizon, it.session, it.exchange)
+        except Exception as exc:
+            out.errors.append(symbol_error(it.symbol, ErrorCode.NO_CALENDAR, f"future timestamps: {exc}"))
+            continue
+        if len(it.values) < short:
+            it.warnings.append(symbol_warning(
+                WarningCode.SHORT_HISTORY,
+                f"{len(it.values)} candles of history, fewer than {short}: the forecast has little to go on",
+            ))
+        out.symbols.append(it.symbol)
+        out.values.append(it.values)
+        out.x_ts.append(it.ts)
+        out.y_ts.append(y)
+        out.warnings.append(it.warnings)
+    if req.symbols is not None:  # errors in request order, like the forecasts
+        order = {s: i for i, s in enumerate(req.symbols)}
+        out.errors.sort(key=lambda e: order.get(e["symbol"], len(order)))
+    return out

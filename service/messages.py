@@ -1,0 +1,92 @@
+"""The plain data that crosses between the gateway and the predictor replicas (pickled by
+Ray): a ``Shard`` goes out, a ``ShardResult`` with its ``BatchReport``s comes back, and
+``ReplicaInfo`` is a replica's description of itself. No Ray, no torch, no logic beyond a
+shard's token count; the gateway plans shards (``service.gateway.plan``), the replica runs
+them (``service.batch_runner``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from kronos_core.errors import ErrorCode
+from kronos_core.options import ForecastOptions
+
+
+def shard_tokens(lengths: Sequence[int], horizon: int, sample_count: int) -> int:
+    """Tokens a shard of series of these ``lengths`` costs: sum_i sample_count * (L_i + horizon)."""
+    return int(sum(sample_count * (int(n) + horizon) for n in lengths))
+
+
+@dataclass
+class Shard:
+    """A contiguous slice of one request's series, sent to one replica."""
+
+    request_id: str  # gateway-side id of the request
+    index: int  # position of this shard in the request
+    values: list[np.ndarray]  # per series (L_i, 6) float32, raw scale
+    x_timestamps: list[np.ndarray]  # per series (L_i,) datetime64[ns]
+    y_timestamps: list[np.ndarray]  # per series (H,) datetime64[ns]
+    options: ForecastOptions  # the request's forecast options; calibration is None on the wire
+    return_paths: bool = False  # ship (B, S, H, 6) paths back
+    calibrate: bool = False  # apply the replica's calibration to the quantiles (the gateway checked it covers them)
+    tokens: int = 0  # sum_i sample_count * (L_i + H): the shard's share of a token budget
+
+    def __post_init__(self) -> None:
+        if not self.tokens:
+            self.tokens = shard_tokens([len(v) for v in self.values], self.options.horizon, self.options.sample_count)
+
+    @property
+    def size(self) -> int:
+        return len(self.values)
+
+
+@dataclass
+class BatchReport:
+    """One device batch run by a replica; recorded once by the gateway's metrics."""
+
+    replica_id: str  # Serve replica id
+    device: str  # "cpu", "cuda:0", ...
+    series: int  # series in the batch
+    shards: int  # shards coalesced into it
+    engine_calls: int  # forecast() calls it took (> groups when OOM split it)
+    oom_splits: int  # times an OOM halved a sub-batch
+    tokens_generated: int  # from EngineStats
+    seconds: float  # wall time of the batch
+    queue_depth: int  # shards waiting at the replica when the batch started
+    mem_allocated: int  # bytes, after the batch
+    mem_reserved: int  # bytes, after the batch
+    mem_peak: int  # bytes, since the replica started
+
+
+@dataclass
+class ShardResult:
+    """A replica's answer for one shard; arrays are raw scale, float32."""
+
+    request_id: str
+    index: int
+    replica_id: str
+    mean: np.ndarray | None  # (B, H, 6)
+    quantiles: np.ndarray | None  # (Q, B, H, 6)
+    paths: np.ndarray | None  # (B, S, H, 6) when return_paths
+    error: str | None = None  # the whole shard failed: message
+    error_code: ErrorCode | None = None  # set with ``error``: forecast_failed or replica_unavailable
+    reports: list[BatchReport] = field(default_factory=list)  # batches not yet reported to the gateway
+
+
+@dataclass
+class ReplicaInfo:
+    """What a predictor replica reports about itself (``Predictor.describe``)."""
+
+    replica_id: str
+    device: str
+    budget_bytes: int  # device memory one batch may use
+    max_batch_tokens: int  # token budget of one coalesced batch
+    max_context: int
+    model_cfg: Any  # model.config dataclass, for the memory model
+    tokenizer_cfg: Any
+    model: dict  # ModelInfo fields
