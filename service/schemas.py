@@ -67,11 +67,15 @@ def columns_to_candles(data: dict) -> dict:
 
 
 # One candle: [timestamp, open, high, low, close] with optional volume, then amount. Rows are
-# tuples so that every series is rectangular by construction of the schema.
+# tuples so that every series is rectangular by construction of the schema. A value may be
+# null: JSON has no NaN, so a missing value arrives as null (what pandas' to_json writes); the
+# row keeps None there and the gateway reports the series as ``invalid_series`` naming the
+# row and column (``close[3] is null``), while the other series are forecast.
+CandleValue = float | None
 CandleRow = Union[  # noqa: UP007 - three tuple widths, one anyOf in the schema
-    tuple[datetime, float, float, float, float],
-    tuple[datetime, float, float, float, float, float],
-    tuple[datetime, float, float, float, float, float, float],
+    tuple[datetime, CandleValue, CandleValue, CandleValue, CandleValue],
+    tuple[datetime, CandleValue, CandleValue, CandleValue, CandleValue, CandleValue],
+    tuple[datetime, CandleValue, CandleValue, CandleValue, CandleValue, CandleValue, CandleValue],
 ]
 
 
@@ -99,8 +103,8 @@ class InlineSeries(BaseModel):
     """Candles the store does not hold: rows ``[timestamp, open, high, low, close, volume?, amount?]``,
     oldest first. No volume: volume = amount = 0; no amount: volume x mean(open, high, low, close).
 
-    A series whose values are not finite or whose timestamps are not strictly increasing is
-    reported in the response's ``errors`` (code ``invalid_series``); the others are forecast.
+    A series with a null or non-finite value, or whose timestamps are not strictly increasing,
+    is reported in the response's ``errors`` (code ``invalid_series``); the others are forecast.
     """
 
     model_config = ConfigDict(extra="forbid")

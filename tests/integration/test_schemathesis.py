@@ -6,8 +6,8 @@ a bounded number of each so that the integration session stays short.
 JSON Schema cannot state four rules the gateway enforces on inline series: timestamps
 strictly increasing, within 1677-2262 (datetime64[ns]), values within float32, and, in a row
 without an amount, volume × mean price within float32 too (the amount the gateway derives). A series
-breaking them is an ``invalid_series`` entry in ``errors`` (or, when no series is usable, a
-422; tests/integration/test_hostile_http.py covers those). Positive examples here are made
+breaking them is an ``invalid_series`` entry in ``errors``, also when no series is usable (a
+200 with no forecasts; tests/integration/test_hostile_http.py covers those). Positive examples here are made
 to follow the rules (``_follow_runtime_rules``), as the Schemathesis docs advise for rules a
 schema cannot express; everything else is generated as is.
 """

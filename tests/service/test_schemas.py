@@ -84,3 +84,16 @@ def test_valid_inline_series_coerces_numbers():
 
 def test_extra_fields_rejected():
     assert "horizn" in _err(symbols=["A"], horizon=1, horizn=3)
+
+
+def test_null_in_a_candle_row_passes_the_schema_for_a_per_series_error():
+    # JSON has no NaN: pandas' to_json writes a missing value as null. The row keeps it (the
+    # gateway names it: "close[1] is null"), and the schema says a value may be null
+    body = json.loads('{"series": [{"symbol": "X", "candles": [["2024-01-01", 1, 2, 0.5, 1.5, 10, 15],'
+                      ' ["2024-01-02", 1, 2, 0.5, null, 10, 15], ["2024-01-03", null, 2, 0.5, 1.5]]}], "horizon": 1}')
+    rows = ForecastRequest.model_validate(body).series[0].candles
+    assert rows[1][4] is None and rows[2][1] is None and len(rows[1]) == 7 and len(rows[2]) == 5
+    schema = ForecastRequest.model_json_schema()
+    for alt in schema["$defs"]["InlineSeries"]["properties"]["candles"]["items"]["anyOf"]:
+        for value in alt["prefixItems"][1:]:
+            assert {"type": "null"} in value["anyOf"] and {"type": "number"} in value["anyOf"]
