@@ -228,8 +228,11 @@ class Ingress:
     )
     @api.post("/forecast", response_model=ForecastResponse, include_in_schema=False)
     async def forecast(
-        self, req: ForecastRequest, accept: Annotated[str | None, Header()] = None,
-        x_kronos_timeout_s: Annotated[float | None, Header(
+        self, req: ForecastRequest,
+        # a header is absent or text, never null: typed without None (the default says absent), so
+        # that its schema admits no null
+        accept: Annotated[str, Header()] = None,  # type: ignore[assignment]
+        x_kronos_timeout_s: Annotated[float, Header(  # type: ignore[assignment]
             ge=1, le=86_400, description="deadline in seconds (1 or more), at most KRONOS_REQUEST_TIMEOUT_S")] = None,
         request: Request = None,  # type: ignore[assignment]  # FastAPI passes it; None when called directly
     ) -> Response:

@@ -178,3 +178,12 @@ def test_rows_and_legacy_columns_forecast_alike(live_service):
     b = live_service.client.post("/v1/forecast", json={"series": [legacy], "horizon": 3, "seed": 4})
     assert a.status_code == b.status_code == 200
     assert a.json()["forecasts"] == b.json()["forecasts"]
+
+
+@pytest.mark.parametrize("value", ["null", "0.5", "x"])
+def test_a_deadline_header_outside_its_schema_is_422_naming_the_header(live_service, value):
+    # the schema says a number in [1, 86400], never null (headers are text: "null" is no number)
+    r = live_service.client.post("/v1/forecast", json={"symbols": live_service.store.symbols()[:1], "horizon": 2},
+                                 headers={"X-Kronos-Timeout-S": value})
+    assert r.status_code == 422, r.text[:300]
+    assert r.json()["detail"][0]["loc"] == ["header", "x-kronos-timeout-s"]
