@@ -41,6 +41,7 @@ from service.schemas import (
 )
 from service.serve_replicas import ServeReplicas
 from service.settings import Settings
+from service.state import current
 
 log = logging.getLogger(__name__)
 
@@ -56,30 +57,16 @@ install_docs(api)
 
 
 MAX_SYMBOL_OFFSET = 2**31 - 1  # /v1/symbols offset ceiling: bounded so that no answer holds a >64-bit int
-_METRICS: Metrics | None = None  # the ingress's metrics, for the middleware below
-_GATEWAY_ID: str | None = None  # this gateway replica's Serve id, sent back as X-Kronos-Gateway
 
+# This process's state (metrics, gateway id, body limit, drain, API keys) is reached through
+# service.state.current() at each call, never through a global of this module: serve.ingress
+# pickles the Ingress class by value, and a global read or set by its methods would be a copy.
 
-# both sit inside the latency middleware below, so that their 413s and 503s are observed too
+# all three sit inside the latency middleware below, so that their 413s and 503s are observed too
 # order of refusals: draining (503), then API key (401/403), then body size (413), all before the body is read
-api.add_middleware(BodyLimitMiddleware)
-api.add_middleware(ApiKeyMiddleware)
-api.add_middleware(DrainMiddleware)
-
-
-def _lifecycle():
-    """This process's ``service.lifecycle.STATE``, looked up through the module: the Ingress class
-    is pickled by value, so a name imported here would be a copy inside the replica."""
-    import service.lifecycle
-
-    return service.lifecycle.STATE
-
-
-def _keyring():
-    """This process's ``service.auth.RING`` (through the module, for the same reason as above)."""
-    import service.auth
-
-    return service.auth.RING
+api.add_middleware(BodyLimitMiddleware, get_limits=lambda: current().limits)
+api.add_middleware(ApiKeyMiddleware, get_ring=lambda: current().keyring)
+api.add_middleware(DrainMiddleware, get_state=lambda: current().lifecycle)
 
 
 _SHUTTING_DOWN = {"model": RequestErrorOut, "description": "shutting down (code shutting_down); see Retry-After"}
@@ -95,17 +82,18 @@ async def _observe(request: Request, call_next):
     answered (``X-Kronos-Gateway``, one of several when ``gateway_replicas`` > 1)."""
     t0 = time.perf_counter()
     status = 500
+    state = current()
     try:
         response = await call_next(request)
         status = response.status_code
-        if _GATEWAY_ID is not None:
-            response.headers["X-Kronos-Gateway"] = _GATEWAY_ID
+        if state.gateway_id is not None:
+            response.headers["X-Kronos-Gateway"] = state.gateway_id
         return response
     finally:
-        if _METRICS is not None:
+        if state.metrics is not None:
             route = request.scope.get("route")
             path = getattr(route, "path", None) or "unmatched"
-            _METRICS.request_seconds.labels(route=path, method=request.method, status=str(status)).observe(
+            state.metrics.request_seconds.labels(route=path, method=request.method, status=str(status)).observe(
                 time.perf_counter() - t0
             )
 
@@ -113,14 +101,14 @@ async def _observe(request: Request, call_next):
 @api.exception_handler(ServiceError)
 async def _service_error(request: Request, exc: ServiceError) -> Response:
     """Every ``service.errors.ServiceError`` raised by a route or the gateway behind it."""
-    return error_response(exc, _METRICS)
+    return error_response(exc, current().metrics)
 
 
 @api.exception_handler(RequestValidationError)
 async def _invalid(request: Request, exc: RequestValidationError) -> Response:
     """422 naming the field; the offending input is not echoed (it may hold NaN, or be huge)."""
     detail = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")} for e in exc.errors()]
-    return error_response(InvalidRequest(detail), _METRICS)
+    return error_response(InvalidRequest(detail), current().metrics)
 
 
 @api.exception_handler(StarletteHTTPException)
@@ -130,9 +118,9 @@ async def _http_error(request: Request, exc: StarletteHTTPException) -> Response
     past the limit while it streams (``service.limits.BodyTooLarge``) is 413 ``too_large``."""
     if exc.status_code == 400:
         return error_response(InvalidRequest([{"loc": ["body"], "msg": f"unreadable body: {exc.detail}; send UTF-8 JSON",
-                                               "type": "json_invalid"}]), _METRICS)
+                                               "type": "json_invalid"}]), current().metrics)
     if exc.status_code == 413:
-        return error_response(TooLarge(exc.detail, exc.headers), _METRICS)
+        return error_response(TooLarge(exc.detail, exc.headers), current().metrics)
     return _json({"detail": exc.detail}, exc.status_code, headers=exc.headers)
 
 
@@ -177,22 +165,7 @@ class Ingress:
         self.replicas = ServeReplicas(predictor, settings, self.metrics)
         self.gateway = Gateway(settings, self.store, self.replicas, self.metrics, num_replicas)
         self._symbols: list[str] | None = None
-
-        # serve.ingress pickles this class by value, so `global` would bind a copy of the
-        # module's globals: set the middleware's metrics on the imported module itself.
-        import service.app as app_module
-
-        app_module._METRICS = self.metrics
-        app_module._GATEWAY_ID = _replica_id()
-        import service.limits
-
-        service.limits.LIMITS.max_body_bytes = settings.max_body_bytes
-        state = _lifecycle()
-        state.retry_after_s = settings.retry_after_s
-        state.shared_dir, state.gauge = self.metrics.shared_dir, self.metrics.http_in_flight
-        import service.auth
-
-        service.auth.RING = service.auth.load_keyring(settings)
+        current().start(settings, self.metrics, _replica_id())
 
     # ------------------------------------------------------------ shutdown control (handle calls)
     def __del__(self):
@@ -204,7 +177,7 @@ class Ingress:
     async def drain(self) -> int:
         """Stop taking work on every gateway of the node: new requests get 503, /readyz is not
         ready. Returns the requests in flight, summed over the gateways."""
-        _lifecycle().start_drain()
+        current().lifecycle.start_drain()
         active = await self.in_flight()
         log.info("gateways draining: %d request(s) in flight", active)
         return active
@@ -237,7 +210,7 @@ class Ingress:
         request: Request = None,  # type: ignore[assignment]  # FastAPI passes it; None when called directly
     ) -> Response:
         key = request.scope.get("state", {}).get("api_key") if request is not None else None
-        wait = _keyring().throttle(key, req.n_series)
+        wait = current().keyring.throttle(key, req.n_series)
         if wait > 0:
             raise RateLimited(f"rate limit of key {key.name!r} ({key.series_per_s:g} series/s) reached",
                               max(1, math.ceil(wait)))
@@ -277,7 +250,7 @@ class Ingress:
     @api.get("/readyz", response_model=Readiness,
              responses={503: {"model": Readiness, "description": "not ready: no replica yet, or shutting down"}})
     async def readyz(self) -> Response:
-        if _lifecycle().is_draining():
+        if current().lifecycle.is_draining():
             return _json({"ready": False, "replicas_ready": 0, "replicas_target": self.num_replicas,
                           "detail": "shutting down"}, 503)
         running, detail = 0, ""

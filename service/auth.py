@@ -173,11 +173,13 @@ async def _deny(send, status: int, code: str, detail: str) -> None:
 
 class ApiKeyMiddleware:
     """401 / 403 before the app runs; the key found goes to ``scope['state']['api_key']`` for
-    the forecast route's rate limit. ``ring`` is read at each request from ``get_ring()``."""
+    the forecast route's rate limit. The ring is read at each request from ``get_ring()`` (the
+    app passes this process's ``service.state.current().keyring``); none: no keys."""
 
     def __init__(self, app, get_ring=None):
         self.app = app
-        self.get_ring = get_ring or (lambda: RING)
+        none = KeyRing([])
+        self.get_ring = get_ring or (lambda: none)
 
     async def __call__(self, scope, receive, send):
         ring = self.get_ring()
@@ -196,5 +198,3 @@ class ApiKeyMiddleware:
         scope.setdefault("state", {})["api_key"] = key
         await self.app(scope, receive, send)
 
-
-RING = KeyRing([])  # this gateway process's keys; the ingress loads them at start-up

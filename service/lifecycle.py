@@ -12,6 +12,7 @@ the requests in flight are summed over the gateways through the ``livesum`` gaug
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,18 +53,18 @@ class Lifecycle:
             self.gauge.inc(n)
 
 
-STATE = Lifecycle()  # this gateway process's state; the ingress sets retry_after_s at start-up
-
-
 class DrainMiddleware:
-    """Counts requests in flight and, once ``STATE.draining``, refuses new ones with 503."""
+    """Counts requests in flight and, once draining, refuses new ones with 503. The state is
+    read at each request from ``get_state()`` (the app passes this process's
+    ``service.state.current().lifecycle``) or is the fixed ``state`` given."""
 
-    def __init__(self, app, state: Lifecycle | None = None):
+    def __init__(self, app, state: Lifecycle | None = None, get_state: Callable[[], Lifecycle] | None = None):
         self.app = app
-        self.state = state
+        fixed = state or Lifecycle()
+        self.get_state = get_state or (lambda: fixed)
 
     async def __call__(self, scope, receive, send):
-        st = self.state or STATE
+        st = self.get_state()
         if scope["type"] != "http" or scope.get("path") in ALWAYS_OPEN:
             await self.app(scope, receive, send)
             return

@@ -2,12 +2,14 @@
 
 A body declared larger than the limit (``Content-Length``) is refused with 413 before a byte
 of it is read; a body without a length (chunked) is counted while it streams and refused as
-soon as it passes the limit. The limit is read at each request from ``LIMITS``, which the
-ingress sets from its settings (``KRONOS_MAX_BODY_BYTES``).
+soon as it passes the limit. The limit is read at each request from ``get_limits()`` (the
+app passes this process's ``service.state.current().limits``, which the ingress sets from its
+settings, ``KRONOS_MAX_BODY_BYTES``) or is the fixed ``limits`` given.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import orjson
@@ -21,9 +23,6 @@ DEFAULT_MAX_BODY_BYTES = 128 * 1024 * 1024  # fits 1,000 inline series of 512 ca
 @dataclass
 class Limits:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
-
-
-LIMITS = Limits()  # the process's limits; the ingress replaces the value at start-up
 
 
 def too_large_message(size: int | None, limit: int) -> str:
@@ -41,15 +40,16 @@ class BodyTooLarge(HTTPException):
 
 
 class BodyLimitMiddleware:
-    def __init__(self, app, limits: Limits | None = None):
+    def __init__(self, app, limits: Limits | None = None, get_limits: Callable[[], Limits] | None = None):
         self.app = app
-        self.limits = limits
+        fixed = limits or Limits()
+        self.get_limits = get_limits or (lambda: fixed)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        limit = (self.limits or LIMITS).max_body_bytes
+        limit = self.get_limits().max_body_bytes
         declared = _content_length(scope)
         if declared is not None and declared > limit:
             await _answer_413(send, too_large_message(declared, limit))

@@ -37,6 +37,8 @@ class Shard:
     tokens: int = 0  # sum_i sample_count * (L_i + H): the shard's share of a token budget
 
     def __post_init__(self) -> None:
+        if self.options.calibration is not None:  # a Calibration is the replica's, never shipped per shard
+            raise ValueError("Shard.options.calibration must be None: set calibrate=True for the replica's")
         if not self.tokens:
             self.tokens = shard_tokens([len(v) for v in self.values], self.options.horizon, self.options.sample_count)
 

@@ -9,24 +9,19 @@ from __future__ import annotations
 
 import asyncio
 
-from service_fakes import FakeReplicas, FakeStore, RoutedReplicas, fake_future
+from service_fakes import FakeReplicas, RoutedReplicas, fake_gateway
 
 from service.errors import ReplicaGone
 from service.gateway import Gateway
 from service.gateway.dispatch import ShardRun
-from service.gateway.future import FutureTimestamps
 from service.metrics import Metrics
 from service.schemas import ForecastRequest
-from service.settings import Settings
 
 SYMBOLS = [f"S{i:03d}" for i in range(20)]  # 7 shards of <= 3 series
 
 
 def _gateway(replicas, num_replicas: int = 2, **settings) -> tuple[Gateway, Metrics]:
-    s = Settings(**{"max_context": 64, "shards_per_replica": 2, **settings})
-    m = Metrics()
-    gw = Gateway(s, FakeStore(), replicas, m, num_replicas=num_replicas,
-                 fit_factory=lambda info, h, sc: (lambda L: 3), future=FutureTimestamps(fake_future))
+    gw, m, _ = fake_gateway(replicas, num_replicas, **settings)
     return gw, m
 
 

@@ -5,21 +5,15 @@ import asyncio
 import numpy as np
 import pytest
 from response_checks import assert_arrow_equals_json
-from service_fakes import FakeReplicas, FakeStore, fake_future
+from service_fakes import fake_gateway
 
 from kronos_core.eval.risk import risk_summary
-from service.gateway import Gateway
 from service.gateway.encode import outcome_to_arrow, outcome_to_json
-from service.gateway.future import FutureTimestamps
-from service.metrics import Metrics
 from service.schemas import ForecastRequest, SymbolForecast
-from service.settings import Settings
 
 
 def _gateway():
-    s = Settings(max_context=64, shards_per_replica=2)
-    return Gateway(s, FakeStore(), FakeReplicas(), Metrics(), num_replicas=2,
-                   fit_factory=lambda info, h, sc: (lambda L: 3), future=FutureTimestamps(fake_future))
+    return fake_gateway()[0]
 
 
 @pytest.mark.parametrize("return_paths", [False, True])

@@ -9,15 +9,13 @@ from service_fakes import (
     FakeStore,
     fake_future,
     fake_gateway,
-    make_options,
-    make_shard,
 )
 
 from kronos_core.engine.memory import estimate_inference_bytes
 from service.gateway import Gateway
 from service.gateway.future import FutureTimestamps
 from service.gateway.plan import TooLargeError, memory_model_fit, plan_shards
-from service.messages import ReplicaInfo, shard_tokens
+from service.messages import ReplicaInfo
 from service.metrics import Metrics
 from service.schemas import ForecastRequest
 from service.settings import Settings
@@ -62,11 +60,6 @@ def test_plan_rejects_a_series_that_cannot_fit():
 def test_plan_empty_and_tiny():
     assert plan_shards([], 4, 1, fit=lambda L: 1, num_replicas=2) == []
     assert _sizes(plan_shards([3], 4, 1, fit=lambda L: 10, num_replicas=4)) == [1]
-
-
-def test_shard_tokens():
-    assert shard_tokens([10, 20], 5, 3) == 3 * 15 + 3 * 25
-    assert make_shard(2, length=10, options=make_options(horizon=4, sample_count=2)).tokens == 2 * 2 * 14
 
 
 def test_plan_with_room_for_exactly_one_series_per_shard():

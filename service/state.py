@@ -1,0 +1,46 @@
+"""The one per-process state of a gateway: its metrics, its Serve replica id, the body limit,
+the drain state and the API keys. ``Ingress.__init__`` fills it (``ProcessState.start``);
+the middlewares and exception handlers of ``service.app`` read it at each request through
+``current()``.
+
+Why a function and not a name to import: ``serve.ingress`` pickles the Ingress class by
+value, so a module global that its methods read or assign would be a copy inside the
+replica. ``current()`` lives in this module, is pickled by reference, and always returns
+this process's one ``ProcessState``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from service.auth import KeyRing, load_keyring
+from service.lifecycle import Lifecycle
+from service.limits import Limits
+from service.metrics import Metrics
+from service.settings import Settings
+
+
+@dataclass
+class ProcessState:
+    metrics: Metrics | None = None  # the gateway's metrics; None until the ingress starts
+    gateway_id: str | None = None  # this gateway replica's Serve id, sent back as X-Kronos-Gateway
+    limits: Limits = field(default_factory=Limits)  # body size limit (KRONOS_MAX_BODY_BYTES)
+    lifecycle: Lifecycle = field(default_factory=Lifecycle)  # draining, requests in flight
+    keyring: KeyRing = field(default_factory=lambda: KeyRing([]))  # API keys and their rate buckets
+
+    def start(self, settings: Settings, metrics: Metrics, gateway_id: str | None) -> None:
+        """Configure this process for an ingress built from ``settings``."""
+        self.metrics = metrics
+        self.gateway_id = gateway_id
+        self.limits.max_body_bytes = settings.max_body_bytes
+        self.lifecycle.retry_after_s = settings.retry_after_s
+        self.lifecycle.shared_dir, self.lifecycle.gauge = metrics.shared_dir, metrics.http_in_flight
+        self.keyring = load_keyring(settings)
+
+
+_STATE = ProcessState()
+
+
+def current() -> ProcessState:
+    """This process's state."""
+    return _STATE
