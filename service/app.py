@@ -40,7 +40,7 @@ from service.schemas import (
     SymbolsPage,
 )
 from service.serve_replicas import ServeReplicas
-from service.settings import Settings
+from service.settings import Settings, unknown_kronos_variables
 from service.state import current
 
 log = logging.getLogger(__name__)
@@ -299,6 +299,9 @@ def build_app(args: Settings) -> serve.Application:
     Unset fields come from ``KRONOS_*`` environment variables, then the defaults.
     """
     settings = args if isinstance(args, Settings) else Settings(**dict(args or {}))
+    if not isinstance(args, Settings):  # a Serve config or `serve run` (kronos serve warned already)
+        for message in unknown_kronos_variables():
+            log.warning(message)
     gpus = _cluster_gpus()
     replicas = settings.resolved_num_replicas(gpus)
     if settings.use_gpu(gpus):

@@ -188,11 +188,11 @@ ENV_PREFIX = "KRONOS_"
 # reads is a setting or listed here).
 OTHER_KRONOS_VARIABLES = {
     "KRONOS_HOME": "folder the sample store is built in (kronos_core/data/sample_store.py)",
-    "KRONOS_LOAD_SYMBOLS": "load test: portfolio size (service/locustfile.py)",
-    "KRONOS_LOAD_HORIZON": "load test: horizon (service/locustfile.py)",
-    "KRONOS_LOAD_LOOKBACK": "load test: lookback (service/locustfile.py)",
-    "KRONOS_LOAD_WAIT_S": "load test: pause between a user's requests (service/locustfile.py)",
-    "KRONOS_LOAD_TIMEOUT_S": "load test: client timeout (service/locustfile.py)",
+    "KRONOS_LOAD_SYMBOLS": "load test (locustfile): portfolio size",
+    "KRONOS_LOAD_HORIZON": "load test (locustfile): horizon",
+    "KRONOS_LOAD_LOOKBACK": "load test (locustfile): lookback",
+    "KRONOS_LOAD_WAIT_S": "load test (locustfile): pause between a user's requests",
+    "KRONOS_LOAD_TIMEOUT_S": "load test (locustfile): client timeout",
 }
 
 

@@ -106,3 +106,16 @@ def test_every_kronos_variable_the_code_reads_is_a_setting_or_allowed():
     assert {"KRONOS_HOME", "KRONOS_LOAD_WAIT_S"} <= set(found)  # the scan sees the known readers
     stray = {n: p for n, p in found.items() if n not in setting_variables() | set(OTHER_KRONOS_VARIABLES)}
     assert stray == {}
+
+
+def test_a_serve_config_build_warns_about_a_misspelt_variable_too(monkeypatch, caplog):
+    pytest.importorskip("ray.serve")
+    import logging
+
+    from service import app
+
+    monkeypatch.setenv("KRONOS_DEVCIE", "cuda")
+    monkeypatch.setattr(app, "_cluster_gpus", lambda: 0)
+    with caplog.at_level(logging.WARNING, logger="service.app"):
+        app.build_app({"device": "cpu"})  # what `serve run deploy/serve_config.yaml` calls
+    assert "KRONOS_DEVCIE is not a setting and is ignored (did you mean KRONOS_DEVICE?)" in caplog.text
