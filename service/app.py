@@ -40,7 +40,7 @@ from service.schemas import (
     SymbolsPage,
 )
 from service.serve_replicas import ServeReplicas
-from service.settings import Settings
+from service.settings import Settings, unknown_kronos_variables
 from service.state import current
 
 log = logging.getLogger(__name__)
@@ -201,8 +201,11 @@ class Ingress:
     )
     @api.post("/forecast", response_model=ForecastResponse, include_in_schema=False)
     async def forecast(
-        self, req: ForecastRequest, accept: Annotated[str | None, Header()] = None,
-        x_kronos_timeout_s: Annotated[float | None, Header(
+        self, req: ForecastRequest,
+        # a header is absent or text, never null: typed without None (the default says absent), so
+        # that its schema admits no null
+        accept: Annotated[str, Header()] = None,  # type: ignore[assignment]
+        x_kronos_timeout_s: Annotated[float, Header(  # type: ignore[assignment]
             ge=1, le=86_400, description="deadline in seconds (1 or more), at most KRONOS_REQUEST_TIMEOUT_S")] = None,
         request: Request = None,  # type: ignore[assignment]  # FastAPI passes it; None when called directly
     ) -> Response:
@@ -296,6 +299,9 @@ def build_app(args: Settings) -> serve.Application:
     Unset fields come from ``KRONOS_*`` environment variables, then the defaults.
     """
     settings = args if isinstance(args, Settings) else Settings(**dict(args or {}))
+    if not isinstance(args, Settings):  # a Serve config or `serve run` (kronos serve warned already)
+        for message in unknown_kronos_variables():
+            log.warning(message)
     gpus = _cluster_gpus()
     replicas = settings.resolved_num_replicas(gpus)
     if settings.use_gpu(gpus):

@@ -64,6 +64,51 @@ def check_model(settings) -> str | None:
     return None
 
 
+def port_holder(host: str, port: int) -> str | None:
+    """What already listens on ``host:port``, or None when the port is free to bind.
+
+    Ray Serve's proxy binds with SO_REUSEPORT, so a second service on a busy port would start
+    and share the port with the first (requests then alternate between the two). A plain test
+    bind (SO_REUSEADDR only, so that connections of a stopped service in TIME_WAIT do not count)
+    fails on a port another process listens on. The answer names the holder when it can be
+    found ("pid 1234 (ray::ProxyActor)"), else just "in use". An address this machine cannot
+    bind at all (not one of its own) is left to Ray to report."""
+    import errno
+    import socket
+
+    try:
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror:
+        return None
+    for family, kind, proto, _name, address in addresses:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    return _listener(port) or "in use"
+    return None
+
+
+def _listener(port: int) -> str | None:
+    """"pid N (name)" of a process listening on TCP ``port``, when psutil can see it."""
+    import psutil
+
+    try:
+        pids = {c.pid for c in psutil.net_connections(kind="inet")
+                if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid}
+    except (psutil.Error, OSError):  # e.g. AccessDenied on macOS without root
+        return None
+    held = []
+    for pid in sorted(pids):
+        try:
+            held.append(f"pid {pid} ({psutil.Process(pid).name()})")
+        except psutil.Error:
+            held.append(f"pid {pid}")
+    return ", ".join(held) or None
+
+
 def settings_from_args(args: argparse.Namespace):
     from service.settings import Settings
 
@@ -140,13 +185,35 @@ def local_metrics_dir(settings) -> str | None:
     return settings.gateway_shared_dir(ray.get_runtime_context().get_node_id())
 
 
-def stop() -> None:
+def stop(settings=None) -> None:
+    """Stop the app, then Ray (``settings``: those the app was started with; default ones
+    when not given: the embedded service).
+
+    Embedded (a local Ray, no ``ray_address``): delete the app, whose replicas stop as Serve
+    stops them (``graceful_shutdown_timeout_s``), then ``ray.shutdown()``, which disconnects
+    this driver and then ends the rest of the local Ray, Serve's controller and proxy with it.
+    ``serve.shutdown()`` is not used there: it has the controller kill itself while this
+    driver still waits on two of its calls (``graceful_shutdown`` returns only through that
+    death, and a handle's long poll is pending), and Ray reports each as ``Task
+    ServeController.graceful_shutdown failed ... killed by ray.kill`` on every clean stop.
+    On a cluster given by address, ``serve.shutdown()`` stays: the service's proxies bind
+    the port on the cluster's nodes and must go with it."""
     import ray
     from ray import serve
 
+    from service.settings import Settings
+
+    settings = settings or Settings()
     try:
-        if ray.is_initialized():  # else serve.shutdown() would start a Ray instance to shut down
+        if not ray.is_initialized():  # else a Serve call would start a Ray instance to shut down
+            return
+        if settings.ray_address:
             serve.shutdown()
+            return
+        try:
+            serve.delete(settings.app_name)
+        except Exception as exc:  # Serve never came up: nothing to delete, Ray goes anyway
+            log.warning("stopping the app: %s", exc)
     finally:
         if ray.is_initialized():
             ray.shutdown()
@@ -160,6 +227,10 @@ def run(args: argparse.Namespace) -> int:
     except ValidationError as exc:
         print(f"kronos serve: invalid settings: {exc}", file=sys.stderr)
         return 2
+    from service.settings import unknown_kronos_variables
+
+    for message in unknown_kronos_variables():
+        print(f"WARNING: {message}", file=sys.stderr, flush=True)
     from service.auth import KeyFileError, load_keyring
 
     try:
@@ -171,6 +242,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"WARNING: kronos serve listens on {settings.host} with no API keys: anyone who can reach this "
               "port can run forecasts. Set KRONOS_API_KEYS or KRONOS_API_KEYS_FILE (SHA-256-hashed keys, see "
               "docs/service.md), or bind 127.0.0.1.", file=sys.stderr, flush=True)
+    if not settings.ray_address and settings.port:  # a cluster given by address binds on its own nodes
+        holder = port_holder(settings.host, settings.port)
+        if holder:
+            held = "in use" if holder == "in use" else f"in use by {holder}"
+            print(f"kronos serve: port {settings.port} on {settings.host} is {held}; stop that service or "
+                  "choose another port (--port, KRONOS_PORT)", file=sys.stderr)
+            return 2
     problem = check_model(settings)
     if problem:
         print(f"kronos serve: cannot load the model: {problem}", file=sys.stderr)
@@ -203,7 +281,7 @@ def run(args: argparse.Namespace) -> int:
         print("stopping Kronos service...", flush=True)
         if stop_event.is_set():
             drain(settings, force, handle)
-        stop()
+        stop(settings)
         if scratch is not None:  # this process's own Ray is gone, and with it every gateway
             shutil.rmtree(scratch, ignore_errors=True)
         print("stopped", flush=True)

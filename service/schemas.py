@@ -11,7 +11,16 @@ import math
 from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    Strict,
+    StrictBool,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic.json_schema import SkipJsonSchema
 
 from kronos_core.errors import REQUEST_ERROR_CODES, SYMBOL_ERROR_CODES, ErrorCode, WarningCode
@@ -22,6 +31,7 @@ MAX_LOOKBACK = 4096  # candles of history per series
 MAX_SAMPLES = 100  # sample paths per series
 MAX_QUANTILES = 19
 MAX_SERIES_LENGTH = 100_000  # candles in one inline series
+MAX_JSON_INTEGER = 2**53 - 1  # the largest integer a double holds exactly (every JSON reader reads it)
 
 FEATURE_NAMES = ("open", "high", "low", "close", "volume", "amount")
 
@@ -66,12 +76,32 @@ def columns_to_candles(data: dict) -> dict:
     return data
 
 
+def json_number(v: Any, where: str) -> Any:
+    """``v`` when it is a JSON number (or None), as the schema says; pydantic's lax mode would
+    also read "5" or true as one, and a body the schema refuses must be a 422, not coerced."""
+    if isinstance(v, (str, bool)):
+        raise ValueError(f"{where} should be a number, not {type(v).__name__}")
+    return v
+
+
+def json_datetime(v: Any, where: str) -> Any:
+    """``v`` when it is an ISO 8601 string (or a datetime from Python callers, or None), as the
+    schema says; lax mode would read the number 0 as 1970-01-01."""
+    if v is not None and not isinstance(v, (str, datetime)):
+        raise ValueError(f"{where} should be an ISO 8601 date-time string, not {type(v).__name__}")
+    return v
+
+
 # One candle: [timestamp, open, high, low, close] with optional volume, then amount. Rows are
-# tuples so that every series is rectangular by construction of the schema.
+# tuples so that every series is rectangular by construction of the schema. A value may be
+# null: JSON has no NaN, so a missing value arrives as null (what pandas' to_json writes); the
+# row keeps None there and the gateway reports the series as ``invalid_series`` naming the
+# row and column (``close[3] is null``), while the other series are forecast.
+CandleValue = Annotated[float, Strict()] | None  # strict: a JSON number, never "1.5" or true
 CandleRow = Union[  # noqa: UP007 - three tuple widths, one anyOf in the schema
-    tuple[datetime, float, float, float, float],
-    tuple[datetime, float, float, float, float, float],
-    tuple[datetime, float, float, float, float, float, float],
+    tuple[datetime, CandleValue, CandleValue, CandleValue, CandleValue],
+    tuple[datetime, CandleValue, CandleValue, CandleValue, CandleValue, CandleValue],
+    tuple[datetime, CandleValue, CandleValue, CandleValue, CandleValue, CandleValue, CandleValue],
 ]
 
 
@@ -99,8 +129,8 @@ class InlineSeries(BaseModel):
     """Candles the store does not hold: rows ``[timestamp, open, high, low, close, volume?, amount?]``,
     oldest first. No volume: volume = amount = 0; no amount: volume x mean(open, high, low, close).
 
-    A series whose values are not finite or whose timestamps are not strictly increasing is
-    reported in the response's ``errors`` (code ``invalid_series``); the others are forecast.
+    A series with a null or non-finite value, or whose timestamps are not strictly increasing,
+    is reported in the response's ``errors`` (code ``invalid_series``); the others are forecast.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -117,6 +147,32 @@ class InlineSeries(BaseModel):
         if isinstance(data, dict) and "candles" not in data and "timestamps" in data:
             return columns_to_candles(data)
         return data
+
+    @field_validator("candles", mode="before")
+    @classmethod
+    def _json_types(cls, rows: Any) -> Any:
+        """Each row's timestamp a string, as the schema says (its values are strict floats)."""
+        if isinstance(rows, list):
+            for i, row in enumerate(rows):
+                if not isinstance(row, (list, tuple)) or not row:
+                    continue  # the row type's own validation names it
+                if type(row[0]) is not str:
+                    json_datetime(row[0], f"candles[{i}][0]")
+        return rows
+
+    @field_validator("candles", mode="wrap")
+    @classmethod
+    def _named_value_errors(cls, rows: Any, handler) -> Any:
+        """The rows as validated; a value that is no number, which each of the three row widths
+        refuses (pydantic's union noise), is named instead: ``candles[3][4] should be a number``."""
+        try:
+            return handler(rows)
+        except ValidationError:
+            for i, row in enumerate(rows if isinstance(rows, list) else []):
+                if isinstance(row, (list, tuple)) and 5 <= len(row) <= 7:
+                    for k, v in enumerate(row[1:], start=1):
+                        json_number(v, f"candles[{i}][{k}]")
+            raise
 
 
 class ForecastRequest(BaseModel):
@@ -155,13 +211,15 @@ class ForecastRequest(BaseModel):
     temperature: float = Field(1.0, gt=0, le=10)
     top_k: int = Field(0, ge=0, le=4096, description="0: off")
     top_p: float = Field(0.9, gt=0, le=1)
-    seed: int | None = Field(None, ge=0, le=2**63 - 1, description="same seed, same answer")
+    # at most 2^53 - 1: the largest integer every JSON reader keeps exact (I-JSON, RFC 7493); above
+    # it a client's or a fuzzer's doubles round, and a bound they think they meet is missed
+    seed: int | None = Field(None, ge=0, le=MAX_JSON_INTEGER, description="same seed, same answer")
     quantiles: list[Annotated[float, Field(gt=0, lt=1)]] = Field(
         default_factory=list, max_length=MAX_QUANTILES, json_schema_extra={"uniqueItems": True},
         description="levels strictly between 0 and 1, unique",
     )
-    return_paths: bool = Field(False, description="include every sample path")
-    summary: bool = Field(
+    return_paths: StrictBool = Field(False, description="include every sample path")
+    summary: StrictBool = Field(
         False, description="add a per-symbol risk summary from the sample paths: expected return, P(up), "
         "volatility, 95% VaR and ES of the horizon return, vol_alert (see docs/evaluation.md; per symbol only, "
         "no portfolio VaR: paths of different symbols are independent)",
@@ -169,7 +227,7 @@ class ForecastRequest(BaseModel):
     vol_alert_factor: float = Field(
         2.0, gt=0, le=100, description="summary.vol_alert: forecast volatility > this x the recent realised one",
     )
-    repair: bool = Field(
+    repair: StrictBool = Field(
         False,
         description="make forecast candles consistent: volume, amount >= 0; high >= max(open, close); "
         "low <= min(open, close). Off by default: results then equal the reference model's",
@@ -184,6 +242,25 @@ class ForecastRequest(BaseModel):
                 if name in data and data[name] is None:
                     raise ValueError(f"{name} is null; leave it out or give an array")
         return data
+
+    @field_validator("horizon", "lookback", "sample_count", "temperature", "top_k", "top_p", "seed",
+                     "vol_alert_factor", mode="before")
+    @classmethod
+    def _json_numbers(cls, v: Any, info) -> Any:
+        return json_number(v, info.field_name)
+
+    @field_validator("quantiles", mode="before")
+    @classmethod
+    def _json_number_items(cls, v: Any) -> Any:
+        if isinstance(v, list):
+            for i, q in enumerate(v):
+                json_number(q, f"quantiles[{i}]")
+        return v
+
+    @field_validator("as_of", mode="before")
+    @classmethod
+    def _json_datetime(cls, v: Any) -> Any:
+        return json_datetime(v, "as_of")
 
     @field_validator("symbols")
     @classmethod

@@ -6,7 +6,9 @@ bundled sample store, a local Ray instance, HTTP on 127.0.0.1:8000.
 
 from __future__ import annotations
 
+import difflib
 import os
+from collections.abc import Mapping
 from typing import Literal
 
 from pydantic import AliasChoices, Field
@@ -17,7 +19,8 @@ class Settings(BaseSettings):
     """What one deployment of the service needs to know; picklable, sent to every replica."""
 
     # extra="forbid": a misspelled key in a Serve config or a flag fails loudly, naming the key.
-    # Environment variables are read only for known fields, so other KRONOS_* variables are ignored.
+    # Environment variables are read only for known fields, so other KRONOS_* variables are
+    # ignored here; ``kronos serve`` warns about them at start (``unknown_kronos_variables``).
     model_config = SettingsConfigDict(env_prefix="KRONOS_", extra="forbid")
 
     # -- model and data
@@ -176,3 +179,50 @@ class Settings(BaseSettings):
         if self.replica_cpus:
             return self.replica_cpus
         return float(max(1, (os.cpu_count() or 1) // max(1, replicas)))
+
+
+ENV_PREFIX = "KRONOS_"
+
+# KRONOS_* variables that are not settings but are read elsewhere, so they never warn. A new
+# one goes here (tests/service/test_serve_cli.py checks that every KRONOS_* variable the code
+# reads is a setting or listed here).
+OTHER_KRONOS_VARIABLES = {
+    "KRONOS_HOME": "folder the sample store is built in (kronos_core/data/sample_store.py)",
+    "KRONOS_LOAD_SYMBOLS": "load test (locustfile): portfolio size",
+    "KRONOS_LOAD_HORIZON": "load test (locustfile): horizon",
+    "KRONOS_LOAD_LOOKBACK": "load test (locustfile): lookback",
+    "KRONOS_LOAD_WAIT_S": "load test (locustfile): pause between a user's requests",
+    "KRONOS_LOAD_TIMEOUT_S": "load test (locustfile): client timeout",
+}
+
+
+def setting_variables() -> set[str]:
+    """Every environment variable a ``Settings`` field is read from (upper case)."""
+    names = set()
+    for name, field in Settings.model_fields.items():
+        names.add(ENV_PREFIX + name.upper())
+        if isinstance(field.validation_alias, AliasChoices):
+            names.update(a.upper() for a in field.validation_alias.choices
+                         if isinstance(a, str) and a.upper().startswith(ENV_PREFIX))
+    return names
+
+
+def unknown_kronos_variables(environ: Mapping[str, str] | None = None) -> list[str]:
+    """One message per ``KRONOS_*`` variable in ``environ`` (default: the process environment)
+    that is neither a setting nor in ``OTHER_KRONOS_VARIABLES``, naming the nearest setting:
+    ``KRONOS_DEVCIE is not a setting and is ignored (did you mean KRONOS_DEVICE?)``. Names
+    are compared in upper case, as pydantic-settings reads them case-insensitively."""
+    environ = os.environ if environ is None else environ
+    known = setting_variables()
+    # compared without the prefix, which every name shares (else any name is "near" every other)
+    candidates = {name[len(ENV_PREFIX):]: name for name in sorted(known | set(OTHER_KRONOS_VARIABLES))}
+    messages = []
+    for name in sorted(environ):
+        upper = name.upper()
+        if not upper.startswith(ENV_PREFIX) or upper in known or upper in OTHER_KRONOS_VARIABLES:
+            continue
+        nearest = difflib.get_close_matches(upper[len(ENV_PREFIX):], list(candidates), n=1, cutoff=0.6)
+        hint = (f" (did you mean {candidates[nearest[0]]}?)" if nearest
+                else " (the settings are listed in docs/service.md)")
+        messages.append(f"{name} is not a setting and is ignored{hint}")
+    return messages

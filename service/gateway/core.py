@@ -114,11 +114,8 @@ class Gateway:
             check_exchange(req.exchange)
         prep = await asyncio.to_thread(self.prepare, req, lookback)
         t_read = time.perf_counter()
-        if req.series is not None and not prep.symbols:
-            # nothing usable: the request as a whole is invalid (422), one entry per series
-            raise RequestInvalid("series", "no inline series is usable", details=[
-                (["body", "series", i], self.public(e["message"])) for i, e in enumerate(prep.errors)
-            ])
+        # no usable series (inline or store) is still an answer: no forecasts, every series in
+        # errors; a series is judged alone, whatever stands beside it (docs/service.md)
         fit = self.fit_factory(info, req.horizon, req.sample_count)
         slices, shards = make_shards(req, prep, info, fit, self.num_replicas, self.settings.shards_per_replica)
         run = ShardRun(shard_timeout_s)

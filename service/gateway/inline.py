@@ -11,14 +11,18 @@ from service.schemas import FEATURE_NAMES, InlineSeries
 def inline_arrays(s: InlineSeries, lookback: int) -> tuple[np.ndarray, np.ndarray]:
     """(values (L, 6) float32, timestamps (L,) datetime64[ns]) of an inline series, last ``lookback``.
 
-    Raises ``ValueError`` naming the first bad value (``close[7] is NaN``) or timestamp: the
-    gateway reports it as this series' ``invalid_series`` error and forecasts the others.
+    Raises ``ValueError`` naming the first bad value (``close[7] is NaN``, ``close[3] is
+    null``: a JSON null, a missing value) or timestamp: the gateway reports it as this
+    series' ``invalid_series`` error and forecasts the others.
     """
     rows = s.candles
     n = len(rows)
-    raw = np.zeros((n, 6), dtype=np.float64)  # (L, 6)
+    raw = np.zeros((n, 6), dtype=np.float64)  # (L, 6); a null becomes NaN here
+    null = np.zeros((n, 6), dtype=bool)  # (L, 6) the values given as null
     width = np.fromiter((len(r) for r in rows), dtype=np.int64, count=n)  # (L,) 5, 6 or 7
     for i, r in enumerate(rows):
+        if None in r:
+            null[i, : len(r) - 1] = [v is None for v in r[1:]]
         raw[i, : len(r) - 1] = r[1:]
     prices = raw[:, :4]  # (L, 4)
     raw[width == 5, 4] = 0.0  # no volume: volume = amount = 0
@@ -34,7 +38,7 @@ def inline_arrays(s: InlineSeries, lookback: int) -> tuple[np.ndarray, np.ndarra
                 f"amount[{i}] was not given, and the derived volume × mean price ({raw[i, 5]:.3g}) is beyond "
                 "float32 range; give the amount, or scale volume or prices"
             )
-        what = "NaN" if np.isnan(raw[i, k]) else "infinite or beyond float32 range"
+        what = "null" if null[i, k] else "NaN" if np.isnan(raw[i, k]) else "infinite or beyond float32 range"
         raise ValueError(
             f"{FEATURE_NAMES[k]}[{i}] is {what} ({int(bad.sum())} bad value(s)); candles must be finite numbers"
         )

@@ -172,7 +172,7 @@ def live_service(tmp_path_factory):
     finally:
         client.close()
         if started_ray:
-            stop()  # serve.shutdown() + ray.shutdown()
+            stop(settings)  # the app, then Ray
         else:
             from ray import serve
 

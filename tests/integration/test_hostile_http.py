@@ -143,11 +143,29 @@ def test_nan_infinity_and_bad_timestamps_are_per_series_errors(live_service):
     assert "close[5] is NaN" in errors["NAN"]["message"]
     assert "high[7]" in errors["INF"]["message"]
     assert "timestamps[11]" in errors["UNORDERED"]["message"] and "timestamps[12]" in errors["DUP"]["message"]
-    # nothing valid: the request itself is 422, one entry per series
+    # nothing valid: still an answer (as for store symbols), no forecasts and every series in errors
     raw = json.dumps({"series": series[1:], "horizon": 2})
     r = live_service.client.post("/v1/forecast", content=raw, headers={"content-type": "application/json"})
-    assert r.status_code == 422
-    assert [d["loc"] for d in r.json()["detail"]] == [["body", "series", i] for i in range(4)]
+    assert r.status_code == 200, r.text[:300]
+    assert r.json()["forecasts"] == []
+    assert [(e["symbol"], e["code"]) for e in r.json()["errors"]] == [
+        (s, "invalid_series") for s in ("NAN", "INF", "UNORDERED", "DUP")]
+    only = live_service.client.post("/v1/forecast", json={"series": [series[4]], "horizon": 2})
+    assert only.status_code == 200 and only.json()["forecasts"] == []
+    assert "series[0]: timestamps must be strictly increasing" in only.json()["errors"][0]["message"]
+
+
+def test_a_null_value_is_one_series_error_and_the_others_are_forecast(live_service):
+    # JSON has no NaN: pandas' to_json writes a missing value as null
+    gap = _rows()
+    gap[3][4] = None
+    series = [{"symbol": "GOOD", "candles": _rows()}, {"symbol": "GAP", "candles": gap}]
+    r = live_service.client.post("/v1/forecast", json={"series": series, "horizon": 2, "seed": 1})
+    assert r.status_code == 200, r.text[:300]
+    body = r.json()
+    assert [f["symbol"] for f in body["forecasts"]] == ["GOOD"]
+    assert [(e["symbol"], e["code"]) for e in body["errors"]] == [("GAP", "invalid_series")]
+    assert body["errors"][0]["message"].startswith("series[1]: close[3] is null")
 
 
 def test_rows_and_legacy_columns_forecast_alike(live_service):
@@ -160,3 +178,12 @@ def test_rows_and_legacy_columns_forecast_alike(live_service):
     b = live_service.client.post("/v1/forecast", json={"series": [legacy], "horizon": 3, "seed": 4})
     assert a.status_code == b.status_code == 200
     assert a.json()["forecasts"] == b.json()["forecasts"]
+
+
+@pytest.mark.parametrize("value", ["null", "0.5", "x"])
+def test_a_deadline_header_outside_its_schema_is_422_naming_the_header(live_service, value):
+    # the schema says a number in [1, 86400], never null (headers are text: "null" is no number)
+    r = live_service.client.post("/v1/forecast", json={"symbols": live_service.store.symbols()[:1], "horizon": 2},
+                                 headers={"X-Kronos-Timeout-S": value})
+    assert r.status_code == 422, r.text[:300]
+    assert r.json()["detail"][0]["loc"] == ["header", "x-kronos-timeout-s"]

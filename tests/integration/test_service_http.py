@@ -106,8 +106,6 @@ def test_inline_series_request(live_service):
 @pytest.mark.parametrize(
     "payload, field",
     [
-        ({"series": [_inline(bad=("close", 7, None))], "horizon": 3}, "close[7]"),
-        ({"series": [_inline(bad=("high", 2, "NaN"))], "horizon": 3}, "high[2]"),
         ({"symbols": ["A"], "horizon": 0}, "horizon"),
         ({"symbols": ["A"], "horizon": 100_000}, "horizon"),
         ({"symbols": [f"S{i}" for i in range(10_001)], "horizon": 2}, "symbols"),
@@ -121,6 +119,18 @@ def test_invalid_requests_are_4xx_naming_the_field(live_service, payload, field)
     assert field in r.text
 
 
+@pytest.mark.parametrize("payload, field", [
+    ({"series": [_inline(bad=("close", 7, None))], "horizon": 3}, "close[7]"),
+    ({"series": [_inline(bad=("high", 2, "NaN"))], "horizon": 3}, "high[2]"),
+])
+def test_a_request_whose_only_series_is_invalid_answers_it_in_errors(live_service, payload, field):
+    # the same rule as beside a valid series (and as for store symbols): a 200, no forecasts
+    r = live_service.client.post("/v1/forecast", json=payload)
+    assert r.status_code == 200, r.text[:300]
+    assert r.json()["forecasts"] == [] and r.json()["errors"][0]["code"] == "invalid_series"
+    assert field in r.json()["errors"][0]["message"]
+
+
 def test_malformed_and_nan_literal_bodies(live_service):
     c = live_service.client
     r = c.post("/v1/forecast", content=b'{"symbols": ["A"], "horizon": ', headers={"content-type": "application/json"})
@@ -128,7 +138,7 @@ def test_malformed_and_nan_literal_bodies(live_service):
     raw = ('{"series": [{"symbol": "X", "timestamps": ["2024-01-01", "2024-01-02", "2024-01-03"],'
            ' "open": [1, 2, 3], "high": [1, 2, 3], "low": [1, 2, 3], "close": [1, NaN, 3]}], "horizon": 1}')
     r = c.post("/v1/forecast", content=raw.encode(), headers={"content-type": "application/json"})
-    assert r.status_code == 422 and "close[1]" in r.text
+    assert r.status_code == 200 and r.json()["forecasts"] == [] and "close[1] is NaN" in r.text
 
 
 def test_arrow_stream_matches_json(live_service):

@@ -13,7 +13,6 @@ import pytest
 from pydantic import ValidationError
 from service_fakes import FakeReplicas, FakeStore, fake_future
 
-from service.errors import RequestInvalid
 from service.gateway import Gateway
 from service.gateway.future import FutureTimestamps
 from service.gateway.gather import public_message
@@ -131,15 +130,42 @@ def test_invalid_inline_series_are_per_series_errors_and_the_rest_is_forecast():
     assert "before" in dict((s, m) for s, _, m in errors)["UNORDERED"]
 
 
-def test_a_request_with_no_usable_series_is_invalid_naming_each():
+def test_a_request_with_no_usable_series_is_answered_with_every_series_in_errors():
+    # the same rule as store symbols: no usable series is an answer with no forecasts, not a 422
     gw = _gateway()
     bad = _bad_series()
     req = ForecastRequest(series=[{"symbol": k, "candles": rows} for k, (rows, _) in bad.items()], horizon=2)
-    with pytest.raises(RequestInvalid) as info:
-        asyncio.run(gw.forecast(req))
-    detail = info.value.detail()
-    assert [d["loc"] for d in detail] == [["body", "series", i] for i in range(len(bad))]
-    assert "high[2] is NaN" in detail[0]["msg"]
+    out = asyncio.run(gw.forecast(req))
+    assert out.symbols == []
+    assert [(e["symbol"], e["code"]) for e in out.errors] == [(k, "invalid_series") for k in bad]
+    for e, (_candles, expected) in zip(out.errors, bad.values(), strict=True):
+        assert expected in e["message"]
+    assert out.errors[0]["message"].startswith("series[0]: high[2] is NaN")
+    single = ForecastRequest(series=[{"symbol": "DUP", "candles": bad["DUP"][0]}], horizon=2)
+    only = asyncio.run(gw.forecast(single))  # its only series: the same answer as beside a good one
+    assert only.symbols == [] and [e["symbol"] for e in only.errors] == ["DUP"]
+    assert "timestamps[5]" in only.errors[0]["message"]
+
+
+def test_a_null_value_is_that_series_error_naming_row_and_column():
+    # JSON has no NaN: pandas' to_json writes a missing value as null
+    import json
+
+    good, gap = _rows(6, close=3.0), _rows(6)
+    gap[3][4] = None
+    body = json.loads(json.dumps({"series": [{"symbol": "GOOD", "candles": good}, {"symbol": "GAP", "candles": gap},
+                                             {"symbol": "GOOD5", "candles": _rows(6, width=5)}], "horizon": 2}))
+    out = asyncio.run(_gateway().forecast(ForecastRequest.model_validate(body)))
+    assert out.symbols == ["GOOD", "GOOD5"]
+    assert out.errors == [{"symbol": "GAP", "code": "invalid_series",
+                           "message": "series[1]: close[3] is null (1 bad value(s)); candles must be finite numbers"}]
+    for width, column in [(5, "close"), (6, "volume"), (7, "amount")]:
+        rows = _rows(4, width=width)
+        rows[2][width - 1] = None  # the last value of the row (a derived amount is not the one named)
+        req = ForecastRequest(series=[{"symbol": "G", "candles": _rows(4)}, {"symbol": "N", "candles": rows}],
+                              horizon=1)
+        message = asyncio.run(_gateway().forecast(req)).errors[0]["message"]
+        assert message.startswith(f"series[1]: {column}[2] is null"), message
 
 
 def test_width_six_rows_fill_amount_from_volume():
