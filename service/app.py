@@ -205,8 +205,9 @@ class Ingress:
         # a header is absent or text, never null: typed without None (the default says absent), so
         # that its schema admits no null
         accept: Annotated[str, Header()] = None,  # type: ignore[assignment]
-        x_kronos_timeout_s: Annotated[float, Header(  # type: ignore[assignment]
-            ge=1, le=86_400, description="deadline in seconds (1 or more), at most KRONOS_REQUEST_TIMEOUT_S")] = None,
+        x_kronos_timeout_s: Annotated[float, Header(
+            ge=1, le=86_400, description="deadline in seconds (1 or more), at most KRONOS_REQUEST_TIMEOUT_S",
+        )] = None,  # type: ignore[assignment]
         request: Request = None,  # type: ignore[assignment]  # FastAPI passes it; None when called directly
     ) -> Response:
         key = request.scope.get("state", {}).get("api_key") if request is not None else None
