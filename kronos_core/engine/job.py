@@ -31,7 +31,7 @@ import torch
 from kronos_core.engine.batch import EngineBatch
 from kronos_core.engine.config import EngineStats, GenerationConfig, GenerationOutput
 from kronos_core.engine.plan import StepPlan, plan_schedule
-from kronos_core.engine.sampling import counter_uniforms, sample_tokens
+from kronos_core.engine.sampling import counter_uniforms_table, sample_tokens
 from kronos_core.model.config import DEP_HEADS
 from kronos_core.model.kronos import Kronos
 from kronos_core.model.layers import KVCache, padded_positions_and_mask
@@ -252,8 +252,8 @@ class GenerationJob:
         self.stats.tokenize_seconds += time.perf_counter() - t0
         keys = self.batch.row_keys
         if keys is not None:
-            draws = [[counter_uniforms(keys, step, kind) for kind in (0, 1)] for step in range(self.cfg.horizon)]
-            self._uniforms = torch.stack([torch.stack(d) for d in draws]).to(self.device)  # (H, 2, N)
+            table = counter_uniforms_table(keys, self.cfg.horizon)  # (H, 2, N) float64, on the host
+            self._uniforms = torch.from_numpy(table).to(self.device)  # one copy to the device
         if self.cfg.progress:
             from tqdm.auto import tqdm
 
