@@ -42,7 +42,11 @@ from kronos_core.options import ForecastOptions  # noqa: E402
 from kronos_core.predictor import KronosPredictor  # noqa: E402
 
 TINY = REPO / "tests" / "fixtures" / "kronos-tiny"
-GREEDY = dict(top_k=1, top_p=1.0)
+
+
+def _greedy(horizon: int, **changes: Any) -> ForecastOptions:
+    """Greedy decoding (top_k=1), as ``kronos bench`` measures."""
+    return ForecastOptions(horizon, top_k=1, top_p=1.0, **changes)
 
 
 def _sync(device: torch.device) -> None:
@@ -70,16 +74,19 @@ def _workloads(tiny: bool) -> dict[str, Any]:
             "steps": (64, 400, 48)}
 
 
-def _data(n: int, lookback: int, horizon: int, seed: int):
+Data = tuple[list[np.ndarray], list[Any], list[Any]]  # values, history stamps, future stamps
+
+
+def _data(n: int, lookback: int, horizon: int, seed: int) -> Data:
     values, xs, ys = synthetic_series(n, lookback, horizon, seed)
     return values, xs, [y[:horizon] for y in ys]
 
 
-def _timed(predictor: KronosPredictor, data, options: ForecastOptions) -> tuple[Any, dict]:
+def _timed(predictor: KronosPredictor, data: Data, options: ForecastOptions) -> tuple[Any, dict]:
     device = predictor.device
     _sync(device)
     t0 = time.perf_counter()
-    res = predictor.forecast(*data, options)
+    res = predictor.forecast(data[0], data[1], data[2], options)
     _sync(device)
     seconds = time.perf_counter() - t0
     n, h = len(data[0]), options.horizon
@@ -98,16 +105,16 @@ def engine_figures(model, tok, device, tiny: bool, seed: int) -> dict:
     predictor = KronosPredictor(model, tok, device=device, max_context=512)
     n, lb, h = w["fits"]
     data = _data(n, lb, h, seed)
-    predictor.forecast(data[0], data[1], [y[:2] for y in data[2]], ForecastOptions(2, **GREEDY))  # warm-up
-    slow, a = _timed(predictor, data, ForecastOptions(h, sliding="recompute", **GREEDY))
-    fast, b = _timed(predictor, data, ForecastOptions(h, sliding="exact", **GREEDY))
+    predictor.forecast(data[0], data[1], [y[:2] for y in data[2]], _greedy(2))  # warm-up
+    slow, a = _timed(predictor, data, _greedy(h, sliding="recompute"))
+    fast, b = _timed(predictor, data, _greedy(h, sliding="exact"))
     out["fits_context"] = {"recompute": a, "cached": b, "ratio": a["seconds"] / b["seconds"],
                            "identical": bool(np.array_equal(slow.paths, fast.paths))}
     n, lb, h = w["slides"]
     sliding = KronosPredictor(model, tok, device=device, max_context=w["slide_context"])
     data = _data(n, lb, h, seed + 1)
-    exact, e = _timed(sliding, data, ForecastOptions(h, sliding="exact", **GREEDY))
-    rolling, r = _timed(sliding, data, ForecastOptions(h, sliding="rolling", **GREEDY))
+    exact, e = _timed(sliding, data, _greedy(h, sliding="exact"))
+    rolling, r = _timed(sliding, data, _greedy(h, sliding="rolling"))
     dev = np.abs(rolling.mean[..., 3] - exact.mean[..., 3]) / np.abs(exact.mean[..., 3])
     out["sliding"] = {"exact": e, "rolling": r, "speedup": e["seconds"] / r["seconds"],
                       "close_rel_dev_mean": float(dev.mean())}
@@ -119,8 +126,8 @@ def engine_figures(model, tok, device, tiny: bool, seed: int) -> dict:
             if dtype is not None and device.type == "cpu":
                 continue  # autocast bf16 on a CPU measures nothing useful
             p = KronosPredictor(model, tok, device=device, max_context=512, dtype=dtype)
-            p.forecast(*[d[:8] for d in data], ForecastOptions(h, **GREEDY))  # warm-up
-            large[name] = _timed(p, data, ForecastOptions(h, **GREEDY))[1]
+            p.forecast(data[0][:8], data[1][:8], data[2][:8], _greedy(h))  # warm-up
+            large[name] = _timed(p, data, _greedy(h))[1]
         out["large"] = large
     return out
 
@@ -129,7 +136,7 @@ def sync_figures(model, tok, device, tiny: bool) -> dict:
     """Synchronising ops of each step of a few workloads; steady = decode steps that evict nothing."""
     horizon = 8 if tiny else 16
     cases = {
-        "greedy": (ForecastOptions(horizon, **GREEDY), "exact", 512, [48, 40, 30]),
+        "greedy": (_greedy(horizon), "exact", 512, [48, 40, 30]),
         "seeded": (ForecastOptions(horizon, sample_count=2, top_p=0.9, seed=7), "exact", 512, [48, 40, 30]),
         "rolling_slides": (ForecastOptions(horizon, seed=3), "rolling", 50, [48, 40]),
         "exact_slides": (ForecastOptions(horizon, seed=3), "exact", 50, [46, 30]),
@@ -155,8 +162,8 @@ def sync_figures(model, tok, device, tiny: bool) -> dict:
     return out
 
 
-def _step_times(predictor: KronosPredictor, data, options: ForecastOptions) -> tuple[np.ndarray, list[float]]:
-    job = predictor.start_forecast(*data, options)
+def _step_times(predictor: KronosPredictor, data: Data, options: ForecastOptions) -> tuple[np.ndarray, list[float]]:
+    job = predictor.start_forecast(data[0], data[1], data[2], options)
     times = []
     while not job.done:
         _sync(predictor.device)
@@ -170,7 +177,7 @@ def _step_times(predictor: KronosPredictor, data, options: ForecastOptions) -> t
 def step_figures(model, tok, device, tiny: bool, seed: int) -> dict:
     n, lb, h = _workloads(tiny)["steps"]
     data = _data(n, lb, h, seed + 5)
-    options = ForecastOptions(h, **GREEDY)
+    options = _greedy(h)
     out: dict[str, Any] = {"series": n, "lookback": lb, "horizon": h}
     eager = KronosPredictor(model, tok, device=device, max_context=512)
     _step_times(eager, data, options)  # warm-up
@@ -199,10 +206,10 @@ def interleave_figures(model, tok, device, tiny: bool, seed: int) -> dict:
     predictor = KronosPredictor(model, tok, device=device, max_context=512)
     _sync(device)
     t0 = time.perf_counter()
-    alone = [predictor.forecast(*big, options), predictor.forecast(*small, options)]
+    alone = [predictor.forecast(d[0], d[1], d[2], options) for d in (big, small)]
     _sync(device)
     sequential = time.perf_counter() - t0
-    jobs = [predictor.start_forecast(*big, options), predictor.start_forecast(*small, options)]
+    jobs = [predictor.start_forecast(d[0], d[1], d[2], options) for d in (big, small)]
     t0 = time.perf_counter()
     while not all(j.done for j in jobs):
         for j in jobs:

@@ -214,7 +214,7 @@ def _run(args, monitor: ResourceMonitor) -> int:
             d = synthetic_series(n, lb, h, args.seed + 2)
             meter = LiveTensorMeter()
             with meter:
-                predictor.forecast(*d, ForecastOptions(h, sample_count=s, seed=1))
+                predictor.forecast(d[0], d[1], d[2], ForecastOptions(h, sample_count=s, seed=1))
             est = memory_breakdown(SMALL, TOKENIZER_BASE, n, lb, h, s, include_weights=False, ragged=False).total
             err = est / meter.peak - 1
             rows.append({"series": n, "lookback": lb, "horizon": h, "samples": s, "measured": meter.peak,
@@ -241,7 +241,7 @@ def gpu_workload(model, tok, device, args) -> dict:
     print(f"\n[4] {n} series, lookback {lb}, horizon {h} on {device}")
     for name in ("float32", "bfloat16"):
         pred = build_predictor(model, tok, PredictorConfig(device=str(device), dtype=name))
-        pred.forecast(*[d[:8] for d in data], ForecastOptions(h, top_k=1))  # warm-up (and compile, where asked)
+        pred.forecast(data[0][:8], data[1][:8], data[2][:8], ForecastOptions(h, top_k=1))  # warm-up (and compile, where asked)
         _, r = timed_forecast(pred, data, h, "exact")
         est = memory_breakdown(SMALL, TOKENIZER_BASE, n, lb, h, 1, pred.dtype or torch.float32,
                                ragged=False).total
