@@ -81,3 +81,22 @@ def test_on_cuda_the_decode_step_is_compiled_for_cuda_graphs(tiny, monkeypatch):
     gen.decode_fn(cfg, cuda)  # compiled once, kept
     assert calls == [(decode_step, {"mode": "reduce-overhead", "dynamic": False})]
     assert marks == [1] and hidden.shape == (2, 1, 3) and mask.dtype == torch.bool
+
+
+@pytest.mark.slow
+def test_the_reduce_overhead_compile_gives_the_same_tokens(tiny):
+    """torch.compile(mode="reduce-overhead", dynamic=False) of the decode step, run on a CPU (inductor;
+    the CUDA-graph part is skipped off CUDA): the fixed-shape step compiles and changes no token."""
+    from kronos_core.candles import normalize, time_features
+    from kronos_core.cli.bench import synthetic_series
+    from kronos_core.engine import SamplingParams, assemble
+
+    values, xs, ys = synthetic_series(3, 50, 8, 0)
+    values[1], xs[1] = values[1][10:], xs[1][10:]  # ragged
+    batch = assemble([normalize(v)[0] for v in values], [time_features(x) for x in xs],
+                     [time_features(y) for y in ys], 2)
+    gen = Generator(*tiny)
+    eager = gen.generate(batch, GenerationConfig(8, 128, SamplingParams(top_k=1)))
+    gen.graphs_active = lambda cfg, device: cfg.cuda_graphs  # type: ignore[method-assign]  # as on CUDA
+    graphed = gen.generate(batch, GenerationConfig(8, 128, SamplingParams(top_k=1), cuda_graphs=True))
+    assert torch.equal(eager.s1, graphed.s1) and torch.equal(eager.s2, graphed.s2)
