@@ -12,7 +12,8 @@ a pure function of the rows' lengths) is made on the host before the first step.
 A steady-state decode step (rows cached, no eviction) reads nothing back from the
 device: every width, padding flag and slot index is computed on the host from the
 lengths once, the seeded uniforms of every step are made at the first step, and the
-cache slot of the new token is a 0-d tensor on the device. Its tensor shapes depend
+cache slot of the new token is a 0-d tensor on the device (set with ``fill_``, one
+tensor per job, so a CUDA graph replays over the same address). Its tensor shapes depend
 only on (cached rows, cache capacity): attention runs over every slot of the caches
 with a mask, not over a prefix that grows each step. That is what lets
 ``GenerationConfig.cuda_graphs`` capture it (``kronos_core.engine.generate``).
@@ -82,8 +83,9 @@ class _CachedRows:
         self.pad_host, self.width, self.capacity = list(pad_host), width, capacity
         self.rows = torch.arange(n, device=device)  # (n,) batch rows held
         self.pad = torch.tensor(pad_host, dtype=torch.long, device=device)  # (n,)
-        self.slots = torch.arange(capacity, device=device)  # (C,) slot indices; slots[s] is slot s as a 0-d tensor
+        self.slots = torch.arange(capacity, device=device)  # (C,) slot indices
         self.real = self.slots[None, :] >= self.pad[:, None]  # (n, C) True from each row's first real token
+        self.slot = torch.zeros((), dtype=torch.long, device=device)  # the decode step's new slot, set by fill_
         self.caches = [KVCache(n, c.n_heads, capacity, c.head_dim, dtype, device) for _ in range(c.n_layers)]
         self.dep = KVCache(n, DEP_HEADS, capacity, c.d_model // DEP_HEADS, dtype, device)
         self.static = static
@@ -95,10 +97,9 @@ class _CachedRows:
         return max(self.pad_host) > 0
 
     def _mark_static(self) -> None:
-        """Tell torch.compile the caches keep their addresses (CUDA graphs replay over them)."""
-        for cache in (*self.caches, self.dep):
-            torch._dynamo.mark_static_address(cache.k)
-            torch._dynamo.mark_static_address(cache.v)
+        """Tell torch.compile these tensors keep their addresses (CUDA graphs replay over them, no copies)."""
+        for t in (*self.tensors(), self.pad, self.real, self.slots, self.slot):
+            torch._dynamo.mark_static_address(t)
 
     def evict(self, leaving: tuple[int, ...]) -> None:
         """Drop the batch rows ``leaving`` from every cache."""
@@ -362,7 +363,7 @@ class GenerationJob:
         """Feed each cached row's newest token (column lmax + step - 1) through the caches."""
         assert self._seqs is not None
         seqs, rows = self._seqs, state.rows
-        slot = state.slots[state.width + plan.step - 1]  # 0-d: the new token's cache slot, on the device
+        slot = state.slot.fill_(state.width + plan.step - 1)  # 0-d: the new token's cache slot (no host read)
         end = seqs.lmax + plan.step
         col = slice(end - 1, end)
         every_row = len(state.ids) == self.rows  # nothing evicted: rows is arange(N)
