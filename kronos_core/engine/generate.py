@@ -21,9 +21,11 @@ s2 from the s2 head given that s1; append writes both to the token sequences. Mo
 The decode step (``kronos_core.engine.job.decode_step``) has shapes fixed by (cached
 rows, cache capacity) and reads nothing back from the device. ``cfg.compile``
 compiles it with dynamic shapes; ``cfg.cuda_graphs`` compiles it with
-``torch.compile(mode="reduce-overhead")`` on CUDA (CUDA graphs: one capture per
-(rows, capacity) pair, replayed at every step of that size); on a CPU the flag is
-ignored with a log line and the step runs as it would without it.
+``torch.compile(mode="reduce-overhead")`` on CUDA (CUDA graphs: one compile and capture
+per (rows, capacity) pair, seconds each, replayed at every step of that size by every
+job of that size; up to ``GRAPH_SIZES`` sizes, after which dynamo runs new sizes
+eager, and each capture keeps its own memory pool); on a CPU the flag is ignored with
+a log line and the step runs as it would without it.
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ from kronos_core.model.kronos import Kronos
 from kronos_core.model.tokenizer import KronosTokenizer
 
 log = logging.getLogger(__name__)
+
+GRAPH_SIZES = 64  # decode-step sizes (rows, capacity) compiled and captured before dynamo falls back to eager
 
 CPU_GRAPHS_IGNORED = (
     "cuda_graphs is on but the device is {device}: CUDA graphs need a CUDA device; ignored, the decode step "
@@ -79,6 +83,11 @@ class Generator:
         """The decode step to call: eager, compiled, or compiled for CUDA graphs."""
         if self.graphs_active(cfg, device):
             if self._graphed is None:
+                limits = torch._dynamo.config
+                if limits.recompile_limit < GRAPH_SIZES:  # each (rows, capacity) is one compile + capture
+                    log.info("cuda_graphs: torch._dynamo recompile_limit %d -> %d (one graph per decode-step size)",
+                             limits.recompile_limit, GRAPH_SIZES)
+                    limits.recompile_limit = GRAPH_SIZES
                 self._graphed = torch.compile(decode_step, mode="reduce-overhead", dynamic=False)
             graphed = self._graphed
 
