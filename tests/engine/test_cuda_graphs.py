@@ -70,23 +70,27 @@ def test_on_cuda_the_decode_step_is_compiled_for_cuda_graphs(tiny, monkeypatch):
         return lambda *args: (torch.ones(2, 1, 3), torch.ones(2, 4, dtype=torch.bool))
 
     marks = []
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 8)  # restored after the test
     monkeypatch.setattr(torch, "compile", fake_compile)
     monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: marks.append(1))
     gen = Generator(*tiny)
     cfg = GenerationConfig(4, cuda_graphs=True)
     cuda = torch.device("cuda")
     assert gen.graphs_active(cfg, cuda) and not gen.graphs_active(GenerationConfig(4), cuda)
-    step = gen.decode_fn(cfg, cuda)
+    limit = torch._dynamo.config.recompile_limit
+    try:
+        torch._dynamo.config.recompile_limit = 8
+        step = gen.decode_fn(cfg, cuda)
+        assert torch._dynamo.config.recompile_limit == generate_module.GRAPH_SIZES  # room for many step sizes
+    finally:
+        torch._dynamo.config.recompile_limit = limit
     hidden, mask = step("model", "and", "the", "rest")
     gen.decode_fn(cfg, cuda)  # compiled once, kept
     assert calls == [(decode_step, {"mode": "reduce-overhead", "dynamic": False})]
     assert marks == [1] and hidden.shape == (2, 1, 3) and mask.dtype == torch.bool
-    assert torch._dynamo.config.recompile_limit == generate_module.GRAPH_SIZES  # room for many step sizes
 
 
 @pytest.mark.slow
-def test_the_reduce_overhead_compile_gives_the_same_tokens(tiny, monkeypatch):
+def test_the_reduce_overhead_compile_gives_the_same_tokens(tiny):
     """torch.compile(mode="reduce-overhead", dynamic=False) of the decode step, run on a CPU (inductor;
     the CUDA-graph part is skipped off CUDA): the fixed-shape step compiles and changes no token."""
     from kronos_core.candles import normalize, time_features
@@ -97,9 +101,12 @@ def test_the_reduce_overhead_compile_gives_the_same_tokens(tiny, monkeypatch):
     values[1], xs[1] = values[1][10:], xs[1][10:]  # ragged
     batch = assemble([normalize(v)[0] for v in values], [time_features(x) for x in xs],
                      [time_features(y) for y in ys], 2)
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", torch._dynamo.config.recompile_limit)
     gen = Generator(*tiny)
     eager = gen.generate(batch, GenerationConfig(8, 128, SamplingParams(top_k=1)))
     gen.graphs_active = lambda cfg, device: cfg.cuda_graphs  # type: ignore[method-assign]  # as on CUDA
-    graphed = gen.generate(batch, GenerationConfig(8, 128, SamplingParams(top_k=1), cuda_graphs=True))
+    limit = torch._dynamo.config.recompile_limit
+    try:
+        graphed = gen.generate(batch, GenerationConfig(8, 128, SamplingParams(top_k=1), cuda_graphs=True))
+    finally:
+        torch._dynamo.config.recompile_limit = limit
     assert torch.equal(eager.s1, graphed.s1) and torch.equal(eager.s2, graphed.s2)
