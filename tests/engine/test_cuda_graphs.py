@@ -110,3 +110,12 @@ def test_the_reduce_overhead_compile_gives_the_same_tokens(tiny):
     finally:
         torch._dynamo.config.recompile_limit = limit
     assert torch.equal(eager.s1, graphed.s1) and torch.equal(eager.s2, graphed.s2)
+
+
+def test_kronos_serve_flag_reaches_the_predictor_config():
+    cli = pytest.importorskip("service.cli")
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    settings = cli.settings_from_args(parser.parse_args(["--cuda-graphs"]))
+    assert settings.cuda_graphs is True and settings.predictor_config(device="cpu").cuda_graphs is True
+    assert cli.settings_from_args(parser.parse_args([])).cuda_graphs is False
