@@ -39,6 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(flag, dest=dest, type=typ, default=None, help=help_text + "; env KRONOS_" + dest.upper())
     parser.add_argument("--compile", dest="compile", action="store_true", default=None,
                         help="torch.compile the engine's decode step; env KRONOS_COMPILE")
+    parser.add_argument("--cuda-graphs", dest="cuda_graphs", action="store_true", default=None,
+                        help="CUDA graphs for the decode step (ignored on a CPU); env KRONOS_CUDA_GRAPHS")
 
 
 def check_model(settings) -> str | None:
@@ -112,7 +114,7 @@ def _listener(port: int) -> str | None:
 def settings_from_args(args: argparse.Namespace):
     from service.settings import Settings
 
-    overrides = {k: getattr(args, k) for k in [*_FLAGS, "compile"] if getattr(args, k, None) is not None}
+    overrides = {k: getattr(args, k) for k in [*_FLAGS, "compile", "cuda_graphs"] if getattr(args, k, None) is not None}
     return Settings(**overrides)
 
 

@@ -34,6 +34,10 @@ class Settings(BaseSettings):
         "float32", description="engine precision: float32 | bfloat16 | float16 (autocast)"
     )
     compile: bool = Field(False, description="torch.compile the engine's decode step")
+    cuda_graphs: bool = Field(
+        False, description="CUDA: capture the engine's decode step as CUDA graphs (torch.compile reduce-overhead); "
+        "ignored on a CPU, with a log line"
+    )
     calibration: str | None = Field(
         None, description="calibration JSON from `kronos calibrate`, fitted for this model; corrects the quantiles "
         "of every request it covers (horizon and levels), and answers say `calibrated: true`"
@@ -144,7 +148,7 @@ class Settings(BaseSettings):
         return PredictorConfig(
             model=self.model_dir, tokenizer=self.tokenizer_dir, revision=self.model_revision,
             device=device or ("auto" if self.device == "auto" else self.device), dtype=self.dtype,
-            compile=self.compile, sliding=self.sliding, max_context=self.max_context,
+            compile=self.compile, cuda_graphs=self.cuda_graphs, sliding=self.sliding, max_context=self.max_context,
         )
 
     def resolved_store_dir(self) -> str:

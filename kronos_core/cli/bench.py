@@ -20,6 +20,7 @@ import argparse
 import json
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -28,9 +29,11 @@ import torch
 from kronos_core.engine.memory import LiveTensorMeter, memory_breakdown
 from kronos_core.loading import PredictorConfig, build_predictor
 from kronos_core.model import Kronos, KronosConfig, KronosTokenizer, TokenizerConfig
-from kronos_core.monitor import ResourceMonitor
 from kronos_core.options import ForecastOptions
 from kronos_core.predictor import KronosPredictor
+
+if TYPE_CHECKING:  # psutil is imported only when the command runs (scripts/gpu-check.sh reuses this module)
+    from kronos_core.monitor import ResourceMonitor
 
 SMALL = KronosConfig(s1_bits=10, s2_bits=10, n_layers=8, d_model=512, n_heads=8, ff_dim=1024)
 TOKENIZER_BASE = TokenizerConfig(
@@ -46,6 +49,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--skip-sliding", action="store_true", help="skip workload 2")
     parser.add_argument("--skip-memory", action="store_true", help="skip workload 3")
     parser.add_argument("--gpu", action="store_true", help="run workload 4 (1,000 series, horizon 120)")
+    parser.add_argument("--cuda-graphs", action="store_true",
+                        help="CUDA graphs for the decode step (torch.compile reduce-overhead; ignored on a CPU)")
     parser.add_argument("--gpu-series", type=int, default=1000)
     parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     parser.add_argument("--seed", type=int, default=0)
@@ -131,6 +136,16 @@ def timed_forecast(predictor: KronosPredictor, data, horizon: int, sliding: str,
     }
 
 
+def steady_host_syncs(predictor: KronosPredictor, data, horizon: int = 6) -> int:
+    """The most host-device syncs of any steady decode step (not the first, not the last) of a short run."""
+    from kronos_core.engine.syncs import syncs_per_step
+
+    values, xs, ys = data
+    horizon = max(3, min(horizon, min(len(y) for y in ys)))
+    job = predictor.start_forecast(values, xs, [y[:horizon] for y in ys], ForecastOptions(horizon, top_k=1))
+    return max(syncs_per_step(job)[1:-1])
+
+
 def _fmt(name: str, r: dict) -> str:
     peak = "-" if r.get("peak_bytes") is None else f"{r['peak_bytes'] / 2**20:8.1f} MiB"
     return (
@@ -140,6 +155,8 @@ def _fmt(name: str, r: dict) -> str:
 
 
 def run(args) -> int:
+    from kronos_core.monitor import ResourceMonitor
+
     with ResourceMonitor(interval=args.monitor_interval, label="kronos bench") as monitor:
         code = _run(args, monitor)
     path = monitor_path(args)
@@ -153,7 +170,7 @@ def run(args) -> int:
 
 
 def _run(args, monitor: ResourceMonitor) -> int:
-    cfg = PredictorConfig(device=args.device)
+    cfg = PredictorConfig(device=args.device, cuda_graphs=bool(getattr(args, "cuda_graphs", False)))
     device = cfg.torch_device()
     model, tok = random_small(args.seed)
     out: dict = {"device": str(device), "torch": torch.__version__, "threads": torch.get_num_threads()}
@@ -177,6 +194,9 @@ def _run(args, monitor: ResourceMonitor) -> int:
     ratio = a["seconds"] / b["seconds"]
     print(f"  ratio a/b = {ratio:.1f}x (goal >= 15)   forecasts identical: {identical} (max rel diff {max_rel:.2e})")
     out["fits_context"] = {"recompute": a, "cached": b, "ratio": ratio, "identical": identical, "max_rel_diff": max_rel}
+    syncs = steady_host_syncs(predictor, data)
+    print(f"  host syncs per steady decode step: {syncs} (goal 0)")
+    out["fits_context"]["host_syncs_per_steady_step"] = syncs
 
     # 2. sliding window: exact vs rolling cache
     if not args.skip_sliding:
@@ -209,7 +229,7 @@ def _run(args, monitor: ResourceMonitor) -> int:
             d = synthetic_series(n, lb, h, args.seed + 2)
             meter = LiveTensorMeter()
             with meter:
-                predictor.forecast(*d, ForecastOptions(h, sample_count=s, seed=1))
+                predictor.forecast(d[0], d[1], d[2], ForecastOptions(h, sample_count=s, seed=1))
             est = memory_breakdown(SMALL, TOKENIZER_BASE, n, lb, h, s, include_weights=False, ragged=False).total
             err = est / meter.peak - 1
             rows.append({"series": n, "lookback": lb, "horizon": h, "samples": s, "measured": meter.peak,

@@ -100,3 +100,14 @@ def counter_uniforms(keys: np.ndarray, step: int, kind: int) -> torch.Tensor:
     with np.errstate(over="ignore"):
         bits = _splitmix64(keys ^ _splitmix64(np.array([counter], dtype=np.uint64)))
     return torch.from_numpy((bits >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53)))
+
+
+def counter_uniforms_table(keys: np.ndarray, horizon: int) -> np.ndarray:
+    """(H, 2, N) float64: ``counter_uniforms(keys, step, kind)`` of every step and kind at once
+    (what a generation job moves to the device once, before its first step)."""
+    steps = np.arange(horizon, dtype=np.uint64)[:, None]  # (H, 1)
+    kinds = np.arange(2, dtype=np.uint64)[None, :]  # (1, 2)
+    counters = (steps << np.uint64(1)) | kinds  # (H, 2)
+    with np.errstate(over="ignore"):
+        bits = _splitmix64(np.asarray(keys, dtype=np.uint64)[None, None, :] ^ _splitmix64(counters)[:, :, None])
+    return (bits >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))  # (H, 2, N)

@@ -1,0 +1,88 @@
+"""No host-device synchronisation in a steady-state decode step, counted per step on CPU.
+
+``HostSyncCounter`` (a dispatch mode) counts the ops that would make the host wait for
+a GPU: ``.item()``/``int(t)``/``bool(t)``, ``.tolist()``, nonzero and boolean-mask
+indexing, host data made into tensors, cross-device copies. Before this engine
+(``kronos_core/engine/generate.py`` of the 19:58 main) a steady decode step had 1
+(greedy, unpadded) to 5 (seeded, rows recomputed) of them; now it has none. Step 0
+(tokenize, prefill, the seeded draws moved to the device once), steps where rows are
+evicted, and the last step (detokenize) may have a few.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from kronos_core import KronosPredictor
+from kronos_core.candles import FEATURES
+from kronos_core.engine.sampling import counter_uniforms, counter_uniforms_table, row_keys
+from kronos_core.engine.syncs import HostSyncCounter, syncs_per_step
+from kronos_core.options import ForecastOptions
+
+
+def _series(df, starts, lookbacks, horizon):
+    values, xs, ys = [], [], []
+    for s, lb in zip(starts, lookbacks):
+        part = df.iloc[s : s + lb + horizon]
+        values.append(part.iloc[:lb][list(FEATURES)].to_numpy(np.float32))
+        xs.append(part["timestamps"].iloc[:lb].reset_index(drop=True))
+        ys.append(part["timestamps"].iloc[lb:].reset_index(drop=True))
+    return values, xs, ys
+
+
+@torch.inference_mode()  # how the engine runs (tolist() dispatches resolve_conj only there)
+def test_the_counter_sees_what_synchronises():
+    x = torch.arange(6)
+    syncing = {
+        "int(t)": lambda: int(x.max()),
+        "item": lambda: x.sum().item(),
+        "tolist": lambda: x.tolist(),
+        "mask index": lambda: x[x > 2],
+        "torch.tensor": lambda: torch.tensor([1, 2]),
+        "bool(t)": lambda: bool(x.any()),
+        "nonzero": lambda: torch.nonzero(x),
+    }
+    for name, op in syncing.items():
+        with HostSyncCounter() as c:
+            op()
+        assert c.total >= 1, name
+    with HostSyncCounter() as quiet:
+        y = x * 2 + 1
+        rows = torch.arange(3, device=x.device)
+        y[rows], y.index_copy_(0, rows, x[:3]), x[2:4], y.sum(), torch.where(x > 2, x, y)  # stay on the device
+    assert quiet.total == 0, quiet.ops
+CASES = {
+    # name: (lookbacks, max_context, sliding, options)
+    "seeded-ragged": ([64, 40, 90], 128, "exact", ForecastOptions(10, sample_count=2, top_p=0.9, seed=7)),
+    "greedy-unpadded": ([64, 64], 128, "exact", ForecastOptions(10, top_k=1, top_p=1.0)),
+    "unseeded-topk": ([50, 30], 128, "exact", ForecastOptions(10, top_k=20, temperature=0.8)),
+    "rolling-slides": ([60, 75], 64, "rolling", ForecastOptions(10, seed=3)),
+    "exact-slides": ([58, 40], 64, "exact", ForecastOptions(10, seed=3)),  # row 0 recomputed from step 7
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_steady_decode_steps_do_not_synchronise(tiny, a_share, case):
+    lookbacks, mc, sliding, options = CASES[case]
+    predictor = KronosPredictor(*tiny, device="cpu", max_context=mc, sliding=sliding)
+    values, xs, ys = _series(a_share, [0, 500, 1000][: len(lookbacks)], lookbacks, options.horizon)
+    job = predictor.start_forecast(values, xs, ys, options)
+    plans = job.generation.plans
+    counts = syncs_per_step(job)
+    assert len(counts) == options.horizon
+    # steady: a decode step (not the prefill, not the last, which detokenizes) that evicts no row
+    steady = [s for s in range(1, options.horizon - 1) if not plans[s].evict]
+    assert steady and all(counts[s] == 0 for s in steady), counts
+    assert counts[0] <= 3 and counts[-1] <= 2  # tokenize/prefill; detokenize
+    assert job.result().paths.shape == (len(lookbacks), options.sample_count, options.horizon, 6)
+
+
+def test_the_seeded_draws_table_is_the_counter_draws():
+    keys = row_keys(11, [3, 5, 8], 2)
+    table = counter_uniforms_table(keys, 6)  # (H, 2, N)
+    assert table.shape == (6, 2, 6)
+    for step in range(6):
+        for kind in (0, 1):
+            np.testing.assert_array_equal(table[step, kind], counter_uniforms(keys, step, kind).numpy())
