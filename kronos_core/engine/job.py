@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
@@ -36,9 +37,20 @@ from kronos_core.engine.sampling import counter_uniforms_table, sample_tokens
 from kronos_core.model.config import DEP_HEADS
 from kronos_core.model.kronos import Kronos
 from kronos_core.model.layers import KVCache, padded_positions_and_mask
+from kronos_core.model.tokenizer import KronosTokenizer
 
-if TYPE_CHECKING:
-    from kronos_core.engine.generate import Generator
+
+class StepSource(Protocol):
+    """What a job needs of the ``Generator`` that started it (``kronos_core.engine.generate``):
+    the model pair and the decode step to call. A protocol, so that this module does not
+    import the generator that imports it."""
+
+    model: Kronos
+    tokenizer: KronosTokenizer
+
+    def graphs_active(self, cfg: GenerationConfig, device: torch.device) -> bool: ...
+
+    def decode_fn(self, cfg: GenerationConfig, device: torch.device) -> Callable[..., Any]: ...
 
 
 @dataclass
@@ -164,7 +176,7 @@ class GenerationJob:
     gives exactly what ``generate`` gives (seeded draws depend only on row keys and steps).
     """
 
-    def __init__(self, generator: Generator, batch: EngineBatch, cfg: GenerationConfig):
+    def __init__(self, generator: StepSource, batch: EngineBatch, cfg: GenerationConfig):
         if batch.horizon != cfg.horizon:
             raise ValueError(f"batch has {batch.horizon} future stamps, config asks for horizon {cfg.horizon}")
         self.generator, self.batch, self.cfg = generator, batch, cfg
