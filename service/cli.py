@@ -150,9 +150,12 @@ def stop() -> None:
     import ray
     from ray import serve
 
+    from service.weights import release_all
+
     try:
         if ray.is_initialized():  # else serve.shutdown() would start a Ray instance to shut down
             serve.shutdown()
+            release_all()  # the weight stores this process shipped (detached: a cluster keeps them)
     finally:
         if ray.is_initialized():
             ray.shutdown()
