@@ -142,10 +142,26 @@ def localize(settings, shipped: ShippedWeights | None):
     dest = cache_root() / shipped.sha256
     if not is_cached(dest, shipped):
         node = f"node {_node_id()}"
-        write_cache(_fetch(shipped), shipped, cache_root(), node)
+        try:
+            files = _fetch(shipped)
+        except WeightsError:
+            if same_files_here(settings, shipped):  # the store died with its node (the head): a shared
+                return settings  # volume mounted here too holds the very same weights
+            raise
+        write_cache(files, shipped, cache_root(), node)
         log.info("%s: weights %s (sha256 %s) fetched from %s into %s", node, shipped.name, shipped.sha256[:12],
                  shipped.origin, dest)
     return settings.model_copy(update={"model_dir": str(dest), "tokenizer_dir": None, "model_revision": None})
+
+
+def same_files_here(settings, shipped: ShippedWeights) -> bool:
+    """The configured model folder exists on this node and holds the shipped weights (SHA-256)."""
+    from kronos_core.loading import model_identity, resolve_source
+
+    try:
+        return model_identity(resolve_source(settings.predictor_config(device="cpu"))).sha256 == shipped.sha256
+    except Exception:  # not here (the usual case on another machine), or unreadable
+        return False
 
 
 def _store_class():

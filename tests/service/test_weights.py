@@ -85,6 +85,14 @@ def test_localize_uses_the_node_cache_and_names_node_and_path_when_the_store_is_
     with pytest.raises(W.WeightsError, match=r"node n2: model '.*' is not cached here and its weight store "
                                               r"\(kronos-weights-x, holding .*my-model on node driver\)"):
         W.localize(settings, shipped)
+    # the store gone, but the very same folder mounted on this node too (a shared volume): used as is
+    on_volume = Settings(model_dir=str(checkpoint))
+    assert W.localize(on_volume, shipped) is on_volume
+    other = tmp_path / "other-weights"
+    shutil.copytree(checkpoint, other)
+    (other / "model" / "model.safetensors").write_bytes(b"not the same weights")
+    with pytest.raises(W.WeightsError, match="node n2"):
+        W.localize(Settings(model_dir=str(other)), shipped)
 
 
 REAL_FETCH = W._fetch
