@@ -71,7 +71,8 @@ class ReadyzPoller(threading.Thread):
 
     def __init__(self, url: str):
         super().__init__(daemon=True)
-        self.url, self.samples, self.stop = url, [], threading.Event()
+        self.url, self.stop = url, threading.Event()
+        self.samples: list[tuple[float, int | None, object]] = []
         self.t0 = time.monotonic()
 
     def run(self) -> None:
@@ -135,7 +136,9 @@ def main() -> int:
         cluster.connect(namespace="kronos")
         cluster.wait_for_nodes()
         model = work / "driver-model"
-        shutil.copytree(default_bundle(), model)
+        bundle = default_bundle()
+        assert bundle is not None
+        shutil.copytree(bundle, model)
         settings = Settings(
             model_dir=str(model), device="cpu", num_replicas=2, replica_cpus=1, gateway_replicas=1,
             gateway_resource="kronos_gateway", port=free_port(), shard_retries=5,
@@ -151,6 +154,7 @@ def main() -> int:
         wait_replicas(client, 2, 300)
         out["startup_s"] = round(time.monotonic() - t_start, 1)
         out["proxies"] = sorted(serve.status().proxies)  # node ids of the nodes running a proxy
+        assert cluster.head_node is not None
         out["head_node"] = cluster.head_node.node_id
         out["cached_on"] = sorted(p.name for p in work.glob("cache-*/*") if not p.name.startswith("."))
         symbols = client.get("/v1/symbols", params={"limit": N_SYMBOLS}).json()["symbols"]

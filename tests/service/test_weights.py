@@ -31,7 +31,9 @@ def _shipped(folder) -> W.ShippedWeights:
 @pytest.fixture
 def checkpoint(tmp_path):
     folder = tmp_path / "driver" / "my-model"
-    shutil.copytree(default_bundle(), folder)
+    bundle = default_bundle()
+    assert bundle is not None
+    shutil.copytree(bundle, folder)
     return folder
 
 
@@ -67,8 +69,13 @@ def test_localize_uses_the_node_cache_and_names_node_and_path_when_the_store_is_
     settings = Settings(model_dir="/only/on/the/driver", tokenizer_dir="/nor/this")
     assert W.localize(settings, None) is settings  # nothing shipped (bundled model): unchanged
     files = W.collect_files(checkpoint / "model", checkpoint / "tokenizer")
-    fetched = []
-    monkeypatch.setattr(W, "_fetch", lambda s: fetched.append(s) or files)
+    fetched: list[W.ShippedWeights] = []
+
+    def fetch(s: W.ShippedWeights) -> dict[str, bytes]:
+        fetched.append(s)
+        return files
+
+    monkeypatch.setattr(W, "_fetch", fetch)
     local = W.localize(settings, shipped)
     assert local.model_dir == str(tmp_path / "node-cache" / shipped.sha256) and local.tokenizer_dir is None
     assert W.localize(settings, shipped).model_dir == local.model_dir and len(fetched) == 1  # cached
