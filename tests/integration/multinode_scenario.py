@@ -176,7 +176,12 @@ def main() -> int:
 
         sender = threading.Thread(target=send)
         sender.start()
-        time.sleep(max(0.3, 0.3 * out["spread_s"]))  # shards in flight on both nodes
+        # shards in flight on both nodes: sent (the gateway's shard gauge), and a third of the
+        # first request's time in, so that both replicas hold unanswered shards
+        deadline = time.monotonic() + 60
+        while metric(client, "kronos_queue_depth", {"stage": "shards"}) < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.2 * out["spread_s"])
         t_kill = time.monotonic()
         cluster.remove_node(nodes[1], allow_graceful=False)
         out["removed_at_s"] = round(t_kill - poller.t0, 2)
