@@ -3,9 +3,8 @@ HTTP proxy and no CPUs; two 1-CPU worker nodes with one predictor replica each, 
 reach them only through the object store. ``multinode_scenario.py`` runs it in a process of
 its own (``ray.cluster_utils.Cluster`` wants its process to be the Ray driver; this one has the
 integration session's Ray) and prints its figures as JSON; this test holds them to the issue.
-It costs about 50 s beside the running integration session on the 2-core machine (the
-scenario itself, three Ray nodes started and stopped included; about 100 s when this
-process's imports and nothing else warm are counted).
+It costs about 50 s on the 2-core machine, beside the running integration session (three Ray
+nodes started and stopped, four 1,000-symbol requests, a node removed and one added).
 """
 
 from __future__ import annotations
