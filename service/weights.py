@@ -23,7 +23,7 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-CACHE_ENV = "KRONOS_WEIGHTS_CACHE"
+CACHE_ENV = "KRONOS_WEIGHTS_CACHE"  # read by cache_root (spelt out there, for the variable scan)
 ACTOR_PREFIX = "kronos-weights-"
 WEIGHTS_NAME = "model.safetensors"
 _SHIPPED: list[ShippedWeights] = []  # by this process: released when it stops (release_all)
@@ -49,7 +49,8 @@ class ShippedWeights:
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get(CACHE_ENV) or Path(tempfile.gettempdir()) / "kronos-weights")
+    """This node's cache of shipped weights (``$KRONOS_WEIGHTS_CACHE``, else ``<tmp>/kronos-weights``)."""
+    return Path(os.environ.get("KRONOS_WEIGHTS_CACHE") or Path(tempfile.gettempdir()) / "kronos-weights")
 
 
 def collect_files(model_dir: Path, tokenizer_dir: Path) -> dict[str, bytes]:
