@@ -42,6 +42,7 @@ from service.schemas import (
 from service.serve_replicas import ServeReplicas
 from service.settings import Settings, unknown_kronos_variables
 from service.state import current
+from service.weights import ship as ship_weights
 
 log = logging.getLogger(__name__)
 
@@ -311,6 +312,8 @@ def build_app(args: Settings) -> serve.Application:
         cpus = settings.resolved_replica_cpus(replicas)
         actor_opts = {"num_cpus": cpus}
         settings = settings.model_copy(update={"replica_cpus": cpus})
+    # a model folder of this node reaches the replicas on every node through the object store
+    shipped = ship_weights(settings)
     # @serve.deployment makes the class a ray Deployment; mypy does not apply class decorators
     predictor = Predictor.options(  # type: ignore[attr-defined]
         num_replicas=replicas,
@@ -318,7 +321,7 @@ def build_app(args: Settings) -> serve.Application:
         max_ongoing_requests=settings.replica_max_ongoing,
         max_queued_requests=settings.replica_max_queued,
         graceful_shutdown_timeout_s=settings.shutdown_grace_s,
-    ).bind(settings)
+    ).bind(settings, shipped)
     gateway_opts: dict = {"num_cpus": 0}
     if settings.gateway_resource:  # pin every gateway to the node that has it (they share metric files)
         gateway_opts["resources"] = {settings.gateway_resource: 0.001}

@@ -118,8 +118,14 @@ def settings_from_args(args: argparse.Namespace):
     return Settings(**overrides)
 
 
+# Serve's HTTP proxies run on the head only, where the gateways are, never on the GPU workers:
+# a worker node lost would drop every request that entered through its proxy (issue 19).
+PROXY_LOCATION = "HeadOnly"
+
+
 def start(settings):
-    """Start Ray (or connect), Serve's HTTP proxy and the app. Returns the base URL."""
+    """Start Ray (or connect), Serve's HTTP proxy (on the head node only) and the app. Returns
+    the base URL."""
     import ray
     from ray import serve
 
@@ -130,7 +136,7 @@ def start(settings):
             ray.init(address=settings.ray_address, namespace="kronos", log_to_driver=False)
         else:
             ray.init(namespace="kronos", include_dashboard=False, log_to_driver=False)
-    serve.start(http_options={"host": settings.host, "port": settings.port})
+    serve.start(proxy_location=PROXY_LOCATION, http_options={"host": settings.host, "port": settings.port})
     serve.run(build_app(settings), name=settings.app_name, route_prefix="/", blocking=False)
     return f"http://{settings.host}:{settings.port}"
 
@@ -204,6 +210,7 @@ def stop(settings=None) -> None:
     from ray import serve
 
     from service.settings import Settings
+    from service.weights import release_all
 
     settings = settings or Settings()
     try:
@@ -211,6 +218,7 @@ def stop(settings=None) -> None:
             return
         if settings.ray_address:
             serve.shutdown()
+            release_all()  # the weight stores this process shipped (detached: a cluster keeps them)
             return
         try:
             serve.delete(settings.app_name)

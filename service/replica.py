@@ -18,6 +18,7 @@ from ray import serve
 from service.batch_runner import BatchRunner
 from service.messages import BatchReport, ReplicaInfo, Shard, ShardResult
 from service.settings import Settings
+from service.weights import ShippedWeights, localize
 
 log = logging.getLogger(__name__)
 
@@ -98,11 +99,12 @@ def model_info(identity, max_context: int, cfg) -> dict[str, Any]:
 
 @serve.deployment(name="Predictor", health_check_period_s=5, health_check_timeout_s=30)
 class Predictor:
-    def __init__(self, settings: Settings):
+    def __init__(self, settings: Settings, shipped: ShippedWeights | None = None):
         import torch
 
         from kronos_core.loading import load_predictor
 
+        settings = localize(settings, shipped)  # the driver's checkpoint, cached on this node
         self.settings = settings
         try:
             self.replica_id = serve.get_replica_context().replica_id.unique_id

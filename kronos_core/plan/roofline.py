@@ -20,6 +20,7 @@ from kronos_core.model.config import KronosConfig, TokenizerConfig
 from kronos_core.plan.planner import InferencePlan, TrainPlan
 
 COMPUTE_EFF = 0.5  # assumed share of the peak FLOP rate real kernels reach (GPU)
+NODE_LINK = 10 * 1e9 / 8  # bytes/s between two nodes: 10 GbE, the slowest link a cluster is likely to have
 MEMORY_EFF = 0.7  # assumed share of the peak bandwidth
 GB = 1e9
 
@@ -155,12 +156,18 @@ def train_step_seconds(cfg: KronosConfig, plan: TrainPlan, device: Device) -> di
 
 
 def infer_seconds(cfg: KronosConfig, tok: TokenizerConfig, plan: InferencePlan, series: int, device: Device,
-                  gpus: int = 1, max_context: int = 512, sliding: str = "exact") -> dict[str, float]:
-    """Seconds to forecast ``series`` series, ``plan.batch`` per engine call, on ``gpus`` devices.
+                  gpus: int = 1, max_context: int = 512, sliding: str = "exact", nodes: int = 1,
+                  node_link: float = NODE_LINK) -> dict[str, float]:
+    """Seconds to forecast ``series`` series, ``plan.batch`` per engine call, on ``nodes`` nodes
+    of ``gpus`` devices each (the series split evenly over all ``nodes * gpus`` devices).
 
     ``sliding``: ``exact`` recomputes the whole window at every step once it
     slides (history + generated > max_context); ``rolling`` keeps decoding from
-    the cache over at most max_context keys.
+    the cache over at most max_context keys. With ``nodes`` > 1 the shards of the
+    other nodes cross ``node_link`` (bytes/s): their windows in (6 fp32 features a
+    candle), the forecasts out (6 fp32 a step and sample), sent one after the other
+    from the gateway's node (``network``; overlapped with compute in practice, so an
+    upper bound).
     """
     p = plan.precision
     a = 4 if p == "fp32" else 2
@@ -186,6 +193,10 @@ def infer_seconds(cfg: KronosConfig, tok: TokenizerConfig, plan: InferencePlan, 
         nbytes = counts.total * a + 2 * (layers + 1) * n * ctx * d * a  # weights + cache reads
         steps += _phase(device, p, flops, nbytes, OPS_PER_BLOCK * layers + OPS_PER_DECODE_STEP)  # + sampling, s2 head
     per_call = tokenize + prefill + steps
-    calls = math.ceil(series / (plan.batch * gpus)) if plan.batch else 0
-    return {"per_call": per_call, "calls_per_device": calls, "total": per_call * calls,
+    devices = gpus * nodes
+    calls = math.ceil(series / (plan.batch * devices)) if plan.batch else 0
+    remote = series * (nodes - 1) / nodes  # series whose shard runs on another node than the gateway's
+    network = remote * 6 * 4 * (plan.lookback + plan.horizon * plan.sample_count) / node_link
+    return {"per_call": per_call, "calls_per_device": calls, "devices": devices, "network": network,
+            "total": per_call * calls + network,
             "tokenize_detokenize": tokenize, "prefill": prefill, "decode": steps}

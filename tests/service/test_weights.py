@@ -1,0 +1,114 @@
+"""Weights on every node (issue 19): the checkpoint's bytes, checked by SHA-256 and cached on
+the replica's node; a copy that does not match, or a store that is gone, is refused with an
+error naming the node and where the weights came from. The real path through Ray's object
+store runs in tests/integration/test_multinode.py."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from kronos_core.loading import (
+    PredictorConfig,
+    default_bundle,
+    load_checkpoints,
+    model_identity,
+    resolve_source,
+)
+from service import weights as W
+from service.settings import Settings
+
+
+def _shipped(folder) -> W.ShippedWeights:
+    source = resolve_source(PredictorConfig(model=str(folder)))
+    ident = model_identity(source)
+    return W.ShippedWeights(ident.name, ident.sha256, ident.model_sha256, ident.tokenizer_sha256,
+                            source.max_context, source.random_weights, "kronos-weights-x", "ns",
+                            f"{folder} on node driver")
+
+
+@pytest.fixture
+def checkpoint(tmp_path):
+    folder = tmp_path / "driver" / "my-model"
+    bundle = default_bundle()
+    assert bundle is not None
+    shutil.copytree(bundle, folder)
+    return folder
+
+
+def test_cached_copy_loads_as_the_same_model(checkpoint, tmp_path):
+    shipped = _shipped(checkpoint)
+    files = W.collect_files(checkpoint / "model", checkpoint / "tokenizer")
+    assert set(files) >= {"model/model.safetensors", "model/config.json", "tokenizer/model.safetensors"}
+    dest = W.write_cache(files, shipped, tmp_path / "cache")
+    assert dest == tmp_path / "cache" / shipped.sha256 and W.is_cached(dest, shipped)
+    shutil.rmtree(checkpoint)  # the driver's folder is gone: the copy stands alone
+    loaded = load_checkpoints(PredictorConfig(model=str(dest)))
+    assert loaded.identity.sha256 == shipped.sha256 and loaded.identity.name == shipped.name  # the manifest's
+    assert loaded.max_context == shipped.max_context
+    assert loaded.identity.random_weights == shipped.random_weights
+    assert W.write_cache(files, shipped, tmp_path / "cache") == dest  # already there: reused
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == [shipped.sha256]  # no temporary left
+
+
+def test_bytes_that_do_not_match_are_refused(checkpoint, tmp_path):
+    shipped = _shipped(checkpoint)
+    files = W.collect_files(checkpoint / "model", checkpoint / "tokenizer")
+    files["tokenizer/model.safetensors"] = files["tokenizer/model.safetensors"][:-1] + b"\0"
+    with pytest.raises(W.WeightsError, match=r"node n1: the tokenizer weights shipped from .*my-model on node "
+                                              r"driver have SHA-256"):
+        W.write_cache(files, shipped, tmp_path / "cache", "node n1")
+    assert not (tmp_path / "cache" / shipped.sha256).exists()
+
+
+def test_localize_uses_the_node_cache_and_names_node_and_path_when_the_store_is_gone(checkpoint, tmp_path,
+                                                                                      monkeypatch):
+    shipped = _shipped(checkpoint)
+    monkeypatch.setenv(W.CACHE_ENV, str(tmp_path / "node-cache"))
+    settings = Settings(model_dir="/only/on/the/driver", tokenizer_dir="/nor/this")
+    assert W.localize(settings, None) is settings  # nothing shipped (bundled model): unchanged
+    files = W.collect_files(checkpoint / "model", checkpoint / "tokenizer")
+    fetched: list[W.ShippedWeights] = []
+
+    def fetch(s: W.ShippedWeights) -> dict[str, bytes]:
+        fetched.append(s)
+        return files
+
+    monkeypatch.setattr(W, "_fetch", fetch)
+    local = W.localize(settings, shipped)
+    assert local.model_dir == str(tmp_path / "node-cache" / shipped.sha256) and local.tokenizer_dir is None
+    assert W.localize(settings, shipped).model_dir == local.model_dir and len(fetched) == 1  # cached
+    monkeypatch.setenv(W.CACHE_ENV, str(tmp_path / "other-node"))  # a node with no copy, and the store gone
+    monkeypatch.setattr(W, "_fetch", REAL_FETCH)
+    monkeypatch.setattr(W, "_node_id", lambda: "n2")
+    import ray
+
+    def no_actor(*a, **k):
+        raise ValueError("Failed to look up actor with name 'kronos-weights-x'")
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: True)
+    monkeypatch.setattr(ray, "get_actor", no_actor)
+    with pytest.raises(W.WeightsError, match=r"node n2: model '.*' is not cached here and its weight store "
+                                              r"\(kronos-weights-x, holding .*my-model on node driver\)"):
+        W.localize(settings, shipped)
+    # the store gone, but the very same folder mounted on this node too (a shared volume): used as is
+    on_volume = Settings(model_dir=str(checkpoint))
+    assert W.localize(on_volume, shipped) is on_volume
+    other = tmp_path / "other-weights"
+    shutil.copytree(checkpoint, other)
+    (other / "model" / "model.safetensors").write_bytes(b"not the same weights")
+    with pytest.raises(W.WeightsError, match="node n2"):
+        W.localize(Settings(model_dir=str(other)), shipped)
+
+
+REAL_FETCH = W._fetch
+
+
+def test_nothing_is_shipped_without_ray_or_for_the_bundled_model(monkeypatch):
+    import ray
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    assert W.ship(Settings(model_dir="/anywhere")) is None
+    monkeypatch.setattr(ray, "is_initialized", lambda: True)
+    assert W.ship(Settings()) is None  # the bundled model is in the package on every node
