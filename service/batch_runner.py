@@ -334,8 +334,8 @@ class StepRunner(BatchRunner):
         self._inbox: list[PendingShard] = []
         self._reports: list[BatchReport] = []
         self._next_id = 0
-        self._lock = threading.Lock()
-        self.wakeup = threading.Condition(self._lock)  # notified when a shard arrives
+        self._lock = threading.RLock()
+        self.wakeup = threading.Condition(self._lock)  # notified when a shard arrives or is cancelled
 
     # ---- any thread ----------------------------------------------------------------------------
     def submit(self, shard: Shard, on_done: Callable[[ShardResult], None]) -> PendingShard:
