@@ -78,6 +78,7 @@ class PredictorConfig:
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     dtype: str = "float32"  # float32 | bfloat16 | float16 (autocast); fp32/bf16/fp16 accepted
     compile: bool = False  # torch.compile the single-token decode step
+    cuda_graphs: bool = False  # CUDA: torch.compile(mode="reduce-overhead") the decode step; CPU: ignored (logged)
     sliding: str = "exact"  # exact | rolling | recompute
     max_context: int | None = None  # None: the alias's / bundle's / 512
     revision: str | None = None  # Hub revision (branch, tag or commit)
@@ -247,7 +248,7 @@ def build_predictor(model: Kronos, tokenizer: KronosTokenizer, cfg: PredictorCon
     cfg = cfg or PredictorConfig()
     predictor = KronosPredictor(
         model, tokenizer, device=cfg.torch_device(), max_context=max_context or cfg.max_context or 512,
-        sliding=cfg.sliding, dtype=cfg.torch_dtype(), compile=cfg.compile,
+        sliding=cfg.sliding, dtype=cfg.torch_dtype(), compile=cfg.compile, cuda_graphs=cfg.cuda_graphs,
     )
     predictor.identity = identity
     predictor.config = cfg
@@ -271,6 +272,9 @@ def add_predictor_arguments(parser: argparse.ArgumentParser, *, sliding_default:
     g.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda, cuda:N")
     g.add_argument("--dtype", default="float32", help="float32 | bfloat16 | float16 (autocast precision)")
     g.add_argument("--compile", action="store_true", help="torch.compile the decode step")
+    g.add_argument("--cuda-graphs", action="store_true",
+                   help="CUDA: capture the decode step as CUDA graphs (torch.compile mode=reduce-overhead); "
+                   "ignored on a CPU (logged)")
     g.add_argument("--sliding", default=sliding_default, choices=list(SLIDING_MODES),
                    help="how the window slides past max_context: exact (reference results), rolling "
                    "(faster, approximate), recompute (reference algorithm)")
@@ -281,7 +285,8 @@ def predictor_config_from_args(args: argparse.Namespace, **overrides) -> Predict
     cfg = PredictorConfig(
         model=getattr(args, "model", None), tokenizer=getattr(args, "tokenizer", None),
         device=getattr(args, "device", None) or "auto", dtype=getattr(args, "dtype", None) or "float32",
-        compile=bool(getattr(args, "compile", False)), sliding=getattr(args, "sliding", None) or "exact",
+        compile=bool(getattr(args, "compile", False)), cuda_graphs=bool(getattr(args, "cuda_graphs", False)),
+        sliding=getattr(args, "sliding", None) or "exact",
         max_context=getattr(args, "max_context", None), revision=getattr(args, "revision", None),
     )
     return replace(cfg, **overrides) if overrides else cfg

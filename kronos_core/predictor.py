@@ -3,7 +3,10 @@
 ``predict`` / ``predict_batch`` keep the reference's arguments, defaults, input
 rules and results (DataFrames); their arguments map to ``ForecastOptions`` once.
 ``forecast`` is the array API: ragged series and one ``ForecastOptions`` in, sample
-paths, mean and quantiles out, with seeded batch-invariant sampling.
+paths, mean and quantiles out, with seeded batch-invariant sampling. ``start_forecast``
+is the same call cut into decode steps (a ``ForecastJob``), for a scheduler that
+interleaves several forecasts on one device; ``forecast`` is ``start_forecast`` run
+to the end.
 """
 
 from __future__ import annotations
@@ -27,7 +30,9 @@ from kronos_core.candles import (
     time_features,
 )
 from kronos_core.engine.batch import assemble
-from kronos_core.engine.generate import EngineStats, GenerationConfig, Generator
+from kronos_core.engine.config import EngineStats, GenerationConfig
+from kronos_core.engine.generate import Generator
+from kronos_core.engine.job import GenerationJob
 from kronos_core.engine.sampling import row_keys
 from kronos_core.model import Kronos, KronosTokenizer
 from kronos_core.options import ForecastOptions
@@ -44,6 +49,65 @@ class ForecastResult:
     quantiles: np.ndarray  # (Q, B, H, 6) float32, Q = len(quantile_levels)
     quantile_levels: tuple[float, ...]  # the requested quantile levels
     stats: EngineStats  # timings and token counts of the engine run(s)
+
+
+class ForecastJob:
+    """One ``forecast`` call cut into decode steps: ``step()`` until ``done``, then ``result()``.
+
+    Made by ``KronosPredictor.start_forecast`` (inputs checked and normalized there);
+    ``result()`` is what ``forecast`` would have returned (paths, mean, quantiles,
+    calibration and repair applied). ``close()`` frees the engine's caches of a
+    cancelled forecast.
+    """
+
+    def __init__(self, predictor: KronosPredictor, generation: GenerationJob, options: ForecastOptions,
+                 n_series: int, means: np.ndarray, stds: np.ndarray):
+        self.predictor, self.generation, self.options = predictor, generation, options
+        self.n_series = n_series
+        self.means, self.stds = means, stds  # (B, 6) each: the normalization of every series
+        self.rows: int = generation.rows  # engine rows: series x sample paths
+
+    @property
+    def done(self) -> bool:
+        return self.generation.done
+
+    @property
+    def steps_left(self) -> int:
+        return self.generation.steps_left
+
+    def step(self) -> None:
+        """One decode step of the engine (the first also tokenizes and prefills; the last detokenizes)."""
+        self.generation.step()
+
+    def close(self) -> None:
+        self.generation.close()
+
+    def normalized_paths(self) -> np.ndarray:
+        """(B, S, H, 6) float32 normalized sample paths; only when ``done``."""
+        out = self.generation.result()
+        o = self.options
+        return out.candles.cpu().numpy().reshape(self.n_series, o.sample_count, o.horizon, len(FEATURES))
+
+    def result(self) -> ForecastResult:
+        """Sample paths, mean and quantiles, raw scale; only when ``done``."""
+        norm, mean, std = self.normalized_paths(), self.means, self.stds
+        options, predictor = self.options, self.predictor
+        levels, calibration = options.quantiles, options.calibration
+        paths = denormalize(norm, mean[:, None, None, :], std[:, None, None, :]).astype(np.float32)  # (B, S, H, 6)
+        repair = predictor.repair if options.repair is None else options.repair
+        if repair:
+            paths = repair_candles(paths)
+            path_mean = paths.mean(axis=1)
+        else:
+            path_mean = denormalize(norm.mean(axis=1), mean[:, None, :], std[:, None, :])  # (B, H, 6)
+        qs = (
+            np.quantile(paths, levels, axis=1).astype(np.float32)
+            if levels
+            else np.zeros((0, *path_mean.shape), dtype=np.float32)
+        )
+        if calibration is not None and levels:
+            qs = calibration.apply(paths, levels, predictor.identity)  # (Q, B, H, 6)
+        return ForecastResult(paths, path_mean.astype(np.float32), qs, levels, self.generation.stats)
 
 
 def default_device() -> torch.device:
@@ -64,8 +128,10 @@ class KronosPredictor:
     (default, the reference's results), "rolling" (approximate, faster once
     the window slides) or "recompute" (the reference's algorithm, slow).
     dtype: autocast dtype on GPU (torch.bfloat16 / torch.float16); None = float32.
-    compile: torch.compile the decode step. repair: make forecast candles
-    consistent (off by default so results equal the reference's).
+    compile: torch.compile the decode step. cuda_graphs: torch.compile the decode
+    step with mode="reduce-overhead" (CUDA graphs) on a CUDA device; on a CPU it is
+    ignored with a warning in the log. repair: make forecast candles consistent (off
+    by default so results equal the reference's).
     """
 
     def __init__(
@@ -80,6 +146,7 @@ class KronosPredictor:
         dtype: torch.dtype | None = None,
         compile: bool = False,
         repair: bool = False,
+        cuda_graphs: bool = False,
     ):
         self.device = torch.device(device) if device is not None else default_device()
         self.model = model.to(self.device).eval()
@@ -92,6 +159,9 @@ class KronosPredictor:
         self.sliding = sliding
         self.dtype = dtype
         self.compile = compile
+        self.cuda_graphs = cuda_graphs
+        if cuda_graphs:  # logs once, here at load, when the device cannot use them (CPU: ignored)
+            self.generator.graphs_active(GenerationConfig(1, cuda_graphs=True), self.device)
         self.repair = repair
         self.identity = None  # ModelIdentity when built by kronos_core.loading
         self.config = None  # the PredictorConfig it was built from, when built by kronos_core.loading
@@ -130,7 +200,10 @@ class KronosPredictor:
             except CandleError as exc:
                 raise ValueError(f"series {i}: {exc}") from exc
         options = ForecastOptions(horizon=pred_len, sample_count=sample_count, temperature=T, top_k=top_k, top_p=top_p)
-        norm, mean, _std, *_ = self._run(arrays, x_timestamp_list, y_timestamp_list, options, None, verbose)
+        job = self._start(arrays, x_timestamp_list, y_timestamp_list, options, None, verbose)
+        while not job.done:
+            job.step()
+        norm, mean, _std = job.normalized_paths(), job.means, job.stds
         out = []
         for i, y_ts in enumerate(y_timestamp_list):
             preds = denormalize(norm[i].mean(axis=0), mean[i], _std[i])  # (H, 6)
@@ -161,28 +234,34 @@ class KronosPredictor:
         paths and mean stay raw) and is refused (``CalibrationMismatch``) when fitted for
         another model. Returns ``ForecastResult`` (shapes in its fields).
         """
+        job = self.start_forecast(
+            series, x_timestamps, y_timestamps, options, series_keys=series_keys, verbose=verbose
+        )
+        while not job.done:
+            job.step()
+        return job.result()
+
+    def start_forecast(
+        self,
+        series: Sequence[np.ndarray],
+        x_timestamps: Sequence,
+        y_timestamps: Sequence,
+        options: ForecastOptions,
+        *,
+        series_keys: Sequence[int] | None = None,
+        verbose: bool = False,
+    ) -> ForecastJob:
+        """``forecast``'s arguments, checked and normalized; the engine has not run yet.
+
+        Step the returned ``ForecastJob`` until ``done``, then ``result()`` is exactly what
+        ``forecast`` returns (``forecast`` is this, run to the end).
+        """
         if not isinstance(options, ForecastOptions):
             raise TypeError(f"options must be a kronos_core.options.ForecastOptions, got {type(options).__name__}")
-        levels, calibration = options.quantiles, options.calibration
-        if calibration is not None:
-            calibration.check_model(self.identity)  # before spending time on the forecast
+        if options.calibration is not None:
+            options.calibration.check_model(self.identity)  # before spending time on the forecast
         arrays = [self._check_array(i, a) for i, a in enumerate(series)]
-        norm, mean, std, stats = self._run(arrays, x_timestamps, y_timestamps, options, series_keys, verbose)
-        paths = denormalize(norm, mean[:, None, None, :], std[:, None, None, :]).astype(np.float32)  # (B, S, H, 6)
-        repair = self.repair if options.repair is None else options.repair
-        if repair:
-            paths = repair_candles(paths)
-            path_mean = paths.mean(axis=1)
-        else:
-            path_mean = denormalize(norm.mean(axis=1), mean[:, None, :], std[:, None, :])  # (B, H, 6)
-        qs = (
-            np.quantile(paths, levels, axis=1).astype(np.float32)
-            if levels
-            else np.zeros((0, *path_mean.shape), dtype=np.float32)
-        )
-        if calibration is not None and levels:
-            qs = calibration.apply(paths, levels, self.identity)  # (Q, B, H, 6)
-        return ForecastResult(paths, path_mean.astype(np.float32), qs, levels, stats)
+        return self._start(arrays, x_timestamps, y_timestamps, options, series_keys, verbose)
 
     # ---- shared path ------------------------------------------------------------------------
     @staticmethod
@@ -195,8 +274,8 @@ class KronosPredictor:
             raise CandleError(f"series {i}: non-finite values in rows {rows[:5].tolist()}")
         return a
 
-    def _run(self, arrays, x_ts_list, y_ts_list, options: ForecastOptions, keys, verbose):
-        """Normalize, run the engine, return (norm paths (B, S, H, 6), means (B, 6), stds (B, 6), stats)."""
+    def _start(self, arrays, x_ts_list, y_ts_list, options: ForecastOptions, keys, verbose) -> ForecastJob:
+        """Normalize, assemble the engine batch -> a job not started yet (means, stds (B, 6) kept)."""
         horizon, sample_count = options.horizon, options.sample_count
         if len(x_ts_list) != len(arrays) or len(y_ts_list) != len(arrays):
             raise ValueError(
@@ -209,6 +288,7 @@ class KronosPredictor:
             autocast_dtype=self.dtype,
             compile=self.compile,
             progress=bool(verbose),
+            cuda_graphs=self.cuda_graphs,
         )
         x_norm, means, stds, x_stamps, y_stamps = [], [], [], [], []
         for i, (a, xt, yt) in enumerate(zip(arrays, x_ts_list, y_ts_list)):
@@ -230,6 +310,5 @@ class KronosPredictor:
                 raise ValueError(f"series_keys has {len(keys)} entries for {len(arrays)} series")
             rkeys = row_keys(options.seed, [int(k) for k in keys], sample_count)
         batch = assemble(x_norm, x_stamps, y_stamps, sample_count, rkeys, self.device)
-        out = self.generator.generate(batch, cfg)
-        norm = out.candles.cpu().numpy().reshape(len(arrays), sample_count, horizon, len(FEATURES))
-        return norm, np.stack(means), np.stack(stds), out.stats
+        generation = self.generator.start(batch, cfg)
+        return ForecastJob(self, generation, options, len(arrays), np.stack(means), np.stack(stds))

@@ -64,13 +64,13 @@ def test_options_reach_the_engine(monkeypatch):
     from kronos_core.engine import generate as gen
 
     seen = []
-    real = gen.Generator.generate
+    real = gen.Generator.start  # the predictor's forecasts start a GenerationJob here
 
     def spy(self, batch, cfg):
         seen.append(cfg)
         return real(self, batch, gen.GenerationConfig(**{**cfg.__dict__, "compile": False}))
 
-    monkeypatch.setattr(gen.Generator, "generate", spy)
+    monkeypatch.setattr(gen.Generator, "start", spy)
     p = load_predictor(PredictorConfig(model=TINY, device="cpu", dtype="bfloat16", compile=True,
                                        sliding="rolling", max_context=64))
     import numpy as np

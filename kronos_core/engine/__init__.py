@@ -1,15 +1,12 @@
-"""Batched, cached generation: batch assembly, sampling, the decode loop, the memory model."""
+"""Batched, cached generation: batch assembly, sampling, the step-wise decode job, the memory model."""
 
 from kronos_core.engine.batch import EngineBatch, assemble
-from kronos_core.engine.generate import (
-    EngineStats,
-    GenerationConfig,
-    GenerationOutput,
-    Generator,
-)
+from kronos_core.engine.config import EngineStats, GenerationConfig, GenerationOutput
+from kronos_core.engine.generate import Generator
+from kronos_core.engine.job import GenerationJob
 from kronos_core.engine.sampling import SamplingParams
 
 __all__ = [
-    "EngineBatch", "EngineStats", "GenerationConfig", "GenerationOutput", "Generator", "SamplingParams",
-    "assemble",
+    "EngineBatch", "EngineStats", "GenerationConfig", "GenerationJob", "GenerationOutput", "Generator",
+    "SamplingParams", "assemble",
 ]

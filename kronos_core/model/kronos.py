@@ -179,7 +179,7 @@ class Kronos(PretrainedMixin, nn.Module):
         positions: torch.Tensor,
         mask: torch.Tensor | None = None,
         caches: list[KVCache] | None = None,
-        cache_start: int = 0,
+        cache_start: int | torch.Tensor = 0,
     ) -> torch.Tensor:
         """Embeddings (B, L, d) -> final hidden states (B, L, d) after ``norm``."""
         for i, block in enumerate(self.transformer):

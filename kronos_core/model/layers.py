@@ -83,6 +83,16 @@ class KVCache:
         self.k[:, :, start:end] = k
         self.v[:, :, start:end] = v
 
+    def write_at(self, slot: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        """k, v (B, H, 1, D) go to slot ``slot`` (a 0-d int64 tensor on the cache's device).
+
+        The slot stays on the device, so a decode step that writes here has the same
+        shapes and no host read at every step (what a CUDA graph needs).
+        """
+        index = slot.reshape(1)  # (1,)
+        self.k.index_copy_(2, index, k)
+        self.v.index_copy_(2, index, v)
+
     def select_rows(self, rows: torch.Tensor) -> None:
         self.k = self.k.index_select(0, rows)
         self.v = self.v.index_select(0, rows)
@@ -129,7 +139,7 @@ class SelfAttention(AttentionProjections):
         positions: torch.Tensor,
         mask: torch.Tensor | None = None,
         cache: KVCache | None = None,
-        cache_start: int = 0,
+        cache_start: int | torch.Tensor = 0,
     ) -> torch.Tensor:
         """x (B, L, d); positions (B, L).
 
@@ -139,6 +149,9 @@ class SelfAttention(AttentionProjections):
         (L without cache, ``cache_start + L`` with one).
         With a cache, this call's keys/values are written to slots
         [cache_start, cache_start + L) and attention runs over slots [0, cache_start + L).
+        ``cache_start`` a 0-d tensor (one new token, L == 1): it is written to that slot and
+        attention runs over every slot of the cache (B, H, capacity, D); ``mask``
+        (B, 1, 1, capacity) is then required and hides the slots the row does not hold.
         """
         length = x.shape[1]
         cos, sin = self.rotary.cos_sin(positions)
@@ -146,7 +159,12 @@ class SelfAttention(AttentionProjections):
         k = apply_rotary(self.heads(self.k_proj(x)), cos, sin)  # (B, H, L, D)
         v = self.heads(self.v_proj(x))  # (B, H, L, D)
         causal = mask is None
-        if cache is not None:
+        if isinstance(cache_start, torch.Tensor):
+            if cache is None or mask is None or length != 1:
+                raise ValueError("a tensor cache_start needs a cache, a mask and one new token per row")
+            cache.write_at(cache_start, k, v)
+            k, v, causal = cache.k, cache.v, False  # (B, H, capacity, D): shapes fixed by the cache
+        elif cache is not None:
             cache.write(cache_start, k, v)
             end = cache_start + length
             k, v = cache.k[:, :, :end], cache.v[:, :, :end]  # (B, H, S, D)
@@ -170,23 +188,28 @@ class TransformerBlock(nn.Module):
         self.ffn = SwiGLU(d_model, ff_dim, ffn_dropout)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None = None,
-                cache: KVCache | None = None, cache_start: int = 0) -> torch.Tensor:
+                cache: KVCache | None = None, cache_start: int | torch.Tensor = 0) -> torch.Tensor:
         x = x + self.self_attn(self.norm1(x), positions, mask, cache, cache_start)
         return x + self.ffn(self.norm2(x))
 
 
-def padded_positions_and_mask(pad: torch.Tensor, length: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+def padded_positions_and_mask(
+    pad: torch.Tensor, length: int, padded: bool | None = None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Positions and causal mask for a left-padded batch.
 
     pad (B,) number of padding slots at the start of each row. Returns
     positions (B, L) with each row's first real token at 0, and a boolean mask
     (B, 1, L, L): causal, no real query sees padding, and each padding query
     sees only itself (so no row of the softmax is empty). The mask is None when
-    no row is padded.
+    no row is padded. ``padded``: whether any row is, when the caller knows it on the
+    host (the engine does); None reads ``pad`` (a host-device synchronisation on a GPU).
     """
     slots = torch.arange(length, device=pad.device)
     positions = (slots[None, :] - pad[:, None]).clamp(min=0)  # (B, L)
-    if int(pad.max()) == 0:
+    if padded is None:
+        padded = int(pad.max()) > 0
+    if not padded:
         return positions, None
     causal = slots[None, :] <= slots[:, None]  # (L, L) query x key
     key_real = slots[None, :] >= pad[:, None]  # (B, L)

@@ -1,0 +1,406 @@
+"""``GenerationJob``: one engine batch's generation, advanced one decode step per call.
+
+The first ``step()`` tokenizes the history and runs step 0 (the prefill in a cached
+mode); every later call runs one decode step; the last one also detokenizes. Between
+calls the job holds its state (token sequences, key/value caches, the precomputed
+seeded uniforms), so a scheduler can interleave the steps of several jobs on one
+device, and ``close()`` frees the caches of a cancelled job at once.
+
+Each step is plan -> run -> sample -> append. The plan (``kronos_core.engine.plan``,
+a pure function of the rows' lengths) is made on the host before the first step.
+
+A steady-state decode step (rows cached, no eviction) reads nothing back from the
+device: every width, padding flag and slot index is computed on the host from the
+lengths once, the seeded uniforms of every step are made at the first step, and the
+cache slot of the new token is a 0-d tensor on the device. Its tensor shapes depend
+only on (cached rows, cache capacity): attention runs over every slot of the caches
+with a mask, not over a prefix that grows each step. That is what lets
+``GenerationConfig.cuda_graphs`` capture it (``kronos_core.engine.generate``).
+``tests/engine/test_host_syncs.py`` counts the synchronising ops per step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from kronos_core.engine.batch import EngineBatch
+from kronos_core.engine.config import EngineStats, GenerationConfig, GenerationOutput
+from kronos_core.engine.plan import StepPlan, plan_schedule
+from kronos_core.engine.sampling import counter_uniforms, sample_tokens
+from kronos_core.model.config import DEP_HEADS
+from kronos_core.model.kronos import Kronos
+from kronos_core.model.layers import KVCache, padded_positions_and_mask
+
+if TYPE_CHECKING:
+    from kronos_core.engine.generate import Generator
+
+
+@dataclass
+class _StepInputs:
+    """What the s2 head needs for a group of rows."""
+
+    rows: torch.Tensor  # (n,) indices into the batch
+    hidden_last: torch.Tensor  # (n, d) last hidden state
+    dep_k: torch.Tensor  # (n, 4, S, D) keys of the s2 head over the window (S: the window or the cache capacity)
+    dep_v: torch.Tensor  # (n, 4, S, D)
+    key_mask: torch.Tensor | None  # (n, S) True where the key is a real token in the window
+    every_row: bool = False  # rows is the whole batch, in order (no scatter needed)
+
+
+@dataclass
+class _Sequences:
+    """Token and time-feature sequences of history + generated, left-padded, one row per path."""
+
+    s1: torch.Tensor  # (N, Lmax + H) int64
+    s2: torch.Tensor  # (N, Lmax + H) int64
+    stamps: torch.Tensor  # (N, Lmax + H, 5) time features of history and future
+    lengths: torch.Tensor  # (N,) real history length of each row
+    lmax: int  # history columns; generated token of step s goes to column lmax + s
+
+    def append(self, step: int, s1: torch.Tensor, s2: torch.Tensor) -> None:
+        """s1, s2 (N,) sampled tokens of ``step``."""
+        self.s1[:, self.lmax + step], self.s2[:, self.lmax + step] = s1, s2
+
+
+class _CachedRows:
+    """Rows decoded from key/value caches; slots are shared by all rows (left-padded).
+
+    ``pad_host`` (n,) padding slots of each row, known on the host; the device copies
+    (``pad``, ``real``) are made once here and only re-indexed on eviction.
+    """
+
+    def __init__(self, model: Kronos, pad_host: list[int], width: int, capacity: int, dtype: torch.dtype,
+                 device: torch.device, static: bool = False):
+        c = model.config
+        n = len(pad_host)
+        self.ids = tuple(range(n))  # batch rows held, on the host (the plan's row ids)
+        self.pad_host, self.width, self.capacity = list(pad_host), width, capacity
+        self.rows = torch.arange(n, device=device)  # (n,) batch rows held
+        self.pad = torch.tensor(pad_host, dtype=torch.long, device=device)  # (n,)
+        self.slots = torch.arange(capacity, device=device)  # (C,) slot indices; slots[s] is slot s as a 0-d tensor
+        self.real = self.slots[None, :] >= self.pad[:, None]  # (n, C) True from each row's first real token
+        self.caches = [KVCache(n, c.n_heads, capacity, c.head_dim, dtype, device) for _ in range(c.n_layers)]
+        self.dep = KVCache(n, DEP_HEADS, capacity, c.d_model // DEP_HEADS, dtype, device)
+        self.static = static
+        if static:
+            self._mark_static()
+
+    @property
+    def padded(self) -> bool:
+        return max(self.pad_host) > 0
+
+    def _mark_static(self) -> None:
+        """Tell torch.compile the caches keep their addresses (CUDA graphs replay over them)."""
+        for cache in (*self.caches, self.dep):
+            torch._dynamo.mark_static_address(cache.k)
+            torch._dynamo.mark_static_address(cache.v)
+
+    def evict(self, leaving: tuple[int, ...]) -> None:
+        """Drop the batch rows ``leaving`` from every cache."""
+        gone = set(leaving)
+        keep = [i for i, r in enumerate(self.ids) if r not in gone]  # positions within the caches
+        self.ids = tuple(self.ids[i] for i in keep)
+        self.pad_host = [self.pad_host[i] for i in keep]
+        idx = torch.tensor(keep, dtype=torch.long, device=self.rows.device)  # (n',)
+        self.rows, self.pad, self.real = self.rows[idx], self.pad[idx], self.real[idx]
+        for cache in (*self.caches, self.dep):
+            cache.select_rows(idx)
+        if self.static:
+            self._mark_static()
+
+    def tensors(self) -> list[torch.Tensor]:
+        """Every tensor the caches hold (for tests and memory accounting)."""
+        return [t for cache in (*self.caches, self.dep) for t in (cache.k, cache.v)]
+
+
+def decode_step(
+    model: Kronos,
+    s1: torch.Tensor,
+    s2: torch.Tensor,
+    stamp: torch.Tensor,
+    slot: torch.Tensor,
+    pad: torch.Tensor,
+    real: torch.Tensor,
+    slots: torch.Tensor,
+    caches: list[KVCache],
+    dep: KVCache,
+    max_context: int,
+    rolling: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One new token per cached row through the caches; shapes fixed by (n, capacity C).
+
+    s1, s2 (n, 1) int64 newest tokens; stamp (n, 1, 5); slot 0-d int64 on the device
+    (the new token's cache slot); pad (n,); real (n, C) slots at or after each row's
+    first real token; slots (C,) = arange(C). Writes the trunk's and the s2 head's
+    keys/values at ``slot``. Returns hidden (n, 1, d) and the s2 head's key mask (n, C).
+    """
+    key_mask = real & (slots[None, :] <= slot)  # (n, C) the slots each row holds
+    if rolling:  # the window keeps the last max_context slots (a no-op before it slides)
+        key_mask = key_mask & (slots[None, :] > slot - max_context)
+    positions = (slot - pad)[:, None]  # (n, 1)
+    hidden = model.trunk(model.embed(s1, s2, stamp), positions, key_mask[:, None, None, :], caches, slot)  # (n, 1, d)
+    k, v = model.dep_layer.cross_attn.project_kv(hidden)  # (n, 4, 1, D)
+    dep.write_at(slot, k, v)
+    return hidden, key_mask
+
+
+def _autocast(device: torch.device, dtype: torch.dtype | None):
+    if dtype is None or dtype == torch.float32:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+class GenerationJob:
+    """One engine batch's generation, advanced one decode step per call (tokenize + prefill on the first).
+
+    ``Generator.generate(batch, cfg)`` is ``job = GenerationJob(...); while not job.done:
+    job.step(); return job.result()``: a job stepped in any interleaving with other jobs
+    gives exactly what ``generate`` gives (seeded draws depend only on row keys and steps).
+    """
+
+    def __init__(self, generator: Generator, batch: EngineBatch, cfg: GenerationConfig):
+        if batch.horizon != cfg.horizon:
+            raise ValueError(f"batch has {batch.horizon} future stamps, config asks for horizon {cfg.horizon}")
+        self.generator, self.batch, self.cfg = generator, batch, cfg
+        self.model = generator.model
+        self.device = batch.x.device
+        self.rows: int = batch.rows
+        self.lengths_host = [int(n) for n in batch.lengths.tolist()]  # once: the plan is made on the host
+        self.plans: list[StepPlan] = plan_schedule(self.lengths_host, cfg.horizon, cfg.max_context, cfg.sliding)
+        self.stats = EngineStats(rows=self.rows, horizon=cfg.horizon, tokens_generated=self.rows * cfg.horizon)
+        self._step = 0
+        self._seqs: _Sequences | None = None
+        self._cached: _CachedRows | None = None
+        self._uniforms: torch.Tensor | None = None  # (H, 2, N) float64 seeded draws, on the device
+        self._row_index: dict[tuple[int, ...], torch.Tensor] = {}  # recompute row sets, made once each
+        self._candles: torch.Tensor | None = None
+        self._closed = False
+        self._bar: Any = None
+
+    # ---- the API a scheduler drives ---------------------------------------------------
+    @property
+    def done(self) -> bool:
+        """Every step generated (and detokenized)."""
+        return self._candles is not None
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def steps_left(self) -> int:
+        return self.cfg.horizon - self._step
+
+    def step(self) -> None:
+        """Advance one decode step (the first also tokenizes and prefills; the last detokenizes)."""
+        if self._closed:
+            raise RuntimeError("this generation job was closed")
+        if self.done:
+            raise RuntimeError("this generation job is done; read result()")
+        with torch.inference_mode(), _autocast(self.device, self.cfg.autocast_dtype):
+            if self._seqs is None:
+                self._start()
+            t0 = time.perf_counter()
+            plan = self.plans[self._step]
+            groups = self._run(plan)
+            s1, s2 = self._sample(groups, plan.step)
+            assert self._seqs is not None
+            self._seqs.append(plan.step, s1, s2)
+            self.stats.recomputed_row_steps += len(plan.recompute)
+            self.stats.generate_seconds += time.perf_counter() - t0
+            self._step += 1
+            if self._bar is not None:
+                self._bar.update(1)
+            if self._step == self.cfg.horizon:
+                self._finish()
+
+    def result(self) -> GenerationOutput:
+        """The generated tokens and candles; only when ``done``."""
+        if not self.done:
+            raise RuntimeError(f"generation not done: {self.steps_left} steps left" +
+                               (" (closed)" if self._closed else ""))
+        assert self._seqs is not None and self._candles is not None
+        seqs = self._seqs
+        return GenerationOutput(seqs.s1[:, seqs.lmax :], seqs.s2[:, seqs.lmax :], self._candles, self.stats)
+
+    def close(self) -> None:
+        """Free the caches and sequences now (a cancelled job); further ``step()`` calls raise."""
+        self._closed = True
+        self._cached = None
+        if not self.done:
+            self._seqs = None
+        self._uniforms = None
+        self._row_index.clear()
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+    def cache_tensors(self) -> list[torch.Tensor]:
+        """The key/value cache tensors the job holds now (empty before the prefill, after the end or close)."""
+        return [] if self._cached is None else self._cached.tensors()
+
+    # ---- first and last step ------------------------------------------------------------
+    def _start(self) -> None:
+        """Tokenize the history, lay out room for the horizon, precompute the seeded draws."""
+        t0 = time.perf_counter()
+        self._seqs = self._tokenize()
+        self.stats.tokenize_seconds += time.perf_counter() - t0
+        keys = self.batch.row_keys
+        if keys is not None:
+            draws = [[counter_uniforms(keys, step, kind) for kind in (0, 1)] for step in range(self.cfg.horizon)]
+            self._uniforms = torch.stack([torch.stack(d) for d in draws]).to(self.device)  # (H, 2, N)
+        if self.cfg.progress:
+            from tqdm.auto import tqdm
+
+            self._bar = tqdm(total=self.cfg.horizon, desc="generating", unit="step", leave=False)
+
+    def _finish(self) -> None:
+        self._cached = None  # free the caches before the decoder runs
+        self._uniforms = None
+        self._row_index.clear()
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+        t0 = time.perf_counter()
+        self._candles = self._detokenize()  # (N, H, 6)
+        self.stats.detokenize_seconds += time.perf_counter() - t0
+
+    def _tokenize(self) -> _Sequences:
+        batch = self.batch
+        padded = max(self.lengths_host) > min(self.lengths_host)
+        s1, s2 = self.generator.tokenizer.encode(batch.x, batch.pad if padded else None)  # (N, Lmax) each
+        room = s1.new_zeros(batch.rows, batch.horizon)  # (N, H)
+        stamps = torch.cat([batch.x_stamp, batch.y_stamp], dim=1)  # (N, Lmax + H, 5)
+        return _Sequences(torch.cat([s1, room], 1), torch.cat([s2, room], 1), stamps, batch.lengths, s1.shape[1])
+
+    def _detokenize(self) -> torch.Tensor:
+        """Decode each row's last window in one causal pass; keep the horizon -> (N, H, 6) float32."""
+        assert self._seqs is not None
+        seqs, horizon, mc = self._seqs, self.cfg.horizon, self.cfg.max_context
+        total = seqs.lmax + horizon
+        windows = [min(n + horizon, mc) for n in self.lengths_host]
+        width = max(windows)
+        pad = width - torch.clamp(seqs.lengths + horizon, max=mc)  # (N,)
+        cols = slice(total - width, total)
+        padded = min(windows) < width
+        decoded = self.generator.tokenizer.decode(seqs.s1[:, cols], seqs.s2[:, cols], pad if padded else None)
+        return decoded[:, -horizon:].float()  # (N, H, 6)
+
+    # ---- one step -------------------------------------------------------------------------
+    def _run(self, plan: StepPlan) -> list[_StepInputs]:
+        """Carry out a step's plan -> groups of rows with their s2-head inputs."""
+        groups: list[_StepInputs] = []
+        if plan.prefill:
+            groups.append(self._prefill())
+        elif plan.cached:
+            assert self._cached is not None
+            if plan.evict:
+                self._cached.evict(plan.evict)
+            groups.append(self._decode(self._cached, plan))
+        else:
+            self._cached = None  # no row is cached any more: free the caches
+        if plan.recompute:
+            groups.append(self._recompute(plan.recompute, plan.step))
+        return groups
+
+    def _sample(self, groups: list[_StepInputs], step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """s1 from every row's last hidden state, then s2 given that s1 -> (s1, s2) each (N,)."""
+        model, n_rows, sampling = self.model, self.rows, self.cfg.sampling
+        if len(groups) == 1 and groups[0].every_row:
+            hidden_last = groups[0].hidden_last.contiguous()  # (N, d)
+        else:
+            first = groups[0].hidden_last
+            hidden_last = first.new_empty(n_rows, first.shape[-1])  # (N, d)
+            for g in groups:
+                hidden_last[g.rows] = g.hidden_last
+        s1 = sample_tokens(model.s1_logits(hidden_last), sampling, self._draws(step, 0))  # (N,)
+        logits2: torch.Tensor | None = None
+        for g in groups:
+            part = model.s2_logits(g.hidden_last, s1 if g.every_row else s1[g.rows], g.dep_k, g.dep_v,
+                                   g.key_mask)  # (n, V2)
+            if g.every_row:
+                logits2 = part
+                break
+            if logits2 is None:
+                logits2 = part.new_empty(n_rows, part.shape[-1])  # (N, V2)
+            logits2[g.rows] = part
+        assert logits2 is not None
+        s2 = sample_tokens(logits2, sampling, self._draws(step, 1))  # (N,)
+        return s1, s2
+
+    def _draws(self, step: int, kind: int) -> torch.Tensor | None:
+        """(N,) float64 seeded uniforms of (step, kind) on the device, or None (global RNG)."""
+        return None if self._uniforms is None else self._uniforms[step, kind]
+
+    def _prefill(self) -> _StepInputs:
+        """Run every row's first window once, filling the caches -> step-0 inputs."""
+        assert self._seqs is not None
+        seqs, model, mc = self._seqs, self.model, self.cfg.max_context
+        windows = [min(n, mc) for n in self.lengths_host]
+        width = max(windows)
+        pad_host = [width - w for w in windows]
+        cols = slice(seqs.lmax - width, seqs.lmax)
+        static = self.generator.graphs_active(self.cfg, self.device)
+        dtype = self.cfg.autocast_dtype or torch.float32
+        state = _CachedRows(model, pad_host, width, width + self.cfg.horizon, dtype, self.device, static)
+        self._cached = state
+        positions, mask = padded_positions_and_mask(state.pad, width, state.padded)  # (N, W), (N, 1, W, W) | None
+        x = model.embed(seqs.s1[:, cols], seqs.s2[:, cols], seqs.stamps[:, cols])  # (N, W, d)
+        hidden = model.trunk(x, positions, mask, state.caches, 0)  # (N, W, d)
+        k, v = model.dep_layer.cross_attn.project_kv(hidden)  # (N, 4, W, D)
+        state.dep.write(0, k, v)
+        key_mask = state.real[:, :width] if state.padded else None  # (N, W) or None
+        return _StepInputs(state.rows, hidden[:, -1], state.dep.k[:, :, :width], state.dep.v[:, :, :width],
+                           key_mask, every_row=True)
+
+    def _decode(self, state: _CachedRows, plan: StepPlan) -> _StepInputs:
+        """Feed each cached row's newest token (column lmax + step - 1) through the caches."""
+        assert self._seqs is not None
+        seqs, rows = self._seqs, state.rows
+        slot = state.slots[state.width + plan.step - 1]  # 0-d: the new token's cache slot, on the device
+        end = seqs.lmax + plan.step
+        col = slice(end - 1, end)
+        every_row = len(state.ids) == self.rows  # nothing evicted: rows is arange(N)
+        if every_row:
+            s1, s2, stamp = seqs.s1[:, col], seqs.s2[:, col], seqs.stamps[:, col]  # (N, 1), (N, 1), (N, 1, 5)
+        else:
+            s1, s2, stamp = seqs.s1[rows, col], seqs.s2[rows, col], seqs.stamps[rows, col]  # (n, 1) ...
+        step_fn = self.generator.decode_fn(self.cfg, self.device)
+        hidden, key_mask = step_fn(
+            self.model, s1, s2, stamp, slot, state.pad, state.real, state.slots, state.caches, state.dep,
+            self.cfg.max_context, plan.trim_window,
+        )  # (n, 1, d), (n, C)
+        return _StepInputs(rows, hidden[:, 0], state.dep.k, state.dep.v, key_mask, every_row=every_row)
+
+    def _rows_tensor(self, rows: tuple[int, ...]) -> torch.Tensor:
+        """(n,) int64 batch rows on the device, made once per distinct row set."""
+        index = self._row_index.get(rows)
+        if index is None:
+            index = self._row_index[rows] = torch.tensor(rows, dtype=torch.long, device=self.device)
+        return index
+
+    def _recompute(self, row_ids: tuple[int, ...], step: int) -> _StepInputs:
+        """Full forward over each row's window (positions restart at 0), no cache."""
+        assert self._seqs is not None
+        seqs, model, mc = self._seqs, self.model, self.cfg.max_context
+        rows = self._rows_tensor(row_ids)  # (n,)
+        end = seqs.lmax + step  # column after each row's newest token
+        windows = [min(self.lengths_host[r] + step, mc) for r in row_ids]
+        width = max(windows)
+        padded = min(windows) < width
+        pad = width - torch.clamp(seqs.lengths[rows] + step, max=mc)  # (n,)
+        cols = slice(end - width, end)
+        positions, mask = padded_positions_and_mask(pad, width, padded)  # (n, W), (n, 1, W, W) or None
+        x = model.embed(seqs.s1[rows, cols], seqs.s2[rows, cols], seqs.stamps[rows, cols])  # (n, W, d)
+        hidden = model.trunk(x, positions, mask)  # (n, W, d)
+        k, v = model.dep_layer.cross_attn.project_kv(hidden)  # (n, 4, W, D)
+        key_mask = torch.arange(width, device=rows.device)[None, :] >= pad[:, None] if padded else None  # (n, W)
+        return _StepInputs(rows, hidden[:, -1], k, v, key_mask, every_row=len(row_ids) == self.rows)
+
+
+__all__ = ["GenerationJob", "decode_step"]
