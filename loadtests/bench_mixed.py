@@ -47,9 +47,11 @@ class Sizes:
     mixed_s: float = 30.0  # seconds of mixed load
     mixed_clients: int = 8
     engine_series: int = 256  # the engine's single batch
+    small_every_s: float = 1.0  # beside the big request: a small one this often (one after another)
 
 
-QUICK = Sizes(small=3, big=60, horizon=8, lookback=64, repeats=3, mixed_s=6.0, mixed_clients=3, engine_series=32)
+QUICK = Sizes(small=3, big=60, horizon=8, lookback=64, repeats=3, mixed_s=6.0, mixed_clients=3, engine_series=32,
+              small_every_s=0.2)
 MIXED_SHAPES = [  # (symbols, horizon, lookback, sample_count) the mixed clients cycle through
     (5, 24, 200, 1), (50, 12, 400, 1), (20, 48, 100, 2), (100, 24, 256, 1), (10, 6, 64, 4), (200, 24, 200, 1),
 ]
@@ -108,8 +110,9 @@ def _engine_throughput(sizes: Sizes, symbols: list[str]) -> dict:
             "row_steps_per_s": round(len(series) * sizes.horizon / seconds, 1)}
 
 
-def _big_with_smalls(client_factory, big: dict, small: dict) -> tuple[float, list[float]]:
-    """The big request's time while small ones are sent one after another; the small ones' latencies."""
+def _big_with_smalls(client_factory, big: dict, small: dict, every_s: float) -> tuple[float, list[float]]:
+    """The big request's time while a small one is sent every ``every_s`` seconds (the next one once the
+    last is answered); the small ones' latencies."""
     smalls: list[float] = []
     done = threading.Event()
     out: dict[str, float] = {}
@@ -124,8 +127,9 @@ def _big_with_smalls(client_factory, big: dict, small: dict) -> tuple[float, lis
     with client_factory() as c:
         time.sleep(0.2)  # the big request is on the replicas
         while not done.is_set():
+            t0 = time.perf_counter()
             smalls.append(_post(c, small))
-            time.sleep(0.05)
+            done.wait(max(0.0, every_s - (time.perf_counter() - t0)))
     t.join()
     return out["big"], smalls
 
@@ -179,7 +183,9 @@ def measure(host: str, sizes: Sizes, symbols: list[str], engine: dict, fresh: bo
         idle = [_post(c, small) for _ in range(sizes.repeats)]
         big_alone = _post(c, big)
         big_alone = min(big_alone, _post(c, big))  # two runs: the first may still warm the big shapes
-    big_with, smalls = _big_with_smalls(client_factory, big, small)
+    log.info("first %.3f s, small idle %s, big alone %.2f s", first, [round(x, 3) for x in idle], big_alone)
+    big_with, smalls = _big_with_smalls(client_factory, big, small, sizes.small_every_s)
+    log.info("big with small ones: %.2f s, %d small ones", big_with, len(smalls))
     mixed = _mixed(client_factory, symbols, sizes, mixed_s)
     small_idle = statistics.median(idle)
     fig.update({
