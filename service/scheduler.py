@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-DEFAULT_MAX_SKIPPED = 8  # a live job waits at most this many steps of other jobs
+DEFAULT_MAX_SKIPPED = 32  # a live job waits at most this many steps of other jobs (a small job of horizon <= 32 runs uninterrupted)
 
 
 @dataclass
