@@ -323,12 +323,16 @@ class StepRunner(BatchRunner):
     def __init__(self, predictor: ForecastEngine, replica_id: str, device: str, *, budget_bytes: int = 1 << 62,
                  memory_model: MemoryModel | None = None, max_batch_tokens: int = 1 << 62,
                  batch_wait_timeout_s: float = 0.0, max_skipped: int = DEFAULT_MAX_SKIPPED,
+                 max_prefill_tokens: int | None = None,
                  clock: Callable[[], float] = time.monotonic, min_split: int = 1):
         super().__init__(predictor, replica_id, device, min_split=min_split)
         self.scheduler = Scheduler(budget_bytes, max_skipped=max_skipped)
         self.memory_model = memory_model
         self.max_batch_tokens = max_batch_tokens
         self.batch_wait_timeout_s = batch_wait_timeout_s
+        # A job's first step tokenizes and prefills its whole history at once and cannot be preempted:
+        # jobs are cut to at most this many history tokens (rows x lookback) so that step stays short.
+        self.max_prefill_tokens = max_prefill_tokens
         self.clock = clock
         self.jobs: dict[int, StepJob] = {}
         self._inbox: list[PendingShard] = []
@@ -420,7 +424,29 @@ class StepRunner(BatchRunner):
             chunks[-1].append(p)
         for key, chunks in groups.items():
             for chunk in chunks:
-                self._queue(key, [Segment(p, 0, p.shard.size) for p in chunk])
+                for segments in self._prefill_sized([Segment(p, 0, p.shard.size) for p in chunk], key[0]):
+                    self._queue(key, segments)
+
+    def _prefill_sized(self, segments: list[Segment], options: ForecastOptions) -> list[list[Segment]]:
+        """``segments`` cut into jobs of at most ``max_prefill_tokens`` history tokens (a shard may be
+        cut; its parts are put back together by ``PendingShard``); one series is never cut."""
+        cap = self.max_prefill_tokens
+        if not cap:
+            return [segments]
+        jobs: list[list[Segment]] = [[]]
+        used = 0
+        for g in segments:
+            lo = g.lo
+            for i in range(g.lo, g.hi):
+                cost = len(g.pending.shard.values[i]) * options.sample_count
+                if used and used + cost > cap:
+                    if i > lo:
+                        jobs[-1].append(Segment(g.pending, lo, i))
+                    jobs.append([])
+                    lo, used = i, 0
+                used += cost
+            jobs[-1].append(Segment(g.pending, lo, g.hi))
+        return [j for j in jobs if j]
 
     def _queue(self, key: GroupKey, segments: list[Segment]) -> None:
         job = StepJob(self._next_id, key, segments)

@@ -27,6 +27,9 @@ from service.settings import Settings
 log = logging.getLogger(__name__)
 
 CPU_DEFAULT_BUDGET = 2 << 30  # bytes a CPU replica plans one batch for
+# History tokens (rows x lookback) one job may prefill in its first step; None: a job is a whole
+# coalesced group. Live-tunable: user_config ``max_prefill_tokens`` (0 or None: no cap).
+DEFAULT_MAX_PREFILL_TOKENS: int | None = None
 
 
 @dataclass
@@ -228,13 +231,15 @@ class Predictor:
         return max(1, int(n)) * self.max_context
 
     def reconfigure(self, user_config: dict) -> None:
-        """Live-tunable batching: ``max_batch_tokens``, ``batch_wait_timeout_s``."""
+        """Live-tunable batching: ``max_batch_tokens``, ``batch_wait_timeout_s``, ``max_prefill_tokens``."""
         user_config = user_config or {}
         tokens = user_config.get("max_batch_tokens") or self.settings.max_batch_tokens or self._default_batch_tokens()
         self.max_batch_tokens = int(tokens)
         self.runner.max_batch_tokens = self.max_batch_tokens  # the most tokens one coalesced job holds
         wait = user_config.get("batch_wait_timeout_s", self.settings.batch_wait_timeout_s)
         self.runner.batch_wait_timeout_s = float(wait)  # how long the first shard waits for others to join it
+        prefill = user_config.get("max_prefill_tokens", DEFAULT_MAX_PREFILL_TOKENS)
+        self.runner.max_prefill_tokens = int(prefill) if prefill else None
 
     async def describe(self) -> ReplicaInfo:
         return ReplicaInfo(

@@ -224,3 +224,15 @@ def test_admission_waits_for_the_memory_budget():
     assert engine.started == [8]
     r.run_until_idle()
     assert engine.started == [8, 3] and len(out) == 2
+
+
+def test_jobs_are_cut_to_the_prefill_cap_and_the_shards_put_back_together():
+    engine, out = FakeSteppingEngine(), []
+    r = runner(engine, max_prefill_tokens=3 * 10)  # three series of 10 candles per job
+    r.submit(make_shard(4, 0, start=0), collect(out))
+    r.submit(make_shard(4, 1, start=10), collect(out))
+    r.run_until_idle()
+    assert sorted(engine.started) == [2, 3, 3]
+    by_index = {res.index: res for res in out}
+    np.testing.assert_allclose(by_index[0].mean[:, 0, 0], [0, 1, 2, 3])
+    np.testing.assert_allclose(by_index[1].mean[:, 0, 0], [10, 11, 12, 13])
