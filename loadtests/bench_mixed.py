@@ -129,7 +129,7 @@ def _big_with_smalls(client_factory, big: dict, small: dict, every_s: float) -> 
         while not done.is_set():
             t0 = time.perf_counter()
             smalls.append(_post(c, small))
-            done.wait(max(0.0, every_s - (time.perf_counter() - t0)))
+            done.wait(None if every_s == float("inf") else max(0.0, every_s - (time.perf_counter() - t0)))
     t.join()
     return out["big"], smalls
 
