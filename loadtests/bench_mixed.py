@@ -65,12 +65,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", default=None, help="write the figures here")
 
 
-def _post(client, body: dict) -> float:
+def _post(client, body: dict, timings: list | None = None) -> float:
+    """Seconds one POST /v1/forecast took end to end; the service's own ``timing`` appended to ``timings``."""
     t0 = time.perf_counter()
     r = client.post("/v1/forecast", json=body)
     elapsed = time.perf_counter() - t0
     if r.status_code != 200:
         raise RuntimeError(f"POST /v1/forecast answered {r.status_code}: {r.text[:300]}")
+    if timings is not None:
+        timings.append({k: r.json()["timing"].get(k) for k in ("read_ms", "forecast_ms", "total_ms")})
     return elapsed
 
 
@@ -179,8 +182,9 @@ def measure(host: str, sizes: Sizes, symbols: list[str], engine: dict, fresh: bo
     big = _body(symbols[sizes.small:sizes.small + sizes.big], sizes.horizon, sizes.lookback)
     fig: dict = {"sizes": sizes.__dict__, "engine": engine}
     with client_factory() as c:
-        first = _post(c, small)  # the first request the service answers (when it was just started)
-        idle = [_post(c, small) for _ in range(sizes.repeats)]
+        timings: list[dict] = []
+        first = _post(c, small, timings)  # the first request the service answers (when it was just started)
+        idle = [_post(c, small, timings) for _ in range(sizes.repeats)]
         big_alone = _post(c, big)
         big_alone = min(big_alone, _post(c, big))  # two runs: the first may still warm the big shapes
     log.info("first %.3f s, small idle %s, big alone %.2f s", first, [round(x, 3) for x in idle], big_alone)
@@ -198,6 +202,7 @@ def measure(host: str, sizes: Sizes, symbols: list[str], engine: dict, fresh: bo
         "one_small_beside_big_s": round(one[0], 4) if one else None,
         "mixed": mixed,
         "first_after_ready_s": round(first, 4) if fresh else None, "warm_s": round(small_idle, 4),
+        "service_timing_first_then_warm": timings,  # the gateway's read / forecast / total ms of each
     })
     ratios = {
         "small_beside_big_over_idle": (statistics.median(smalls) / small_idle) if smalls else None,
