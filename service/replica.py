@@ -27,9 +27,11 @@ from service.settings import Settings
 log = logging.getLogger(__name__)
 
 CPU_DEFAULT_BUDGET = 2 << 30  # bytes a CPU replica plans one batch for
-# History tokens (rows x lookback) one job may prefill in its first step; None: a job is a whole
-# coalesced group. Live-tunable: user_config ``max_prefill_tokens`` (0 or None: no cap).
-DEFAULT_MAX_PREFILL_TOKENS: int | None = None
+# History tokens (rows x lookback) one job may prefill in its first step: that step (tokenize and
+# prefill the whole history) cannot be preempted and costs tens of decode steps, so it bounds how long
+# a small request waits. Smaller jobs decode less efficiently (more, smaller steps). Live-tunable:
+# user_config ``max_prefill_tokens`` (0 or None: a job is a whole coalesced group).
+DEFAULT_MAX_PREFILL_TOKENS: int | None = 4096
 
 
 @dataclass
