@@ -8,7 +8,6 @@ the replicas are injected objects typed by ``service.interfaces``.
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import Callable
 
@@ -25,8 +24,6 @@ from service.messages import ReplicaInfo
 from service.metrics import Metrics
 from service.schemas import ForecastRequest
 from service.settings import Settings
-
-log = logging.getLogger(__name__)
 
 
 class Gateway:
@@ -74,17 +71,6 @@ class Gateway:
         if self._info is None:
             self._info = info
             warm_memory_model(info)  # once, before the first request needs it
-            self._warm_store()
-
-    def _warm_store(self) -> None:
-        """One tiny window read, so the store's first-read set-up (Arrow, memory maps) is not the
-        first request's; a store that cannot answer it now is left for the requests to report."""
-        try:
-            first = self.store.symbols()[:1]
-            if first:
-                self.store.read_windows(first, 8)
-        except Exception as exc:  # readiness must not depend on it
-            log.debug("store warm-up read failed: %s", exc)
 
     def prepare(self, req: ForecastRequest, lookback: int) -> Prepared:
         return prepare(req, lookback, self.store, self.future, self.settings.min_history_warning)

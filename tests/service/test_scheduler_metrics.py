@@ -56,15 +56,3 @@ def test_the_dashboard_has_panels_for_the_scheduler_metrics_and_they_exist():
         assert f"# TYPE {family} " in exposed or f"# TYPE {family}_total " in exposed, used
     ids = [p["id"] for p in dash["panels"]]
     assert len(ids) == len(set(ids))
-
-
-def test_the_gateway_warms_the_memory_model_and_the_store_when_it_first_learns_a_replica():
-    from service_fakes import fake_gateway, fake_info
-
-    gw, _, _ = fake_gateway()
-    reads = []
-    real = gw.store.read_windows
-    gw.store.read_windows = lambda symbols, lookback, **kw: reads.append((symbols, lookback)) or real(symbols, lookback)
-    gw.remember(fake_info())
-    gw.remember(fake_info())  # once
-    assert reads == [(["S000"], 8)]
