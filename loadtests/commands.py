@@ -6,6 +6,8 @@ nothing else."""
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "bench service": ("loadtests.bench", "benchmark the service over HTTP against the engine called directly"),
+    "bench mixed": ("loadtests.bench_mixed", "small requests beside big ones, mixed load and the first request "
+                    "after ready, through the service (step scheduler goals)"),
     "loadtest": ("loadtests.run", "headless locust load test against a local service (loopback only)"),
     "soak": ("loadtests.soak", "long steady load test: memory/FD trends of every service process, optional "
              "replica-kill chaos (loopback only)"),

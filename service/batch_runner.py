@@ -1,6 +1,8 @@
 """The replica's batch execution, without Ray: coalesced shards go through the engine in as
 few calls as their options allow, a sub-batch is halved and retried on out-of-memory, and
-the results are sliced back per shard. Unit-tested with a fake engine.
+the results are sliced back per shard. ``BatchRunner.run`` runs one batch to completion;
+``StepRunner`` (the replica's) runs jobs one decode step at a time as ``service.scheduler`` plans.
+Unit-tested with a fake engine.
 """
 
 from __future__ import annotations
@@ -8,7 +10,11 @@ from __future__ import annotations
 import logging
 import os
 import resource
+import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -16,6 +22,7 @@ from kronos_core.errors import ErrorCode
 from kronos_core.options import ForecastOptions
 from service.interfaces import ForecastEngine
 from service.messages import BatchReport, Shard, ShardResult
+from service.scheduler import DEFAULT_MAX_SKIPPED, JobTicket, Scheduler
 
 log = logging.getLogger(__name__)
 
@@ -155,3 +162,409 @@ class BatchRunner:
             queue_depth=queue_depth, mem_allocated=alloc, mem_reserved=reserved, mem_peak=peak,
         )
         return [r for r in results if r is not None], report
+
+
+# ---- step-at-a-time execution (the replica's device loop) -------------------------------------------
+# The replica runs shards through ``StepRunner``: shards arriving together are coalesced into jobs (one
+# per options group, at most ``max_batch_tokens`` each), the ``service.scheduler.Scheduler`` picks which
+# job runs each decode step, and a job's rows keep their state between its steps. ``BatchRunner.run``
+# above stays the one-batch-to-completion path (tools and tests run single batches through it).
+
+GroupKey = tuple[ForecastOptions, bool, "str | None"]  # (options, calibrate, calibration group)
+
+
+class ForecastJobLike(Protocol):
+    """What ``KronosPredictor.start_forecast`` returns: a forecast run one decode step at a time."""
+
+    rows: int  # series x sample paths
+    done: bool
+    steps_left: int
+
+    def step(self) -> None: ...
+
+    def close(self) -> None: ...
+
+    def result(self) -> Any: ...
+
+
+class WholeForecastJob:
+    """A whole ``predictor.forecast`` as one step: the job of an engine without ``start_forecast``."""
+
+    def __init__(self, predictor: ForecastEngine, series, x_ts, y_ts, options: ForecastOptions):
+        self._call = (predictor, series, x_ts, y_ts, options)
+        self.rows = len(series) * options.sample_count
+        self.steps_left = 1
+        self.done = False
+        self._result: Any = None
+
+    def step(self) -> None:
+        predictor, series, x_ts, y_ts, options = self._call
+        self._result = predictor.forecast(series, x_ts, y_ts, options)
+        self.steps_left, self.done = 0, True
+
+    def close(self) -> None:
+        self._result = None
+
+    def result(self) -> Any:
+        return self._result
+
+
+class PendingShard:
+    """One shard at the replica: its answer is assembled from the parts of the jobs that carry its
+    series (one job, or several after out-of-memory splits) and handed to ``on_done`` once."""
+
+    def __init__(self, shard: Shard, on_done: Callable[[ShardResult], None], arrived: float):
+        self.shard, self.on_done, self.arrived = shard, on_done, arrived
+        self.cancelled = False  # its caller is gone (client disconnected, deadline passed)
+        self.admitted = False  # its queue wait was recorded
+        self.done = False
+        self._parts: dict[int, tuple[int, np.ndarray, np.ndarray | None, np.ndarray | None]] = {}
+        self._covered = 0
+
+    def add_part(self, lo: int, hi: int, mean: np.ndarray, q: np.ndarray | None, paths: np.ndarray | None,
+                 replica_id: str) -> None:
+        """Series ``lo:hi`` of the shard are forecast: mean (n, H, 6), q (Q, n, H, 6), paths (n, S, H, 6)."""
+        if self.done:
+            return
+        self._parts[lo] = (hi, mean, q, paths)
+        self._covered += hi - lo
+        if self._covered < self.shard.size:
+            return
+        parts = [self._parts[k] for k in sorted(self._parts)]
+        s = self.shard
+        self._finish(ShardResult(
+            s.request_id, s.index, replica_id,
+            np.concatenate([p[1] for p in parts], axis=0),
+            None if parts[0][2] is None else np.concatenate([p[2] for p in parts], axis=1),
+            np.concatenate([p[3] for p in parts], axis=0) if s.return_paths else None,
+        ))
+
+    def fail(self, message: str, replica_id: str) -> None:
+        s = self.shard
+        self._finish(ShardResult(s.request_id, s.index, replica_id, None, None, None,
+                                 error=message, error_code=ErrorCode.FORECAST_FAILED))
+
+    def _finish(self, result: ShardResult) -> None:
+        if not self.done:
+            self.done = True
+            self._parts.clear()
+            if not self.cancelled:  # else nobody waits for it
+                self.on_done(result)
+
+
+@dataclass
+class Segment:
+    """Series ``lo:hi`` of one pending shard, carried by a job."""
+
+    pending: PendingShard
+    lo: int
+    hi: int
+
+
+@dataclass
+class StepJob:
+    """A coalesced group of shard series with the same options, run as one engine job."""
+
+    job_id: int
+    key: GroupKey
+    segments: list[Segment]
+    engine: ForecastJobLike | None = None
+    started_at: float = 0.0
+    decode_steps: int = 0  # steps it ran
+    queue_wait_s: list[float] = field(default_factory=list)  # shards whose first series it admitted
+    admitted_mid_batch: int = 0  # of those, shards admitted while another job was mid-decode
+
+    @property
+    def series(self) -> int:
+        return sum(g.hi - g.lo for g in self.segments)
+
+    def inputs(self) -> tuple[list, list, list]:
+        values, xts, yts = [], [], []
+        for g in self.segments:
+            s = g.pending.shard
+            values += s.values[g.lo:g.hi]
+            xts += s.x_timestamps[g.lo:g.hi]
+            yts += s.y_timestamps[g.lo:g.hi]
+        return values, xts, yts
+
+    def halves(self) -> tuple[list[Segment], list[Segment]]:
+        """Its segments split at the middle series (a segment may be cut in two)."""
+        half, first, second, seen = self.series // 2, [], [], 0
+        for g in self.segments:
+            n = g.hi - g.lo
+            if seen + n <= half:
+                first.append(g)
+            elif seen >= half:
+                second.append(g)
+            else:
+                cut = g.lo + (half - seen)
+                first.append(Segment(g.pending, g.lo, cut))
+                second.append(Segment(g.pending, cut, g.hi))
+            seen += n
+        return first, second
+
+    @property
+    def abandoned(self) -> bool:
+        """Nobody waits for any of its series any more."""
+        return all(g.pending.cancelled or g.pending.done for g in self.segments)
+
+
+MemoryModel = Callable[[ForecastOptions, list[int]], tuple[int, int]]  # (options, lengths) -> (resident, transient)
+
+
+class StepRunner(BatchRunner):
+    """The replica's device loop body: shards in (``submit``, any thread), one ``tick`` at a time on the
+    device thread: coalesce shards that arrived together, carry out the scheduler's plan (close the jobs
+    that leave, start the admitted ones, run one decode step), deliver finished shards. An out-of-memory
+    error at a job's start or step discards the job and queues its two halves as new jobs (nothing is
+    lost; a single series that does not fit fails its shard). Reports (one ``BatchReport`` per job) wait in
+    ``take_reports`` for the replica to hand them to the gateway."""
+
+    def __init__(self, predictor: ForecastEngine, replica_id: str, device: str, *, budget_bytes: int = 1 << 62,
+                 memory_model: MemoryModel | None = None, max_batch_tokens: int = 1 << 62,
+                 batch_wait_timeout_s: float = 0.0, max_skipped: int = DEFAULT_MAX_SKIPPED,
+                 max_prefill_tokens: int | None = None,
+                 clock: Callable[[], float] = time.monotonic, min_split: int = 1):
+        super().__init__(predictor, replica_id, device, min_split=min_split)
+        self.scheduler = Scheduler(budget_bytes, max_skipped=max_skipped)
+        self.memory_model = memory_model
+        self.max_batch_tokens = max_batch_tokens
+        self.batch_wait_timeout_s = batch_wait_timeout_s
+        # A job's first step tokenizes and prefills its whole history at once and cannot be preempted:
+        # jobs are cut to at most this many history tokens (rows x lookback) so that step stays short.
+        self.max_prefill_tokens = max_prefill_tokens
+        self.clock = clock
+        self.jobs: dict[int, StepJob] = {}
+        self._inbox: list[PendingShard] = []
+        self._reports: list[BatchReport] = []
+        self._next_id = 0
+        self._lock = threading.RLock()
+        self.wakeup = threading.Condition(self._lock)  # notified when a shard arrives or is cancelled
+
+    # ---- any thread ----------------------------------------------------------------------------
+    def submit(self, shard: Shard, on_done: Callable[[ShardResult], None]) -> PendingShard:
+        pending = PendingShard(shard, on_done, self.clock())
+        with self._lock:
+            self._inbox.append(pending)
+            self.wakeup.notify_all()
+        return pending
+
+    def cancel(self, pending: PendingShard) -> None:
+        """The shard's caller is gone: its rows leave at the next step (the job's, once no live
+        shard is left in it)."""
+        with self._lock:
+            pending.cancelled = True
+            self.wakeup.notify_all()
+
+    def take_reports(self) -> list[BatchReport]:
+        with self._lock:
+            reports, self._reports = self._reports, []
+        return reports
+
+    def next_wakeup(self) -> float | None:
+        """Seconds until ``tick`` has something to do (0: now), None when idle."""
+        with self._lock:
+            if not self.scheduler.idle:
+                return 0.0
+            if not self._inbox:
+                return None
+            if sum(p.shard.tokens for p in self._inbox) >= self.max_batch_tokens:
+                return 0.0
+            return max(0.0, self._inbox[0].arrived + self.batch_wait_timeout_s - self.clock())
+
+    @property
+    def waiting_shards(self) -> int:
+        """Shards received, not yet admitted onto the device."""
+        queued = {id(g.pending) for j in self.scheduler.queued for g in self.jobs[j].segments}
+        return len(self._inbox) + len(queued)
+
+    # ---- the device thread -----------------------------------------------------------------------
+    def tick(self) -> bool:
+        """One round of the device loop; False when there was nothing to do."""
+        self._coalesce()
+        with self._lock:
+            for job_id, job in self.jobs.items():
+                if job.abandoned:
+                    self.scheduler.cancel(job_id)
+        plan = self.scheduler.plan()
+        for job_id in plan.leave:
+            self._drop(job_id)
+        mid_batch = plan.admitted_mid_batch > 0
+        for job_id in plan.admit:
+            self._start(job_id, mid_batch)
+        if plan.run is not None and plan.run in self.jobs:
+            self._step(plan.run)
+        return bool(plan.leave or plan.admit or plan.run is not None)
+
+    def run_until_idle(self, max_ticks: int = 1 << 30) -> None:
+        """Tick until nothing is left (tests and tools; the replica runs its own loop)."""
+        for _ in range(max_ticks):
+            wait = self.next_wakeup()
+            if wait is None:
+                return
+            self.tick()
+
+    def _coalesce(self) -> None:
+        """Turn the shards that arrived into jobs: one per options group, within the token cap."""
+        with self._lock:
+            if not self._inbox:
+                return
+            due = self._inbox[0].arrived + self.batch_wait_timeout_s <= self.clock()
+            if not due and sum(p.shard.tokens for p in self._inbox) < self.max_batch_tokens:
+                return
+            inbox, self._inbox = self._inbox, []
+        groups: dict[GroupKey, list[list[PendingShard]]] = {}
+        for p in inbox:
+            if p.cancelled:
+                continue
+            s = p.shard
+            chunks = groups.setdefault((s.options, s.calibrate, s.calibration_group), [[]])
+            if chunks[-1] and sum(q.shard.tokens for q in chunks[-1]) + s.tokens > self.max_batch_tokens:
+                chunks.append([])
+            chunks[-1].append(p)
+        for key, chunks in groups.items():
+            for chunk in chunks:
+                for segments in self._prefill_sized([Segment(p, 0, p.shard.size) for p in chunk], key[0]):
+                    self._queue(key, segments)
+
+    def _prefill_sized(self, segments: list[Segment], options: ForecastOptions) -> list[list[Segment]]:
+        """``segments`` cut into jobs of at most ``max_prefill_tokens`` history tokens (a shard may be
+        cut; its parts are put back together by ``PendingShard``); one series is never cut."""
+        cap = self.max_prefill_tokens
+        if not cap:
+            return [segments]
+        jobs: list[list[Segment]] = [[]]
+        used = 0
+        for g in segments:
+            lo = g.lo
+            for i in range(g.lo, g.hi):
+                cost = len(g.pending.shard.values[i]) * options.sample_count
+                if used and used + cost > cap:
+                    if i > lo:
+                        jobs[-1].append(Segment(g.pending, lo, i))
+                    jobs.append([])
+                    lo, used = i, 0
+                used += cost
+            jobs[-1].append(Segment(g.pending, lo, g.hi))
+        return [j for j in jobs if j]
+
+    def _queue(self, key: GroupKey, segments: list[Segment]) -> None:
+        job = StepJob(self._next_id, key, segments)
+        self._next_id += 1
+        self.jobs[job.job_id] = job
+        options = key[0]
+        lengths = [len(g.pending.shard.values[i]) for g in segments for i in range(g.lo, g.hi)]
+        resident, transient = self.memory_model(options, lengths) if self.memory_model else (0, 0)
+        self.scheduler.submit(JobTicket(job.job_id, rows=len(lengths) * options.sample_count,
+                                        steps=options.horizon, resident_bytes=resident,
+                                        transient_bytes=transient))
+
+    def _start(self, job_id: int, mid_batch: bool) -> None:
+        job = self.jobs[job_id]
+        now = self.clock()
+        job.started_at = now
+        for g in job.segments:
+            if not g.pending.admitted:
+                g.pending.admitted = True
+                job.queue_wait_s.append(now - g.pending.arrived)
+                job.admitted_mid_batch += int(mid_batch)
+        options, calibrate, group = job.key
+        values, xts, yts = job.inputs()
+        try:
+            chosen = self._options(options, calibrate, group)
+            start = getattr(self.predictor, "start_forecast", None)
+            job.engine = (start(values, xts, yts, chosen) if start is not None
+                          else WholeForecastJob(self.predictor, values, xts, yts, chosen))
+        except Exception as exc:
+            self._failed(job, exc)
+
+    def _step(self, job_id: int) -> None:
+        job = self.jobs[job_id]
+        engine = job.engine
+        assert engine is not None
+        try:
+            engine.step()
+            job.decode_steps += 1
+            steps_left = 0 if engine.done else max(1, int(engine.steps_left))
+            self.scheduler.stepped(job_id, steps_left)
+            if engine.done:
+                self._finish(job)
+        except Exception as exc:
+            self._failed(job, exc)
+
+    def _finish(self, job: StepJob) -> None:
+        engine = job.engine
+        assert engine is not None
+        options = self._options(*job.key)
+        res = engine.result()
+        engine.close()
+        q = np.asarray(res.quantiles, dtype=np.float32) if options.quantiles else None
+        paths = np.asarray(res.paths, dtype=np.float32)  # (B, S, H, 6)
+        if options.calibration is not None:  # the paths of the corrected distribution: summaries agree with the bands
+            paths = options.calibration.correct_paths(paths, getattr(self.predictor, "identity", None))
+        mean = np.asarray(res.mean, dtype=np.float32)  # (B, H, 6)
+        self._report(job, tokens=int(res.stats.tokens_generated))
+        del self.jobs[job.job_id]
+        start = 0
+        for g in job.segments:
+            end = start + g.hi - g.lo
+            g.pending.add_part(g.lo, g.hi, mean[start:end], None if q is None else q[:, start:end],
+                               paths[start:end], self.replica_id)
+            start = end
+
+    def _failed(self, job: StepJob, exc: BaseException) -> None:
+        """The job's start or step raised: halves on out-of-memory, else its shards fail."""
+        if job.engine is not None:
+            job.engine.close()
+            job.engine = None
+        self.scheduler.discard(job.job_id)
+        del self.jobs[job.job_id]
+        n = job.series
+        oom = is_out_of_memory(exc)
+        self._report(job, tokens=0, oom_split=oom and n > self.min_split)
+        if oom and n > self.min_split:
+            log.warning("replica %s: out of memory on %d series, splitting in half", self.replica_id, n)
+            self._empty_cache()
+            for half in job.halves():
+                self._queue(job.key, half)
+            return
+        log.error("replica %s: forecast failed for %d series: %s", self.replica_id, n, exc)
+        for g in job.segments:
+            g.pending.fail(f"{type(exc).__name__}: {exc}", self.replica_id)
+
+    def _drop(self, job_id: int) -> None:
+        """A cancelled job leaves: its engine state (caches) is freed."""
+        job = self.jobs.pop(job_id, None)
+        if job is not None and job.engine is not None:
+            job.engine.close()
+            job.engine = None
+            self._report(job, tokens=0)
+
+    def _report(self, job: StepJob, tokens: int, oom_split: bool = False) -> None:
+        alloc, reserved, peak = device_memory(self.device)
+        report = BatchReport(
+            replica_id=self.replica_id, device=self.device, series=job.series,
+            shards=len({id(g.pending) for g in job.segments}), engine_calls=1 if job.started_at else 0,
+            oom_splits=int(oom_split), tokens_generated=tokens,
+            seconds=self.clock() - job.started_at if job.started_at else 0.0,
+            queue_depth=self.waiting_shards, mem_allocated=alloc, mem_reserved=reserved, mem_peak=peak,
+            queue_wait_s=list(job.queue_wait_s), decode_steps=job.decode_steps,
+            step_rows=job.series * job.key[0].sample_count, admitted_mid_batch=job.admitted_mid_batch,
+        )
+        with self._lock:
+            self._reports.append(report)
+
+
+def memory_model_for(model_cfg: Any, tokenizer_cfg: Any, max_context: int, sliding: str) -> MemoryModel:
+    """The memory model's (resident, transient) bytes of one job: what it holds while admitted (inputs
+    and key/value caches) and what one of its steps adds; weights are the replica's, counted once."""
+    from kronos_core.engine.memory import SAFETY, memory_breakdown
+
+    def estimate(options: ForecastOptions, lengths: list[int]) -> tuple[int, int]:
+        est = memory_breakdown(model_cfg, tokenizer_cfg, len(lengths), max(lengths), options.horizon,
+                               options.sample_count, max_context=max_context, include_weights=False,
+                               sliding=options.sliding or sliding)
+        resident = est.inputs + est.caches
+        return int(resident * SAFETY), int(max(0, est.transient - est.caches) * SAFETY)
+
+    return estimate

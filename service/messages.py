@@ -64,6 +64,11 @@ class BatchReport:
     mem_allocated: int  # bytes, after the batch
     mem_reserved: int  # bytes, after the batch
     mem_peak: int  # bytes, since the replica started
+    # the step scheduler's figures (service.scheduler; zero for a batch run to completion)
+    queue_wait_s: list[float] = field(default_factory=list)  # per shard it admitted: seconds from arrival to start
+    decode_steps: int = 0  # decode steps it ran
+    step_rows: int = 0  # rows (series x samples) of each of those steps
+    admitted_mid_batch: int = 0  # shards it admitted while another job was mid-decode
 
 
 @dataclass

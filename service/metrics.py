@@ -154,6 +154,20 @@ class Metrics:
             "HTTP requests inside the gateways (all routes but probes and /metrics), summed over gateways",
             registry=r, multiprocess_mode="livesum",
         )
+        # -- the replicas' step scheduler (service.scheduler), from the BatchReports
+        self.replica_queue_wait = Histogram(
+            "kronos_replica_queue_wait_seconds", "time a shard waited at a replica from arrival to the start of "
+            "its job (coalescing wait + waiting for device memory)",
+            ["replica"], buckets=LATENCY_BUCKETS, registry=r,
+        )
+        self.decode_step_rows = Histogram(
+            "kronos_decode_step_rows", "rows (series x sample paths) of each decode step a replica ran: batch "
+            "occupancy", ["replica"], buckets=BATCH_SIZE_BUCKETS, registry=r,
+        )
+        self.admitted_mid_batch = Counter(
+            "kronos_admitted_mid_batch", "shards a replica started while another job was mid-decode (they did "
+            "not wait for it to finish)", ["replica"], registry=r,
+        )
         self.http_in_flight.set(0)
         for stage in ("requests", "shards"):
             self.queue_depth.labels(stage=stage).set(0)
@@ -169,6 +183,18 @@ class Metrics:
         self.replica_queue_depth.labels(replica=lbl).set(rep.queue_depth)
         for kind, value in (("allocated", rep.mem_allocated), ("reserved", rep.mem_reserved), ("peak", rep.mem_peak)):
             self.device_memory.labels(replica=lbl, device=rep.device, kind=kind).set(value)
+        self._record_scheduling(rep)
+
+    def _record_scheduling(self, rep: BatchReport) -> None:
+        """The step scheduler's figures of one job (zero for a batch run to completion)."""
+        lbl = rep.replica_id
+        for wait in rep.queue_wait_s:
+            self.replica_queue_wait.labels(replica=lbl).observe(wait)
+        rows = self.decode_step_rows.labels(replica=lbl)
+        for _ in range(rep.decode_steps):
+            rows.observe(rep.step_rows)
+        if rep.admitted_mid_batch:
+            self.admitted_mid_batch.labels(replica=lbl).inc(rep.admitted_mid_batch)
 
     def record_error(self, code: ErrorCode, n: int = 1) -> None:
         if n:

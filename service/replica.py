@@ -1,6 +1,9 @@
-"""The predictor replica: a Ray Serve deployment that owns one device, loads the model
-once, and coalesces shards from concurrent requests into device batches (``@serve.batch``,
-list in / list out) within a token budget. Out-of-memory splitting is in ``service.batch_runner.BatchRunner``.
+"""The predictor replica: a Ray Serve deployment that owns one device and loads the model once.
+Shards from concurrent requests go to one device-loop thread (``DeviceLoop``) that coalesces the
+shards arriving together into jobs and runs them one decode step at a time as the step scheduler
+plans (``service.scheduler``; execution, cancellation and out-of-memory splitting in
+``service.batch_runner.StepRunner``): small work first, big jobs preempted at step boundaries and
+resumed where they stopped. Before it reports ready a replica runs one small forecast (warm-up).
 """
 
 from __future__ import annotations
@@ -13,16 +16,23 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from ray import serve
 
-from service.batch_runner import BatchRunner
-from service.messages import BatchReport, ReplicaInfo, Shard, ShardResult
+from kronos_core.options import ForecastOptions
+from service.batch_runner import StepRunner, memory_model_for
+from service.messages import ReplicaInfo, Shard, ShardResult
 from service.settings import Settings
 from service.weights import ShippedWeights, localize
 
 log = logging.getLogger(__name__)
 
 CPU_DEFAULT_BUDGET = 2 << 30  # bytes a CPU replica plans one batch for
+# History tokens (rows x lookback) one job may prefill in its first step: that step (tokenize and
+# prefill the whole history) cannot be preempted and costs tens of decode steps, so it bounds how long
+# a small request waits. Smaller jobs decode less efficiently (more, smaller steps). Live-tunable:
+# user_config ``max_prefill_tokens`` (0 or None: a job is a whole coalesced group).
+DEFAULT_MAX_PREFILL_TOKENS: int | None = 4096
 
 
 @dataclass
@@ -64,8 +74,63 @@ async def _test_delay() -> None:
         await asyncio.sleep(0.05)
 
 
-def _shard_tokens(shards: list[Shard]) -> int:
-    return sum(s.tokens for s in shards)
+class DeviceLoop:
+    """The one thread that drives the device: ticks ``runner`` while it has work, sleeps on its
+    ``wakeup`` condition otherwise (a shard's arrival, or the end of the coalescing wait, wakes it)."""
+
+    def __init__(self, runner: StepRunner):
+        self.runner = runner
+        self._stop = False
+        self.thread = threading.Thread(target=self._run, name="kronos-device-loop", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        runner = self.runner
+        while not self._stop:
+            with runner.wakeup:  # checked and waited under the lock: no arrival is missed
+                wait = runner.next_wakeup()
+                if wait is None or wait > 0:
+                    runner.wakeup.wait(wait)
+                    continue
+            try:
+                runner.tick()
+            except Exception:  # the loop must outlive any one job's failure
+                log.exception("replica %s: device loop step failed", runner.replica_id)
+
+    def stop(self) -> None:
+        self._stop = True
+        with self.runner.wakeup:
+            self.runner.wakeup.notify_all()
+
+    @property
+    def alive(self) -> bool:
+        return self.thread.is_alive()
+
+
+WARMUP_SERIES = 8  # the warm-up forecast: series, their longest lookback and horizon (run once at load)
+WARMUP_LOOKBACK = 256
+WARMUP_HORIZON = 8
+
+
+def warmup_shard(max_context: int) -> Shard:
+    """A small synthetic forecast that goes through every part of a real one (ragged lookbacks,
+    prefill, decode, sampling with a seed, quantiles, detokenize), so the first user request does
+    not pay for first-call set-up (allocator, kernels' lazy initialisation)."""
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    longest = max(2, min(WARMUP_LOOKBACK, max_context - WARMUP_HORIZON))
+    values, xts, yts = [], [], []
+    for i in range(WARMUP_SERIES):
+        n = max(2, longest - 16 * i)
+        close = 100 * np.exp(np.cumsum(rng.normal(0, 0.01, n)))  # (n,)
+        v = np.stack([close, close * 1.01, close * 0.99, close, np.full(n, 1e3), close * 1e3], 1)  # (n, 6)
+        ts = pd.date_range("2024-01-01", periods=n + WARMUP_HORIZON, freq="h").to_numpy()
+        values.append(v.astype(np.float32))
+        xts.append(ts[:n])
+        yts.append(ts[n:])
+    options = ForecastOptions(horizon=WARMUP_HORIZON, sample_count=2, seed=0, quantiles=(0.1, 0.5, 0.9))
+    return Shard("warm-up", 0, values, xts, yts, options)
 
 
 def load_calibration(path: str, identity):
@@ -130,16 +195,36 @@ class Predictor:
             self.budget = int(free * 0.9)
         else:
             self.budget = CPU_DEFAULT_BUDGET
-        self.runner = BatchRunner(self.predictor, self.replica_id, self.device)
+        self.runner = StepRunner(
+            self.predictor, self.replica_id, self.device, budget_bytes=self.budget - self._weight_bytes(),
+            memory_model=memory_model_for(self.model_cfg, self.tokenizer_cfg, self.max_context,
+                                          self.predictor_config.sliding),
+        )
         if settings.calibration:
             self.runner.calibration = load_calibration(settings.calibration, self.predictor.identity)
             self.model["calibration"] = calibration_info(self.runner.calibration)
-        self._pending = 0  # shards received, not yet answered
-        self._reports: list[BatchReport] = []  # batches not yet handed to the gateway
         self.max_batch_tokens = 0
         self.reconfigure({})
-        log.info("replica %s ready on %s, budget %d bytes, batch tokens %d",
-                 self.replica_id, self.device, self.budget, self.max_batch_tokens)
+        self.warmup_seconds = self._warm_up()
+        self.loop = DeviceLoop(self.runner)
+        log.info("replica %s ready on %s, budget %d bytes, batch tokens %d, warm-up %.2f s",
+                 self.replica_id, self.device, self.budget, self.max_batch_tokens, self.warmup_seconds)
+
+    def _weight_bytes(self) -> int:
+        from kronos_core.engine.memory import memory_breakdown
+
+        return memory_breakdown(self.model_cfg, self.tokenizer_cfg, 1, 1, 1, max_context=self.max_context).weights
+
+    def _warm_up(self) -> float:
+        """One small forecast through the replica's own path, before the replica reports ready."""
+        t0 = time.perf_counter()
+        out: list[ShardResult] = []
+        self.runner.submit(warmup_shard(self.max_context), out.append)
+        self.runner.run_until_idle()
+        self.runner.take_reports()  # not a user's batch: not reported
+        if not out or out[0].error:
+            raise RuntimeError(f"warm-up forecast failed: {out[0].error if out else 'no answer'}")
+        return time.perf_counter() - t0
 
     def _default_batch_tokens(self) -> int:
         from kronos_core.engine.memory import max_batch_that_fits
@@ -150,14 +235,15 @@ class Predictor:
         return max(1, int(n)) * self.max_context
 
     def reconfigure(self, user_config: dict) -> None:
-        """Live-tunable batching: ``max_batch_tokens``, ``batch_wait_timeout_s``."""
+        """Live-tunable batching: ``max_batch_tokens``, ``batch_wait_timeout_s``, ``max_prefill_tokens``."""
         user_config = user_config or {}
         tokens = user_config.get("max_batch_tokens") or self.settings.max_batch_tokens or self._default_batch_tokens()
         self.max_batch_tokens = int(tokens)
-        # @serve.batch's wrapper has these setters; ray's stubs type it as a plain callable
-        self._batched.set_max_batch_size(self.max_batch_tokens)  # type: ignore[attr-defined]
+        self.runner.max_batch_tokens = self.max_batch_tokens  # the most tokens one coalesced job holds
         wait = user_config.get("batch_wait_timeout_s", self.settings.batch_wait_timeout_s)
-        self._batched.set_batch_wait_timeout_s(float(wait))  # type: ignore[attr-defined]  # (see above)
+        self.runner.batch_wait_timeout_s = float(wait)  # how long the first shard waits for others to join it
+        prefill = user_config.get("max_prefill_tokens", DEFAULT_MAX_PREFILL_TOKENS)
+        self.runner.max_prefill_tokens = int(prefill) if prefill else None
 
     async def describe(self) -> ReplicaInfo:
         return ReplicaInfo(
@@ -167,23 +253,36 @@ class Predictor:
         )
 
     async def forecast_shard(self, shard: Shard) -> ShardResult:
+        """The shard's result, from the device loop. Cancelled (the gateway dropped the call: client
+        gone, deadline passed, a hedged copy answered first), its rows leave at the next step."""
         if _faults().shard_delay_s:
             await _test_delay()
-        self._pending += 1
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[ShardResult] = loop.create_future()
+
+        def deliver(res: ShardResult) -> None:  # on the device thread
+            loop.call_soon_threadsafe(_resolve, answer, res)
+
+        pending = self.runner.submit(shard, deliver)
         try:
-            res = await self._batched(shard)
-        finally:
-            self._pending -= 1
+            res = await answer
+        except asyncio.CancelledError:
+            self.runner.cancel(pending)
+            raise
         # hand every batch report not yet delivered to this result: each is recorded once
-        res.reports, self._reports = self._reports, []
+        res.reports = self.runner.take_reports()
         return res
 
-    @serve.batch(max_batch_size=1 << 30, batch_wait_timeout_s=0.005, batch_size_fn=_shard_tokens)
-    async def _batched(self, shards: list[Shard]) -> list[ShardResult]:
-        depth = max(0, self._pending - len(shards))
-        results, report = await asyncio.to_thread(self.runner.run, shards, depth)
-        self._reports.append(report)
-        return results
-
     def check_health(self) -> None:
-        return None
+        if not self.loop.alive:
+            raise RuntimeError("the device loop thread has stopped")
+
+    def __del__(self) -> None:
+        loop = getattr(self, "loop", None)
+        if loop is not None:
+            loop.stop()
+
+
+def _resolve(fut: asyncio.Future, res: ShardResult) -> None:
+    if not fut.done():
+        fut.set_result(res)

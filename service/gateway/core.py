@@ -17,7 +17,7 @@ from service.errors import DeadlineExceeded, Overloaded, RequestInvalid
 from service.gateway.dispatch import Dispatcher, ShardRun, shard_timeout
 from service.gateway.future import FutureTimestamps
 from service.gateway.gather import Outcome, add_summaries, gather_outcome, public_message
-from service.gateway.plan import make_shards, memory_model_fit
+from service.gateway.plan import make_shards, memory_model_fit, warm_memory_model
 from service.gateway.prepare import Prepared, check_exchange, prepare
 from service.interfaces import CandleStore, Replicas
 from service.messages import ReplicaInfo
@@ -58,7 +58,8 @@ class Gateway:
 
     async def info(self) -> ReplicaInfo:
         if self._info is None:
-            self._info = await self.replicas.describe()
+            self.remember(await self.replicas.describe())
+        assert self._info is not None
         return self._info
 
     def public(self, message: str) -> str:
@@ -69,6 +70,7 @@ class Gateway:
         """Keep a replica description obtained elsewhere (the readiness probe)."""
         if self._info is None:
             self._info = info
+            warm_memory_model(info)  # once, before the first request needs it
 
     def prepare(self, req: ForecastRequest, lookback: int) -> Prepared:
         return prepare(req, lookback, self.store, self.future, self.settings.min_history_warning)

@@ -124,6 +124,16 @@ def plan_shards(
     return [slice(i, min(n, i + size)) for i in range(0, n, size)]
 
 
+def warm_memory_model(info: ReplicaInfo) -> None:
+    """Count the model's parameters once (the memory model's first call builds the model on the meta
+    device, about a second), when a replica is first described, so the first request does not pay it."""
+    from kronos_core.engine.memory import count_parameters
+
+    if info.model_cfg is not None and info.tokenizer_cfg is not None:
+        count_parameters(info.model_cfg)
+        count_parameters(info.tokenizer_cfg)
+
+
 def memory_model_fit(info: ReplicaInfo, horizon: int, sample_count: int) -> Callable[[int], int]:
     """``fit(lookback)``: series that fit one replica, from the engine's memory model."""
     from kronos_core.engine.memory import max_batch_that_fits

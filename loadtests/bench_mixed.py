@@ -1,0 +1,287 @@
+"""``kronos bench mixed``: small requests beside big ones, through the service under its defaults.
+
+    kronos bench mixed                       # starts `kronos serve --replicas 2` on the sample store
+    kronos bench mixed --quick               # small sizes (a smoke test, ~1 min)
+    kronos bench mixed --host http://127.0.0.1:8000 --json out.json    # a running service (loopback)
+
+Measures, in one run (ratios are within the run):
+
+* ``small_idle``: the small request (5 symbols, horizon 24, lookback 200) alone (median of a few);
+  ``small_beside_big``: the same while a 1,000-symbol request runs (median and worst).
+  Goal: beside big <= 2x idle.
+* ``big_alone`` / ``big_with_small``: the big request's time alone and while small ones keep coming.
+  Goal: <= 10% slower.
+* ``mixed``: concurrent clients with different horizons, lookbacks and sample counts for a while, in
+  row-steps/s (series x sample paths x horizon steps answered per second) against the engine's
+  single-batch throughput measured in this process beforehand. Goal: >= 80%.
+* ``first`` / ``warm``: the first request after the service reports ready against the same one warm
+  (only when the bench starts the service). Goal: <= 1.2x.
+
+Prints a table and writes the figures as JSON (``--json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import statistics
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from urllib.parse import urlparse
+
+log = logging.getLogger("loadtests.bench_mixed")
+LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+
+
+@dataclass(frozen=True)
+class Sizes:
+    small: int = 5
+    big: int = 1000
+    horizon: int = 24
+    lookback: int = 200
+    repeats: int = 5  # small requests timed alone
+    mixed_s: float = 30.0  # seconds of mixed load
+    mixed_clients: int = 8
+    engine_series: int = 256  # the engine's single batch
+    small_every_s: float = 1.0  # beside the big request: a small one this often (one after another)
+
+
+QUICK = Sizes(small=3, big=60, horizon=8, lookback=64, repeats=3, mixed_s=6.0, mixed_clients=3, engine_series=32,
+              small_every_s=0.2)
+MIXED_SHAPES = [  # (symbols, horizon, lookback, sample_count) the mixed clients cycle through
+    (5, 24, 200, 1), (50, 12, 400, 1), (20, 48, 100, 2), (100, 24, 256, 1), (10, 6, 64, 4), (200, 24, 200, 1),
+]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host", default=None, help="running service (loopback only); default: start one")
+    p.add_argument("--replicas", type=int, default=2, help="when starting the service")
+    p.add_argument("--quick", action="store_true", help="small sizes: a smoke test")
+    p.add_argument("--mixed-seconds", type=float, default=None, help="duration of the mixed load")
+    p.add_argument("--json", default=None, help="write the figures here")
+
+
+def _post(client, body: dict, timings: list | None = None) -> float:
+    """Seconds one POST /v1/forecast took end to end; the service's own ``timing`` appended to ``timings``."""
+    t0 = time.perf_counter()
+    r = client.post("/v1/forecast", json=body)
+    elapsed = time.perf_counter() - t0
+    if r.status_code != 200:
+        raise RuntimeError(f"POST /v1/forecast answered {r.status_code}: {r.text[:300]}")
+    if timings is not None:
+        timings.append({k: r.json()["timing"].get(k) for k in ("read_ms", "forecast_ms", "total_ms")})
+    return elapsed
+
+
+def _body(symbols: list[str], horizon: int, lookback: int, sample_count: int = 1) -> dict:
+    return {"symbols": symbols, "horizon": horizon, "lookback": lookback, "sample_count": sample_count, "seed": 1234}
+
+
+def _engine_throughput(sizes: Sizes, symbols: list[str]) -> dict:
+    """The engine's single-batch throughput in row-steps/s, in this process, all cores."""
+    import numpy as np
+    import pandas as pd
+    import torch
+
+    from kronos_core.data.store import KlineStore
+    from kronos_core.loading import load_predictor
+    from kronos_core.options import ForecastOptions
+    from service.gateway import FutureTimestamps
+    from service.settings import Settings
+
+    settings = Settings()
+    torch.set_num_threads(os.cpu_count() or 1)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    predictor = load_predictor(settings.predictor_config(device=device))
+    batch = KlineStore(settings.resolved_store_dir()).read_windows(symbols[: sizes.engine_series], sizes.lookback)
+    future = FutureTimestamps()
+    series = [np.asarray(w.values, np.float32) for w in batch.windows]
+    xts = [pd.DatetimeIndex(w.timestamps) for w in batch.windows]
+    yts = [future(w.timestamps, sizes.horizon) for w in batch.windows]
+    options = ForecastOptions(sizes.horizon, seed=1234)
+    predictor.forecast(series[:8], xts[:8], yts[:8], options)  # warm-up
+    t0 = time.perf_counter()
+    predictor.forecast(series, xts, yts, options)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    seconds = time.perf_counter() - t0
+    return {"series": len(series), "seconds": round(seconds, 3), "device": device,
+            "row_steps_per_s": round(len(series) * sizes.horizon / seconds, 1)}
+
+
+def _big_with_smalls(client_factory, big: dict, small: dict, every_s: float) -> tuple[float, list[float]]:
+    """The big request's time while a small one is sent every ``every_s`` seconds (the next one once the
+    last is answered); the small ones' latencies."""
+    smalls: list[float] = []
+    done = threading.Event()
+    out: dict[str, float] = {}
+
+    def run_big() -> None:
+        with client_factory() as c:
+            out["big"] = _post(c, big)
+        done.set()
+
+    t = threading.Thread(target=run_big)
+    t.start()
+    with client_factory() as c:
+        time.sleep(0.2)  # the big request is on the replicas
+        while not done.is_set():
+            t0 = time.perf_counter()
+            smalls.append(_post(c, small))
+            done.wait(None if every_s == float("inf") else max(0.0, every_s - (time.perf_counter() - t0)))
+    t.join()
+    return out["big"], smalls
+
+
+def _mixed(client_factory, symbols: list[str], sizes: Sizes, seconds: float) -> dict:
+    """Concurrent clients cycling through ``MIXED_SHAPES`` (scaled down with --quick) for ``seconds``."""
+    shapes = MIXED_SHAPES if sizes != QUICK else [(max(1, n // 10), max(2, h // 4), max(16, lb // 8), sc)
+                                                   for n, h, lb, sc in MIXED_SHAPES]
+    lock = threading.Lock()
+    totals = {"requests": 0, "row_steps": 0, "failures": 0}
+    stop_at = time.perf_counter() + seconds
+
+    def client(k: int) -> None:
+        i = k
+        with client_factory() as c:
+            while time.perf_counter() < stop_at:
+                n, h, lb, sc = shapes[i % len(shapes)]
+                first = (i * 37) % max(1, len(symbols) - n)
+                try:
+                    _post(c, _body(symbols[first:first + n], h, lb, sc))
+                    with lock:
+                        totals["requests"] += 1
+                        totals["row_steps"] += n * sc * h
+                except Exception as exc:  # counted, the load goes on
+                    log.warning("mixed request failed: %s", exc)
+                    with lock:
+                        totals["failures"] += 1
+                i += 1
+
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(sizes.mixed_clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - t0
+    return {**totals, "seconds": round(elapsed, 1), "row_steps_per_s": round(totals["row_steps"] / elapsed, 1)}
+
+
+def measure(host: str, sizes: Sizes, symbols: list[str], engine: dict, fresh: bool, mixed_s: float) -> dict:
+    import httpx
+
+    def client_factory():
+        return httpx.Client(base_url=host, timeout=600)
+
+    small = _body(symbols[:sizes.small], sizes.horizon, sizes.lookback)
+    big = _body(symbols[sizes.small:sizes.small + sizes.big], sizes.horizon, sizes.lookback)
+    fig: dict = {"sizes": sizes.__dict__, "engine": engine}
+    with client_factory() as c:
+        timings: list[dict] = []
+        first = _post(c, small, timings)  # the first request the service answers (when it was just started)
+        idle = [_post(c, small, timings) for _ in range(sizes.repeats)]
+        big_alone = _post(c, big)
+        big_alone = min(big_alone, _post(c, big))  # two runs: the first may still warm the big shapes
+    log.info("first %.3f s, small idle %s, big alone %.2f s", first, [round(x, 3) for x in idle], big_alone)
+    big_with, smalls = _big_with_smalls(client_factory, big, small, sizes.small_every_s)
+    log.info("big with small ones: %.2f s, %d small ones", big_with, len(smalls))
+    big_with_one, one = _big_with_smalls(client_factory, big, small, float("inf"))  # a single small request
+    mixed = _mixed(client_factory, symbols, sizes, mixed_s)
+    small_idle = statistics.median(idle)
+    fig.update({
+        "small_idle_s": round(small_idle, 4),
+        "small_beside_big_s": {"median": round(statistics.median(smalls), 4), "max": round(max(smalls), 4),
+                               "n": len(smalls)} if smalls else None,
+        "big_alone_s": round(big_alone, 3), "big_with_small_s": round(big_with, 3),
+        "small_requests_beside_big": len(smalls), "big_with_one_small_s": round(big_with_one, 3),
+        "one_small_beside_big_s": round(one[0], 4) if one else None,
+        "mixed": mixed,
+        "first_after_ready_s": round(first, 4) if fresh else None, "warm_s": round(small_idle, 4),
+        "service_timing_first_then_warm": timings,  # the gateway's read / forecast / total ms of each
+    })
+    ratios = {
+        "small_beside_big_over_idle": (statistics.median(smalls) / small_idle) if smalls else None,
+        "big_with_small_over_alone": big_with / big_alone,
+        "big_with_one_small_over_alone": big_with_one / big_alone,
+        "mixed_over_engine": mixed["row_steps_per_s"] / engine["row_steps_per_s"],
+        "first_over_warm": (first / small_idle) if fresh else None,
+    }
+    goals = {"small_beside_big_over_idle": ("<=", 2.0), "big_with_small_over_alone": ("<=", 1.10),
+             "big_with_one_small_over_alone": ("<=", 1.10), "mixed_over_engine": (">=", 0.80), "first_over_warm": ("<=", 1.20)}
+    fig["ratios"] = {k: None if v is None else round(v, 3) for k, v in ratios.items()}
+    fig["goals"] = {k: {"goal": f"{op} {g}", "met": None if ratios[k] is None else
+                        bool(ratios[k] <= g if op == "<=" else ratios[k] >= g)} for k, (op, g) in goals.items()}
+    return fig
+
+
+def table(fig: dict) -> str:
+    sb = fig["small_beside_big_s"] or {}
+    rows = [
+        ("small request alone (median)", f"{fig['small_idle_s']:.3f} s", ""),
+        ("small beside the big one (median / max)", f"{sb.get('median', float('nan')):.3f} / "
+         f"{sb.get('max', float('nan')):.3f} s", "small_beside_big_over_idle"),
+        ("big request alone", f"{fig['big_alone_s']:.2f} s", ""),
+        (f"big request with a small one every {fig['sizes']['small_every_s']:g} s "
+         f"({fig['small_requests_beside_big']})", f"{fig['big_with_small_s']:.2f} s", "big_with_small_over_alone"),
+        ("big request with one small one", f"{fig['big_with_one_small_s']:.2f} s", "big_with_one_small_over_alone"),
+        ("mixed load (row-steps/s)", f"{fig['mixed']['row_steps_per_s']:.0f}", "mixed_over_engine"),
+        ("engine single batch (row-steps/s)", f"{fig['engine']['row_steps_per_s']:.0f}", ""),
+        ("first request after ready", "-" if fig["first_after_ready_s"] is None else
+         f"{fig['first_after_ready_s']:.3f} s", "first_over_warm"),
+    ]
+    out = ["| measure | value | ratio | goal | met |", "|---|---|---|---|---|"]
+    for name, value, key in rows:
+        ratio = fig["ratios"].get(key) if key else None
+        goal = fig["goals"][key] if key else {"goal": "", "met": None}
+        met = "" if goal["met"] is None else ("yes" if goal["met"] else "NO")
+        out.append(f"| {name} | {value} | {'' if ratio is None else ratio} | {goal['goal']} | {met} |")
+    return "\n".join(out)
+
+
+def run(args: argparse.Namespace) -> int:
+    from kronos_core.data.store import KlineStore
+    from loadtests.run import start_service, stop_service
+    from service.settings import Settings
+
+    if args.host and urlparse(args.host).hostname not in LOOPBACK:
+        print(f"kronos bench mixed: --host must be a loopback address, got {args.host}", file=sys.stderr)
+        return 2
+    sizes = QUICK if args.quick else Sizes()
+    mixed_s = args.mixed_seconds if args.mixed_seconds is not None else sizes.mixed_s
+    symbols = KlineStore(Settings().resolved_store_dir()).symbols()
+    if len(symbols) < sizes.small + sizes.big:
+        log.warning("store holds %d symbols; the big request gets fewer than %d", len(symbols), sizes.big)
+    engine = _engine_throughput(sizes, symbols)  # first: nothing of the service runs meanwhile
+    server = None
+    host = args.host
+    if not host:
+        host, server = start_service(args.replicas)
+    try:
+        fig = measure(host, sizes, symbols, engine, fresh=server is not None, mixed_s=mixed_s)
+    finally:
+        if server is not None:
+            stop_service(server)
+    fig["replicas"] = args.replicas if server is not None else None
+    fig["cores"] = os.cpu_count()
+    print(table(fig))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(fig, f, indent=2)
+        print(f"wrote {args.json}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m loadtests.bench_mixed``: ``kronos bench mixed`` through the same command line."""
+    from kronos_core.cli import main as kronos_main
+
+    return kronos_main(["bench", "mixed", *(sys.argv[1:] if argv is None else argv)])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

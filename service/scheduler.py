@@ -1,0 +1,161 @@
+"""The replica's step scheduler: priority lanes with preemption at step boundaries.
+
+A pure object (no model, no Ray, no torch, no clock of its own): the replica tells it which jobs
+arrived (``submit``), which finished or were cancelled, and after every decode step asks it for the
+next ``plan``: which queued jobs to admit (start: tokenize and prefill), which live job runs the next
+decode step, which jobs leave (cancelled: their memory is freed). The replica carries the plan out
+(``service.batch_runner.StepRunner``).
+
+Policy:
+
+* **Smallest remaining work first.** A job's remaining work is ``rows x steps_left`` (row-steps). The
+  live job with the least runs the next step, so a 5-symbol request admitted while a 1,000-symbol job
+  decodes finishes after its own few steps, waiting at most one step of the big job. The big job keeps
+  its state (caches, tokens) and resumes where it stopped: preemption costs nothing but the wait.
+* **Aging.** A live job that has not run for ``max_skipped`` consecutive steps runs next, whatever its
+  size (the oldest such job first), so a stream of small jobs slows a big one down but never starves it:
+  the oldest live job gets at least one step in every ``max_skipped + 1``, and every job's wait is
+  bounded by the jobs older than it.
+* **Admission within the memory budget.** Jobs are admitted in priority order (least work first, then
+  arrival) while ``resident`` bytes of all live jobs together, plus the largest ``transient`` bytes of any
+  one step (steps run one at a time), stay within ``budget``. A job that does not fit waits; once it
+  has waited ``max_skipped`` plans it is considered first and nothing is admitted before it (the live
+  jobs drain until it fits), so a big queued job is not starved by small ones either. A job is always admitted onto an empty device, fitting or not: out-of-memory
+  splitting (the replica's) is the answer to a job the model says is too big.
+* **Determinism.** Ties break by arrival order; the plan depends only on the calls made, never on time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+DEFAULT_MAX_SKIPPED = 32  # a live job waits at most this many steps of other jobs (a small job of horizon <= 32 runs uninterrupted)
+
+
+@dataclass
+class JobTicket:
+    """What the scheduler knows of one job (a coalesced group of shards)."""
+
+    job_id: int
+    rows: int  # series x sample paths
+    steps: int  # decode steps to finish (the horizon)
+    resident_bytes: int = 0  # memory the job holds while admitted (inputs, caches)
+    transient_bytes: int = 0  # extra memory while one of its steps runs
+    steps_left: int = -1  # -1: ``steps``
+    cancelled: bool = False
+    started: bool = False  # admitted (prefilled)
+    skipped: int = 0  # steps of other jobs run since this one last ran (live) or plans it waited (queued)
+    arrival: int = field(default=0, compare=False)  # order of submission
+
+    def __post_init__(self) -> None:
+        if self.steps_left < 0:
+            self.steps_left = self.steps
+
+    @property
+    def work(self) -> int:
+        """Remaining row-steps: the priority (smaller runs first)."""
+        return self.rows * max(self.steps_left, 0)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the replica does before the next step: close ``leave``, start ``admit`` (in order), then
+    run one decode step of ``run`` (None: nothing to run)."""
+
+    leave: tuple[int, ...] = ()
+    admit: tuple[int, ...] = ()
+    run: int | None = None
+    admitted_mid_batch: int = 0  # of ``admit``, jobs started while another job was mid-decode
+
+
+class Scheduler:
+    """Plans the replica's device loop; see the module docstring for the policy."""
+
+    def __init__(self, budget_bytes: int, max_skipped: int = DEFAULT_MAX_SKIPPED):
+        if max_skipped < 0:
+            raise ValueError(f"max_skipped must be >= 0, got {max_skipped}")
+        self.budget_bytes = int(budget_bytes)
+        self.max_skipped = max_skipped
+        self.queued: dict[int, JobTicket] = {}  # submitted, not admitted
+        self.live: dict[int, JobTicket] = {}  # admitted, not finished
+        self._arrivals = 0
+
+    # ---- what the replica tells it -----------------------------------------------------------
+    def submit(self, ticket: JobTicket) -> None:
+        if ticket.job_id in self.queued or ticket.job_id in self.live:
+            raise ValueError(f"job {ticket.job_id} already submitted")
+        ticket.arrival = self._arrivals
+        self._arrivals += 1
+        self.queued[ticket.job_id] = ticket
+
+    def cancel(self, job_id: int) -> None:
+        """The job's requests are gone: it leaves at the next plan."""
+        t = self.queued.get(job_id) or self.live.get(job_id)
+        if t is not None:
+            t.cancelled = True
+
+    def stepped(self, job_id: int, steps_left: int) -> None:
+        """``job_id`` ran one step; ``steps_left`` remain (0: finished, it leaves the live set)."""
+        ran = self.live[job_id]
+        ran.steps_left = steps_left
+        ran.skipped = 0
+        for t in self.live.values():
+            if t is not ran:
+                t.skipped += 1
+        if steps_left <= 0:
+            del self.live[job_id]
+
+    def discard(self, job_id: int) -> None:
+        """Forget a job without running it further (it failed, or was split into new jobs)."""
+        self.queued.pop(job_id, None)
+        self.live.pop(job_id, None)
+
+    # ---- what it answers ---------------------------------------------------------------------
+    @property
+    def idle(self) -> bool:
+        return not self.queued and not self.live
+
+    def memory_in_use(self, tickets: list[JobTicket] | None = None) -> int:
+        """Resident bytes of the given (default: live) jobs plus the largest one step adds."""
+        ts = list(self.live.values()) if tickets is None else tickets
+        if not ts:
+            return 0
+        return sum(t.resident_bytes for t in ts) + max(t.transient_bytes for t in ts)
+
+    def plan(self) -> Plan:
+        leave = [j for j, t in self.live.items() if t.cancelled] + [j for j, t in self.queued.items() if t.cancelled]
+        for j in leave:
+            self.discard(j)
+        mid_batch = bool(self.live)
+        admit = self._admit()
+        run = self._pick()
+        return Plan(tuple(leave), tuple(admit), run, len(admit) if mid_batch else 0)
+
+    def _admit(self) -> list[int]:
+        admitted: list[int] = []
+        live = list(self.live.values())
+        # jobs that waited too long go first, by arrival; then the rest, least work first
+        order = sorted(self.queued.values(),
+                       key=lambda t: (t.skipped < self.max_skipped, t.arrival if t.skipped >= self.max_skipped
+                                      else t.work, t.arrival))
+        for t in order:
+            if not live or self.memory_in_use([*live, t]) <= self.budget_bytes:
+                live.append(t)
+                admitted.append(t.job_id)
+                continue
+            t.skipped += 1
+            if t.skipped > self.max_skipped:
+                break  # it waited long enough: nothing else is admitted before it
+        for j in admitted:
+            t = self.queued.pop(j)
+            t.started, t.skipped = True, 0
+            self.live[j] = t
+        return admitted
+
+    def _pick(self) -> int | None:
+        if not self.live:
+            return None
+        starved = [t for t in self.live.values() if t.skipped >= self.max_skipped]
+        if starved:
+            return min(starved, key=lambda t: t.arrival).job_id  # the oldest of them
+        return min(self.live.values(), key=lambda t: (t.work, t.arrival)).job_id

@@ -1,0 +1,89 @@
+"""Exactness under the replica's step scheduler, on the reference fixture checkpoint: a seeded series'
+paths are identical whatever it shared the device with and whenever it joined, and greedy forecasts
+still equal the reference's, with other jobs interleaved step by step (``service.batch_runner.StepRunner``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from kronos_core.candles import FEATURES
+from kronos_core.options import ForecastOptions
+from kronos_core.predictor import KronosPredictor
+from service.batch_runner import StepRunner
+from service.messages import Shard, ShardResult
+
+GREEDY = dict(temperature=1.0, top_k=1, top_p=1.0, sample_count=1)
+
+
+def _window(df: pd.DataFrame, start: int, lookback: int, horizon: int):
+    part = df.iloc[start : start + lookback + horizon]
+    values = part[list(FEATURES)].to_numpy(np.float32)[:lookback]  # (L, 6)
+    ts = part["timestamps"].to_numpy("datetime64[ns]")
+    return values, ts[:lookback], ts[lookback:]
+
+
+def _shard(df, starts, lookbacks, options: ForecastOptions, request_id: str) -> Shard:
+    wins = [_window(df, s, lb, options.horizon) for s, lb in zip(starts, lookbacks)]
+    return Shard(request_id, 0, [w[0] for w in wins], [w[1] for w in wins], [w[2] for w in wins], options,
+                 return_paths=True)
+
+
+def _run(runner: StepRunner, arrivals: list[tuple[int, Shard]]) -> dict[str, ShardResult]:
+    """Submit each shard after ``ticks`` steps of the device loop; run until every one is answered."""
+    out: dict[str, ShardResult] = {}
+    tick = 0
+    for ticks, shard in sorted(arrivals, key=lambda a: a[0]):
+        while tick < ticks:
+            runner.tick()
+            tick += 1
+        runner.submit(shard, lambda res: out.__setitem__(res.request_id, res))
+    runner.run_until_idle()
+    assert all(r.error is None for r in out.values()), [r.error for r in out.values()]
+    return out
+
+
+@pytest.fixture(scope="module")
+def predictor(tiny):
+    return KronosPredictor(*tiny, device="cpu", max_context=128, clip=5)
+
+
+SEEDED = ForecastOptions(horizon=6, sample_count=3, seed=42, top_p=0.9)
+
+
+@pytest.mark.parametrize("joined_at", [0, 3])
+@pytest.mark.parametrize("company", ["alone", "coalesced"])
+def test_seeded_paths_do_not_depend_on_company_or_joining_time(predictor, a_share, joined_at, company):
+    starts, lookbacks = [300, 900], [90, 40]
+    lone = predictor.forecast(*(_shard(a_share, starts, lookbacks, SEEDED, "x").__dict__[k]
+                                for k in ("values", "x_timestamps", "y_timestamps")), SEEDED).paths
+    runner = StepRunner(predictor, "r", "cpu", max_skipped=2)
+    big = _shard(a_share, range(0, 2000, 250), [120] * 8, ForecastOptions(horizon=8, sample_count=2, seed=7), "big")
+    other = _shard(a_share, [1500, 1700], [70, 128], ForecastOptions(horizon=3, sample_count=1, seed=1), "other")
+    if company == "coalesced":  # the series share one job with others of the same options (no longer
+        # than they are: a longer series pads the job wider, which moves floats at 1e-7, tokens stay)
+        mine = _shard(a_share, [1200, *starts, 2100], [60, *lookbacks, 90], SEEDED, "mine")
+        pick = slice(1, 3)
+    else:
+        mine = _shard(a_share, starts, lookbacks, SEEDED, "mine")
+        pick = slice(0, 2)
+    out = _run(runner, [(0, big), (joined_at, mine), (joined_at + 1, other)])
+    np.testing.assert_array_equal(out["mine"].paths[pick], lone)
+
+
+CASES = ["fits_context", "slides_window", "full_context", "batch_of_4"]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_greedy_forecasts_equal_the_reference_with_other_jobs_interleaved(tiny, fixture_cases, a_share, case):
+    c = fixture_cases["cases"][case]
+    starts = c.get("start_rows", [c.get("start_row")])
+    predictor = KronosPredictor(*tiny, device="cpu", max_context=c["max_context"], clip=fixture_cases["clip"])
+    runner = StepRunner(predictor, "r", "cpu", max_skipped=1)
+    options = ForecastOptions(horizon=c["horizon"], **GREEDY)
+    ref = _shard(a_share, starts, [c["lookback"]] * len(starts), options, "ref")
+    big = _shard(a_share, range(0, 1500, 250), [100] * 6, ForecastOptions(horizon=12, sample_count=2, seed=3), "big")
+    out = _run(runner, [(0, big), (2, ref)])
+    expected = np.array(c["expected"]).reshape(len(starts), c["horizon"], 6)
+    np.testing.assert_allclose(out["ref"].mean, expected, rtol=1e-4)
