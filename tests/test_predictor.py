@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from series_helpers import windows
 
 from kronos_core import KronosPredictor
 from kronos_core.candles import FEATURES, CandleError
@@ -55,25 +56,15 @@ def test_recompute_mode_equals_cached(tiny, fixture_cases, a_share):
     np.testing.assert_array_equal(a.to_numpy(), b.to_numpy())
 
 
-def _series(df, starts, lookbacks, horizon):
-    values, xs, ys = [], [], []
-    for s, lb in zip(starts, lookbacks):
-        part = df.iloc[s : s + lb + horizon]
-        values.append(part.iloc[:lb][list(FEATURES)].to_numpy(np.float32))
-        xs.append(pd.DatetimeIndex(part["timestamps"].iloc[:lb]))
-        ys.append(pd.DatetimeIndex(part["timestamps"].iloc[lb:]))
-    return values, xs, ys
-
-
 @pytest.mark.parametrize("max_context", [128, 60])
-def test_ragged_batch_equals_single_series(tiny, a_share, max_context):
+def test_ragged_batch_equals_singlewindows(tiny, a_share, max_context):
     """Series with different lookbacks in one call: each equals its single-series result (greedy).
 
     With max_context 60 some rows slide and others do not, inside one batch.
     """
     predictor = KronosPredictor(*tiny, device="cpu", max_context=max_context)
     starts, lookbacks, horizon = [0, 300, 900, 1500, 2000], [20, 97, 50, 64, 33], 12
-    values, xs, ys = _series(a_share, starts, lookbacks, horizon)
+    values, xs, ys = windows(a_share, starts, lookbacks, horizon)
     together = predictor.forecast(values, xs, ys, ForecastOptions(horizon, top_k=1))
     for i in range(len(values)):
         alone = predictor.forecast(values[i : i + 1], xs[i : i + 1], ys[i : i + 1], ForecastOptions(horizon, top_k=1))
@@ -96,7 +87,7 @@ def test_ragged_batch_through_predict_batch(tiny, a_share):
 def test_seeded_sampling_is_batch_invariant(tiny, a_share):
     """A series' seeded sample paths do not depend on what shares the batch or on the batch size."""
     predictor = KronosPredictor(*tiny, device="cpu", max_context=128)
-    values, xs, ys = _series(a_share, [0, 400, 800, 1200], [64, 40, 90, 64], 10)
+    values, xs, ys = windows(a_share, [0, 400, 800, 1200], [64, 40, 90, 64], 10)
     kw = dict(sample_count=3, temperature=1.0, top_p=0.9, seed=1234)
     full = predictor.forecast(values, xs, ys, ForecastOptions(10, **kw))
     # the same series alone, and in another order with other company
@@ -112,7 +103,7 @@ def test_seeded_sampling_is_batch_invariant(tiny, a_share):
 
 def test_same_seed_same_answer_and_unseeded_varies(tiny, a_share):
     predictor = KronosPredictor(*tiny, device="cpu", max_context=128)
-    values, xs, ys = _series(a_share, [100], [64], 8)
+    values, xs, ys = windows(a_share, [100], [64], 8)
     a = predictor.forecast(values, xs, ys, ForecastOptions(8, sample_count=4, seed=7))
     b = predictor.forecast(values, xs, ys, ForecastOptions(8, sample_count=4, seed=7))
     np.testing.assert_array_equal(a.paths, b.paths)
@@ -123,7 +114,7 @@ def test_same_seed_same_answer_and_unseeded_varies(tiny, a_share):
 
 def test_forecast_shapes_mean_and_quantiles(tiny, a_share):
     predictor = KronosPredictor(*tiny, device="cpu", max_context=128)
-    values, xs, ys = _series(a_share, [0, 600], [64, 48], 6)
+    values, xs, ys = windows(a_share, [0, 600], [64, 48], 6)
     res = predictor.forecast(values, xs, ys, ForecastOptions(6, sample_count=5, seed=3, quantiles=(0.1, 0.5, 0.9)))
     assert res.paths.shape == (2, 5, 6, 6)
     assert res.mean.shape == (2, 6, 6)
@@ -136,7 +127,7 @@ def test_forecast_shapes_mean_and_quantiles(tiny, a_share):
 
 def test_repair_makes_candles_consistent(tiny, a_share):
     predictor = KronosPredictor(*tiny, device="cpu", max_context=128)
-    values, xs, ys = _series(a_share, [0, 700, 1400], [64, 64, 64], 12)
+    values, xs, ys = windows(a_share, [0, 700, 1400], [64, 64, 64], 12)
     raw = predictor.forecast(values, xs, ys, ForecastOptions(12, sample_count=4, seed=5))
     fixed = predictor.forecast(values, xs, ys, ForecastOptions(12, sample_count=4, seed=5, repair=True))
     p = fixed.paths

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import mmap
 import os
-import secrets
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from kronos_core.atomic import replace_atomically
 from kronos_core.candles import FEATURES, CandleError
 from kronos_core.data.errors import CorruptFileError
 
@@ -215,19 +215,6 @@ def open_file(symbol: str, path: str, key: tuple[int, int, int], frequency: str)
 
 
 
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # pragma: no cover - e.g. Windows
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # pragma: no cover
-        pass
-    finally:
-        os.close(fd)
-
-
 def write_arrow_atomic(path: Path, table: pa.Table, *, fsync: bool = True) -> None:
     """Write ``table`` as an Arrow IPC file at ``path`` atomically.
 
@@ -241,27 +228,15 @@ def write_arrow_atomic(path: Path, table: pa.Table, *, fsync: bool = True) -> No
 def write_ipc_atomic(
     path: Path, schema: pa.Schema, batches: Iterable[pa.RecordBatch], *, fsync: bool
 ) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    try:
+    """The record ``batches`` as an Arrow IPC file at ``path``, atomically (``kronos_core.atomic``)."""
+
+    def write(tmp: Path) -> None:
         with pa.OSFile(str(tmp), "wb") as sink:
             with ipc.new_file(sink, schema) as writer:
                 for batch in batches:
                     writer.write_batch(batch)
-        if fsync:
-            fd = os.open(tmp, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    if fsync:
-        _fsync_dir(path.parent)
+
+    replace_atomically(path, write, fsync=fsync)
 
 
 class SymbolLock:

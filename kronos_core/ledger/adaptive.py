@@ -38,7 +38,6 @@ import io
 import json
 import logging
 import os
-import secrets
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -47,6 +46,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kronos_core.atomic import write_bytes_atomically
 from kronos_core.data.fileformat import SymbolLock
 from kronos_core.eval import aci
 from kronos_core.eval.calibration import Calibration
@@ -77,22 +77,6 @@ def default_state_path(ledger_root: str | os.PathLike, calibration_path: str | o
     """Where the online state of a calibration file lives by default: in the ledger's folder,
     ``<ledger>/calibration/<file stem>.state.json`` (shared by every gateway of that ledger)."""
     return Path(ledger_root) / "calibration" / f"{Path(calibration_path).stem}.state.json"
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 @dataclass
@@ -239,12 +223,12 @@ class OnlineCalibration:
             if not target.exists():
                 buf = io.BytesIO()
                 np.save(buf, np.asarray(cal.corrections, dtype=np.float64), allow_pickle=False)
-                _write_atomic(target, buf.getvalue())
+                write_bytes_atomically(target, buf.getvalue())
         doc = {"format": STATE_FORMAT, "fitted": self._fitted_id(), "method": self.fitted.method,
                "version": version, "hash": state_hash, "updated_at": now.isoformat(),
                "levels": list(self.fitted.levels), "features": list(self.fitted.features),
                "aci_state": state.to_dict()}
-        _write_atomic(self.state_path, json.dumps(doc).encode())
+        write_bytes_atomically(self.state_path, json.dumps(doc).encode())
         self._prune_history(now, {corrections_hash(self.fitted), state_hash})
         self._current, self._version, self._updated_at, self._hash = current, version, now, state_hash
         st = os.stat(self.state_path)

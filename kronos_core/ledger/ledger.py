@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-import secrets
 import shutil
 import uuid
 from collections.abc import Iterable, Sequence
@@ -31,6 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from kronos_core.atomic import replace_atomically
 from kronos_core.ledger.errors import LedgerError, LedgerWriteError
 from kronos_core.ledger.records import (
     DEFAULT_FEATURES,
@@ -55,45 +55,14 @@ def default_ledger_dir(store_dir: str | os.PathLike) -> Path:
     return Path(store_dir) / "_ledger"
 
 
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # pragma: no cover - e.g. Windows
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # pragma: no cover
-        pass
-    finally:
-        os.close(fd)
-
-
 def write_parquet_atomic(path: Path, table: pa.Table) -> None:
-    """``table`` as Parquet at ``path``: written to a hidden temporary file beside it,
-    fsynced, renamed into place, the folder fsynced. Raises ``LedgerWriteError``."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    """``table`` as Parquet at ``path``, atomically (``kronos_core.atomic``: temporary file,
+    fsync, rename, folder fsync). Raises ``LedgerWriteError`` for any OS error."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(table, tmp, compression="zstd")
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
+        replace_atomically(path, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
     except OSError as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
         raise LedgerWriteError(f"cannot write ledger file {path}: {exc.strerror or exc}", exc.errno) from exc
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    _fsync_dir(path.parent)
 
 
 def _partition_of(t_ns: int) -> str:

@@ -14,22 +14,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from series_helpers import windows
 
 from kronos_core import KronosPredictor
-from kronos_core.candles import FEATURES
 from kronos_core.engine.sampling import counter_uniforms, counter_uniforms_table, row_keys
 from kronos_core.engine.syncs import HostSyncCounter, syncs_per_step
 from kronos_core.options import ForecastOptions
-
-
-def _series(df, starts, lookbacks, horizon):
-    values, xs, ys = [], [], []
-    for s, lb in zip(starts, lookbacks):
-        part = df.iloc[s : s + lb + horizon]
-        values.append(part.iloc[:lb][list(FEATURES)].to_numpy(np.float32))
-        xs.append(part["timestamps"].iloc[:lb].reset_index(drop=True))
-        ys.append(part["timestamps"].iloc[lb:].reset_index(drop=True))
-    return values, xs, ys
 
 
 @torch.inference_mode()  # how the engine runs (tolist() dispatches resolve_conj only there)
@@ -67,7 +57,7 @@ CASES = {
 def test_steady_decode_steps_do_not_synchronise(tiny, a_share, case):
     lookbacks, mc, sliding, options = CASES[case]
     predictor = KronosPredictor(*tiny, device="cpu", max_context=mc, sliding=sliding)
-    values, xs, ys = _series(a_share, [0, 500, 1000][: len(lookbacks)], lookbacks, options.horizon)
+    values, xs, ys = windows(a_share, [0, 500, 1000][: len(lookbacks)], lookbacks, options.horizon)
     job = predictor.start_forecast(values, xs, ys, options)
     plans = job.generation.plans
     counts = syncs_per_step(job)

@@ -8,22 +8,12 @@ import weakref
 import numpy as np
 import pytest
 import torch
+from series_helpers import windows
 
 from kronos_core import KronosPredictor
-from kronos_core.candles import FEATURES
 from kronos_core.engine import GenerationConfig, GenerationJob, Generator, SamplingParams, assemble
 from kronos_core.engine.sampling import row_keys
 from kronos_core.options import ForecastOptions
-
-
-def _series(df, starts, lookbacks, horizon):
-    values, xs, ys = [], [], []
-    for s, lb in zip(starts, lookbacks):
-        part = df.iloc[s : s + lb + horizon]
-        values.append(part.iloc[:lb][list(FEATURES)].to_numpy(np.float32))
-        xs.append(part["timestamps"].iloc[:lb].reset_index(drop=True))
-        ys.append(part["timestamps"].iloc[lb:].reset_index(drop=True))
-    return values, xs, ys
 
 
 def _interleave(*jobs) -> None:
@@ -43,8 +33,8 @@ GREEDY = ForecastOptions(12, top_k=1, top_p=1.0)
 def test_interleaved_jobs_give_what_each_gives_alone(tiny, a_share, options, sliding):
     """Two forecasts stepped in turn on one predictor: each equals its forecast() alone, exactly."""
     predictor = KronosPredictor(*tiny, device="cpu", max_context=80, sliding=sliding)
-    a = _series(a_share, [0, 400, 800], [64, 40, 75], 12)  # 75 + 12 > 80: a window slides mid-way
-    b = _series(a_share, [1200, 1600], [30, 50], 12)
+    a = windows(a_share, [0, 400, 800], [64, 40, 75], 12)  # 75 + 12 > 80: a window slides mid-way
+    b = windows(a_share, [1200, 1600], [30, 50], 12)
     b_options = options.with_(horizon=12, sample_count=2) if options.seed is not None else options
     alone_a = predictor.forecast(*a, options)
     alone_b = predictor.forecast(*b, b_options)
@@ -65,7 +55,7 @@ def test_generate_is_a_job_run_to_the_end(tiny, a_share):
     from kronos_core.candles import normalize, time_features
 
     gen = Generator(*tiny)
-    values, xs, ys = _series(a_share, [0, 300], [64, 40], 8)
+    values, xs, ys = windows(a_share, [0, 300], [64, 40], 8)
     batch = assemble(
         [normalize(v)[0] for v in values], [time_features(x) for x in xs], [time_features(y) for y in ys],
         sample_count=2, row_keys=row_keys(5, [1, 2], 2),
@@ -88,7 +78,7 @@ def test_generate_is_a_job_run_to_the_end(tiny, a_share):
 def test_close_mid_way_frees_the_caches(tiny, a_share):
     """close() after a few steps drops every cache tensor; the job refuses further steps and results."""
     predictor = KronosPredictor(*tiny, device="cpu", max_context=128)
-    job = predictor.start_forecast(*_series(a_share, [0, 500], [64, 40], 10), ForecastOptions(10, seed=3))
+    job = predictor.start_forecast(*windows(a_share, [0, 500], [64, 40], 10), ForecastOptions(10, seed=3))
     with pytest.raises(RuntimeError, match="not done"):
         job.result()
     assert job.generation.cache_tensors() == []  # nothing before the prefill
@@ -111,7 +101,7 @@ def test_close_mid_way_frees_the_caches(tiny, a_share):
 
 def test_a_finished_job_holds_no_caches(tiny, a_share):
     predictor = KronosPredictor(*tiny, device="cpu", max_context=128)
-    job = predictor.start_forecast(*_series(a_share, [0], [64], 4), ForecastOptions(4, top_k=1))
+    job = predictor.start_forecast(*windows(a_share, [0], [64], 4), ForecastOptions(4, top_k=1))
     while not job.done:
         job.step()
     assert job.generation.cache_tensors() == [] and job.result().paths.shape == (1, 1, 4, 6)

@@ -10,8 +10,7 @@ import sys
 import pytest
 import torch
 import torch.multiprocessing as mp
-import yaml
-from train_helpers import REPO, tiny_overrides
+from train_helpers import REPO, tiny_overrides, write_config_yaml
 
 from kronos_core.train.config import load_config
 from kronos_core.train.metrics import read_metrics
@@ -57,17 +56,7 @@ def test_two_gloo_processes_follow_the_single_process_curve(tmp_path):
 
 @pytest.mark.slow
 def test_torchrun_launch_matches_one_process(tmp_path):
-    tree: dict = {}
-    for key, value in tiny_overrides(tmp_path / "x", **EXTRA).items():
-        if key in ("out", "kind"):
-            continue
-        node = tree
-        *parents, leaf = key.split(".")
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[leaf] = value
-    config = tmp_path / "tiny.yaml"
-    config.write_text(yaml.safe_dump(tree))
+    config = write_config_yaml(tmp_path / "tiny.yaml", tiny_overrides(tmp_path / "x", **EXTRA), skip=("out", "kind"))
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     train = ["-m", "kronos_core.cli", "train", "predictor", "--config", str(config)]
     subprocess.run([sys.executable, *train, "--out", str(tmp_path / "one")], check=True, env=env,

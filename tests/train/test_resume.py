@@ -9,8 +9,7 @@ import sys
 import time
 
 import pytest
-import yaml
-from train_helpers import REPO, tiny_overrides
+from train_helpers import REPO, tiny_overrides, write_config_yaml
 
 from kronos_core.train.config import load_config
 from kronos_core.train.metrics import read_metrics
@@ -59,15 +58,7 @@ def test_resume_without_state_says_so(tiny_config, tmp_path):
 def test_sigkill_then_resume_from_the_command_line(tmp_path):
     base = {k: v for k, v in tiny_overrides(tmp_path / "x").items() if k not in ("out", "kind")}
     base.update({"max_steps": 8, "save_every": 1, "data.num_workers": 1, **DROPOUT})
-    tree: dict = {}
-    for key, value in base.items():
-        node = tree
-        *parents, leaf = key.split(".")
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[leaf] = value
-    config = tmp_path / "tiny.yaml"
-    config.write_text(yaml.safe_dump(tree))
+    config = write_config_yaml(tmp_path / "tiny.yaml", base)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
 
     def cmd(out, *more):

@@ -7,25 +7,15 @@ import json
 import pandas as pd
 import pytest
 import yaml
-from train_helpers import GOOG, tiny_overrides
+from train_helpers import GOOG, tiny_overrides, write_config_yaml
 
 from kronos_core.cli import main
 from kronos_core.train.config import ConfigFileError, load_config
 
 
 def _yaml_for(tmp_path, **extra) -> str:
-    tree: dict = {}
-    for key, value in {**tiny_overrides(tmp_path / "x"), **extra}.items():
-        if key in ("out", "kind", "data.paths"):
-            continue
-        node = tree
-        *parents, leaf = key.split(".")
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[leaf] = value
-    path = tmp_path / "tiny.yaml"
-    path.write_text(yaml.safe_dump(tree))
-    return str(path)
+    overrides = {**tiny_overrides(tmp_path / "x"), **extra}
+    return str(write_config_yaml(tmp_path / "tiny.yaml", overrides, skip=("out", "kind", "data.paths")))
 
 
 def test_unknown_key_is_named(tmp_path):

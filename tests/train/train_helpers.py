@@ -22,3 +22,21 @@ def tiny_overrides(out: Path, kind: str = "predictor", **extra) -> dict:
     }
     base.update(extra)
     return base
+
+
+def write_config_yaml(path: Path, overrides: dict, skip: tuple[str, ...] = ()) -> Path:
+    """A training YAML at ``path`` from dotted overrides (``{"data.lookback": 32}`` becomes
+    ``data: {lookback: 32}``), leaving out the keys in ``skip``."""
+    import yaml
+
+    tree: dict = {}
+    for key, value in overrides.items():
+        if key in skip:
+            continue
+        node = tree
+        *parents, leaf = key.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    path.write_text(yaml.safe_dump(tree))
+    return path
