@@ -9,6 +9,7 @@ import logging
 import math
 import os
 import time
+from datetime import datetime
 from typing import Annotated
 
 from fastapi import FastAPI, Header, Query, Request
@@ -32,6 +33,8 @@ from service.responses import error_response
 from service.responses import json_response as _json
 from service.schemas import (
     ARROW_STREAM,
+    MAX_HORIZON,
+    AccuracyResponse,
     ForecastRequest,
     ForecastResponse,
     ModelsResponse,
@@ -163,9 +166,14 @@ class Ingress:
         self.store = KlineReader(settings.resolved_store_dir())  # the service only reads
         self.metrics = _shared_metrics(settings)
         self.replicas = ServeReplicas(predictor, settings, self.metrics)
-        self.gateway = Gateway(settings, self.store, self.replicas, self.metrics, num_replicas)
+        from service.accuracy import ledger_service
+
+        self.recorder, self.live = ledger_service(settings, self.store, self.metrics, _replica_id())
+        self.gateway = Gateway(settings, self.store, self.replicas, self.metrics, num_replicas, recorder=self.recorder)
         self._symbols: list[str] | None = None
         current().start(settings, self.metrics, _replica_id())
+        if self.live is not None:
+            self.live.start()  # background scoring every score_interval_s (one gateway at a time)
 
     # ------------------------------------------------------------ shutdown control (handle calls)
     def __del__(self):
@@ -173,6 +181,11 @@ class Ingress:
         metrics = getattr(self, "metrics", None)  # None: __init__ failed before making them
         if metrics is not None:
             metrics.close()
+        live, recorder = getattr(self, "live", None), getattr(self, "recorder", None)
+        if live is not None:
+            live.stop()
+        if recorder is not None:
+            recorder.close(timeout_s=5)  # what is queued is written; a kill loses only that
 
     async def drain(self) -> int:
         """Stop taking work on every gateway of the node: new requests get 503, /readyz is not
@@ -239,6 +252,25 @@ class Ingress:
             self._symbols = await asyncio.to_thread(self.store.symbols)
         page = self._symbols[offset: offset + limit]
         return _json({"symbols": page, "total": len(self._symbols), "limit": limit, "offset": offset})
+
+    @api.get("/v1/accuracy", response_model=AccuracyResponse, responses={503: _SHUTTING_DOWN, **_KEYS})
+    async def accuracy(
+        self,
+        model: Annotated[str | None, Query(min_length=1, max_length=128,
+                                           description="model name or sha256 (default: every model)")] = None,
+        symbol: Annotated[str | None, Query(min_length=1, max_length=64)] = None,
+        since: Annotated[datetime | None, Query(description="only forecasts made at or after this time "
+                                                "(ISO 8601; naive = UTC)")] = None,
+        horizon_step: Annotated[int | None, Query(ge=1, le=MAX_HORIZON,
+                                                  description="only this step (1: the first forecast candle)")] = None,
+    ) -> Response:
+        """Live accuracy of the recorded forecasts whose truth has arrived: scored steps, coverage
+        per central level, CRPS and MAE of the close, over the rolling window and all time."""
+        if self.live is None:
+            from service.accuracy import ledger_off_answer
+
+            return _json(ledger_off_answer(self.settings, model, symbol, since, horizon_step))
+        return _json(await asyncio.to_thread(self.live.answer, model, symbol, since, horizon_step))
 
     @api.get("/healthz")
     async def healthz(self) -> Response:

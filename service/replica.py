@@ -129,8 +129,12 @@ class Predictor:
         else:
             self.budget = CPU_DEFAULT_BUDGET
         self.runner = BatchRunner(self.predictor, self.replica_id, self.device)
+        self.adaptive = None  # service.adaptive.ReplicaCalibration: the calibration kept current (aci: online)
         if settings.calibration:
-            self.runner.calibration = load_calibration(settings.calibration, self.predictor.identity)
+            from service.adaptive import ReplicaCalibration
+
+            self.adaptive = ReplicaCalibration(settings, load_calibration(settings.calibration, self.predictor.identity))
+            self.runner.calibration = self.adaptive.calibration
             self.model["calibration"] = calibration_info(self.runner.calibration)
         self._pending = 0  # shards received, not yet answered
         self._reports: list[BatchReport] = []  # batches not yet handed to the gateway
@@ -178,7 +182,11 @@ class Predictor:
     @serve.batch(max_batch_size=1 << 30, batch_wait_timeout_s=0.005, batch_size_fn=_shard_tokens)
     async def _batched(self, shards: list[Shard]) -> list[ShardResult]:
         depth = max(0, self._pending - len(shards))
+        stamp = None if self.adaptive is None else self.adaptive.refresh(self.runner)  # the state this batch applies
         results, report = await asyncio.to_thread(self.runner.run, shards, depth)
+        for shard, res in zip(shards, results, strict=True):
+            if shard.calibrate:
+                res.calibration_state = stamp
         self._reports.append(report)
         return results
 
