@@ -37,6 +37,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("kronos_core.cli.eval", "walk-forward evaluation against baselines (metrics, regimes, plots)"),
     "calibrate": ("kronos_core.cli.calibrate", "fit conformal (CQR / ACI) corrections of the forecast quantiles"),
     "backtest": ("kronos_core.cli.backtest", "walk-forward top-k portfolio backtest with costs"),
+    "score": ("kronos_core.cli.score", "score recorded forecasts whose truth the store now holds"),
     "timestamps-holdout": ("kronos_core.cli.timestamps_holdout", "hold-out check of future timestamps on real series"),
 }
 

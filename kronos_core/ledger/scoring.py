@@ -1,0 +1,239 @@
+"""Scoring recorded forecasts against the store's candles once their truth exists.
+
+**Truth and completeness.** The truth of a forecast step is the store's candle at exactly
+the step's time (``step_time``, the store's wall clock). The store holds closed bars only
+(``kronos import`` appends finished candles), so a step is scorable exactly when that
+candle is there; until then it waits. A step whose bar the store skips (a gap) waits too.
+
+**No look-ahead.** A step is scored from one candle, the one at its own time, and (for the
+direction) the close at the forecast's origin, recorded with it or read at exactly the
+origin's time. No other candle is read for it: a candle appended later than a step's own
+is used only for the steps at that candle's time. A step is scored once: its score is
+persisted and never recomputed, even if the candle is later re-imported with other values.
+
+**The scores** (per step, of the close; ``kronos_core.eval.metrics``'s functions):
+
+* ``crps``: 2 x the mean pinball loss over the recorded quantile levels (the quantile
+  approximation of the CRPS, CRPS = 2 * integral of the pinball loss over the levels,
+  Gneiting & Raftery 2007; with few levels it is a coarse approximation, null without quantiles);
+* ``covered_<c>``: 1 where the truth lies in the central interval of level ``c``
+  (quantiles ``(1 - c) / 2`` and ``(1 + c) / 2``, both recorded), else 0;
+* ``abs_error``: |mean close - truth close|;
+* ``direction_hit``: 1 when the mean's move from the origin close has the truth's sign,
+  0.5 when either is no move.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kronos_core.candles import FEATURES
+from kronos_core.data.errors import StoreError
+from kronos_core.data.fileformat import SymbolLock
+from kronos_core.data.store_reader import KlineReader
+from kronos_core.eval import metrics as m
+from kronos_core.ledger.errors import LedgerWriteError
+from kronos_core.ledger.ledger import Ledger
+from kronos_core.options import quantile_label
+
+KEY = ("request_id", "symbol", "horizon_step")  # one score per forecast step
+CARRIED = ("request_time", "model_sha256", "model_name", "calibration_method", "calibration_version",
+           "calibration_hash", "frequency", "source", "origin", "step_time", "horizon")
+CLOSE_Q = re.compile(r"^close_q(.+)$")
+LOCK_NAME = "score"  # ROOT/.score.lock serializes scorers
+
+
+@dataclass
+class ScoreResult:
+    """What one ``score`` call did: ``scores`` the new score rows (persisted in ``path``),
+    ``scored`` the same steps with their forecast columns and truths (``truth_<feature>``,
+    what an online calibration update needs), ``waiting`` steps with no truth yet."""
+
+    scores: pa.Table
+    scored: pa.Table
+    waiting: int = 0
+    path: Path | None = None
+    skipped_files: list[tuple[Path, str]] = field(default_factory=list)
+
+
+def close_levels(table: pa.Table) -> list[float]:
+    """The quantile levels that have a close column in ``table``, ascending."""
+    out = []
+    for name in table.column_names:
+        hit = CLOSE_Q.match(name)
+        if hit:
+            try:
+                out.append(float(hit.group(1)))
+            except ValueError:
+                continue
+    return sorted(out)
+
+
+def central_pairs(levels: list[float]) -> list[tuple[float, float, float]]:
+    """(nominal c, lower level, upper level) of each central interval both of whose levels are in ``levels``."""
+    have = {quantile_label(q) for q in levels}
+    out = []
+    for q in levels:
+        if q < 0.5:
+            (c, lo, hi), = m.central_levels([round(1 - 2 * q, 10)])
+            if quantile_label(lo) in have and quantile_label(hi) in have:
+                out.append((c, lo, hi))
+    return sorted(out)
+
+
+def _col(table: pa.Table, name: str) -> np.ndarray:
+    """A numeric column as float64 with NaN for nulls (N,)."""
+    return np.asarray(pc.fill_null(pc.cast(table[name], pa.float64()), np.nan).to_numpy(zero_copy_only=False),
+                      dtype=np.float64)
+
+
+def step_scores(table: pa.Table, truth_close: np.ndarray, last_close: np.ndarray) -> dict[str, np.ndarray]:
+    """The scores (N,) of forecast rows ``table`` against their truths (N,), origin closes (N,).
+    Null (NaN) where a score cannot be computed (no quantiles, no origin close)."""
+    truth = truth_close[:, None]  # (N, 1): one step per row
+    mean = _col(table, "mean_close")[:, None]  # (N, 1)
+    levels = close_levels(table)
+    out: dict[str, np.ndarray] = {}
+    if levels:
+        pin = np.stack([m.pinball_elements(_col(table, f"close_q{quantile_label(q)}")[:, None], truth, q)[:, 0]
+                        for q in levels])  # (Q, N), NaN where a row lacks the level
+        n_levels = np.isfinite(pin).sum(axis=0)
+        with np.errstate(invalid="ignore"):
+            out["crps"] = np.where(n_levels > 0, 2.0 * np.nansum(pin, axis=0) / np.maximum(n_levels, 1), np.nan)
+    else:
+        out["crps"] = np.full(len(truth_close), np.nan)
+    out["abs_error"] = m.abs_errors(mean, truth)[:, 0]
+    hits = m.direction_hits(mean, truth, last_close)  # (N,)
+    out["direction_hit"] = np.where(np.isfinite(last_close) & np.isfinite(mean[:, 0]), hits, np.nan)
+    for c, lo, hi in central_pairs(levels):
+        low = _col(table, f"close_q{quantile_label(lo)}")[:, None]
+        high = _col(table, f"close_q{quantile_label(hi)}")[:, None]
+        cov = m.covered(low, high, truth)[:, 0]
+        out[f"covered_{quantile_label(c)}"] = np.where(np.isfinite(low[:, 0]) & np.isfinite(high[:, 0]), cov, np.nan)
+    return out
+
+
+def empty_scores() -> pa.Table:
+    """A scores table with no rows (the columns every scores file has)."""
+    cols: dict[str, pa.Array] = {
+        "request_id": pa.array([], pa.string()), "symbol": pa.array([], pa.string()),
+        "horizon_step": pa.array([], pa.int32()), "request_time": pa.array([], pa.timestamp("ns", tz="UTC")),
+        "scored_at": pa.array([], pa.timestamp("ns", tz="UTC")), "model_sha256": pa.array([], pa.string()),
+        "model_name": pa.array([], pa.string()), "step_time": pa.array([], pa.timestamp("ns")),
+        "truth_close": pa.array([], pa.float64()), "crps": pa.array([], pa.float64()),
+        "abs_error": pa.array([], pa.float64()), "direction_hit": pa.array([], pa.float64()),
+    }
+    return pa.table(cols)
+
+
+def _truths(store: KlineReader, symbol: str, frequency: str | None, times: np.ndarray,
+            origins: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """(values (N, 6) at exactly ``times`` (NaN where the store has no candle there), closes
+    (N,) at exactly ``origins``), or None when the store cannot read the symbol."""
+    lo, hi = int(min(times.min(), origins.min())), int(times.max())
+    try:
+        frame = store.read(symbol, frequency, start=np.datetime64(lo, "ns"), end=np.datetime64(hi, "ns"))
+    except StoreError:
+        return None
+    ts = frame["timestamps"].to_numpy().astype("datetime64[ns]").astype(np.int64)  # (L,)
+    values = frame[list(FEATURES)].to_numpy(dtype=np.float64)  # (L, 6)
+
+    def at(t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        i = np.clip(np.searchsorted(ts, t), 0, max(len(ts) - 1, 0))
+        hit = (len(ts) > 0) & (ts[i] == t) if len(ts) else np.zeros(len(t), dtype=bool)
+        return i, hit
+
+    i, hit = at(times)
+    out = np.full((len(times), len(FEATURES)), np.nan)
+    if len(ts):
+        out[hit] = values[i[hit]]
+    j, ohit = at(origins)
+    last = np.full(len(origins), np.nan)
+    if len(ts):
+        last[ohit] = values[j[ohit], FEATURES.index("close")]
+    return out, last
+
+
+def score(ledger: Ledger, store: KlineReader, since: Any = None, now: datetime | None = None) -> ScoreResult:
+    """Score every recorded forecast step (of requests at or after ``since``) whose truth the
+    store holds and that has no score yet; persist the new scores (one file) and return them.
+
+    Scorers are serialized by a file lock in the ledger's folder (``.score.lock``), so two
+    gateways never score a step twice. Raises ``LedgerWriteError`` when the scores cannot
+    be written (nothing is persisted then, and the steps are scored by a later call)."""
+    try:
+        ledger.root.mkdir(parents=True, exist_ok=True)
+        lock = SymbolLock(ledger.root, LOCK_NAME)
+        lock.__enter__()
+    except OSError as exc:
+        raise LedgerWriteError(f"cannot lock ledger {ledger.root} for scoring: {exc.strerror or exc}") from exc
+    try:
+        return _score_locked(ledger, store, since, now)
+    finally:
+        lock.__exit__(None, None, None)
+
+
+def _score_locked(ledger: Ledger, store: KlineReader, since: Any, now: datetime | None) -> ScoreResult:
+    forecasts = ledger.read(since=since)
+    skipped = list(ledger.skipped)
+    done = ledger.read_scores(since=since)  # a step is scored after its request: since bounds both
+    skipped += ledger.skipped
+    if forecasts.num_rows == 0:
+        return ScoreResult(empty_scores(), forecasts, 0, None, skipped)
+    keys = done.select(list(KEY)).cast(pa.schema([pa.field("request_id", pa.string()),
+                                                  pa.field("symbol", pa.string()),
+                                                  pa.field("horizon_step", pa.int32())]))
+    todo = forecasts.join(keys, list(KEY), join_type="left anti") if keys.num_rows else forecasts
+    todo = todo.combine_chunks()
+    if todo.num_rows == 0:
+        return ScoreResult(empty_scores(), todo, 0, None, skipped)
+    n = todo.num_rows
+    truth = np.full((n, len(FEATURES)), np.nan)  # (N, 6)
+    origin_close = np.full(n, np.nan)
+    symbols = todo["symbol"].to_numpy(zero_copy_only=False)
+    freqs = todo["frequency"].to_numpy(zero_copy_only=False)
+    steps_ns = pc.cast(todo["step_time"], pa.int64()).to_numpy()
+    origins_ns = pc.cast(todo["origin"], pa.int64()).to_numpy()
+    groups: dict[tuple[str, str | None], list[int]] = {}
+    for i, (s, f) in enumerate(zip(symbols, freqs)):
+        groups.setdefault((str(s), None if f is None else str(f)), []).append(i)
+    for (symbol, frequency), rows in groups.items():
+        idx = np.asarray(rows)
+        found = _truths(store, symbol, frequency, steps_ns[idx], origins_ns[idx])
+        if found is not None:
+            truth[idx], origin_close[idx] = found
+    ready = np.isfinite(truth[:, FEATURES.index("close")])
+    waiting = int((~ready).sum())
+    if not ready.any():
+        return ScoreResult(empty_scores(), todo.slice(0, 0), waiting, None, skipped)
+    rows_ready = todo.filter(pa.array(ready))
+    truth, origin_close = truth[ready], origin_close[ready]
+    recorded_last = _col(rows_ready, "last_close")
+    last = np.where(np.isfinite(recorded_last), recorded_last, origin_close)
+    values = step_scores(rows_ready, truth[:, FEATURES.index("close")], last)
+    scored_at = datetime.now(timezone.utc) if now is None else now
+    at_ns = np.full(rows_ready.num_rows, int(scored_at.timestamp() * 1e9), dtype="i8")
+    cols: dict[str, Any] = {k: rows_ready[k] for k in KEY}
+    cols["request_time"] = rows_ready["request_time"]
+    cols["scored_at"] = pa.array(at_ns.astype("datetime64[ns]"), pa.timestamp("ns", tz="UTC"))
+    for k in CARRIED[1:]:
+        cols[k] = rows_ready[k]
+    cols["truth_close"] = pa.array(truth[:, FEATURES.index("close")], pa.float64())
+    cols["mean_close"] = rows_ready["mean_close"]
+    cols["last_close"] = pa.array(last, pa.float64(), from_pandas=True)
+    for k, v in values.items():
+        cols[k] = pa.array(v, pa.float64(), from_pandas=True)
+    scores = pa.table(cols)
+    path = ledger.write_scores(scores)
+    scored = rows_ready
+    for j, f in enumerate(FEATURES):
+        scored = scored.append_column(f"truth_{f}", pa.array(truth[:, j], pa.float64()))
+    return ScoreResult(scores, scored, waiting, path, skipped)
