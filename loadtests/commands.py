@@ -6,6 +6,8 @@ nothing else."""
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "bench service": ("loadtests.bench", "benchmark the service over HTTP against the engine called directly"),
+    "bench ledger": ("loadtests.bench_ledger", "forecast-ledger overhead on a large request (recorded vs not, "
+                     "same run) and its disk per 1,000 forecasts"),
     "loadtest": ("loadtests.run", "headless locust load test against a local service (loopback only)"),
     "soak": ("loadtests.soak", "long steady load test: memory/FD trends of every service process, optional "
              "replica-kill chaos (loopback only)"),
