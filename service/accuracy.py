@@ -197,7 +197,8 @@ def utc_since(since: datetime | None) -> datetime | None:
     if since.tzinfo is None:
         since = since.replace(tzinfo=timezone.utc)
     lo, hi = datetime(1678, 1, 2, tzinfo=timezone.utc), datetime(2261, 12, 31, tzinfo=timezone.utc)
-    return min(max(since.astimezone(timezone.utc), lo), hi)
+    # compared as aware times (no conversion: year 1 at +01:00 has no UTC datetime)
+    return lo if since < lo else hi if since > hi else since.astimezone(timezone.utc)
 
 
 def _answer(settings: Settings, model, symbol, since, horizon_step, rolling, all_time, detail: str = "") -> dict:

@@ -120,6 +120,11 @@ def test_a_pass_scores_what_has_its_truth_and_sets_the_gauges(tmp_path):
     assert step1["all_time"]["scored"] == 20
     assert acc.answer(symbol="OTHER")["all_time"]["scored"] == 0
     assert acc.answer(since=pd.Timestamp("2300-01-01").to_pydatetime())["all_time"]["scored"] == 0
+    import datetime as dt
+
+    for extreme in (dt.datetime(1, 1, 1, tzinfo=dt.timezone(dt.timedelta(hours=23))), dt.datetime.max,
+                    dt.datetime(9999, 12, 31, tzinfo=dt.timezone(dt.timedelta(hours=-23)))):  # any date a client sends
+        assert acc.answer(since=extreme)["all_time"]["scored"] in (0, 60)
 
 
 def test_rolling_window_is_the_latest_steps(tmp_path):
