@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
         overrides["store_dir"] = args.store
     settings = Settings().model_copy(update=overrides)
     settings = settings.model_copy(update={"store_dir": settings.resolved_store_dir()})
-    symbols = KlineStore(settings.store_dir).symbols()[: args.symbols]
+    symbols = KlineStore(settings.resolved_store_dir()).symbols()[: args.symbols]
     body = {"symbols": symbols, "horizon": args.horizon, "lookback": args.lookback,
             "sample_count": args.sample_count, "quantiles": [0.1, 0.5, 0.9], "seed": 1234}
     times: dict[bool, list[float]] = {True: [], False: []}
