@@ -56,7 +56,7 @@ def wait_for(check, timeout: float, what: str):
     last = None
     while time.monotonic() < deadline:
         last = check()
-        if last:
+        if (last is not None) if isinstance(last, pd.DataFrame) else bool(last):
             return last
         time.sleep(0.5)
     raise AssertionError(f"{what} not reached in {timeout} s (last: {last})")
@@ -152,8 +152,10 @@ def test_a_trading_week_is_recorded_scored_and_adapts(week_service):
             for sym, df in frames.items():
                 store.write(sym, df[df["timestamps"] == day], frequency="1d")
             known = day
-        rows = ledger.read().to_pandas()
+        n_rows = len(answers) * len(SYMBOLS) * HORIZON  # recorded off the request path: wait for the writer
+        rows = wait_for(lambda n=n_rows: t if len(t := ledger.read().to_pandas()) == n else None, 30, "rows recorded")
         want = direct_scores(rows, frames, known)
+        assert len(want) > 0 and "close_q0.1" in rows.columns
         body = wait_for(lambda n=len(want): (b := client.get("/v1/accuracy").json())["all_time"]["scored"] == n and b,
                         60, f"day {d}: {len(want)} steps scored")
         version = wait_for(lambda d=d: state_version() if state_version() >= d + 1 else 0, 30,
@@ -179,7 +181,8 @@ def test_a_trading_week_is_recorded_scored_and_adapts(week_service):
         assert [f["last_timestamp"][:10] for f in ans["forecasts"]] == [day.strftime("%Y-%m-%d")] * 2
 
     # every answer is in the ledger, as answered, with the calibration state it used
-    rows = ledger.read().to_pandas()
+    n_rows = len(answers) * len(SYMBOLS) * HORIZON
+    rows = wait_for(lambda: t if len(t := ledger.read().to_pandas()) == n_rows else None, 30, "rows recorded")
     assert len(rows) == len(answers) * len(SYMBOLS) * HORIZON
     for ans in answers:
         mine = rows[rows["request_id"] == ans["request_id"]]
