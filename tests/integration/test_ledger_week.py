@@ -219,3 +219,15 @@ def test_a_trading_week_is_recorded_scored_and_adapts(week_service):
     served = json.loads(state_file.read_text())["aci_state"]
     np.testing.assert_allclose(offline.calibration.state.alpha, np.asarray(served["alpha"]), atol=1e-12)
     np.testing.assert_allclose(offline.calibration.state.scores, np.asarray(served["scores"]), atol=1e-9)
+
+
+def test_a_corrupt_ledger_file_is_never_a_500(week_service):
+    client, root = week_service["client"], week_service["root"]
+    before = client.get("/v1/accuracy").json()["all_time"]["scored"]
+    for part in sorted((root / "ledger").glob("date=*"))[:1] + sorted((root / "ledger" / "scores").glob("date=*"))[:1]:
+        (part / "zz-corrupt-0.parquet").write_bytes(b"PAR1 this is not a parquet file")
+    r = client.get("/v1/accuracy")
+    assert r.status_code == 200, r.text[:300]
+    assert r.json()["all_time"]["scored"] == before  # the bad files add nothing and take nothing
+    r = client.post("/v1/forecast", json={"symbols": ["GOOG"], "horizon": 2, "lookback": 32})
+    assert r.status_code == 200  # recording and scoring go on beside them
