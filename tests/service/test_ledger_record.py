@@ -144,3 +144,32 @@ def test_the_answer_never_waits_for_a_slow_disk(tmp_path):
     written = Ledger(tmp_path).read()["request_id"].to_pylist()
     assert 1 <= len(set(written)) <= 3
     assert gw.recorder.written + gw.recorder.failed == 5
+
+
+def test_the_calibration_state_the_replicas_applied_is_answered_and_recorded(tmp_path):
+    from service_fakes import FakeReplicas, fake_info
+
+    from kronos_core.eval.calibration import Calibration
+    from service.gateway.encode import outcome_to_json
+
+    cal = Calibration.from_description({"method": "aci", "levels": [0.8], "horizon": 8})
+    info = fake_info()
+    info.model["calibration"] = {"model_name": "fake", "model_sha256": "x", **cal.describe()}
+    stamp = {"method": "aci", "version": 3, "hash": "c0ffee", "updated_at": "2026-01-05T10:00:00+00:00"}
+
+    class StampingReplicas(FakeReplicas):
+        async def forecast_shard(self, shard):
+            res = await super().forecast_shard(shard)
+            res.calibration_state = stamp if shard.calibrate else None
+            return res
+
+    gw, m, _ = fake_gateway(replicas=StampingReplicas(info=info))
+    gw.recorder = LedgerRecorder(lambda: Ledger(tmp_path, writer_id="gw-test"), m)
+    out = forecast(gw, symbols=["S000", "S001"])
+    body = outcome_to_json(out)
+    assert body["calibrated"] is True and body["calibration_state"] == stamp
+    assert gw.recorder.flush()
+    rows = Ledger(tmp_path).read().to_pandas()
+    assert set(rows["calibration_method"]) == {"aci"} and set(rows["calibration_version"]) == {3}
+    assert set(rows["calibration_hash"]) == {"c0ffee"}
+    assert (rows["calibration_updated_at"] == pd.Timestamp("2026-01-05T10:00:00Z")).all()
