@@ -65,6 +65,15 @@ def _wait_written(root: Path, files: int, timeout: float = 120.0) -> float:
     return time.perf_counter() - t0
 
 
+def _ready(client) -> bool:
+    import httpx
+
+    try:
+        return client.get("/readyz").status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
 def run(args: argparse.Namespace) -> int:
     import httpx
     import ray
@@ -94,12 +103,12 @@ def run(args: argparse.Namespace) -> int:
         url = start(settings)
         client = httpx.Client(base_url=url, timeout=3600)
         deadline = time.monotonic() + 600
-        while client.get("/readyz").status_code != 200:
+        while not _ready(client):
             if time.monotonic() > deadline:
                 raise TimeoutError("service not ready")
             time.sleep(0.5)
-        for record in (False, True):  # warm-up, both paths
-            client.post("/v1/forecast", json={**body, "record": record}).raise_for_status()
+        for record in (False, True):  # warm-up, both paths, every replica
+            client.post("/v1/forecast", json={**body, "symbols": symbols[:64], "record": record}).raise_for_status()
         _wait_written(ledger, 1)
         files = 1
         for _ in range(args.rounds):
