@@ -18,6 +18,7 @@ from fastapi.responses import Response
 from ray import serve
 from ray.exceptions import RayActorError
 from ray.serve.handle import DeploymentHandle
+from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.auth import ApiKeyMiddleware
@@ -229,9 +230,12 @@ class Ingress:
             timeout = min(timeout, x_kronos_timeout_s)
         out = await self.gateway.forecast(req, timeout_s=timeout)  # a ServiceError: answered by _service_error
         if accept and ARROW_STREAM in accept:
-            return Response(outcome_to_arrow(out), media_type=ARROW_STREAM,
-                            headers={"X-Kronos-Errors": str(len(out.errors))})
-        return _json(outcome_to_json(out))
+            response = Response(outcome_to_arrow(out), media_type=ARROW_STREAM,
+                                headers={"X-Kronos-Errors": str(len(out.errors))})
+        else:
+            response = _json(outcome_to_json(out))
+        response.background = BackgroundTask(self.gateway.record, out)  # to the ledger once the answer is sent
+        return response
 
     @api.get("/v1/models", response_model=ModelsResponse, responses={503: _SHUTTING_DOWN, **_KEYS})
     async def models(self) -> Response:

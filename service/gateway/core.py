@@ -73,6 +73,14 @@ class Gateway:
         if self._info is None:
             self._info = info
 
+    def record(self, out: Outcome) -> None:
+        """Hand an answered request's forecasts to the ledger writer (a queue: no disk, never
+        raises). The route calls it after the answer is sent, so that the writer thread never
+        competes with encoding the answer; None with the ledger off or ``record: false``."""
+        batch, out.ledger_batch = out.ledger_batch, None
+        if batch is not None and self.recorder is not None:
+            self.recorder.submit(batch)
+
     def prepare(self, req: ForecastRequest, lookback: int) -> Prepared:
         return prepare(req, lookback, self.store, self.future, self.settings.min_history_warning)
 
@@ -153,6 +161,5 @@ class Gateway:
             "shard_timeouts": float(run.timeouts),  # shard calls past their deadline, each hedged
             "lookback": float(lookback),  # the window asked for; each series' own: history_length
         }
-        if batch is not None and self.recorder is not None:  # off the request path: a queue, no disk
-            self.recorder.submit(batch)
+        out.ledger_batch = batch  # recorded by ``record`` once the answer is sent (the route's background task)
         return out

@@ -28,8 +28,9 @@ CHILD = textwrap.dedent("""
     gw.recorder = LedgerRecorder(lambda: Ledger(root, writer_id="gw-doomed"), m)
 
     def ask(symbols):
-        return asyncio.run(gw.forecast(ForecastRequest(symbols=symbols, horizon=4, lookback=16,
-                                                       quantiles=[0.1, 0.5, 0.9])))
+        out = asyncio.run(gw.forecast(ForecastRequest(symbols=symbols, horizon=4, lookback=16,
+                                                      quantiles=[0.1, 0.5, 0.9])))
+        gw.record(out)
 
     for i in range(3):
         ask([f"S00{{i}}", f"S01{{i}}"])

@@ -28,8 +28,11 @@ def recording_gateway(root, **kw):
 
 
 def forecast(gw, **fields):
+    """The gateway's answer, then its recording, as the route does once the answer is sent."""
     req = ForecastRequest(**{"horizon": 4, "lookback": 16, "quantiles": [0.1, 0.5, 0.9], **fields})
-    return asyncio.run(gw.forecast(req))
+    out = asyncio.run(gw.forecast(req))
+    gw.record(out)
+    return out
 
 
 def test_answered_forecasts_are_the_ledger_rows(tmp_path):
