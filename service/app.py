@@ -10,7 +10,7 @@ import math
 import os
 import time
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Any, cast
 
 from fastapi import FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -257,7 +257,8 @@ class Ingress:
         page = self._symbols[offset: offset + limit]
         return _json({"symbols": page, "total": len(self._symbols), "limit": limit, "offset": offset})
 
-    @api.get("/v1/accuracy", response_model=AccuracyResponse, responses={503: _SHUTTING_DOWN, **_KEYS})
+    @api.get("/v1/accuracy", response_model=AccuracyResponse,
+             responses=cast(dict[int | str, dict[str, Any]], {503: _SHUTTING_DOWN, **_KEYS}))
     async def accuracy(
         self,
         model: Annotated[str | None, Query(min_length=1, max_length=128,
