@@ -31,6 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--frequency", help="store frequency folder for forecasts that recorded none")
     parser.add_argument("--window", type=int, default=None, metavar="N",
                         help="rolling window: the last N scored steps (default 500)")
+    parser.add_argument("--require-next-bar", action="store_true",
+                        help="count a candle as a truth only once a later one is stored (stores fed with forming bars)")
     parser.add_argument("--json", action="store_true", help="print the summaries as JSON")
 
 
@@ -59,18 +61,19 @@ def _fmt(v: float | None, pct: bool = False) -> str:
 
 
 def table_lines(rows: list[dict]) -> list[str]:
-    """The per model and horizon step table ``kronos score`` prints (all-time figures, and
-    the rolling 80% coverage)."""
+    """The per model and horizon step table ``kronos score`` prints: all-time figures, and
+    the rolling coverage of the 80% band (else the widest)."""
     levels = sorted({lv for r in rows for lv in r["all_time"]["coverage"]}, key=float)
+    watched = ["0.8"] if "0.8" in levels else levels[-1:]  # the alert's level when present
     head = ["model", "step", "scored", "crps", "mae", "direction"] + [f"cov {lv}" for lv in levels]
-    head += ["rolling cov " + lv for lv in levels[-1:]]
+    head += ["rolling cov " + lv for lv in watched]
     out = [head]
     for r in rows:
         a = r["all_time"]
         name = (r["model_name"] or "") + " " + r["model_sha256"][:12]
         line = [name.strip(), str(r["horizon_step"]), str(a["scored"]), _fmt(a["crps"]), _fmt(a["mae"]),
                 _fmt(a["direction_accuracy"], True)] + [_fmt(a["coverage"].get(lv), True) for lv in levels]
-        line += [_fmt(r["rolling"]["coverage"].get(lv), True) for lv in levels[-1:]]
+        line += [_fmt(r["rolling"]["coverage"].get(lv), True) for lv in watched]
         out.append(line)
     widths = [max(len(row[i]) for row in out) for i in range(len(head))]
     return ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
@@ -80,6 +83,7 @@ def table_lines(rows: list[dict]) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     from kronos_core.data.store_reader import KlineReader
     from kronos_core.ledger import DEFAULT_WINDOW, Ledger, LedgerError, by_model_and_step, score
+    from kronos_core.ledger.accuracy import select
 
     store_dir, ledger_dir = resolve_dirs(args.store, args.ledger)
     if not Path(store_dir).is_dir():
@@ -91,12 +95,13 @@ def run(args: argparse.Namespace) -> int:
     ledger = Ledger(ledger_dir)
     reader = KlineReader(store_dir, args.frequency)
     try:
-        result = score(ledger, reader, since=args.since)
+        result = score(ledger, reader, since=args.since, require_next_bar=args.require_next_bar)
     except LedgerError as exc:
         print(f"kronos score: {exc}", file=sys.stderr)
         return 1
     window: int | timedelta = args.window or DEFAULT_WINDOW
-    scores = ledger.read_scores(since=args.since)
+    # scores of forecasts requested since T were written since T: read those, keep the forecasts'
+    scores = select(ledger.read_scores(since=args.since), since=args.since)
     rows = by_model_and_step(scores, window)
     for path, why in result.skipped_files:
         print(f"kronos score: skipped unreadable {path}: {why}", file=sys.stderr)
@@ -108,6 +113,7 @@ def run(args: argparse.Namespace) -> int:
           f"ledger {ledger_dir}, store {store_dir}")
     if rows:
         print("\n".join(table_lines(rows)))
+        print(f"(all time; rolling: the last {window} scored steps of each row)")
     else:
         print("no scored forecasts yet")
     return 0

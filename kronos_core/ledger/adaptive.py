@@ -17,8 +17,8 @@ continues that walk with the forecasts the service answered, as their truths arr
   the raw score is the corrected band's score plus that correction, and the truth left the
   issued interval exactly when the corrected band's score is positive. The correction a
   forecast was issued is found by its recorded ``calibration_hash`` in the state's history
-  (``<state>.d/<hash>.npy``, one small file per state); rows of an unknown hash (another
-  calibration, none) are left out. Exact for open and close while the corrected quantiles
+  (``<state>.d/<hash>.npy``, one small file per state, kept ``history_days``, 30 by default);
+  rows of an unknown hash (another calibration, none, a pruned state) are left out. Exact for open and close while the corrected quantiles
   do not cross (where the answer's rearrangement swapped two levels' bounds, the score is
   that of the band as answered); high and low bands are also moved by the candle order
   (low <= open, close <= high), so their raw scores are approximate;
@@ -58,6 +58,7 @@ from kronos_core.options import quantile_column
 log = logging.getLogger(__name__)
 
 STATE_FORMAT = "kronos-aci-state/1"
+HISTORY_DAYS = 30.0  # corrections of past states are kept this long (a forecast is scored within its horizon)
 
 
 def corrections_hash(calibration: Calibration) -> str:
@@ -111,8 +112,10 @@ class OnlineCalibration:
     not adapted, as for a static calibration). ``calibration`` (property) is the one to apply
     now, ``stamp`` names it."""
 
-    def __init__(self, calibration: Calibration, state_path: str | os.PathLike | None = None):
+    def __init__(self, calibration: Calibration, state_path: str | os.PathLike | None = None,
+                 history_days: float = HISTORY_DAYS):
         self.fitted = calibration
+        self.history_days = float(history_days)
         self.state_path = None if state_path is None else Path(state_path)
         self._current = calibration
         self._version = 0
@@ -242,9 +245,21 @@ class OnlineCalibration:
                "levels": list(self.fitted.levels), "features": list(self.fitted.features),
                "aci_state": state.to_dict()}
         _write_atomic(self.state_path, json.dumps(doc).encode())
+        self._prune_history(now, {corrections_hash(self.fitted), state_hash})
         self._current, self._version, self._updated_at, self._hash = current, version, now, state_hash
         st = os.stat(self.state_path)
         self._file_key = (st.st_ino, st.st_size, st.st_mtime_ns)
+
+    def _prune_history(self, now: datetime, keep: set[str]) -> None:
+        """Drop the corrections of states older than ``history_days`` (a forecast issued with
+        one and scored later is then left out of the walk)."""
+        limit = now.timestamp() - self.history_days * 86400
+        for p in self.history_dir.glob("*.npy"):
+            try:
+                if p.stem not in keep and p.stat().st_mtime < limit:
+                    p.unlink()
+            except OSError:
+                pass
 
     # -- the update ----------------------------------------------------------
 

@@ -26,6 +26,7 @@ from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -79,7 +80,7 @@ def write_parquet_atomic(path: Path, table: pa.Table) -> None:
             os.unlink(tmp)
         except OSError:
             pass
-        raise LedgerWriteError(f"cannot write ledger file {path}: {exc.strerror or exc}") from exc
+        raise LedgerWriteError(f"cannot write ledger file {path}: {exc.strerror or exc}", exc.errno) from exc
     except BaseException:
         try:
             os.unlink(tmp)
@@ -116,13 +117,19 @@ def partition_files(root: Path, since_day: date | None = None) -> list[Path]:
     return out
 
 
-def read_files(files: Iterable[Path], skipped: list[tuple[Path, str]] | None = None) -> pa.Table | None:
+def read_files(files: Iterable[Path], skipped: list[tuple[Path, str]] | None = None,
+               columns: Sequence[str] | None = None, file_index: bool = False) -> pa.Table | None:
     """The files' rows as one table (columns unified; missing ones are null), None if no file
-    could be read. A file that cannot be read is skipped with a warning naming it."""
+    could be read. A file that cannot be read is skipped with a warning naming it.
+    ``columns``: only these; ``file_index``: add ``_file``, the position of each row's file in
+    ``files``."""
     tables = []
-    for f in files:
+    for k, f in enumerate(files):
         try:
-            tables.append(pq.read_table(f))
+            t = pq.read_table(f, columns=list(columns) if columns is not None else None)
+            if file_index:
+                t = t.append_column("_file", pa.array(np.full(t.num_rows, k, dtype="i4"), pa.int32()))
+            tables.append(t)
         except FileNotFoundError:  # removed by retention meanwhile
             continue
         except Exception as exc:  # a corrupt file costs its rows, never the read
@@ -139,6 +146,13 @@ def _since_day(since: Any) -> tuple[date | None, int | None]:
         return None, None
     ns = utc_ns(since)
     return datetime.fromtimestamp(ns / 1e9, timezone.utc).date(), ns
+
+
+COMPLETE_DIR = "complete"  # scores/complete/date=YYYY-MM-DD.txt: forecast files every step of which is scored
+
+
+def _complete_list(scores_root: Path, day: str) -> Path:
+    return scores_root / COMPLETE_DIR / f"{day}.txt"
 
 
 class Ledger:
@@ -226,10 +240,46 @@ class Ledger:
             return empty_scores()
         return filter_rows(table, "scored_at", since_ns, model, symbol)
 
+    def complete_files(self) -> set[str]:
+        """Names (``date=.../<file>``) of forecast files every step of which is scored: the
+        scorer reads them no more."""
+        out: set[str] = set()
+        d = self.scores_root / COMPLETE_DIR
+        try:
+            entries = list(os.scandir(d))
+        except FileNotFoundError:
+            return out
+        for e in entries:
+            if e.name.endswith(".txt"):
+                try:
+                    lines = Path(e.path).read_text().splitlines()
+                except OSError:
+                    continue
+                day = e.name[: -len(".txt")]
+                out.update(f"{day}/{ln}" for ln in lines if ln.endswith(SUFFIX))
+        return out
+
+    def mark_complete(self, files: Iterable[Path]) -> None:
+        """Note forecast files as completely scored (appended to their day's list; a line cut
+        by a crash names no file and is ignored, the file is then read and noted again)."""
+        by_day: dict[str, list[str]] = {}
+        for f in files:
+            by_day.setdefault(f.parent.name, []).append(f.name)
+        for day, names in by_day.items():
+            path = _complete_list(self.scores_root, day)
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                with open(path, "a") as fh:
+                    fh.write("".join(n + "\n" for n in names))
+            except OSError as exc:
+                raise LedgerWriteError(f"cannot write {path}: {exc.strerror or exc}", exc.errno) from exc
+
     # -- retention -------------------------------------------------------------
 
-    def enforce_retention(self, now: datetime | None = None) -> list[Path]:
-        """Remove what the retention settings no longer keep; returns the removed files.
+    def enforce_retention(self, days: float | None = None, max_bytes: int | None = None,
+                          now: datetime | None = None) -> list[Path]:
+        """Remove what the retention settings (``days`` / ``max_bytes``, else the ledger's
+        ``retention_days`` / ``retention_bytes``) no longer keep; returns the removed files.
 
         Days: partitions (forecasts and scores) whose date is older than ``retention_days``
         before ``now``'s UTC date. Bytes: the oldest forecast files until forecasts and
@@ -237,17 +287,20 @@ class Ledger:
         before is gone (so no forecast is ever scored twice). Stale temporary files
         (crashed writes, older than an hour) are removed too."""
         now = now or datetime.now(timezone.utc)
+        days = self.retention_days if days is None else days
+        max_bytes = self.retention_bytes if max_bytes is None else max_bytes
         removed: list[Path] = []
         removed += self._remove_stale_tmp(now)
-        if self.retention_days is not None:
-            cutoff = now.date() - timedelta(days=float(self.retention_days))
+        if days is not None:
+            cutoff = now.date() - timedelta(days=float(days))
             for base in (self.root, self.scores_root):
                 for d in _partitions(base):
                     if d[0] < cutoff:
                         removed += sorted(p for p in d[1].iterdir() if p.is_file())
                         shutil.rmtree(d[1], ignore_errors=True)
-        if self.retention_bytes is not None:
-            removed += self._enforce_bytes(int(self.retention_bytes))
+                        _unlink(_complete_list(self.scores_root, d[1].name))
+        if max_bytes is not None:
+            removed += self._enforce_bytes(int(max_bytes))
         return removed
 
     def _enforce_bytes(self, limit: int) -> list[Path]:

@@ -25,6 +25,7 @@ persisted and never recomputed, even if the candle is later re-imported with oth
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -32,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -41,8 +43,17 @@ from kronos_core.data.fileformat import SymbolLock
 from kronos_core.data.store_reader import KlineReader
 from kronos_core.eval import metrics as m
 from kronos_core.ledger.errors import LedgerWriteError
-from kronos_core.ledger.ledger import Ledger
+from kronos_core.ledger.ledger import (
+    Ledger,
+    empty_forecasts,
+    filter_rows,
+    partition_files,
+    read_files,
+)
+from kronos_core.ledger.records import utc_ns
 from kronos_core.options import quantile_label
+
+log = logging.getLogger(__name__)
 
 KEY = ("request_id", "symbol", "horizon_step")  # one score per forecast step
 CARRIED = ("request_time", "model_sha256", "model_name", "calibration_method", "calibration_version",
@@ -62,6 +73,13 @@ class ScoreResult:
     waiting: int = 0
     path: Path | None = None
     skipped_files: list[tuple[Path, str]] = field(default_factory=list)
+
+    def per_model(self) -> dict[str, int]:
+        """New scores per model SHA-256."""
+        if self.scores.num_rows == 0:
+            return {}
+        counts = self.scores.group_by("model_sha256").aggregate([("model_sha256", "count")]).to_pydict()
+        return dict(zip(counts["model_sha256"], counts["model_sha256_count"]))
 
 
 def close_levels(table: pa.Table) -> list[float]:
@@ -135,12 +153,14 @@ def empty_scores() -> pa.Table:
 
 
 def _truths(store: KlineReader, symbol: str, frequency: str | None, times: np.ndarray,
-            origins: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-    """(values (N, 6) at exactly ``times`` (NaN where the store has no candle there), closes
-    (N,) at exactly ``origins``), or None when the store cannot read the symbol."""
+            origins: np.ndarray, require_next_bar: bool = False) -> tuple[np.ndarray, np.ndarray] | None:
+    """(values (N, 6) at exactly ``times`` (NaN where the store has no candle there, or, with
+    ``require_next_bar``, no later one), closes (N,) at exactly ``origins``), or None when the
+    store cannot read the symbol."""
     lo, hi = int(min(times.min(), origins.min())), int(times.max())
     try:
-        frame = store.read(symbol, frequency, start=np.datetime64(lo, "ns"), end=np.datetime64(hi, "ns"))
+        end = None if require_next_bar else np.datetime64(hi, "ns")
+        frame = store.read(symbol, frequency, start=np.datetime64(lo, "ns"), end=end)
     except StoreError:
         return None
     ts = frame["timestamps"].to_numpy().astype("datetime64[ns]").astype(np.int64)  # (L,)
@@ -152,6 +172,8 @@ def _truths(store: KlineReader, symbol: str, frequency: str | None, times: np.nd
         return i, hit
 
     i, hit = at(times)
+    if require_next_bar and len(ts):
+        hit &= times < ts[-1]  # a later bar exists: the one at ``times`` is closed
     out = np.full((len(times), len(FEATURES)), np.nan)
     if len(ts):
         out[hit] = values[i[hit]]
@@ -162,9 +184,23 @@ def _truths(store: KlineReader, symbol: str, frequency: str | None, times: np.nd
     return out, last
 
 
-def score(ledger: Ledger, store: KlineReader, since: Any = None, now: datetime | None = None) -> ScoreResult:
+def _note_complete(ledger: Ledger, files: list[Path], forecasts: pa.Table, waiting: pa.Table | None) -> None:
+    """Note the files read whose every step now has a score (none still ``waiting``)."""
+    present = set(forecasts["_file"].to_pylist())
+    still = set() if waiting is None else set(waiting["_file"].to_pylist())
+    try:
+        ledger.mark_complete([files[k] for k in sorted(present - still)])
+    except LedgerWriteError as exc:  # only a shortcut for later scorers: never fails the scoring
+        log.warning("%s", exc)
+
+
+def score(ledger: Ledger, store: KlineReader, since: Any = None, now: datetime | None = None,
+          require_next_bar: bool = False) -> ScoreResult:
     """Score every recorded forecast step (of requests at or after ``since``) whose truth the
     store holds and that has no score yet; persist the new scores (one file) and return them.
+
+    ``require_next_bar``: for a store whose newest candle may still be forming (fed from a
+    live source), a step's candle counts as its truth only once a later candle is stored.
 
     Scorers are serialized by a file lock in the ledger's folder (``.score.lock``), so two
     gateways never score a step twice. Raises ``LedgerWriteError`` when the scores cannot
@@ -174,27 +210,37 @@ def score(ledger: Ledger, store: KlineReader, since: Any = None, now: datetime |
         lock = SymbolLock(ledger.root, LOCK_NAME)
         lock.__enter__()
     except OSError as exc:
-        raise LedgerWriteError(f"cannot lock ledger {ledger.root} for scoring: {exc.strerror or exc}") from exc
+        raise LedgerWriteError(f"cannot lock ledger {ledger.root} for scoring: {exc.strerror or exc}", exc.errno) from exc
     try:
-        return _score_locked(ledger, store, since, now)
+        return _score_locked(ledger, store, since, now, require_next_bar)
     finally:
         lock.__exit__(None, None, None)
 
 
-def _score_locked(ledger: Ledger, store: KlineReader, since: Any, now: datetime | None) -> ScoreResult:
-    forecasts = ledger.read(since=since)
-    skipped = list(ledger.skipped)
-    done = ledger.read_scores(since=since)  # a step is scored after its request: since bounds both
-    skipped += ledger.skipped
+def _score_locked(ledger: Ledger, store: KlineReader, since: Any, now: datetime | None,
+                  require_next_bar: bool) -> ScoreResult:
+    complete = ledger.complete_files()
+    files = [f for f in ledger.files(since) if f"{f.parent.name}/{f.name}" not in complete]
+    skipped: list[tuple[Path, str]] = []
+    read = read_files(files, skipped, file_index=True)
+    forecasts = empty_forecasts() if read is None else read
+    if since is not None:
+        forecasts = filter_rows(forecasts, "request_time", utc_ns(since), None, None)
     if forecasts.num_rows == 0:
-        return ScoreResult(empty_scores(), forecasts, 0, None, skipped)
-    keys = done.select(list(KEY)).cast(pa.schema([pa.field("request_id", pa.string()),
-                                                  pa.field("symbol", pa.string()),
-                                                  pa.field("horizon_step", pa.int32())]))
-    todo = forecasts.join(keys, list(KEY), join_type="left anti") if keys.num_rows else forecasts
+        return ScoreResult(empty_scores(), empty_forecasts(), 0, None, skipped)
+    # a step is scored after its request, so scores of these requests were written from
+    # ``since`` on; a day's margin covers writers whose clocks disagree (extra keys are harmless)
+    day = None if since is None else (pd.Timestamp(utc_ns(since), tz="UTC") - pd.Timedelta(days=1)).date()
+    done = read_files(partition_files(ledger.scores_root, day), skipped, columns=KEY)
+    todo = forecasts
+    if done is not None and done.num_rows:
+        keys = done.cast(pa.schema([pa.field("request_id", pa.string()), pa.field("symbol", pa.string()),
+                                    pa.field("horizon_step", pa.int32())]))
+        todo = forecasts.join(keys, list(KEY), join_type="left anti")
     todo = todo.combine_chunks()
     if todo.num_rows == 0:
-        return ScoreResult(empty_scores(), todo, 0, None, skipped)
+        _note_complete(ledger, files, forecasts, None)
+        return ScoreResult(empty_scores(), todo.drop_columns(["_file"]), 0, None, skipped)
     n = todo.num_rows
     truth = np.full((n, len(FEATURES)), np.nan)  # (N, 6)
     origin_close = np.full(n, np.nan)
@@ -207,14 +253,16 @@ def _score_locked(ledger: Ledger, store: KlineReader, since: Any, now: datetime 
         groups.setdefault((str(s), None if f is None else str(f)), []).append(i)
     for (symbol, frequency), rows in groups.items():
         idx = np.asarray(rows)
-        found = _truths(store, symbol, frequency, steps_ns[idx], origins_ns[idx])
+        found = _truths(store, symbol, frequency, steps_ns[idx], origins_ns[idx], require_next_bar)
         if found is not None:
             truth[idx], origin_close[idx] = found
     ready = np.isfinite(truth[:, FEATURES.index("close")])
     waiting = int((~ready).sum())
     if not ready.any():
-        return ScoreResult(empty_scores(), todo.slice(0, 0), waiting, None, skipped)
-    rows_ready = todo.filter(pa.array(ready))
+        _note_complete(ledger, files, forecasts, todo.filter(pa.array(~ready)))
+        return ScoreResult(empty_scores(), todo.slice(0, 0).drop_columns(["_file"]), waiting, None, skipped)
+    open_rows = todo.filter(pa.array(~ready))
+    rows_ready = todo.filter(pa.array(ready)).drop_columns(["_file"])
     truth, origin_close = truth[ready], origin_close[ready]
     recorded_last = _col(rows_ready, "last_close")
     last = np.where(np.isfinite(recorded_last), recorded_last, origin_close)
@@ -233,6 +281,7 @@ def _score_locked(ledger: Ledger, store: KlineReader, since: Any, now: datetime 
         cols[k] = pa.array(v, pa.float64(), from_pandas=True)
     scores = pa.table(cols)
     path = ledger.write_scores(scores)
+    _note_complete(ledger, files, forecasts, open_rows)
     scored = rows_ready
     for j, f in enumerate(FEATURES):
         scored = scored.append_column(f"truth_{f}", pa.array(truth[:, j], pa.float64()))

@@ -160,3 +160,53 @@ def test_open_from_files(tmp_path):
     assert online.state_path == tmp_path / "ledger" / "calibration" / "cal.state.json"
     assert online.adaptive and online.stamp.version == 0
     assert pd.isna(None) and OnlineCalibration.open(p).adaptive is False
+
+
+def test_two_gateways_share_one_state(tmp_path):
+    """Each update starts from the latest state on disk, whoever wrote it."""
+    cal = _fitted()
+    path = tmp_path / "state.json"
+    a, b = OnlineCalibration(cal, path), OnlineCalibration(cal, path)
+    frame = candles(60, seed=4)
+    store = make_store(tmp_path / "store", {"AAA": frame})
+    led = Ledger(tmp_path / "ledger")
+    rng = np.random.default_rng(3)
+    recs, _ = _forecast_round(a, frame, np.arange(10, 14), rng, "a")
+    led.record(recs)
+    first = score(led, store)
+    assert a.update(first.scored).version == 1
+    recs, _ = _forecast_round(a, frame, np.arange(20, 24), rng, "b")  # issued with a's new state
+    led.record(recs)
+    second = score(led, store)
+    assert b.stamp.version == 0  # b has not looked yet
+    assert b.update(second.scored).version == 2  # starts from a's version 1
+    alone = OnlineCalibration(cal, tmp_path / "alone.json")
+    alone.update(first.scored)
+    # the history of a's state is found beside the shared file, not beside alone's: copy it
+    import shutil
+
+    shutil.copytree(path.with_name(path.name + ".d"), (tmp_path / "alone.json.d"), dirs_exist_ok=True)
+    alone.update(second.scored)
+    np.testing.assert_allclose(b.calibration.corrections, alone.calibration.corrections)
+    assert a.refresh() and a.stamp == b.stamp
+
+
+def test_old_states_corrections_are_pruned(tmp_path):
+    import os
+
+    cal = _fitted()
+    path = tmp_path / "state.json"
+    online = OnlineCalibration(cal, path, history_days=1)
+    frame = candles(40, seed=2)
+    store = make_store(tmp_path / "store", {"AAA": frame})
+    led = Ledger(tmp_path / "ledger")
+    history = path.with_name(path.name + ".d")
+    history.mkdir()
+    old = history / ("0" * 64 + ".npy")
+    old.write_bytes(b"x")
+    os.utime(old, (1, 1))
+    recs, _ = _forecast_round(online, frame, np.arange(10, 14), np.random.default_rng(0), "x")
+    led.record(recs)
+    assert online.update(score(led, store).scored).changed
+    assert not old.exists()
+    assert {p.stem for p in history.glob("*.npy")} == {corrections_hash(cal), online.stamp.hash}

@@ -174,6 +174,7 @@ def test_retention_by_days(tmp_path):
     led = Ledger(tmp_path, retention_days=7)
     for age in (30, 10, 3, 0):
         _backdate(led, age, f"age{age}")
+    assert led.enforce_retention(days=40) == []  # an override of the setting
     removed = led.enforce_retention()
     assert len(removed) == 2
     assert set(led.read()["request_id"].to_pylist()) == {"age3", "age0"}
@@ -189,6 +190,8 @@ def test_retention_by_bytes_drops_the_oldest_first(tmp_path):
     led.enforce_retention()
     assert set(led.read()["request_id"].to_pylist()) == {"age2", "age1"}
     assert led.disk_bytes() <= led.retention_bytes
+    led.enforce_retention(max_bytes=sizes[-1])  # an override of the setting
+    assert set(led.read()["request_id"].to_pylist()) == {"age1"}
 
 
 def test_bad_writer_id_and_missing_close():
@@ -196,3 +199,89 @@ def test_bad_writer_id_and_missing_close():
         Ledger("x", writer_id="a/b")
     with pytest.raises(ValueError, match="close"):
         Ledger("x", features=("open",))
+
+
+def test_full_disk_raises_a_catchable_error_and_leaves_nothing(tmp_path, monkeypatch):
+    import errno
+
+    import kronos_core.ledger.ledger as ledger_module
+
+    led = Ledger(tmp_path)
+    led.record([record("AAA", START, 2, request_id="before")])
+
+    def full(table, where, **kw):
+        with open(where, "wb") as f:
+            f.write(b"PAR1 partial")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(ledger_module.pq, "write_table", full)
+    with pytest.raises(LedgerWriteError, match="No space left on device"):
+        led.record([record("BBB", START, 2, request_id="lost")])
+    monkeypatch.undo()
+    assert not [p for p in tmp_path.rglob("*") if p.name.endswith(".tmp")]
+    assert set(led.read()["request_id"].to_pylist()) == {"before"}
+
+
+def test_step_times_are_the_wall_clock_whatever_their_type(tmp_path):
+    from kronos_core.ledger.records import wall_clock_ns_array
+
+    want = pd.Timestamp("2026-03-02 09:30").value
+    for spelling in (["2026-03-02T09:30:00"], ["2026-03-02 09:30"], [pd.Timestamp("2026-03-02 09:30")],
+                     [pd.Timestamp("2026-03-02 09:30", tz="America/New_York")], ["2026-03-02T09:30:00+01:00"],
+                     ["2026-03-02T09:30:00Z"], np.array(["2026-03-02T09:30"], dtype="datetime64[m]")):
+        assert wall_clock_ns_array(spelling).tolist() == [want], spelling
+
+
+def test_records_from_arrays_as_the_service_holds_them(tmp_path):
+    """mean (H, 6), quantiles (Q, H, 6) with their levels, paths (S, H, 6), the stamp as a dict."""
+    h = 3
+    mean = np.arange(h * 6, dtype=float).reshape(h, 6) + 1  # (H, 6)
+    qs = np.stack([mean * 0.9, mean * 1.1])  # (Q, H, 6)
+    paths = np.stack([mean, mean * 2])  # (S, H, 6)
+    steps = pd.date_range(START + pd.Timedelta(days=1), periods=h, freq="D").to_numpy()
+    from kronos_core.ledger import ForecastRecord
+
+    rec = ForecastRecord(request_id="r", symbol="AAA", origin=np.datetime64(START), timestamps=steps, mean=mean,
+                         quantiles=qs, levels=[0.1, 0.9], model_sha256=SHA, paths=paths,
+                         calibration={"method": "aci", "version": 2, "hash": "beef",
+                                      "updated_at": "2026-01-02T00:00:00+00:00", "extra": 1})
+    led = Ledger(tmp_path, keep_paths=True, features=("open", "close"))
+    led.record([rec])
+    t = led.read().to_pandas().sort_values("horizon_step")
+    np.testing.assert_allclose(t.mean_close, mean[:, 3])
+    np.testing.assert_allclose(t.mean_open, mean[:, 0])
+    np.testing.assert_allclose(t["close_q0.9"], mean[:, 3] * 1.1)
+    np.testing.assert_allclose(t["open_q0.1"], mean[:, 0] * 0.9)
+    assert list(t.paths_close.iloc[0]) == [mean[0, 3], 2 * mean[0, 3]]
+    assert (t.calibration_version == 2).all() and (t.calibration_hash == "beef").all()
+    assert str(t.calibration_updated_at.iloc[0]) == "2026-01-02 00:00:00+00:00"
+    with pytest.raises(ValueError, match="levels"):
+        ForecastRecord(request_id="r", symbol="AAA", origin=START, timestamps=steps, mean=mean, quantiles=qs,
+                       model_sha256=SHA)
+
+
+def test_write_errors_are_os_errors(tmp_path):
+    (tmp_path / "ledger").write_text("not a folder")
+    with pytest.raises(OSError) as info:
+        Ledger(tmp_path / "ledger").record([record("AAA", START, 2)])
+    assert isinstance(info.value, LedgerWriteError) and info.value.errno is not None
+
+
+def test_several_writers_at_once_never_collide(tmp_path):
+    root = tmp_path / "ledger"
+    script = textwrap.dedent(f"""
+        import sys
+        sys.path[:0] = {sys.path!r}
+        from ledger_helpers import record, START
+        from kronos_core.ledger import Ledger
+        led = Ledger({str(root)!r}, writer_id=sys.argv[1])
+        for i in range(20):
+            led.record([record("AAA", START, 4, request_id=f"{{sys.argv[1]}}-{{i}}")])
+    """)
+    procs = [subprocess.Popen([sys.executable, "-c", script, f"gw{k}"], cwd=os.path.dirname(__file__))
+             for k in range(3)]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0, 0]
+    led = Ledger(root)
+    assert len(led.files()) == 60
+    t = led.read()
+    assert t.num_rows == 240 and len(set(t["request_id"].to_pylist())) == 60 and led.skipped == []

@@ -8,7 +8,7 @@ from datetime import timedelta
 import numpy as np
 import pandas as pd
 import pytest
-from ledger_helpers import append, candles, make_store, record
+from ledger_helpers import SHA, append, candles, make_store, record
 
 from kronos_core.eval import metrics as m
 from kronos_core.ledger import Ledger, accuracy, by_model_and_step, score, series_hash
@@ -30,7 +30,7 @@ def test_scores_match_a_direct_computation_with_eval_metrics(tmp_path):
     for s, f in full.items():
         append(store, s, f.iloc[30:35])
     res = score(led, store)
-    assert res.scores.num_rows == 10 and res.waiting == 0
+    assert res.scores.num_rows == 10 and res.waiting == 0 and res.per_model() == {SHA: 10}
     got = res.scores.to_pandas().sort_values(["symbol", "horizon_step"])
     for rec in recs:
         truth = full[rec.symbol].close.iloc[30:35].to_numpy()[None, :]  # (1, H)
@@ -164,3 +164,61 @@ def test_accuracy_filters_and_rolling_window(tmp_path):
     with pytest.raises(ValueError):
         accuracy(scores, window=0)
     assert accuracy(scores, since=pd.Timestamp.now(tz="UTC") + pd.Timedelta(days=1))["all_time"]["scored"] == 0
+
+
+def test_completely_scored_files_are_not_read_again(tmp_path, monkeypatch):
+    store, led, full, _, origin = _setup(tmp_path, symbols=("AAA",))
+    led.record([record("AAA", origin, 2, request_id="short")])
+    append(store, "AAA", full["AAA"].iloc[30:32])
+    assert score(led, store).scores.num_rows == 4  # the short one whole, the long one's first 2
+    complete = led.complete_files()
+    assert len(complete) == 1 and len(led.files()) == 2
+    read = []
+    import kronos_core.ledger.scoring as scoring
+
+    real = scoring.read_files
+
+    def spy(files, *a, **k):
+        read.append(list(files))
+        return real(files, *a, **k)
+
+    monkeypatch.setattr(scoring, "read_files", spy)
+    append(store, "AAA", full["AAA"].iloc[32:35])
+    assert score(led, store).scores.num_rows == 3
+    assert len(read[0]) == 1 and f"{read[0][0].parent.name}/{read[0][0].name}" not in complete
+    assert len(led.complete_files()) == 2
+    keys = led.read_scores().to_pandas()[["request_id", "symbol", "horizon_step"]]
+    assert len(keys) == 7 and not keys.duplicated().any()
+
+
+def test_concurrent_scorers_score_each_step_once(tmp_path):
+    import threading
+
+    store, led, full, _, _ = _setup(tmp_path, symbols=("AAA", "BBB", "CCC"))
+    for s, f in full.items():
+        append(store, s, f.iloc[30:35])
+    counts: list[int] = []
+
+    def run():
+        from kronos_core.data.store_reader import KlineReader
+
+        mine = Ledger(led.root, writer_id=f"w{threading.get_ident() % 1000}")
+        counts.append(score(mine, KlineReader(store.root, "1d")).scores.num_rows)
+
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(counts) == [0, 0, 0, 15]
+    keys = led.read_scores().to_pandas()[["request_id", "symbol", "horizon_step"]]
+    assert len(keys) == 15 and not keys.duplicated().any()
+
+
+def test_require_next_bar_waits_for_a_later_candle(tmp_path):
+    store, led, full, _, _ = _setup(tmp_path, symbols=("AAA",))
+    append(store, "AAA", full["AAA"].iloc[30:32])  # steps 1 and 2; step 2's bar may still be forming
+    first = score(led, store, require_next_bar=True)
+    assert first.scores["horizon_step"].to_pylist() == [1]
+    append(store, "AAA", full["AAA"].iloc[32:33])
+    assert score(led, store, require_next_bar=True).scores["horizon_step"].to_pylist() == [2]
