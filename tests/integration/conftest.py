@@ -136,7 +136,7 @@ def init_ray(attempts: int = 3) -> None:
     for attempt in range(1, attempts + 1):
         try:
             # 3 logical CPUs: the shared app's two replicas take one each; the third is for a small app a
-            # test deploys beside it (tests/integration/test_ledger_week.py). Threads are set per replica.
+            # test deploys beside it (tests/integration/test_ledger_service_week.py). Threads are set per replica.
             ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False, namespace="kronos-tests")
             return
         except Exception as exc:
