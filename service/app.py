@@ -9,7 +9,8 @@ import logging
 import math
 import os
 import time
-from typing import Annotated, Any
+from datetime import datetime
+from typing import Annotated, Any, cast
 
 from fastapi import FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -17,6 +18,7 @@ from fastapi.responses import Response
 from ray import serve
 from ray.exceptions import RayActorError
 from ray.serve.handle import DeploymentHandle
+from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.auth import ApiKeyMiddleware
@@ -32,6 +34,8 @@ from service.responses import error_response
 from service.responses import json_response as _json
 from service.schemas import (
     ARROW_STREAM,
+    MAX_HORIZON,
+    AccuracyResponse,
     ForecastRequest,
     ForecastResponse,
     ModelsResponse,
@@ -164,9 +168,14 @@ class Ingress:
         self.store = KlineReader(settings.resolved_store_dir())  # the service only reads
         self.metrics = _shared_metrics(settings)
         self.replicas = ServeReplicas(predictor, settings, self.metrics)
-        self.gateway = Gateway(settings, self.store, self.replicas, self.metrics, num_replicas)
+        from service.accuracy import ledger_service
+
+        self.recorder, self.live = ledger_service(settings, self.store, self.metrics, _replica_id())
+        self.gateway = Gateway(settings, self.store, self.replicas, self.metrics, num_replicas, recorder=self.recorder)
         self._symbols: list[str] | None = None
         current().start(settings, self.metrics, _replica_id())
+        if self.live is not None:
+            self.live.start()  # background scoring every score_interval_s (one gateway at a time)
 
     # ------------------------------------------------------------ shutdown control (handle calls)
     def __del__(self):
@@ -174,6 +183,11 @@ class Ingress:
         metrics = getattr(self, "metrics", None)  # None: __init__ failed before making them
         if metrics is not None:
             metrics.close()
+        live, recorder = getattr(self, "live", None), getattr(self, "recorder", None)
+        if live is not None:
+            live.stop()
+        if recorder is not None:
+            recorder.close(timeout_s=5)  # what is queued is written; a kill loses only that
 
     async def drain(self) -> int:
         """Stop taking work on every gateway of the node: new requests get 503, /readyz is not
@@ -221,9 +235,12 @@ class Ingress:
             timeout = min(timeout, x_kronos_timeout_s)
         out = await self.gateway.forecast(req, timeout_s=timeout)  # a ServiceError: answered by _service_error
         if accept and ARROW_STREAM in accept:
-            return Response(outcome_to_arrow(out), media_type=ARROW_STREAM,
-                            headers={"X-Kronos-Errors": str(len(out.errors))})
-        return _json(outcome_to_json(out))
+            response = Response(outcome_to_arrow(out), media_type=ARROW_STREAM,
+                                headers={"X-Kronos-Errors": str(len(out.errors))})
+        else:
+            response = _json(outcome_to_json(out))
+        response.background = BackgroundTask(self.gateway.record, out)  # to the ledger once the answer is sent
+        return response
 
     @api.get("/v1/models", response_model=ModelsResponse, responses={503: _SHUTTING_DOWN, **_KEYS})
     async def models(self) -> Response:
@@ -244,6 +261,28 @@ class Ingress:
             self._symbols = await asyncio.to_thread(self.store.symbols)
         page = self._symbols[offset: offset + limit]
         return _json({"symbols": page, "total": len(self._symbols), "limit": limit, "offset": offset})
+
+    @api.get("/v1/accuracy", response_model=AccuracyResponse,
+             responses=cast(dict[int | str, dict[str, Any]], {503: _SHUTTING_DOWN, **_KEYS}))
+    async def accuracy(
+        self,
+        # a query parameter is absent or text, never null: typed without None (the default says
+        # absent), so that its schema admits no null (as the forecast route's headers)
+        model: Annotated[str, Query(min_length=1, max_length=128,
+                                    description="model name or sha256 (default: every model)")] = None,  # type: ignore[assignment]
+        symbol: Annotated[str, Query(min_length=1, max_length=64)] = None,  # type: ignore[assignment]
+        since: Annotated[datetime, Query(description="only forecasts made at or after this time "
+                                         "(ISO 8601; naive = UTC)")] = None,  # type: ignore[assignment]
+        horizon_step: Annotated[int, Query(ge=1, le=MAX_HORIZON,
+                                           description="only this step (1: the first forecast candle)")] = None,  # type: ignore[assignment]
+    ) -> Response:
+        """Live accuracy of the recorded forecasts whose truth has arrived: scored steps, coverage
+        per central level, CRPS and MAE of the close, over the rolling window and all time."""
+        if self.live is None:
+            from service.accuracy import ledger_off_answer
+
+            return _json(ledger_off_answer(self.settings, model, symbol, since, horizon_step))
+        return _json(await asyncio.to_thread(self.live.answer, model, symbol, since, horizon_step))
 
     @api.get("/healthz")
     async def healthz(self) -> Response:

@@ -74,6 +74,7 @@ class BatchRunner:
         self.device = device
         self.min_split = min_split
         self.calibration = None  # kronos_core.eval.calibration.Calibration for this model, when configured
+        self.calibration_state: dict | None = None  # its stamp (adaptive calibration: version, hash, updated_at)
 
     def _engine(self, values, xts, yts, options: ForecastOptions):
         """The one engine call: (mean (B, H, 6), quantiles (Q, B, H, 6) or None, paths (B, S, H, 6), tokens)."""
@@ -111,6 +112,10 @@ class BatchRunner:
             import torch
 
             torch.cuda.empty_cache()
+
+    def use_calibration(self, calibration: Any, state: dict | None) -> None:
+        """Apply ``calibration`` (named by its stamp ``state``) from the next batch on."""
+        self.calibration, self.calibration_state = calibration, state
 
     def _options(self, options: ForecastOptions, calibrate: bool, group: str | None = None) -> ForecastOptions:
         """The shard's options with this replica's calibration (the ``group``'s member of a file
@@ -220,13 +225,16 @@ class PendingShard:
         self.done = False
         self._parts: dict[int, tuple[int, np.ndarray, np.ndarray | None, np.ndarray | None]] = {}
         self._covered = 0
+        self.calibration_state: dict | None = None  # the calibration stamp its parts applied
 
     def add_part(self, lo: int, hi: int, mean: np.ndarray, q: np.ndarray | None, paths: np.ndarray | None,
-                 replica_id: str) -> None:
+                 replica_id: str, calibration_state: dict | None = None) -> None:
         """Series ``lo:hi`` of the shard are forecast: mean (n, H, 6), q (Q, n, H, 6), paths (n, S, H, 6)."""
         if self.done:
             return
         self._parts[lo] = (hi, mean, q, paths)
+        if calibration_state is not None and self.calibration_state is None:
+            self.calibration_state = calibration_state  # parts of OOM halves: the first part's
         self._covered += hi - lo
         if self._covered < self.shard.size:
             return
@@ -237,6 +245,7 @@ class PendingShard:
             np.concatenate([p[1] for p in parts], axis=0),
             None if parts[0][2] is None else np.concatenate([p[2] for p in parts], axis=1),
             np.concatenate([p[3] for p in parts], axis=0) if s.return_paths else None,
+            calibration_state=self.calibration_state,
         ))
 
     def fail(self, message: str, replica_id: str) -> None:
@@ -273,6 +282,8 @@ class StepJob:
     decode_steps: int = 0  # steps it ran
     queue_wait_s: list[float] = field(default_factory=list)  # shards whose first series it admitted
     admitted_mid_batch: int = 0  # of those, shards admitted while another job was mid-decode
+    options: ForecastOptions | None = None  # what it runs with, its calibration chosen at its start
+    calibration_state: dict | None = None  # the stamp of that calibration (adaptive: version, hash, updated_at)
 
     @property
     def series(self) -> int:
@@ -404,6 +415,12 @@ class StepRunner(BatchRunner):
                 return
             self.tick()
 
+    def use_calibration(self, calibration: Any, state: dict | None) -> None:
+        """Apply ``calibration`` (and name it by ``state``) to the jobs that start from now on;
+        jobs already running keep the one they started with."""
+        with self._lock:
+            self.calibration, self.calibration_state = calibration, state
+
     def _coalesce(self) -> None:
         """Turn the shards that arrived into jobs: one per options group, within the token cap."""
         with self._lock:
@@ -471,7 +488,10 @@ class StepRunner(BatchRunner):
         options, calibrate, group = job.key
         values, xts, yts = job.inputs()
         try:
-            chosen = self._options(options, calibrate, group)
+            with self._lock:  # the calibration and its stamp change together (use_calibration)
+                chosen = self._options(options, calibrate, group)
+                job.calibration_state = self.calibration_state if chosen.calibration is not None else None
+            job.options = chosen
             start = getattr(self.predictor, "start_forecast", None)
             job.engine = (start(values, xts, yts, chosen) if start is not None
                           else WholeForecastJob(self.predictor, values, xts, yts, chosen))
@@ -495,7 +515,7 @@ class StepRunner(BatchRunner):
     def _finish(self, job: StepJob) -> None:
         engine = job.engine
         assert engine is not None
-        options = self._options(*job.key)
+        options = job.options if job.options is not None else self._options(*job.key)
         res = engine.result()
         engine.close()
         q = np.asarray(res.quantiles, dtype=np.float32) if options.quantiles else None
@@ -509,7 +529,7 @@ class StepRunner(BatchRunner):
         for g in job.segments:
             end = start + g.hi - g.lo
             g.pending.add_part(g.lo, g.hi, mean[start:end], None if q is None else q[:, start:end],
-                               paths[start:end], self.replica_id)
+                               paths[start:end], self.replica_id, job.calibration_state)
             start = end
 
     def _failed(self, job: StepJob, exc: BaseException) -> None:

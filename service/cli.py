@@ -21,6 +21,7 @@ _FLAGS = {
     "dtype": ("--dtype", str, "engine precision: float32 | bfloat16 | float16"),
     "sliding": ("--sliding", str, "window past max_context: exact | rolling | recompute"),
     "store_dir": ("--store", str, "Arrow K-line store folder (default: bundled sample store)"),
+    "ledger_dir": ("--ledger", str, "forecast ledger folder, or off (default: beside the store)"),
     "ray_address": ("--ray-address", str, "running Ray cluster (default: RAY_ADDRESS, else a local Ray)"),
     "num_replicas": ("--replicas", int, "predictor replicas (default: #GPUs, else 1)"),
     "gateway_replicas": ("--gateway-replicas", int, "ingress (gateway) replicas on this node (default 1)"),

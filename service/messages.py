@@ -84,6 +84,7 @@ class ShardResult:
     error: str | None = None  # the whole shard failed: message
     error_code: ErrorCode | None = None  # set with ``error``: forecast_failed or replica_unavailable
     reports: list[BatchReport] = field(default_factory=list)  # batches not yet reported to the gateway
+    calibration_state: dict[str, Any] | None = None  # the adaptive calibration state applied (version, sha256, updated_at)
 
 
 @dataclass

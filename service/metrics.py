@@ -168,6 +168,32 @@ class Metrics:
             "kronos_admitted_mid_batch", "shards a replica started while another job was mid-decode (they did "
             "not wait for it to finish)", ["replica"], registry=r,
         )
+        # -- forecast ledger and live accuracy (set by the gateway whose scoring pass holds the ledger's
+        # lock: "mostrecent", so the figures of the last pass win whichever gateway ran it)
+        self.ledger_write_failures = Counter(
+            "kronos_ledger_write_failures", "answered requests whose forecasts could not be recorded in the "
+            "ledger (disk full, folder unwritable, writer queue full); the forecasts were answered",
+            registry=r,
+        )
+        self.ledger_rows = Counter(
+            "kronos_ledger_rows", "forecasts (series) appended to the ledger", registry=r,
+        )
+        self.forecast_coverage = Gauge(
+            "kronos_forecast_coverage", "rolling share of scored forecast steps inside the central band of this "
+            "level (the latest KRONOS_SCORE_WINDOW_STEPS scored steps)", ["model", "level"], registry=r, multiprocess_mode="mostrecent",
+        )
+        self.forecast_crps = Gauge(
+            "kronos_forecast_crps", "rolling mean CRPS of the close (price units)", ["model"], registry=r,
+            multiprocess_mode="mostrecent",
+        )
+        self.forecast_window_scored = Gauge(
+            "kronos_forecast_window_scored", "forecast steps scored within the rolling window (what the coverage "
+            "gauges are over)", ["model"], registry=r, multiprocess_mode="mostrecent",
+        )
+        self.forecasts_scored = Gauge(
+            "kronos_forecasts_scored_total", "forecast steps scored, all time (read from the ledger: survives restarts)",
+            ["model"], registry=r, multiprocess_mode="mostrecent",
+        )
         self.http_in_flight.set(0)
         for stage in ("requests", "shards"):
             self.queue_depth.labels(stage=stage).set(0)

@@ -200,8 +200,12 @@ class Predictor:
             memory_model=memory_model_for(self.model_cfg, self.tokenizer_cfg, self.max_context,
                                           self.predictor_config.sliding),
         )
+        self.adaptive = None  # service.adaptive.ReplicaCalibration: the calibration kept current (aci: online)
         if settings.calibration:
-            self.runner.calibration = load_calibration(settings.calibration, self.predictor.identity)
+            from service.adaptive import ReplicaCalibration
+
+            self.adaptive = ReplicaCalibration(settings, load_calibration(settings.calibration, self.predictor.identity))
+            self.adaptive.refresh(self.runner)  # the calibration and its stamp
             self.model["calibration"] = calibration_info(self.runner.calibration)
         self.max_batch_tokens = 0
         self.reconfigure({})
@@ -263,6 +267,8 @@ class Predictor:
         def deliver(res: ShardResult) -> None:  # on the device thread
             loop.call_soon_threadsafe(_resolve, answer, res)
 
+        if self.adaptive is not None and shard.calibrate:
+            self.adaptive.refresh(self.runner)  # the latest persisted state, for the jobs that start next
         pending = self.runner.submit(shard, deliver)
         try:
             res = await answer

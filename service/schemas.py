@@ -232,6 +232,10 @@ class ForecastRequest(BaseModel):
         description="make forecast candles consistent: volume, amount >= 0; high >= max(open, close); "
         "low <= min(open, close). Off by default: results then equal the reference model's",
     )
+    record: bool = Field(
+        True, description="append the answered forecasts to the forecast ledger, to be scored when their truth "
+        "arrives (`GET /v1/accuracy`); false: not recorded. Nothing is recorded when the service's ledger is off",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -403,12 +407,55 @@ class ModelInfo(BaseModel):
     )
 
 
+class CalibrationStateOut(BaseModel):
+    """The adaptive calibration state (method aci, updated online from scored forecasts) an answer used."""
+
+    method: str = Field(..., description="aci")
+    version: int = Field(..., ge=0, description="online updates applied since the calibration file (0: the file's "
+                         "own state)")
+    hash: str = Field(..., description="hash of the state's corrections")
+    updated_at: str | None = Field(None, description="UTC time of its last update (ISO 8601); null: never updated")
+
+
 class ForecastResponse(BaseModel):
     model: ModelInfo
     calibrated: bool = Field(False, description="quantiles corrected by the calibration named in model.calibration")
+    calibration_state: CalibrationStateOut | None = Field(
+        None, description="with an adaptive (aci) calibration: the state whose corrections this answer used",
+    )
+    request_id: str | None = Field(None, description="the request's id (its rows in the forecast ledger carry it)")
     forecasts: list[SymbolForecast]
     errors: list[SymbolErrorOut]
     timing: dict[str, float]
+
+
+class AccuracyFigures(BaseModel):
+    """Scores of the forecast steps whose truth arrived (kronos_core.ledger), over one span."""
+
+    scored: int = Field(..., ge=0, description="forecast steps scored (symbol x step)")
+    coverage: dict[str, float | None] = Field(
+        default_factory=dict, description="central level (as text, e.g. '0.8') -> share of scored steps whose "
+        "truth fell inside that band",
+    )
+    crps: float | None = Field(None, description="mean CRPS of the close, from the quantiles (price units)")
+    mae: float | None = Field(None, description="mean absolute error of the mean close (price units)")
+    direction_hit: float | None = Field(None, description="share of steps whose mean moved the way the close did "
+                                        "(a step with no move on either side counts half)")
+
+
+class AccuracyResponse(BaseModel):
+    """``GET /v1/accuracy``: live accuracy of the recorded forecasts."""
+
+    model: str | None = Field(None, description="model sha256 filter (null: every model)")
+    symbol: str | None = None
+    since: str | None = Field(None, description="only forecasts made at or after this time (ISO 8601)")
+    horizon_step: int | None = Field(None, description="only this step (1 = the first forecast candle)")
+    window_steps: int = Field(..., description="the rolling window: the latest this many scored steps (by truth time)")
+    rolling: AccuracyFigures = Field(..., description="forecasts made within the rolling window")
+    all_time: AccuracyFigures = Field(..., description="every recorded forecast (since the retention cut)")
+    last_scored: str | None = Field(None, description="UTC time of this gateway's last scoring pass that scored "
+                                    "something (null: none yet, or another gateway ran them)")
+    detail: str = Field("", description="why nothing is reported, e.g. the ledger is off")
 
 
 class SymbolsPage(BaseModel):

@@ -137,6 +137,35 @@ class Settings(BaseSettings):
         10.0, gt=0, description="a key's rate bucket holds this many seconds of its series/s (its burst)",
     )
 
+    # -- forecast ledger and live accuracy (docs/service.md, "Forecast ledger")
+    ledger_dir: str | None = Field(
+        None,
+        description="folder of the forecast ledger (every answered forecast, scored once its truth is in the "
+        "store); default: beside the store (kronos_core.ledger's default); `off` records nothing. Several "
+        "gateways or nodes need one shared folder (each gateway writes its own files)",
+    )
+    ledger_paths: bool = Field(False, description="record the sample paths too (large); default: mean and quantiles")
+    ledger_retention_days: float | None = Field(
+        None, gt=0, description="ledger days kept (older day partitions are deleted by the scorer); default: all",
+    )
+    ledger_retention_bytes: int | None = Field(
+        None, gt=0, description="ledger size kept (oldest day partitions deleted first); default: no bound",
+    )
+    ledger_queue: int = Field(
+        1024, ge=1,
+        description="answered requests waiting for the ledger writer per gateway; beyond: the request's rows are "
+        "dropped and counted in kronos_ledger_write_failures_total (the forecast never waits for the disk)",
+    )
+    score_interval_s: float = Field(
+        60.0, ge=0,
+        description="seconds between background scoring passes in the gateway (one gateway at a time, by a lock "
+        "file in the ledger folder); 0: no background scoring (`kronos score` still works)",
+    )
+    score_window_steps: int = Field(
+        500, ge=1, description="rolling window of the accuracy gauges and /v1/accuracy's `rolling` figures: the "
+        "latest this many scored steps (by truth time)",
+    )
+
     # -- HTTP
     host: str = Field("127.0.0.1", description="HTTP bind address")
     port: int = Field(8000, ge=0, le=65535, description="HTTP port")
@@ -157,6 +186,16 @@ class Settings(BaseSettings):
         from kronos_core.data.sample_store import default_sample_store
 
         return str(default_sample_store())
+
+    def resolved_ledger_dir(self) -> str | None:
+        """The ledger folder, or None when the ledger is ``off``."""
+        if self.ledger_dir is not None and self.ledger_dir.strip().lower() == "off":
+            return None
+        if self.ledger_dir:
+            return self.ledger_dir
+        from kronos_core.ledger.ledger import default_ledger_dir
+
+        return str(default_ledger_dir(self.resolved_store_dir()))
 
     def gateway_shared_dir(self, node_id: str) -> str:
         """The folder the gateway replicas on Ray node ``node_id`` share (metrics, drain marker):

@@ -19,6 +19,7 @@ from service.gateway.future import FutureTimestamps
 from service.gateway.gather import Outcome, add_summaries, gather_outcome, public_message
 from service.gateway.plan import make_shards, memory_model_fit, warm_memory_model
 from service.gateway.prepare import Prepared, check_exchange, prepare
+from service.gateway.record import LedgerRecorder, batch_from_outcome
 from service.interfaces import CandleStore, Replicas
 from service.messages import ReplicaInfo
 from service.metrics import Metrics
@@ -38,6 +39,7 @@ class Gateway:
         num_replicas: int,
         fit_factory: Callable[[ReplicaInfo, int, int], Callable[[int], int]] | None = None,
         future: Callable[..., np.ndarray] | None = None,
+        recorder: LedgerRecorder | None = None,
     ):
         self.settings = settings
         self.store = store
@@ -47,6 +49,7 @@ class Gateway:
         self.fit_factory = fit_factory or memory_model_fit
         self.dispatcher = Dispatcher(settings, replicas, metrics, num_replicas)
         self._future = future
+        self.recorder = recorder  # None: the ledger is off
         self._info: ReplicaInfo | None = None
         self._inflight = 0
 
@@ -71,6 +74,14 @@ class Gateway:
         if self._info is None:
             self._info = info
             warm_memory_model(info)  # once, before the first request needs it
+
+    def record(self, out: Outcome) -> None:
+        """Hand an answered request's forecasts to the ledger writer (a queue: no disk, never
+        raises). The route calls it after the answer is sent, so that the writer thread never
+        competes with encoding the answer; None with the ledger off or ``record: false``."""
+        batch, out.ledger_batch = out.ledger_batch, None
+        if batch is not None and self.recorder is not None:
+            self.recorder.submit(batch)
 
     def prepare(self, req: ForecastRequest, lookback: int) -> Prepared:
         return prepare(req, lookback, self.store, self.future, self.settings.min_history_warning)
@@ -119,12 +130,19 @@ class Gateway:
         # no usable series (inline or store) is still an answer: no forecasts, every series in
         # errors; a series is judged alone, whatever stands beside it (docs/service.md)
         fit = self.fit_factory(info, req.horizon, req.sample_count)
-        slices, shards = make_shards(req, prep, info, fit, self.num_replicas, self.settings.shards_per_replica)
+        record = self.recorder is not None and req.record
+        slices, shards = make_shards(req, prep, info, fit, self.num_replicas, self.settings.shards_per_replica,
+                                     want_paths=record and self.settings.ledger_paths)
         run = ShardRun(shard_timeout_s)
         results = await self.dispatcher.run_all(shards, run)
         t_fc = time.perf_counter()
         out = gather_outcome(info.model, tuple(req.quantiles), prep, slices, results)
         out.calibrated = bool(shards) and all(s.calibrate for s in shards)  # else: warnings say which, why
+        out.request_id = shards[0].request_id if shards else None
+        batch = batch_from_outcome(req, out, out.request_id or "", out.calibration_state,
+                                   self.settings.ledger_paths) if record else None
+        if out.paths and not (req.return_paths or req.summary):  # asked for the ledger only
+            out.paths = [None] * len(out.paths)
         if req.summary:
             out.summary = True
             add_summaries(out, req.vol_alert_factor, keep_paths=req.return_paths)
@@ -142,4 +160,5 @@ class Gateway:
             "shard_timeouts": float(run.timeouts),  # shard calls past their deadline, each hedged
             "lookback": float(lookback),  # the window asked for; each series' own: history_length
         }
+        out.ledger_batch = batch  # recorded by ``record`` once the answer is sent (the route's background task)
         return out

@@ -45,8 +45,8 @@ def outcome_to_json(out: Outcome) -> dict:
         if out.summaries and out.summaries[i] is not None:
             f["summary"] = out.summaries[i]
         forecasts.append(f)
-    return {"model": out.model, "calibrated": out.calibrated, "forecasts": forecasts, "errors": out.errors,
-            "timing": out.timing}
+    return {"model": out.model, "calibrated": out.calibrated, "calibration_state": out.calibration_state,
+            "request_id": out.request_id, "forecasts": forecasts, "errors": out.errors, "timing": out.timing}
 
 
 def summary_columns() -> list[tuple[str, Any]]:
@@ -107,6 +107,8 @@ def outcome_to_arrow(out: Outcome) -> bytes:
         b"kronos.errors": orjson.dumps(out.errors),
         b"kronos.timing": orjson.dumps(out.timing),
         b"kronos.calibrated": orjson.dumps(out.calibrated),
+        b"kronos.calibration_state": orjson.dumps(out.calibration_state),
+        b"kronos.request_id": orjson.dumps(out.request_id),
         b"kronos.inputs": orjson.dumps([{"symbol": sym, **_inputs(out, i)} for i, sym in enumerate(out.symbols)]),
     }
     table = pa.table(cols).replace_schema_metadata(meta)

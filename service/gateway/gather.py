@@ -36,8 +36,12 @@ class Outcome:
     warnings: list[list[dict]] = field(default_factory=list)  # {code, message} per series
     calibrated: bool = False  # quantiles corrected by the model's calibration
     histories: list[np.ndarray] = field(default_factory=list)  # (L, 6) input candles per series
+    history_timestamps: list[np.ndarray] = field(default_factory=list)  # (L,) their times (the ledger hashes them)
     summaries: list[dict | None] = field(default_factory=list)  # risk summary per series, with summary
     summary: bool = False  # the request asked for summaries (the Arrow answer then has summary_* columns)
+    request_id: str | None = None  # the request's id (its ledger rows carry it)
+    calibration_state: dict | None = None  # the adaptive calibration state the replicas applied (version, sha256, ...)
+    ledger_batch: Any = field(default=None, repr=False)  # record.ForecastBatch to record once answered (Gateway.record)
 
 
 def gather_outcome(model: dict, levels: tuple[float, ...], prep: Prepared, slices: list[slice],
@@ -46,6 +50,8 @@ def gather_outcome(model: dict, levels: tuple[float, ...], prep: Prepared, slice
     out = Outcome(model=model, symbols=[], timestamps=[], mean=[], quantile_levels=levels,
                   quantiles=[], paths=[], errors=list(prep.errors), timing={})
     for sl, res in zip(slices, results, strict=True):
+        if res.calibration_state is not None and out.calibration_state is None:
+            out.calibration_state = res.calibration_state  # the first shard's: see docs/service.md, "Forecast ledger"
         if res.error is not None:
             code = res.error_code or ErrorCode.FORECAST_FAILED
             out.errors.extend(symbol_error(s, code, res.error) for s in prep.symbols[sl])
@@ -70,6 +76,7 @@ def gather_outcome(model: dict, levels: tuple[float, ...], prep: Prepared, slice
             out.last_timestamp.append(prep.x_ts[i][-1])
             out.warnings.append(prep.warnings[i])
             out.histories.append(prep.values[i])
+            out.history_timestamps.append(prep.x_ts[i])
     return out
 
 

@@ -154,10 +154,11 @@ def memory_model_fit(info: ReplicaInfo, horizon: int, sample_count: int) -> Call
 
 
 def make_shards(req: ForecastRequest, prep: Prepared, info: ReplicaInfo, fit: Callable[[int], int],
-                num_replicas: int, shards_per_replica: int) -> tuple[list[slice], list[Shard]]:
+                num_replicas: int, shards_per_replica: int, want_paths: bool = False) -> tuple[list[slice], list[Shard]]:
     """The request's shards and the slice of ``prep``'s series each holds; a series too long
     for one replica is a ``RequestInvalid`` naming ``lookback``. Each series the deployment's
-    calibration does not apply to gets an ``uncalibrated`` warning saying why."""
+    calibration does not apply to gets an ``uncalibrated`` warning saying why. ``want_paths``:
+    the paths come back even if the request does not ask for them (the ledger records them)."""
     options = request_options(req)
     decisions = calibration_decisions(info.model.get("calibration"), req, prep)
     for i, d in enumerate(decisions):
@@ -171,7 +172,7 @@ def make_shards(req: ForecastRequest, prep: Prepared, info: ReplicaInfo, fit: Ca
     slices = split_by_calibration(slices, decisions)
     rid = uuid.uuid4().hex[:12]
     shards = [Shard(rid, i, prep.values[s], prep.x_ts[s], prep.y_ts[s], options,
-                    return_paths=req.return_paths or req.summary, calibrate=decisions[s.start].calibrate,
+                    return_paths=req.return_paths or req.summary or want_paths, calibrate=decisions[s.start].calibrate,
                     calibration_group=decisions[s.start].group)
               for i, s in enumerate(slices)]
     return slices, shards

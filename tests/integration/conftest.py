@@ -135,7 +135,9 @@ def init_ray(attempts: int = 3) -> None:
 
     for attempt in range(1, attempts + 1):
         try:
-            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, namespace="kronos-tests")
+            # 3 logical CPUs: the shared app's two replicas take one each; the third is for a small app a
+            # test deploys beside it (tests/integration/test_ledger_service_week.py). Threads are set per replica.
+            ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False, namespace="kronos-tests")
             return
         except Exception as exc:
             if "timed out during startup" not in str(exc) or attempt == attempts:
@@ -155,6 +157,7 @@ def live_service(tmp_path_factory):
         num_replicas=2, replica_cpus=1, device="cpu", port=free_port(),
         gateway_replicas=2,  # metrics summed over both gateways (prometheus_client multiprocess files)
         metrics_dir=str(tmp_path_factory.mktemp("gateway-metrics")),
+        ledger_dir=str(tmp_path_factory.mktemp("ledger")),  # not beside the shared sample store
         max_inflight_requests=4,  # per gateway; small, so that the overload test can reach it
         shard_retries=5,
         # dispatch (shards_per_replica, shards_in_flight_per_replica, batching) stays at the defaults

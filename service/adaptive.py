@@ -1,0 +1,109 @@
+"""The adaptive calibration in the service: an ACI calibration (``kronos calibrate --method
+aci``) whose state follows the scored forecasts (``kronos_core.ledger.OnlineCalibration``).
+
+Who does what:
+
+- the **gateway** whose scoring pass holds the ledger's lock feeds the newly scored steps to
+  ``OnlineCalibration.update`` (``GatewayAdaptation``), which continues the ACI walk and
+  persists the new state atomically in the ledger folder
+  (``<ledger>/calibration/<file stem>.state.json``, a version counter, the hash of its
+  corrections, the time of the update). The file is the one shared state: every gateway
+  starts its update from the latest state on disk, and a restart resumes it;
+- each **replica** applies it (``ReplicaCalibration``): before each device batch it checks
+  the state file (one ``stat``; re-read only when it changed) and corrects the batch with
+  the current state; each result names the state it used (``ShardResult.calibration_state``),
+  which the answer reports as ``calibration_state`` and the ledger records with its rows.
+
+Why the replica reads the state and not the gateway: the replicas are what apply the
+correction, so the state named in an answer is exactly the one its quantiles were corrected
+with, even when an update lands during a request. Shipping the corrections with each shard
+from the gateway would name it as exactly, but a ``Calibration`` travels inside the
+``ForecastOptions`` replicas coalesce by, compared by identity, so every unpickled shard
+would form a batch of its own.
+
+With a static calibration (cqr, cqr-r, or a file fitted per group) nothing changes: the
+stamp is version 0 and the hash of the file's corrections. Without a ledger (``off``) an
+ACI calibration is applied as fitted (nothing is scored to update it).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from service.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+def state_path(settings: Settings, method: str) -> str | None:
+    """The shared state file of the configured ACI calibration (None: not adapted: static
+    method, no calibration, or the ledger is off)."""
+    ledger_dir = settings.resolved_ledger_dir() if settings.calibration else None
+    if ledger_dir is None or method != "aci":
+        return None
+    from kronos_core.ledger.adaptive import default_state_path
+
+    return str(default_state_path(ledger_dir, settings.calibration))  # type: ignore[arg-type]
+
+
+class ReplicaCalibration:
+    """The calibration a replica applies, kept current with the shared state file."""
+
+    def __init__(self, settings: Settings, calibration: Any):
+        from kronos_core.ledger.adaptive import OnlineCalibration
+
+        self.online = OnlineCalibration(calibration, state_path(settings, calibration.method))
+        if self.online.adaptive:
+            log.info("adaptive calibration: state %s, version %d", self.online.state_path, self.online.stamp.version)
+
+    @property
+    def calibration(self) -> Any:
+        return self.online.calibration
+
+    def refresh(self, runner: Any) -> dict:
+        """Bring the runner's calibration to the latest persisted state (a ``stat`` when nothing
+        changed; ``runner.use_calibration`` sets the calibration and its stamp together, so a
+        job names the state it applied); returns that stamp. A state file that cannot be read
+        keeps the state in use (logged), never fails the forecast."""
+        try:
+            if self.online.refresh():
+                log.info("adaptive calibration: now version %d", self.online.stamp.version)
+        except Exception as exc:  # StateError, OSError: keep applying the state in use
+            log.warning("adaptive calibration: state not refreshed (%s); applying version %d",
+                        exc, self.online.stamp.version)
+        stamp = self.online.stamp.as_dict()
+        runner.use_calibration(self.online.calibration, stamp)
+        return stamp
+
+
+class GatewayAdaptation:
+    """The scorer's side: the scored steps fed to the ACI state (the gateway holding the
+    scoring lock only)."""
+
+    def __init__(self, online: Any):
+        self.online = online
+
+    @classmethod
+    def for_settings(cls, settings: Settings) -> GatewayAdaptation | None:
+        """None unless an ACI calibration is configured and the ledger is on."""
+        if not settings.calibration:
+            return None
+        from kronos_core.eval.calibration import Calibration
+        from kronos_core.ledger.adaptive import OnlineCalibration
+
+        try:
+            cal = Calibration.load(settings.calibration)
+        except Exception as exc:  # the replicas refuse it loudly; the scorer just does not adapt
+            log.warning("adaptive calibration off: %s", exc)
+            return None
+        path = state_path(settings, cal.method)
+        online = OnlineCalibration(cal, path)
+        return cls(online) if online.adaptive else None
+
+    def update(self, scored: Any) -> dict:
+        """Feed one scoring pass's ``ScoreResult.scored`` rows; returns what changed."""
+        res = self.online.update(scored)
+        if res.changed:
+            log.info("adaptive calibration: %d step(s) taken in, version %d", res.steps, res.version)
+        return {"steps": res.steps, "updates": res.updates, "version": res.version, "changed": res.changed}
