@@ -9,7 +9,6 @@ import logging
 import math
 import os
 import time
-from datetime import datetime
 from typing import Annotated, Any, cast
 
 from fastapi import FastAPI, Header, Query, Request
@@ -39,6 +38,7 @@ from service.schemas import (
     ForecastRequest,
     ForecastResponse,
     ModelsResponse,
+    QueryDateTime,
     Readiness,
     RequestErrorOut,
     SymbolsPage,
@@ -271,8 +271,8 @@ class Ingress:
         model: Annotated[str, Query(min_length=1, max_length=128,
                                     description="model name or sha256 (default: every model)")] = None,  # type: ignore[assignment]
         symbol: Annotated[str, Query(min_length=1, max_length=64)] = None,  # type: ignore[assignment]
-        since: Annotated[datetime, Query(description="only forecasts made at or after this time "
-                                         "(ISO 8601; naive = UTC)")] = None,  # type: ignore[assignment]
+        since: Annotated[QueryDateTime, Query(description="only forecasts made at or after this time "
+                                              "(ISO 8601; naive = UTC)")] = None,  # type: ignore[assignment]
         horizon_step: Annotated[int, Query(ge=1, le=MAX_HORIZON,
                                            description="only this step (1: the first forecast candle)")] = None,  # type: ignore[assignment]
     ) -> Response:

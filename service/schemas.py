@@ -8,11 +8,13 @@ that names the field as well.
 from __future__ import annotations
 
 import math
+import re
 from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     Strict,
@@ -90,6 +92,21 @@ def json_datetime(v: Any, where: str) -> Any:
     if v is not None and not isinstance(v, (str, datetime)):
         raise ValueError(f"{where} should be an ISO 8601 date-time string, not {type(v).__name__}")
     return v
+
+
+_NUMBER_TEXT = re.compile(r"\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*")
+
+
+def iso_datetime_text(v: Any) -> Any:
+    """A query parameter's date-time as ISO 8601 text: lax mode would read the text ``0.5`` as
+    half a second after 1970 (a query string holds only text, so ``json_datetime`` cannot tell)."""
+    if isinstance(v, str) and _NUMBER_TEXT.fullmatch(v):
+        raise ValueError(f"should be an ISO 8601 date-time string, not the number {v.strip()}")
+    return v
+
+
+# a date-time query parameter: ISO 8601 text only
+QueryDateTime = Annotated[datetime, BeforeValidator(iso_datetime_text)]
 
 
 # One candle: [timestamp, open, high, low, close] with optional volume, then amount. Rows are
@@ -232,7 +249,7 @@ class ForecastRequest(BaseModel):
         description="make forecast candles consistent: volume, amount >= 0; high >= max(open, close); "
         "low <= min(open, close). Off by default: results then equal the reference model's",
     )
-    record: bool = Field(
+    record: StrictBool = Field(
         True, description="append the answered forecasts to the forecast ledger, to be scored when their truth "
         "arrives (`GET /v1/accuracy`); false: not recorded. Nothing is recorded when the service's ledger is off",
     )

@@ -66,6 +66,21 @@ def replica_shards(client: httpx.Client) -> dict[str, float]:
     return out
 
 
+def replica_on_node(node_id: str):
+    """The handle of the Predictor replica actor running on node ``node_id``."""
+    import ray
+
+    def where(_actor) -> str:
+        return ray.get_runtime_context().get_node_id()
+
+    for a in ray.util.list_named_actors(all_namespaces=True):
+        if a["name"].startswith("SERVE_REPLICA::") and "#Predictor#" in a["name"]:
+            actor = ray.get_actor(a["name"], namespace=a["namespace"])
+            if ray.get(actor.__ray_call__.remote(where), timeout=60) == node_id:
+                return actor
+    raise AssertionError(f"no Predictor replica on node {node_id}")
+
+
 class ReadyzPoller(threading.Thread):
     """Polls /readyz every 0.25 s: (seconds since start, status, replicas_ready) or the error."""
 
@@ -120,6 +135,7 @@ def main() -> int:
     from kronos_core.loading import default_bundle
     from service import cli
     from service.app import build_app
+    from service.replica import inject_fault
     from service.settings import Settings
 
     work = Path(tempfile.mkdtemp(prefix="kronos-multinode-"))
@@ -164,6 +180,11 @@ def main() -> int:
         bodies.append(spread)
         out["spread_shards_by_replica"] = replica_shards(client)
 
+        # the replica of the node to be removed holds every shard it gets (the test-only fault hook):
+        # it has unanswered shards when the node goes, however fast the other one works
+        doomed = replica_on_node(nodes[1].node_id)
+        ray.get(doomed.__ray_call__.remote(inject_fault, shard_delay_s=120), timeout=60)
+
         poller = ReadyzPoller(url)
         poller.start()
         result: dict = {}
@@ -181,7 +202,7 @@ def main() -> int:
         deadline = time.monotonic() + 60
         while metric(client, "kronos_queue_depth", {"stage": "shards"}) < 1 and time.monotonic() < deadline:
             time.sleep(0.05)
-        time.sleep(0.2 * out["spread_s"])
+        time.sleep(max(1.0, 0.2 * out["spread_s"]))  # the doomed replica has been sent its first shards
         t_kill = time.monotonic()
         cluster.remove_node(nodes[1], allow_graceful=False)
         out["removed_at_s"] = round(t_kill - poller.t0, 2)

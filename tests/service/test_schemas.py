@@ -154,3 +154,16 @@ def test_every_integer_bound_of_the_schema_is_exact_in_a_double():
     assert 512 in found and all(abs(b) <= MAX_JSON_INTEGER for b in found), max(found)
     assert ForecastRequest.model_validate({"symbols": ["A"], "horizon": 1, "seed": MAX_JSON_INTEGER}).seed == 2**53 - 1
     assert "seed" in _err(symbols=["A"], horizon=1, seed=MAX_JSON_INTEGER + 1)
+
+
+def test_record_is_a_json_boolean_and_query_times_are_iso_text():
+    """Schemathesis found ``"record": 0`` and ``/v1/accuracy?since=0.5`` accepted (lax mode)."""
+    from service.schemas import iso_datetime_text
+
+    with pytest.raises(ValidationError, match="record"):
+        ForecastRequest(symbols=["A"], horizon=2, record=0)
+    assert ForecastRequest(symbols=["A"], horizon=2, record=False).record is False
+    for number in ("0.5", "17", " -3e2 ", ".5"):
+        with pytest.raises(ValueError, match="ISO 8601"):
+            iso_datetime_text(number)
+    assert iso_datetime_text("2024-03-01T09:30:00Z") == "2024-03-01T09:30:00Z"
