@@ -18,6 +18,9 @@ from service.replica import inject_fault
 pytestmark = pytest.mark.integration
 
 
+
+QUEUE_LENGTH_CACHE_S = 10.5  # Ray Serve's RAY_SERVE_QUEUE_LENGTH_CACHE_TIMEOUT_S default (10 s), and a margin
+
 def _actor(live_service, replica_id: str):
     import ray
 
@@ -43,21 +46,34 @@ def test_slow_replica_its_shards_are_answered_by_the_other(live_service):
     unavailable0 = live_service.metric("kronos_errors_total", {"code": "replica_unavailable"})
     slow_batches0 = live_service.metric("kronos_batch_shards_total", {"replica": slow})
     fast_batches0 = live_service.metric("kronos_batch_shards_total", {"replica": fast})
+    # Serve's router keeps each replica's queue length for RAY_SERVE_QUEUE_LENGTH_CACHE_TIMEOUT_S
+    # (10 s): a replica the test before left full would be skipped, and every shard sent to the
+    # slow one (nothing answered, nothing hedged, a 504). Let those entries go stale first.
+    time.sleep(QUEUE_LENGTH_CACHE_S)
     assert _inject(live_service, slow, shard_delay_s=3600)["shard_delay_s"] == 3600
     try:
-        r = live_service.client.post("/v1/forecast", json={"symbols": symbols, "lookback": 32, "horizon": 2, "seed": 3},
-                                     headers={"X-Kronos-Timeout-S": str(deadline_s)})
-        assert r.status_code == 200, r.text[:500]
-        body = r.json()
-        assert body["errors"] == [] and [f["symbol"] for f in body["forecasts"]] == symbols
-        timing = body["timing"]
+        sent = {"shard_timeouts": 0.0, "shard_retries": 0.0, "shards": 0.0}  # summed over the requests sent
+        for _attempt in range(3):
+            r = live_service.client.post("/v1/forecast", json={"symbols": symbols, "lookback": 32, "horizon": 2,
+                                                               "seed": 3},
+                                         headers={"X-Kronos-Timeout-S": str(deadline_s)})
+            assert r.status_code == 200, r.text[:500]
+            body = r.json()
+            assert body["errors"] == [] and [f["symbol"] for f in body["forecasts"]] == symbols
+            timing = body["timing"]
+            for k in sent:
+                sent[k] += timing[k]
+            if timing["shard_timeouts"] >= 1:
+                break
+            # Serve's router sent every shard to the fast replica (its picture of the slow one's
+            # queue can lag a few seconds): no shard met the slow replica, so send the request again
         assert timing["shard_timeouts"] >= 1, timing  # some shards went to the slow replica and waited
         assert timing["shard_retries"] >= timing["shard_timeouts"]
-        assert live_service.metric("kronos_shard_timeouts_total") == timeouts0 + timing["shard_timeouts"]
-        assert live_service.metric("kronos_shard_retries_total") == retries0 + timing["shard_retries"]
+        assert live_service.metric("kronos_shard_timeouts_total") == timeouts0 + sent["shard_timeouts"]
+        assert live_service.metric("kronos_shard_retries_total") == retries0 + sent["shard_retries"]
         # every shard was answered by the fast replica; the slow one ran no batch at all
         assert live_service.metric("kronos_batch_shards_total", {"replica": slow}) == slow_batches0
-        assert live_service.metric("kronos_batch_shards_total", {"replica": fast}) >= fast_batches0 + timing["shards"]
+        assert live_service.metric("kronos_batch_shards_total", {"replica": fast}) >= fast_batches0 + sent["shards"]
         live_service.wait_idle(timeout=120)  # the slow replica's calls were cancelled, not left waiting
     finally:
         _inject(live_service, slow, shard_delay_s=0)
