@@ -14,7 +14,6 @@ and the bench checks that they return the same forecasts (seeded sampling is bat
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import socket
@@ -23,6 +22,8 @@ import time
 
 import numpy as np
 import pandas as pd
+
+from loadtests.report import publish
 
 log = logging.getLogger("loadtests.bench")
 
@@ -139,12 +140,8 @@ def run(args: argparse.Namespace) -> int:
         "service_timing_ms": resp["timing"], "startup_seconds": round(startup, 1),
         "same_forecasts": same,
     }
-    print(json.dumps(figures, indent=2))
-    print(f"service {service_s:.3f} s  engine {engine_s:.3f} s  ratio {service_s / engine_s:.2f} "
-          f"(goal <= 1.25); same forecasts: {same}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(figures, f, indent=2)
+    publish(figures, args.json, f"service {service_s:.3f} s  engine {engine_s:.3f} s  ratio "
+            f"{service_s / engine_s:.2f} (goal <= 1.25); same forecasts: {same}")
     return 0
 
 

@@ -19,7 +19,6 @@ Disk: the ledger's bytes per 1,000 recorded forecasts (symbol x request, here ho
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import statistics
@@ -27,6 +26,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from loadtests.report import publish
 
 log = logging.getLogger("loadtests.bench_ledger")
 
@@ -144,13 +145,10 @@ def run(args: argparse.Namespace) -> int:
         "ledger_bytes_per_request_file": round(size_per_file),
         "ledger_files": nfiles,
     }
-    print(json.dumps(figures, indent=2))
-    print(f"recorded {on:.3f} s, not recorded {off:.3f} s: overhead {100 * (on / off - 1):+.1f} % (goal <= 5 %); "
-          f"disk {figures['ledger_bytes_per_1000_forecasts'] / 1024:.1f} KiB per 1,000 forecasts "
-          f"(horizon {args.horizon}, 3 quantiles)")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(figures, f, indent=2)
+    publish(figures, args.json,
+            f"recorded {on:.3f} s, not recorded {off:.3f} s: overhead {100 * (on / off - 1):+.1f} % (goal <= 5 %); "
+            f"disk {figures['ledger_bytes_per_1000_forecasts'] / 1024:.1f} KiB per 1,000 forecasts "
+            f"(horizon {args.horizon}, 3 quantiles)")
     return 0
 
 

@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 from urllib.parse import urlparse
 
+from loadtests.report import markdown_table
+
 log = logging.getLogger(__name__)
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
@@ -149,10 +151,11 @@ def _write(summary: dict, out: Path) -> None:
     md = [f"# Load test: {summary['users']} users, {summary['run_time_s']} s against {summary['host']}", "",
           f"requests {summary['requests']}: {summary['ok_200']} answered 200, {summary['shed_503_429']} shed "
           f"(503/429), {summary['failures']} failed; {summary['rps']} req/s, ~{summary['series_per_s']} series/s", "",
-          "| endpoint | requests | failures | req/s | p50 ms | p95 ms | p99 ms | max ms |",
-          "|---|---|---|---|---|---|---|---|"]
-    md += [f"| {r['method']} {r['name']} | {r['requests']} | {r['failures']} | {r['rps']} | {r['p50_ms']} | "
-           f"{r['p95_ms']} | {r['p99_ms']} | {round(r['max_ms'] or 0)} |" for r in summary["endpoints"]]
+]
+    md += markdown_table(
+        ["endpoint", "requests", "failures", "req/s", "p50 ms", "p95 ms", "p99 ms", "max ms"],
+        [[f"{r['method']} {r['name']}", r["requests"], r["failures"], r["rps"], r["p50_ms"], r["p95_ms"],
+          r["p99_ms"], round(r["max_ms"] or 0)] for r in summary["endpoints"]])
     (out / "summary.md").write_text("\n".join(md) + "\n")
     print("\n".join(md))
     print(f"\nwrote {out / 'summary.json'} and {out / 'summary.md'}")

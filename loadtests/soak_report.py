@@ -11,6 +11,7 @@ from pathlib import Path
 
 from kronos_core.errors import ErrorCode
 from loadtests import soak_probe
+from loadtests.report import markdown_table
 
 
 def _forecast_rows(locust: dict) -> list[dict]:
@@ -113,10 +114,11 @@ def _markdown(s: dict) -> list[str]:
            f"{s['sample_every_s']:g} s, {s['samples']} samples). Max RSS growth {m['max_rss_growth_pct']} % "
            f"(limit {m['rss_tolerance_pct']:g} %), max FD growth {m['max_fd_growth']}; all processes together "
            f"{m['total_rss_start_mib']} -> {m['total_rss_end_mib']} MiB.", "",
-           "| process | pid | RSS start MiB | RSS end MiB | RSS max MiB | growth % | FDs start | FDs end | FDs max |",
-           "|---|---|---|---|---|---|---|---|---|"]
-    md += [f"| {p['role']} | {p['pid']} | {p['rss_start_mib']} | {p['rss_end_mib']} | {p['rss_max_mib']} | "
-           f"{p['rss_growth_pct']} | {p['fds_start']} | {p['fds_end']} | {p['fds_max']} |" for p in m["processes"]]
+]
+    md += markdown_table(
+        ["process", "pid", "RSS start MiB", "RSS end MiB", "RSS max MiB", "growth %", "FDs start", "FDs end", "FDs max"],
+        [[p["role"], p["pid"], p["rss_start_mib"], p["rss_end_mib"], p["rss_max_mib"], p["rss_growth_pct"],
+          p["fds_start"], p["fds_end"], p["fds_max"]] for p in m["processes"]])
     if m["gone_after_warmup"] or m["started_after_warmup"]:
         md += ["", "Gone after warm-up: " + (", ".join(f"{g['role']} {g['pid']}" for g in m["gone_after_warmup"])
                                              or "none") + ". Started after warm-up: "
