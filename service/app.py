@@ -172,6 +172,8 @@ class Ingress:
 
         self.recorder, self.live = ledger_service(settings, self.store, self.metrics, _replica_id())
         self.gateway = Gateway(settings, self.store, self.replicas, self.metrics, num_replicas, recorder=self.recorder)
+        warmed = self.gateway.warm_up()  # before Serve routes a request here: the first one is not the slow one
+        log.info("gateway warm-up: prepared %d symbol(s), one of each exchange and session clock", len(warmed))
         self._symbols: list[str] | None = None
         current().start(settings, self.metrics, _replica_id())
         if self.live is not None:

@@ -12,10 +12,14 @@ Policy:
   live job with the least runs the next step, so a 5-symbol request admitted while a 1,000-symbol job
   decodes finishes after its own few steps, waiting at most one step of the big job. The big job keeps
   its state (caches, tokens) and resumes where it stopped: preemption costs nothing but the wait.
-* **Aging.** A live job that has not run for ``max_skipped`` consecutive steps runs next, whatever its
-  size (the oldest such job first), so a stream of small jobs slows a big one down but never starves it:
-  the oldest live job gets at least one step in every ``max_skipped + 1``, and every job's wait is
-  bounded by the jobs older than it.
+* **Aging.** The oldest live job runs next, whatever its size, once other jobs have run
+  ``max_skipped`` steps since it last ran, so a stream of small jobs slows a big one down but never
+  starves it: the oldest live job gets at least one step in every ``max_skipped + 1``, and since every
+  job becomes the oldest once the jobs before it finish, every job's wait is bounded by the jobs older
+  than it. Only the oldest ages: when every waiting job aged, the parts of one big request (the replica
+  cuts it into jobs) all became "starved" together behind a small job that came later and each pushed a
+  step (often its prefill, tens of decode steps long) ahead of it; one forced step per ``max_skipped``
+  keeps the bound and costs a small job at most that one step.
 * **Admission within the memory budget.** Jobs are admitted in priority order (least work first, then
   arrival) while ``resident`` bytes of all live jobs together, plus the largest ``transient`` bytes of any
   one step (steps run one at a time), stay within ``budget``. A job that does not fit waits; once it
@@ -44,7 +48,7 @@ class JobTicket:
     steps_left: int = -1  # -1: ``steps``
     cancelled: bool = False
     started: bool = False  # admitted (prefilled)
-    skipped: int = 0  # steps of other jobs run since this one last ran (live) or plans it waited (queued)
+    skipped: int = 0  # the oldest live job: steps of others since it last ran; queued: plans it waited
     arrival: int = field(default=0, compare=False)  # order of submission
 
     def __post_init__(self) -> None:
@@ -99,9 +103,9 @@ class Scheduler:
         ran = self.live[job_id]
         ran.steps_left = steps_left
         ran.skipped = 0
-        for t in self.live.values():
-            if t is not ran:
-                t.skipped += 1
+        oldest = min(self.live.values(), key=lambda t: t.arrival)
+        if oldest is not ran:  # only the oldest live job ages (see Aging in the module docstring)
+            oldest.skipped += 1
         if steps_left <= 0:
             del self.live[job_id]
 
@@ -155,7 +159,7 @@ class Scheduler:
     def _pick(self) -> int | None:
         if not self.live:
             return None
-        starved = [t for t in self.live.values() if t.skipped >= self.max_skipped]
-        if starved:
-            return min(starved, key=lambda t: t.arrival).job_id  # the oldest of them
+        oldest = min(self.live.values(), key=lambda t: t.arrival)
+        if oldest.skipped >= self.max_skipped:
+            return oldest.job_id
         return min(self.live.values(), key=lambda t: (t.work, t.arrival)).job_id

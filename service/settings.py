@@ -85,6 +85,11 @@ class Settings(BaseSettings):
         "(prometheus_client multiprocess mode, one sub-folder per app and Ray node); default: the system temp folder",
     )
     shards_per_replica: int = Field(8, ge=1, description="target shards per replica for one request")
+    min_shard_tokens: int = Field(
+        2048, ge=0,
+        description="history tokens (series x lookback x sample_count) a shard holds at least, where the request "
+        "has that many: a small request goes to one replica whole instead of in slivers to every replica",
+    )
     shards_in_flight_per_replica: int = Field(
         2, ge=1,
         description="shards of one request in flight per replica (2: one running, one queued behind it); the "

@@ -93,12 +93,17 @@ def plan_shards(
     num_replicas: int,
     shards_per_replica: int = 2,
     max_batch_tokens: int | None = None,
+    min_shard_tokens: int = 0,
 ) -> list[slice]:
     """Contiguous slices of the request's series, in order.
 
     ``fit(lookback)`` is the engine memory model's number of series that fit one replica's
     budget for this horizon and sample count. Shards are at most that size and at most the
-    token budget, and small enough that every replica gets ``shards_per_replica`` of them.
+    token budget, and small enough that every replica gets ``shards_per_replica`` of them, but
+    hold at least ``min_shard_tokens`` history tokens (series x lookback x sample_count) where the
+    request has that many: a small request goes to one replica whole, not in slivers to all of them
+    (a sliver costs a call, and a request of more shards than the replicas take at once waits for
+    the first to come back before the rest go).
     """
     n = len(lengths)
     if n == 0:
@@ -120,7 +125,8 @@ def plan_shards(
             )
         cap = min(cap, tok_cap)
     target = math.ceil(n / max(1, num_replicas * shards_per_replica))
-    size = max(1, min(cap, target))
+    least = math.ceil(min_shard_tokens / (sample_count * max(1, longest)))
+    size = max(1, min(cap, max(target, least)))
     return [slice(i, min(n, i + size)) for i in range(0, n, size)]
 
 
@@ -154,7 +160,8 @@ def memory_model_fit(info: ReplicaInfo, horizon: int, sample_count: int) -> Call
 
 
 def make_shards(req: ForecastRequest, prep: Prepared, info: ReplicaInfo, fit: Callable[[int], int],
-                num_replicas: int, shards_per_replica: int, want_paths: bool = False) -> tuple[list[slice], list[Shard]]:
+                num_replicas: int, shards_per_replica: int, want_paths: bool = False,
+                min_shard_tokens: int = 0) -> tuple[list[slice], list[Shard]]:
     """The request's shards and the slice of ``prep``'s series each holds; a series too long
     for one replica is a ``RequestInvalid`` naming ``lookback``. Each series the deployment's
     calibration does not apply to gets an ``uncalibrated`` warning saying why. ``want_paths``:
@@ -166,7 +173,7 @@ def make_shards(req: ForecastRequest, prep: Prepared, info: ReplicaInfo, fit: Ca
             prep.warnings[i].append(symbol_warning(WarningCode.UNCALIBRATED, d.reason))
     try:
         slices = plan_shards([len(v) for v in prep.values], req.horizon, req.sample_count, fit,
-                             num_replicas, shards_per_replica, info.max_batch_tokens)
+                             num_replicas, shards_per_replica, info.max_batch_tokens, min_shard_tokens)
     except TooLargeError as exc:
         raise RequestInvalid("lookback", str(exc)) from None
     slices = split_by_calibration(slices, decisions)

@@ -30,3 +30,8 @@ def test_bench_mixed_quick_against_the_live_service(live_service, tmp_path):
     assert fig["mixed"]["requests"] > 0 and fig["mixed"]["failures"] == 0
     assert fig["first_after_ready_s"] is None  # a running service: no first request to time
     assert set(fig["ratios"]) == set(fig["goals"])
+    # the same-work baseline: a single-batch rate for every mixed shape, the row-steps answered of each
+    assert len(fig["engine"]["shape_row_steps_per_s"]) == len(fig["mixed"]["shape_row_steps"]) == 6
+    assert all(r > 0 for r in fig["engine"]["shape_row_steps_per_s"])
+    assert sum(fig["mixed"]["shape_row_steps"]) == fig["mixed"]["row_steps"]
+    assert fig["ratios"]["mixed_over_engine"] > 0

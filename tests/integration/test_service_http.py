@@ -341,7 +341,8 @@ def test_client_disconnect_stops_the_replicas_working_for_it(live_service):
         time.sleep(0.1)
     flushed = sum(len(b["forecasts"]) for b in live_service.settle())  # replicas idle, reports in
     done_after = live_service.metric("kronos_batch_size_sum") - series0 - flushed - done_before
-    shard = math.ceil(n / (settings.num_replicas * settings.shards_per_replica))  # series per shard
+    shard = max(math.ceil(n / (settings.num_replicas * settings.shards_per_replica)),  # series per shard
+                math.ceil(settings.min_shard_tokens / LONG["lookback"]))
     in_flight = settings.num_replicas * settings.shards_in_flight_per_replica
     assert done_after <= (in_flight + 2) * shard, (
         f"replicas ran {done_after} series after the client left; at most the {in_flight} shards in flight "

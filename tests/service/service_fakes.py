@@ -150,9 +150,10 @@ def fake_info(budget: int = 1 << 30, max_context: int = 64, max_batch_tokens: in
 
 def fake_gateway(replicas=None, num_replicas: int = 2, **settings):
     """(gateway, metrics, replicas): a Gateway over ``FakeStore`` and ``replicas`` (default
-    ``FakeReplicas``), 2 replicas, shards of at most 3 series, fake future timestamps."""
+    ``FakeReplicas``), 2 replicas, shards of at most 3 series (no floor: min_shard_tokens 0), fake
+    future timestamps."""
     replicas = replicas or FakeReplicas()
-    s = Settings(**{"max_context": 64, "shards_per_replica": 2, **settings})
+    s = Settings(**{"max_context": 64, "shards_per_replica": 2, "min_shard_tokens": 0, **settings})
     m = Metrics()
     gw = Gateway(s, FakeStore(), replicas, m, num_replicas=num_replicas,
                  fit_factory=lambda info, h, sc: (lambda L: 3), future=FutureTimestamps(fake_future))

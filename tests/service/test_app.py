@@ -73,7 +73,7 @@ def _ingress(handle: FakeHandle, **settings) -> Ingress:
     # the user class under Serve's ASGI wrapper (whose async __del__ expects a running replica)
     cls = next(c for c in Ingress.func_or_class.__mro__ if "forecast" in c.__dict__)
     ing = object.__new__(cls)
-    ing.settings = Settings(**{"max_context": 64, "shards_per_replica": 2, "retry_after_s": 7, **settings})
+    ing.settings = Settings(**{"max_context": 64, "shards_per_replica": 2, "min_shard_tokens": 0, "retry_after_s": 7, **settings})
     ing.handle = handle
     ing.num_replicas = 2
     ing.metrics = Metrics()

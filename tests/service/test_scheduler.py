@@ -143,3 +143,17 @@ def test_discard_forgets_a_job_and_duplicates_are_refused():
         s.submit(JobTicket(1, rows=1, steps=1))
     s.discard(1)
     assert s.idle and s.plan().run is None
+
+
+def test_parts_of_one_big_request_do_not_age_together_ahead_of_a_later_small_job():
+    # a big request cut into four jobs; a small job that comes later and runs longer than max_skipped
+    # is interrupted by one step of the oldest job per max_skipped steps, never by the other parts
+    s = Scheduler(budget_bytes=10**6, max_skipped=3)
+    for j in (1, 2, 3, 4):
+        s.submit(JobTicket(j, rows=100, steps=10))
+    s.submit(JobTicket(5, rows=10, steps=2))  # the remainder of the cut: least work, runs first
+    assert drive(s, 4) == [5, 5, 1, 1]
+    assert [s.live[j].skipped for j in (1, 2, 3, 4)] == [0, 0, 0, 0]
+    s.submit(JobTicket(9, rows=1, steps=8))
+    assert drive(s, 10) == [9, 9, 9, 1, 9, 9, 9, 1, 9, 9]
+    assert 9 not in s.live and drive(s, 100)[:6] == [1] * 6  # then the oldest runs to its end

@@ -124,3 +124,17 @@ def test_gateway_sizes_shards_with_the_real_memory_model(tiny):
     out = asyncio.run(gw.forecast(ForecastRequest(symbols=[f"S{i:03d}" for i in range(20)], horizon=horizon)))
     assert len(out.symbols) == 20 and out.timing["lookback"] == lookback
     assert sizes == [3] * 6 + [2] and out.timing["shards"] == 7
+
+
+def test_a_small_request_is_not_cut_into_slivers_below_min_shard_tokens():
+    # 5 series of lookback 200: 1,000 history tokens, under the 2,048 floor: one shard, not five
+    assert _sizes(plan_shards([200] * 5, 24, 1, fit=lambda L: 10_000, num_replicas=2, shards_per_replica=8,
+                              min_shard_tokens=2048)) == [5]
+    # 100 series: shards of at least ceil(2048 / 200) = 11 series (not the 7 the shard target gives)
+    sizes = _sizes(plan_shards([200] * 100, 24, 1, fit=lambda L: 10_000, num_replicas=2, shards_per_replica=8,
+                               min_shard_tokens=2048))
+    assert sizes[:-1] == [11] * 9 and sum(sizes) == 100
+    # sample paths count: 2 paths each halve the series a shard needs; memory still caps it
+    assert _sizes(plan_shards([200] * 100, 24, 2, fit=lambda L: 10_000, num_replicas=2, shards_per_replica=8,
+                              min_shard_tokens=2048))[0] == 7
+    assert _sizes(plan_shards([200] * 5, 24, 1, fit=lambda L: 2, num_replicas=2, min_shard_tokens=2048)) == [2, 2, 1]

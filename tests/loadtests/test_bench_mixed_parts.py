@@ -1,0 +1,21 @@
+"""``kronos bench mixed``'s arithmetic without a service: the same-work baseline of the mixed load."""
+
+import pytest
+
+from loadtests.bench_mixed import MIXED_SHAPES, QUICK, Sizes, mixed_shapes, same_work_ratio
+
+
+def test_same_work_ratio_weighs_each_shape_by_its_own_single_batch_rate():
+    engine = {"shape_row_steps_per_s": [1000.0, 100.0]}
+    # 2,000 row-steps of a fast shape (2 s of engine time) and 300 of a slow one (3 s): 5 s of engine
+    # work, answered by the service in 10 s: half the engine's speed
+    assert same_work_ratio({"shape_row_steps": [2000, 300], "seconds": 10.0}, engine) == pytest.approx(0.5)
+    # one rate for all (1000/s) would have called the same run 0.23
+    assert same_work_ratio({"shape_row_steps": [0, 0], "seconds": 10.0}, engine) == 0.0
+
+
+def test_quick_sizes_scale_the_mixed_shapes_down_and_full_sizes_keep_them():
+    assert mixed_shapes(Sizes()) == MIXED_SHAPES
+    quick = mixed_shapes(QUICK)
+    assert len(quick) == len(MIXED_SHAPES)
+    assert all(q[0] <= m[0] and q[1] <= m[1] and q[2] <= m[2] and q[3] == m[3] for q, m in zip(quick, MIXED_SHAPES))
