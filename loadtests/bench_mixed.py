@@ -9,8 +9,10 @@ Measures, in one run (ratios are within the run):
 * ``small_idle``: the small request (5 symbols, horizon 24, lookback 200) alone (median of a few);
   ``small_beside_big``: the same while a 1,000-symbol request runs (median and worst).
   Goal: beside big <= 2x idle.
-* ``big_alone`` / ``big_with_small``: the big request's time alone and while small ones keep coming.
-  Goal: <= 10% slower.
+* ``big_alone`` / ``big_with_small``: the big request's time alone and while small ones keep coming
+  (and beside a single small one), in rounds of the three run back to back and one more alone run: each
+  ratio is the median over rounds of a run against the mean of the alone runs before and after it (the
+  machine's speed drifts); times are medians, every run is in the JSON. Goal: <= 10% slower.
 * ``mixed``: concurrent clients with different horizons, lookbacks and sample counts for a while, in
   row-steps/s (series x sample paths x horizon steps answered per second), against the engine's
   single-batch throughput on the same work, measured in this process beforehand: each shape's row-steps
@@ -53,10 +55,11 @@ class Sizes:
     engine_series: int = 256  # the engine's single batch
     mix_series: int = 128  # the engine's single batch of each mixed shape (the same-work baseline)
     small_every_s: float = 1.0  # beside the big request: a small one this often (one after another)
+    big_rounds: int = 3  # rounds of (big alone, big with small ones, big with one small one)
 
 
 QUICK = Sizes(small=3, big=60, horizon=8, lookback=64, repeats=3, mixed_s=6.0, mixed_clients=3, engine_series=32,
-              mix_series=16, small_every_s=0.2)
+              mix_series=16, small_every_s=0.2, big_rounds=1)
 MIXED_SHAPES = [  # (symbols, horizon, lookback, sample_count) the mixed clients cycle through
     (5, 24, 200, 1), (50, 12, 400, 1), (20, 48, 100, 2), (100, 24, 256, 1), (10, 6, 64, 4), (200, 24, 200, 1),
 ]
@@ -151,6 +154,18 @@ def mixed_shapes(sizes: Sizes) -> list[tuple[int, int, int, int]]:
     return [(max(1, n // 10), max(2, h // 4), max(16, lb // 8), sc) for n, h, lb, sc in MIXED_SHAPES]
 
 
+def bracketed_ratio(runs: list[float], alone: list[float]) -> float:
+    """Median over rounds of ``runs[i]`` against the mean of ``alone[i]`` and ``alone[i + 1]`` (the alone
+    runs just before and after it)."""
+    if len(alone) != len(runs) + 1:
+        raise ValueError(f"{len(runs)} runs need {len(runs) + 1} alone runs around them, got {len(alone)}")
+    return statistics.median(r / ((a + b) / 2) for r, a, b in zip(runs, alone, alone[1:]))
+
+
+def _rounded(xs: list[float]) -> list[float]:
+    return [round(x, 3) for x in xs]
+
+
 def _big_with_smalls(client_factory, big: dict, small: dict, every_s: float) -> tuple[float, list[float]]:
     """The big request's time while a small one is sent every ``every_s`` seconds (the next one once the
     last is answered); the small ones' latencies."""
@@ -234,12 +249,26 @@ def measure(host: str, sizes: Sizes, symbols: list[str], engine: dict, fresh: bo
         timings: list[dict] = []
         first = _post(c, small, timings)  # the first request the service answers (when it was just started)
         idle = [_post(c, small, timings) for _ in range(sizes.repeats)]
-        big_alone = _post(c, big)
-        big_alone = min(big_alone, _post(c, big))  # two runs: the first may still warm the big shapes
-    log.info("first %.3f s, small idle %s, big alone %.2f s", first, [round(x, 3) for x in idle], big_alone)
-    big_with, smalls = _big_with_smalls(client_factory, big, small, sizes.small_every_s)
-    log.info("big with small ones: %.2f s, %d small ones", big_with, len(smalls))
-    big_with_one, one = _big_with_smalls(client_factory, big, small, float("inf"))  # a single small request
+        _post(c, big)  # unmeasured: the first big request may still warm the big shapes
+    # rounds of (alone, with small ones, with one small one) run back to back, and one more alone run at
+    # the end: each "with" run is compared with the mean of the alone runs just before and after it, and
+    # the ratio is the median of the rounds' ratios. The machine's speed drifts (identical 1,000-symbol
+    # requests took 5.7 to 10 s within minutes here); bracketing cancels a drift slower than a round.
+    alone_s, with_s, with_one_s, smalls, one = [], [], [], [], []
+    for _ in range(sizes.big_rounds):
+        with client_factory() as c:
+            alone_s.append(_post(c, big))
+        b, s = _big_with_smalls(client_factory, big, small, sizes.small_every_s)
+        with_s.append(b)
+        smalls += s
+        b, s = _big_with_smalls(client_factory, big, small, float("inf"))  # a single small request
+        with_one_s.append(b)
+        one += s
+    with client_factory() as c:
+        alone_s.append(_post(c, big))
+    log.info("first %.3f s, small idle %s, big alone %s, with small ones %s (%d small ones), with one %s",
+             first, [round(x, 3) for x in idle], _rounded(alone_s), _rounded(with_s), len(smalls), _rounded(with_one_s))
+    big_alone, big_with, big_with_one = (statistics.median(x) for x in (alone_s, with_s, with_one_s))
     mixed = _mixed(client_factory, symbols, sizes, mixed_s)
     small_idle = statistics.median(idle)
     fig.update({
@@ -248,15 +277,16 @@ def measure(host: str, sizes: Sizes, symbols: list[str], engine: dict, fresh: bo
                                "n": len(smalls)} if smalls else None,
         "big_alone_s": round(big_alone, 3), "big_with_small_s": round(big_with, 3),
         "small_requests_beside_big": len(smalls), "big_with_one_small_s": round(big_with_one, 3),
-        "one_small_beside_big_s": round(one[0], 4) if one else None,
+        "one_small_beside_big_s": round(statistics.median(one), 4) if one else None,
+        "big_rounds_s": {"alone": _rounded(alone_s), "with_small": _rounded(with_s), "with_one_small": _rounded(with_one_s)},
         "mixed": mixed,
         "first_after_ready_s": round(first, 4) if fresh else None, "warm_s": round(small_idle, 4),
         "service_timing_first_then_warm": timings,  # the gateway's read / forecast / total ms of each
     })
     ratios = {
         "small_beside_big_over_idle": (statistics.median(smalls) / small_idle) if smalls else None,
-        "big_with_small_over_alone": big_with / big_alone,
-        "big_with_one_small_over_alone": big_with_one / big_alone,
+        "big_with_small_over_alone": bracketed_ratio(with_s, alone_s),
+        "big_with_one_small_over_alone": bracketed_ratio(with_one_s, alone_s),
         "mixed_over_engine": same_work_ratio(mixed, engine),
         "first_over_warm": (first / small_idle) if fresh else None,
     }
@@ -276,7 +306,7 @@ def table(fig: dict) -> str:
         ("small request alone (median)", f"{fig['small_idle_s']:.3f} s", ""),
         ("small beside the big one (median / max)", f"{sb.get('median', float('nan')):.3f} / "
          f"{sb.get('max', float('nan')):.3f} s", "small_beside_big_over_idle"),
-        ("big request alone", f"{fig['big_alone_s']:.2f} s", ""),
+        (f"big request alone (median of {fig['sizes']['big_rounds'] + 1})", f"{fig['big_alone_s']:.2f} s", ""),
         (f"big request with a small one every {fig['sizes']['small_every_s']:g} s "
          f"({fig['small_requests_beside_big']})", f"{fig['big_with_small_s']:.2f} s", "big_with_small_over_alone"),
         ("big request with one small one", f"{fig['big_with_one_small_s']:.2f} s", "big_with_one_small_over_alone"),

@@ -30,9 +30,17 @@ log = logging.getLogger(__name__)
 CPU_DEFAULT_BUDGET = 2 << 30  # bytes a CPU replica plans one batch for
 # History tokens (rows x lookback) one job may prefill in its first step: that step (tokenize and
 # prefill the whole history) cannot be preempted and costs tens of decode steps, so it bounds how long
-# a small request waits. Smaller jobs decode less efficiently (more, smaller steps). Live-tunable:
-# user_config ``max_prefill_tokens`` (0 or None: a job is a whole coalesced group).
-DEFAULT_MAX_PREFILL_TOKENS: int | None = 4096
+# a small request waits. Live-tunable: user_config ``max_prefill_tokens`` (0 or None: a job is a whole
+# coalesced group). CPU: 2,048 (10 series of 200 candles, ~50 ms on one core); on this machine a
+# job of 10 series decodes as fast per row as one of 100, and the small request beside a big one went
+# from 1.86x its idle latency at 4,096 to 1.15x (kronos bench mixed). GPU: 32,768, since small batches
+# waste a GPU and its prefill of that many tokens is milliseconds (an estimate from the model's FLOPs,
+# not yet measured: scripts/gpu-check.sh).
+DEFAULT_MAX_PREFILL_TOKENS = {"cpu": 2048, "cuda": 32768}
+
+
+def default_max_prefill_tokens(device: str) -> int:
+    return DEFAULT_MAX_PREFILL_TOKENS["cuda" if device.startswith("cuda") else "cpu"]
 
 
 @dataclass
@@ -246,7 +254,7 @@ class Predictor:
         self.runner.max_batch_tokens = self.max_batch_tokens  # the most tokens one coalesced job holds
         wait = user_config.get("batch_wait_timeout_s", self.settings.batch_wait_timeout_s)
         self.runner.batch_wait_timeout_s = float(wait)  # how long the first shard waits for others to join it
-        prefill = user_config.get("max_prefill_tokens", DEFAULT_MAX_PREFILL_TOKENS)
+        prefill = user_config.get("max_prefill_tokens", default_max_prefill_tokens(self.device))
         self.runner.max_prefill_tokens = int(prefill) if prefill else None
 
     async def describe(self) -> ReplicaInfo:

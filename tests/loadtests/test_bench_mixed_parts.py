@@ -1,8 +1,16 @@
-"""``kronos bench mixed``'s arithmetic without a service: the same-work baseline of the mixed load."""
+"""``kronos bench mixed``'s arithmetic without a service: the same-work baseline of the mixed load and
+the bracketed ratio of the big request's runs."""
 
 import pytest
 
-from loadtests.bench_mixed import MIXED_SHAPES, QUICK, Sizes, mixed_shapes, same_work_ratio
+from loadtests.bench_mixed import (
+    MIXED_SHAPES,
+    QUICK,
+    Sizes,
+    bracketed_ratio,
+    mixed_shapes,
+    same_work_ratio,
+)
 
 
 def test_same_work_ratio_weighs_each_shape_by_its_own_single_batch_rate():
@@ -19,3 +27,12 @@ def test_quick_sizes_scale_the_mixed_shapes_down_and_full_sizes_keep_them():
     quick = mixed_shapes(QUICK)
     assert len(quick) == len(MIXED_SHAPES)
     assert all(q[0] <= m[0] and q[1] <= m[1] and q[2] <= m[2] and q[3] == m[3] for q, m in zip(quick, MIXED_SHAPES))
+
+
+def test_bracketed_ratio_compares_each_run_with_the_alone_runs_around_it():
+    # the machine slows down 2x over the rounds; each run is 10% above the alone runs around it
+    alone = [5.0, 7.5, 10.0]
+    assert bracketed_ratio([6.875, 9.625], alone) == pytest.approx(1.1)
+    assert bracketed_ratio([6.875, 9.625], alone) < 9.625 / min(alone)  # the drift a best-of would count
+    with pytest.raises(ValueError, match="need 3 alone runs"):
+        bracketed_ratio([1.0, 1.0], [1.0, 1.0])
