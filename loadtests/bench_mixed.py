@@ -162,6 +162,12 @@ def bracketed_ratio(runs: list[float], alone: list[float]) -> float:
     return statistics.median(r / ((a + b) / 2) for r, a, b in zip(runs, alone, alone[1:]))
 
 
+def _met(ratio: float | None, op: str, goal: float) -> bool | None:
+    if ratio is None:
+        return None
+    return ratio <= goal if op == "<=" else ratio >= goal
+
+
 def _rounded(xs: list[float]) -> list[float]:
     return [round(x, 3) for x in xs]
 
@@ -283,7 +289,7 @@ def measure(host: str, sizes: Sizes, symbols: list[str], engine: dict, fresh: bo
         "first_after_ready_s": round(first, 4) if fresh else None, "warm_s": round(small_idle, 4),
         "service_timing_first_then_warm": timings,  # the gateway's read / forecast / total ms of each
     })
-    ratios = {
+    ratios: dict[str, float | None] = {
         "small_beside_big_over_idle": (statistics.median(smalls) / small_idle) if smalls else None,
         "big_with_small_over_alone": bracketed_ratio(with_s, alone_s),
         "big_with_one_small_over_alone": bracketed_ratio(with_one_s, alone_s),
@@ -295,8 +301,7 @@ def measure(host: str, sizes: Sizes, symbols: list[str], engine: dict, fresh: bo
     fig["ratios"] = {k: None if v is None else round(v, 3) for k, v in ratios.items()}
     # no goal: the mix against the big request's shape alone (see the module docstring)
     fig["mixed_over_engine_one_shape"] = round(mixed["row_steps_per_s"] / engine["row_steps_per_s"], 3)
-    fig["goals"] = {k: {"goal": f"{op} {g}", "met": None if ratios[k] is None else
-                        bool(ratios[k] <= g if op == "<=" else ratios[k] >= g)} for k, (op, g) in goals.items()}
+    fig["goals"] = {k: {"goal": f"{op} {g}", "met": _met(ratios[k], op, g)} for k, (op, g) in goals.items()}
     return fig
 
 
