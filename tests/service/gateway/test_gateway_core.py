@@ -63,6 +63,7 @@ def test_warm_up_prepares_one_symbol_of_each_kind_before_the_first_request():
     assert gw.warm_up() == ["S000", "S001", "S002"]  # one per (exchange, session clock), in store order
     assert store.reads == [["S000", "S001", "S002"]]  # one window read of them, through prepare
     assert gw.warm_up(limit=2) == ["S000", "S001"]
+    assert gw.warm_up(scan=2) == ["S000", "S001"]  # the kinds of the first symbols only
 
 
 def test_warm_up_never_stops_the_start_and_names_no_server_path(caplog):
