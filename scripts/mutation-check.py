@@ -42,12 +42,12 @@ class Plant:
 SVC = "tests/service"
 PLANTS: list[Plant] = [
     Plant("bug 1: CPU out-of-memory (RuntimeError) not split, only torch.OutOfMemoryError",
-          "service/batch_runner.py", "if n <= self.min_split or not is_out_of_memory(exc):",
-          "if n <= self.min_split or not isinstance(exc, __import__('torch').OutOfMemoryError):",
+          "service/batch_runner.py", "oom = is_out_of_memory(exc)",
+          "oom = isinstance(exc, __import__('torch').OutOfMemoryError)",
           (f"{SVC}/test_batch_runner.py",)),
     Plant("OOM split retries every error (shape bugs too)",
-          "service/batch_runner.py", "if n <= self.min_split or not is_out_of_memory(exc):",
-          "if n <= self.min_split:", (f"{SVC}/test_batch_runner.py",)),
+          "service/batch_runner.py", "oom = is_out_of_memory(exc)", "oom = True",
+          (f"{SVC}/test_scheduler_runner.py",)),
     Plant("bug 2: Arrow quantile columns named with :g (0.1234567 == 0.1234568)",
           "service/gateway/encode.py", 'cols[f"{name}_q{quantile_label(lv)}"]', 'cols[f"{name}_q{lv:g}"]',
           (f"{SVC}/gateway",)),

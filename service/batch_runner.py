@@ -1,8 +1,7 @@
-"""The replica's batch execution, without Ray: coalesced shards go through the engine in as
-few calls as their options allow, a sub-batch is halved and retried on out-of-memory, and
-the results are sliced back per shard. ``BatchRunner.run`` runs one batch to completion;
-``StepRunner`` (the replica's) runs jobs one decode step at a time as ``service.scheduler`` plans.
-Unit-tested with a fake engine.
+"""The replica's batch execution, without Ray: ``StepRunner`` coalesces the shards that arrive
+together into jobs (one per options group), runs them one decode step at a time as
+``service.scheduler`` plans, halves a job and queues both halves on out-of-memory, and puts each
+shard's answer back together from the jobs that carried its series. Unit-tested with fake engines.
 """
 
 from __future__ import annotations
@@ -63,117 +62,11 @@ def device_memory(device: str) -> tuple[int, int, int]:
     return rss, rss, max(peak, rss)
 
 
-class BatchRunner:
-    """Runs coalesced shards through ``predictor.forecast``: groups them by (options,
-    calibrate), splits a sub-batch in half on out-of-memory and retries, slices results per
-    shard (paths only to the shards that asked for them)."""
-
-    def __init__(self, predictor: ForecastEngine, replica_id: str, device: str, min_split: int = 1):
-        self.predictor = predictor
-        self.replica_id = replica_id
-        self.device = device
-        self.min_split = min_split
-        self.calibration = None  # kronos_core.eval.calibration.Calibration for this model, when configured
-        self.calibration_state: dict | None = None  # its stamp (adaptive calibration: version, hash, updated_at)
-
-    def _engine(self, values, xts, yts, options: ForecastOptions):
-        """The one engine call: (mean (B, H, 6), quantiles (Q, B, H, 6) or None, paths (B, S, H, 6), tokens)."""
-        res = self.predictor.forecast(values, xts, yts, options)
-        q = np.asarray(res.quantiles, dtype=np.float32) if options.quantiles else None
-        paths = np.asarray(res.paths, dtype=np.float32)  # (B, S, H, 6)
-        if options.calibration is not None:  # the paths of the corrected distribution: summaries agree with the bands
-            paths = options.calibration.correct_paths(paths, self.predictor.identity)
-        return np.asarray(res.mean, dtype=np.float32), q, paths, int(res.stats.tokens_generated)
-
-    def _forecast(self, values, xts, yts, options: ForecastOptions, splits: list[int], calls: list[int]):
-        """``_engine``'s answer for the given series, splitting on OOM."""
-        try:
-            calls[0] += 1
-            return self._engine(values, xts, yts, options)
-        except Exception as exc:
-            n = len(values)
-            if n <= self.min_split or not is_out_of_memory(exc):
-                raise
-            splits[0] += 1
-            log.warning("replica %s: out of memory on %d series, splitting in half", self.replica_id, n)
-            self._empty_cache()
-            h = n // 2
-            a = self._forecast(values[:h], xts[:h], yts[:h], options, splits, calls)
-            b = self._forecast(values[h:], xts[h:], yts[h:], options, splits, calls)
-            return (
-                np.concatenate([a[0], b[0]], axis=0),
-                None if a[1] is None else np.concatenate([a[1], b[1]], axis=1),
-                np.concatenate([a[2], b[2]], axis=0),
-                a[3] + b[3],
-            )
-
-    def _empty_cache(self) -> None:
-        if self.device.startswith("cuda"):
-            import torch
-
-            torch.cuda.empty_cache()
-
-    def use_calibration(self, calibration: Any, state: dict | None) -> None:
-        """Apply ``calibration`` (named by its stamp ``state``) from the next batch on."""
-        self.calibration, self.calibration_state = calibration, state
-
-    def _options(self, options: ForecastOptions, calibrate: bool, group: str | None = None) -> ForecastOptions:
-        """The shard's options with this replica's calibration (the ``group``'s member of a file
-        fitted per group) when the shard asks for it."""
-        if not calibrate or self.calibration is None:
-            return options
-        chosen = self.calibration.select(group=group) if self.calibration.members else self.calibration
-        return options.with_(calibration=chosen)
-
-    def run(self, shards: list[Shard], queue_depth: int = 0) -> tuple[list[ShardResult], BatchReport]:
-        t0 = time.perf_counter()
-        results: list[ShardResult | None] = [None] * len(shards)
-        groups: dict[tuple[ForecastOptions, bool, str | None], list[int]] = {}
-        for i, s in enumerate(shards):
-            groups.setdefault((s.options, s.calibrate, s.calibration_group), []).append(i)
-        splits, calls, tokens = [0], [0], 0
-        for (options, calibrate, group), idx in groups.items():
-            values = [v for i in idx for v in shards[i].values]
-            xts = [v for i in idx for v in shards[i].x_timestamps]
-            yts = [v for i in idx for v in shards[i].y_timestamps]
-            try:
-                chosen = self._options(options, calibrate, group)
-                mean, q, paths, tok = self._forecast(values, xts, yts, chosen, splits, calls)
-                tokens += tok
-            except Exception as exc:  # one group's failure must not fail other requests' shards
-                log.exception("replica %s: forecast failed for %d series", self.replica_id, len(values))
-                msg = f"{type(exc).__name__}: {exc}"
-                for i in idx:
-                    s = shards[i]
-                    results[i] = ShardResult(s.request_id, s.index, self.replica_id, None, None, None,
-                                             error=msg, error_code=ErrorCode.FORECAST_FAILED)
-                continue
-            start = 0
-            for i in idx:
-                s = shards[i]
-                end = start + s.size
-                results[i] = ShardResult(
-                    s.request_id, s.index, self.replica_id,
-                    mean[start:end],
-                    None if q is None else q[:, start:end],
-                    paths[start:end] if s.return_paths else None,
-                )
-                start = end
-        alloc, reserved, peak = device_memory(self.device)
-        report = BatchReport(
-            replica_id=self.replica_id, device=self.device,
-            series=sum(s.size for s in shards), shards=len(shards), engine_calls=calls[0],
-            oom_splits=splits[0], tokens_generated=tokens, seconds=time.perf_counter() - t0,
-            queue_depth=queue_depth, mem_allocated=alloc, mem_reserved=reserved, mem_peak=peak,
-        )
-        return [r for r in results if r is not None], report
-
-
 # ---- step-at-a-time execution (the replica's device loop) -------------------------------------------
-# The replica runs shards through ``StepRunner``: shards arriving together are coalesced into jobs (one
-# per options group, at most ``max_batch_tokens`` each), the ``service.scheduler.Scheduler`` picks which
-# job runs each decode step, and a job's rows keep their state between its steps. ``BatchRunner.run``
-# above stays the one-batch-to-completion path (tools and tests run single batches through it).
+# The replica runs every shard through ``StepRunner``, the one execution path (tests drive the same path
+# with ``submit`` + ``run_until_idle``): shards arriving together are coalesced into jobs (one per options
+# group, at most ``max_batch_tokens`` each), the ``service.scheduler.Scheduler`` picks which job runs each
+# decode step, and a job's rows keep their state between its steps.
 
 GroupKey = tuple[ForecastOptions, bool, "str | None"]  # (options, calibrate, calibration group)
 
@@ -323,7 +216,7 @@ class StepJob:
 MemoryModel = Callable[[ForecastOptions, list[int]], tuple[int, int]]  # (options, lengths) -> (resident, transient)
 
 
-class StepRunner(BatchRunner):
+class StepRunner:
     """The replica's device loop body: shards in (``submit``, any thread), one ``tick`` at a time on the
     device thread: coalesce shards that arrived together, carry out the scheduler's plan (close the jobs
     that leave, start the admitted ones, run one decode step), deliver finished shards. An out-of-memory
@@ -336,7 +229,12 @@ class StepRunner(BatchRunner):
                  batch_wait_timeout_s: float = 0.0, max_skipped: int = DEFAULT_MAX_SKIPPED,
                  max_prefill_tokens: int | None = None,
                  clock: Callable[[], float] = time.monotonic, min_split: int = 1):
-        super().__init__(predictor, replica_id, device, min_split=min_split)
+        self.predictor = predictor
+        self.replica_id = replica_id
+        self.device = device
+        self.min_split = min_split  # a job of this many series or fewer is not halved on out-of-memory
+        self.calibration = None  # kronos_core.eval.calibration.Calibration for this model, when configured
+        self.calibration_state: dict | None = None  # its stamp (adaptive calibration: version, hash, updated_at)
         self.scheduler = Scheduler(budget_bytes, max_skipped=max_skipped)
         self.memory_model = memory_model
         self.max_batch_tokens = max_batch_tokens
@@ -420,6 +318,20 @@ class StepRunner(BatchRunner):
         jobs already running keep the one they started with."""
         with self._lock:
             self.calibration, self.calibration_state = calibration, state
+
+    def _options(self, options: ForecastOptions, calibrate: bool, group: str | None = None) -> ForecastOptions:
+        """The shard's options with this replica's calibration (the ``group``'s member of a file
+        fitted per group) when the shard asks for it."""
+        if not calibrate or self.calibration is None:
+            return options
+        chosen = self.calibration.select(group=group) if self.calibration.members else self.calibration
+        return options.with_(calibration=chosen)
+
+    def _empty_cache(self) -> None:
+        if self.device.startswith("cuda"):
+            import torch
+
+            torch.cuda.empty_cache()
 
     def _coalesce(self) -> None:
         """Turn the shards that arrived into jobs: one per options group, within the token cap."""
@@ -515,7 +427,8 @@ class StepRunner(BatchRunner):
     def _finish(self, job: StepJob) -> None:
         engine = job.engine
         assert engine is not None
-        options = job.options if job.options is not None else self._options(*job.key)
+        options = job.options  # set in _start, before the engine existed
+        assert options is not None
         res = engine.result()
         engine.close()
         q = np.asarray(res.quantiles, dtype=np.float32) if options.quantiles else None

@@ -15,10 +15,10 @@ import pandas as pd
 from kronos_core.data.store_reader import SymbolWindow
 from kronos_core.errors import ErrorCode
 from kronos_core.options import ForecastOptions
-from service.batch_runner import BatchRunner
+from service.batch_runner import StepRunner
 from service.errors import ReplicaGone
 from service.gateway import FutureTimestamps, Gateway
-from service.messages import ReplicaInfo, Shard, ShardResult
+from service.messages import BatchReport, ReplicaInfo, Shard, ShardResult
 from service.metrics import Metrics
 from service.settings import Settings
 
@@ -143,6 +143,20 @@ def make_shard(n: int, index: int = 0, length: int = 10, options: ForecastOption
                  calibrate=calibrate)
 
 
+def run_shards(runner: StepRunner, shards: list[Shard]) -> tuple[list[ShardResult], list[BatchReport]]:
+    """Run ``shards`` through ``runner`` as the replica does (submitted together: with no batch wait
+    they coalesce at the first tick), until it is idle: (their results in shard order, the reports
+    taken, one ``BatchReport`` per job it ran)."""
+    assert runner.batch_wait_timeout_s == 0, "shards submitted together must coalesce at one tick"
+    results: list[ShardResult | None] = [None] * len(shards)
+    for i, shard in enumerate(shards):
+        runner.submit(shard, lambda res, i=i: results.__setitem__(i, res))
+    runner.run_until_idle()
+    missing = [i for i, res in enumerate(results) if res is None]
+    assert not missing, f"shards {missing} got no answer"
+    return [res for res in results if res is not None], runner.take_reports()
+
+
 def fake_info(budget: int = 1 << 30, max_context: int = 64, max_batch_tokens: int = 1 << 20) -> ReplicaInfo:
     return ReplicaInfo("fake-replica", "cpu", budget, max_batch_tokens, max_context, None, None,
                        {"name": "fake", "bundled": True})
@@ -167,11 +181,11 @@ def sample_value(m: Metrics, name, labels=None) -> float:
 
 
 class FakeReplicas:
-    """``Replicas``: forecast_shard() runs the shard through a real BatchRunner + FakePredictor;
+    """``Replicas``: forecast_shard() runs the shard through a real StepRunner + FakePredictor;
     the first ``die_first`` calls raise ReplicaGone; each call can be delayed."""
 
     def __init__(self, die_first: int = 0, delay: float = 0.0, info: ReplicaInfo | None = None):
-        self.runner = BatchRunner(FakePredictor(), "fake-replica", "cpu")
+        self.runner = StepRunner(FakePredictor(), "fake-replica", "cpu")
         self.die_first = die_first
         self.delay = delay
         self.info = info or fake_info()
@@ -183,8 +197,8 @@ class FakeReplicas:
             await asyncio.sleep(self.delay)
         if self.calls <= self.die_first:
             raise ReplicaGone("ActorDiedError: killed")
-        results, report = self.runner.run([shard])
-        results[0].reports = [report]
+        results, reports = run_shards(self.runner, [shard])
+        results[0].reports = reports
         return results[0]
 
     async def describe(self) -> ReplicaInfo:
@@ -199,7 +213,7 @@ class RoutedReplicas:
     index, replica) of every call sent, answered and cancelled, and when each was sent."""
 
     def __init__(self, delays: dict[str, float | None] | None = None, info: ReplicaInfo | None = None):
-        self.runner = BatchRunner(FakePredictor(), "fake-replica", "cpu")
+        self.runner = StepRunner(FakePredictor(), "fake-replica", "cpu")
         self.delays = delays if delays is not None else {"slow": None, "fast": 0.005}
         self.ongoing = dict.fromkeys(self.delays, 0)
         self.info = info or fake_info()
@@ -222,8 +236,8 @@ class RoutedReplicas:
             raise
         finally:
             self.ongoing[name] -= 1
-        results, report = self.runner.run([shard])
-        results[0].reports = [report]
+        results, reports = run_shards(self.runner, [shard])
+        results[0].reports = reports
         self.answered.append((shard.index, name))
         return results[0]
 

@@ -9,7 +9,7 @@ import asyncio
 
 import orjson
 import pytest
-from service_fakes import FakePredictor, FakeStore, fake_future, fake_info, make_shard
+from service_fakes import FakePredictor, FakeStore, fake_future, fake_info, make_shard, run_shards
 
 pytest.importorskip("ray.serve")
 
@@ -17,7 +17,7 @@ from ray.exceptions import ActorDiedError  # noqa: E402
 from ray.serve.exceptions import BackPressureError  # noqa: E402
 
 from service.app import Ingress  # noqa: E402
-from service.batch_runner import BatchRunner  # noqa: E402
+from service.batch_runner import StepRunner  # noqa: E402
 from service.errors import Overloaded, ReplicaGone, ServiceError  # noqa: E402
 from service.gateway import Gateway  # noqa: E402
 from service.gateway.future import FutureTimestamps  # noqa: E402
@@ -86,8 +86,8 @@ def _ingress(handle: FakeHandle, **settings) -> Ingress:
 
 
 def _run_shard(shard):
-    results, report = BatchRunner(FakePredictor(), "fake-replica", "cpu").run([shard])
-    results[0].reports = [report]
+    results, reports = run_shards(StepRunner(FakePredictor(), "fake-replica", "cpu"), [shard])
+    results[0].reports = reports
     return results[0]
 
 

@@ -8,11 +8,11 @@ import numpy as np
 import pandas as pd
 import pytest
 from fixture_paths import TINY
-from service_fakes import make_options, make_shard
+from service_fakes import make_options, make_shard, run_shards
 
 from kronos_core.eval.calibration import Calibration, CalibrationMismatch
 from kronos_core.loading import PredictorConfig, load_predictor
-from service.batch_runner import BatchRunner
+from service.batch_runner import StepRunner
 from service.gateway.plan import calibration_covers
 from service.replica import Predictor, calibration_info, load_calibration
 from service.settings import Settings
@@ -42,7 +42,7 @@ def test_covers_only_what_the_calibration_was_fitted_for():
 @pytest.mark.parametrize("method", ["cqr", "aci", "select"])
 def test_runner_applies_the_calibration_only_when_the_key_asks(tmp_path, method):
     predictor = load_predictor(PredictorConfig(model=TINY, device="cpu"))
-    runner = BatchRunner(predictor, "r", "cpu")
+    runner = StepRunner(predictor, "r", "cpu")
     _calibration(predictor.identity.as_dict(), tmp_path / "cal.json", method)
     runner.calibration = load_calibration(str(tmp_path / "cal.json"), predictor.identity)  # as the replica does
     assert runner.calibration.method in (("cqr", "cqr-r") if method == "select" else (method,))
@@ -50,9 +50,9 @@ def test_runner_applies_the_calibration_only_when_the_key_asks(tmp_path, method)
     shard = make_shard(2, length=40, options=options, start=100.0, return_paths=True)
     rng = np.random.default_rng(1)
     shard.values = [np.abs(100 + np.cumsum(rng.normal(0, 1, (40, 6)), axis=0)).astype(np.float32) for _ in range(2)]
-    raw = runner.run([shard])[0][0]
+    (raw,), _ = run_shards(runner, [shard])
     shard.calibrate = True
-    cal = runner.run([shard])[0][0]
+    (cal,), _ = run_shards(runner, [shard])
     np.testing.assert_array_equal(raw.mean, cal.mean)  # the mean stays raw
     # the paths are those of the corrected distribution, so summaries from them agree with the bands
     np.testing.assert_allclose(cal.paths, runner.calibration.correct_paths(raw.paths, predictor.identity), rtol=1e-6)
@@ -94,7 +94,7 @@ def _inline(symbol: str, n: int, freq: str, seed: int) -> dict:
 
 
 def _calibrated_gateway(tmp_path, scope):
-    """A gateway over one real replica (tiny model, BatchRunner) holding a calibration of ``scope``."""
+    """A gateway over one real replica (tiny model, StepRunner) holding a calibration of ``scope``."""
     import dataclasses
 
     from service_fakes import FakeReplicas, fake_gateway, fake_info
@@ -103,7 +103,7 @@ def _calibrated_gateway(tmp_path, scope):
     cal = _calibration(predictor.identity.as_dict(), tmp_path / "cal.json")
     cal = dataclasses.replace(cal, scope=scope)
     replicas = FakeReplicas(info=fake_info())
-    replicas.runner = BatchRunner(predictor, "r", "cpu")
+    replicas.runner = StepRunner(predictor, "r", "cpu")
     replicas.runner.calibration = cal
     replicas.info.model = {**predictor.identity.as_dict(), "calibration": calibration_info(cal)}
     gw, _, _ = fake_gateway(replicas)
@@ -177,7 +177,7 @@ def test_gateway_picks_each_series_group_of_a_calibration_fitted_per_frequency(t
     hourly = dataclasses.replace(base, corrections=base.corrections * 3, scope=Scope(None, ("1h",), ("H",)))
     cal = Calibration.grouped({"1d": daily, "1h": hourly}, "frequency")
     replicas = FakeReplicas(info=fake_info())
-    replicas.runner = BatchRunner(predictor, "r", "cpu")
+    replicas.runner = StepRunner(predictor, "r", "cpu")
     replicas.runner.calibration = cal
     replicas.info.model = {**predictor.identity.as_dict(), "calibration": calibration_info(cal)}
     gw, _, _ = fake_gateway(replicas)

@@ -1,6 +1,6 @@
 """Seeds are keyed by the series' values (what docs/service.md says): a replica's seeded
 forecast of a series does not depend on what shares its batch, and identical candles get
-identical draws. Runs the bundled tiny model through the real BatchRunner."""
+identical draws. Runs the bundled tiny model through the replica's StepRunner (step at a time)."""
 
 from __future__ import annotations
 
@@ -8,16 +8,16 @@ import numpy as np
 import pandas as pd
 import pytest
 from fixture_paths import TINY
-from service_fakes import make_options
+from service_fakes import make_options, run_shards
 
 from kronos_core.loading import PredictorConfig, load_predictor
-from service.batch_runner import BatchRunner
+from service.batch_runner import StepRunner
 from service.messages import Shard
 
 
 @pytest.fixture(scope="module")
 def runner():
-    return BatchRunner(load_predictor(PredictorConfig(model=TINY, device="cpu")), "r", "cpu")
+    return StepRunner(load_predictor(PredictorConfig(model=TINY, device="cpu")), "r", "cpu")
 
 
 def _series(seed: int, n: int = 16) -> np.ndarray:
@@ -35,8 +35,9 @@ def _shard(values: list[np.ndarray], index: int = 0) -> Shard:
 
 def test_seeded_draws_follow_the_values_not_the_batch(runner):
     a, b = _series(1), _series(2)
-    (alone,), _ = runner.run([_shard([b])])
-    (mixed,), _ = runner.run([_shard([a, b, a])])
+    (alone,), (one,) = run_shards(runner, [_shard([b])])
+    (mixed,), (three,) = run_shards(runner, [_shard([a, b, a])])
+    assert (one.series, three.series) == (1, 3)  # b ran alone, then in one job of three
     np.testing.assert_array_equal(alone.paths[0], mixed.paths[1])  # b: same draws whatever shares the batch
     np.testing.assert_array_equal(mixed.paths[0], mixed.paths[2])  # identical candles, identical draws
     assert not np.array_equal(mixed.paths[0], mixed.paths[1])  # different candles, different draws

@@ -50,11 +50,11 @@ def test_corrupted_and_removed_files_while_serving(tmp_path):
 def test_simulated_out_of_memory_in_a_replica_splits_and_the_answer_is_complete(tmp_path):
     from service_fakes import FakePredictor
 
-    from service.batch_runner import BatchRunner
+    from service.batch_runner import StepRunner
 
     replicas = FakeReplicas()
     predictor = FakePredictor(oom_above=1)  # any batch of 2+ series: torch.OutOfMemoryError
-    replicas.runner = BatchRunner(predictor, "fake-replica", "cpu")
+    replicas.runner = StepRunner(predictor, "fake-replica", "cpu")
     m = Metrics()
     gw = Gateway(Settings(max_context=64, shards_per_replica=1), _store(tmp_path), replicas, m, num_replicas=1,
                  fit_factory=lambda info, h, sc: (lambda L: 4), future=FutureTimestamps(fake_future))
