@@ -97,6 +97,9 @@ class LiveAccuracy:
         self.adaptive = adaptive
         self.passes = 0  # passes run by this gateway (the lock was ours)
         self.last_scored: datetime | None = None
+        from kronos_core.ledger.scoring import WaitingFiles
+
+        self.waiting = WaitingFiles()  # files not yet due are not read again (kronos_core.ledger.scoring)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -136,7 +139,7 @@ class LiveAccuracy:
             if not mine:
                 return None
             t0 = time.perf_counter()
-            scored = score(self.ledger, self.store)
+            scored = score(self.ledger, self.store, waiting=self.waiting)
             n_new = int(scored.scores.num_rows)
             if n_new:
                 self.last_scored = datetime.now(timezone.utc)

@@ -82,6 +82,54 @@ class ScoreResult:
         return dict(zip(counts["model_sha256"], counts["model_sha256_count"]))
 
 
+@dataclass
+class WaitingFiles:
+    """A scorer's in-process memory of forecast files whose steps still wait for their truth:
+    for each file (``partition/name``), the earliest waiting step of each (symbol, frequency).
+    A later pass reads such a file again only once the store's last candle of one of its symbols
+    reached that step; a file that was never read (new), or is not in the memory (a new
+    process), is read. Ledger files are immutable once written, so what a file waits for changes
+    only with the store. Without it every pass read the whole ledger and every symbol's candles:
+    8-10 s of CPU a minute in the gateway for a 27 MB ledger of forecasts not yet due."""
+
+    waits: dict[str, dict[tuple[str, str | None], int]] = field(default_factory=dict)
+
+    def due(self, key: str, last_stored: Any) -> bool:
+        """Whether file ``key`` may hold a step the store now has: not remembered, or one of its
+        symbols' last stored candle (``last_stored(symbol, frequency)`` in ns, None: unknown) is at
+        or past the step it waits for."""
+        waits = self.waits.get(key)
+        if waits is None:
+            return True
+        for (symbol, frequency), first_step in waits.items():
+            last = last_stored(symbol, frequency)
+            if last is None or last >= first_step:
+                return True
+        return False
+
+
+def _file_key(path: Path) -> str:
+    return f"{path.parent.name}/{path.name}"
+
+
+def _last_stored(store: KlineReader) -> Any:
+    """``(symbol, frequency) -> ns`` of the store's last candle of the symbol (None when the store
+    cannot tell), each asked once (the metadata read is a cached file's footer)."""
+    seen: dict[tuple[str, str | None], int | None] = {}
+
+    def last(symbol: str, frequency: str | None) -> int | None:
+        k = (symbol, frequency)
+        if k not in seen:
+            try:
+                text = store.metadata(symbol, frequency).get("last")
+                seen[k] = None if text is None else int(pd.Timestamp(text).as_unit("ns").value)
+            except (StoreError, ValueError, TypeError):
+                seen[k] = None
+        return seen[k]
+
+    return last
+
+
 def close_levels(table: pa.Table) -> list[float]:
     """The quantile levels that have a close column in ``table``, ascending."""
     out = []
@@ -171,6 +219,23 @@ def _truths(store: KlineReader, symbol: str, frequency: str | None, times: np.nd
     return out, last
 
 
+def _remember_waiting(memo: WaitingFiles, files: list[Path], todo: pa.Table, ready: np.ndarray,
+                      steps_ns: np.ndarray) -> None:
+    """Note, for each file read, the earliest step still waiting of each (symbol, frequency)."""
+    read: dict[str, dict[tuple[str, str | None], int]] = {_file_key(files[k]): {} for k in pc.unique(todo["_file"]).to_pylist()}
+    wait = pa.array(~ready)
+    rows = pa.table({"f": todo["_file"].filter(wait), "s": todo["symbol"].filter(wait),
+                     "q": todo["frequency"].filter(wait), "t": pa.array(steps_ns).filter(wait)})
+    firsts = rows.group_by(["f", "s", "q"]).aggregate([("t", "min")])  # one row per file and symbol
+    for f, sym, freq, t in zip(*(firsts[c].to_pylist() for c in ("f", "s", "q", "t_min"))):
+        read[_file_key(files[f])][(sym, freq)] = t
+    for key, waits in read.items():
+        if waits:
+            memo.waits[key] = waits
+        else:
+            memo.waits.pop(key, None)
+
+
 def _note_complete(ledger: Ledger, files: list[Path], forecasts: pa.Table, waiting: pa.Table | None) -> None:
     """Note the files read whose every step now has a score (none still ``waiting``)."""
     present = set(forecasts["_file"].to_pylist())
@@ -182,12 +247,14 @@ def _note_complete(ledger: Ledger, files: list[Path], forecasts: pa.Table, waiti
 
 
 def score(ledger: Ledger, store: KlineReader, since: Any = None, now: datetime | None = None,
-          require_next_bar: bool = False) -> ScoreResult:
+          require_next_bar: bool = False, waiting: WaitingFiles | None = None) -> ScoreResult:
     """Score every recorded forecast step (of requests at or after ``since``) whose truth the
     store holds and that has no score yet; persist the new scores (one file) and return them.
 
     ``require_next_bar``: for a store whose newest candle may still be forming (fed from a
     live source), a step's candle counts as its truth only once a later candle is stored.
+    ``waiting``: a ``WaitingFiles`` kept from pass to pass (the gateway's), so that files whose
+    steps the store cannot answer yet are not read again.
 
     Scorers are serialized by a file lock in the ledger's folder (``.score.lock``), so two
     gateways never score a step twice. Raises ``LedgerWriteError`` when the scores cannot
@@ -199,15 +266,23 @@ def score(ledger: Ledger, store: KlineReader, since: Any = None, now: datetime |
     except OSError as exc:
         raise LedgerWriteError(f"cannot lock ledger {ledger.root} for scoring: {exc.strerror or exc}", exc.errno) from exc
     try:
-        return _score_locked(ledger, store, since, now, require_next_bar)
+        return _score_locked(ledger, store, since, now, require_next_bar, waiting)
     finally:
         lock.__exit__(None, None, None)
 
 
 def _score_locked(ledger: Ledger, store: KlineReader, since: Any, now: datetime | None,
-                  require_next_bar: bool) -> ScoreResult:
+                  require_next_bar: bool, memo: WaitingFiles | None = None) -> ScoreResult:
     complete = ledger.complete_files()
-    files = [f for f in ledger.files(since) if f"{f.parent.name}/{f.name}" not in complete]
+    files = [f for f in ledger.files(since) if _file_key(f) not in complete]
+    last_stored = _last_stored(store)
+    if since is not None:
+        memo = None  # it remembers whole files; a pass over part of them would misremember
+    if memo is not None:
+        present = {_file_key(f) for f in files}
+        for gone in [k for k in memo.waits if k not in present]:  # removed (retention) or complete
+            del memo.waits[gone]
+        files = [f for f in files if memo.due(_file_key(f), last_stored)]
     skipped: list[tuple[Path, str]] = []
     read = read_files(files, skipped, file_index=True)
     forecasts = empty_forecasts() if read is None else read
@@ -240,11 +315,16 @@ def _score_locked(ledger: Ledger, store: KlineReader, since: Any, now: datetime 
         groups.setdefault((str(s), None if f is None else str(f)), []).append(i)
     for (symbol, frequency), rows in groups.items():
         idx = np.asarray(rows)
+        last = last_stored(symbol, frequency)
+        if last is not None and last < int(steps_ns[idx].min()):
+            continue  # the store ends before the earliest of these steps: none has its truth yet
         found = _truths(store, symbol, frequency, steps_ns[idx], origins_ns[idx], require_next_bar)
         if found is not None:
             truth[idx], origin_close[idx] = found
     ready = np.isfinite(truth[:, FEATURES.index("close")])
     waiting = int((~ready).sum())
+    if memo is not None:
+        _remember_waiting(memo, files, todo, ready, steps_ns)
     if not ready.any():
         _note_complete(ledger, files, forecasts, todo.filter(pa.array(~ready)))
         return ScoreResult(empty_scores(), todo.slice(0, 0).drop_columns(["_file"]), waiting, None, skipped)

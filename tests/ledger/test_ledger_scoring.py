@@ -222,3 +222,58 @@ def test_require_next_bar_waits_for_a_later_candle(tmp_path):
     assert first.scores["horizon_step"].to_pylist() == [1]
     append(store, "AAA", full["AAA"].iloc[32:33])
     assert score(led, store, require_next_bar=True).scores["horizon_step"].to_pylist() == [2]
+
+
+def _spy_reads(monkeypatch) -> list[list]:
+    import kronos_core.ledger.scoring as scoring
+
+    read: list[list] = []
+    real = scoring.read_files
+
+    def spy(files, *a, **k):
+        files = list(files)
+        if "columns" not in k:  # the forecast files (the scores' keys are read with columns=KEY)
+            read.append(files)
+        return real(files, *a, **k)
+
+    monkeypatch.setattr(scoring, "read_files", spy)
+    return read
+
+
+def test_files_waiting_for_truth_are_not_read_again_until_the_store_reaches_them(tmp_path, monkeypatch):
+    from kronos_core.ledger.scoring import WaitingFiles
+
+    store, led, full, _, origin = _setup(tmp_path)  # AAA and BBB, 5 steps each, none due yet
+    read = _spy_reads(monkeypatch)
+    memo = WaitingFiles()
+    first = score(led, store, waiting=memo)
+    assert first.scores.num_rows == 0 and first.waiting == 10 and len(read) == 1
+    (key,) = memo.waits
+    assert set(memo.waits[key]) == {("AAA", "1d"), ("BBB", "1d")}
+    assert score(led, store, waiting=memo).waiting == 0 and len(read) == 2 and read[1] == []  # nothing due: not read
+    # a new file is read (alone); the old one still waits
+    led.record([record("AAA", origin, 2, request_id="new")])
+    assert score(led, store, waiting=memo).waiting == 2 and [len(r) for r in read] == [1, 0, 1]
+    # BBB's store reaches its first step: the old file is read again, and scored like a pass without memory
+    append(store, "BBB", full["BBB"].iloc[30:32])
+    res = score(led, store, waiting=memo)
+    assert len(read[-1]) == 1 and res.scores.num_rows == 2
+    assert set(res.scores["symbol"].to_pylist()) == {"BBB"}
+    append(store, "AAA", full["AAA"].iloc[30:35])
+    append(store, "BBB", full["BBB"].iloc[32:35])
+    assert score(led, store, waiting=memo).scores.num_rows == 3 + 5 + 2  # BBB's rest, AAA's two requests
+    assert memo.waits == {} and len(led.complete_files()) == 2
+    keys = led.read_scores().to_pandas()[["request_id", "symbol", "horizon_step"]]
+    assert len(keys) == 12 and not keys.duplicated().any()
+
+
+def test_a_symbol_the_store_cannot_tell_the_last_candle_of_is_read_every_pass(tmp_path, monkeypatch):
+    from kronos_core.ledger.scoring import WaitingFiles
+
+    store, led, _, _, origin = _setup(tmp_path, symbols=("AAA",))
+    led.record([record("GONE", origin, 3, request_id="inline")])  # no such symbol in the store
+    read = _spy_reads(monkeypatch)
+    memo = WaitingFiles()
+    score(led, store, waiting=memo)
+    score(led, store, waiting=memo)
+    assert [len(r) for r in read] == [2, 1]  # the file with the unknown symbol again; AAA's not
