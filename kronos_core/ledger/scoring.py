@@ -219,6 +219,16 @@ def _truths(store: KlineReader, symbol: str, frequency: str | None, times: np.nd
     return out, last
 
 
+def _row_groups(symbols: np.ndarray, freqs: np.ndarray) -> dict[tuple[str, str | None], np.ndarray]:
+    """Row indices (ascending) of each (symbol, frequency), frequency None where absent, in order of
+    first appearance."""
+    frame = pd.DataFrame({"s": symbols, "f": freqs})
+    out: dict[tuple[str, str | None], np.ndarray] = {}
+    for (sym, freq), idx in frame.groupby(["s", "f"], dropna=False, sort=False).indices.items():
+        out[(str(sym), None if freq is None or freq != freq else str(freq))] = np.asarray(idx)
+    return out
+
+
 def _remember_waiting(memo: WaitingFiles, files: list[Path], todo: pa.Table, ready: np.ndarray,
                       steps_ns: np.ndarray) -> None:
     """Note, for each file read, the earliest step still waiting of each (symbol, frequency)."""
@@ -310,11 +320,7 @@ def _score_locked(ledger: Ledger, store: KlineReader, since: Any, now: datetime 
     freqs = todo["frequency"].to_numpy(zero_copy_only=False)
     steps_ns = pc.cast(todo["step_time"], pa.int64()).to_numpy()
     origins_ns = pc.cast(todo["origin"], pa.int64()).to_numpy()
-    groups: dict[tuple[str, str | None], list[int]] = {}
-    for i, (s, f) in enumerate(zip(symbols, freqs)):
-        groups.setdefault((str(s), None if f is None else str(f)), []).append(i)
-    for (symbol, frequency), rows in groups.items():
-        idx = np.asarray(rows)
+    for (symbol, frequency), idx in _row_groups(symbols, freqs).items():
         last = last_stored(symbol, frequency)
         if last is not None and last < int(steps_ns[idx].min()):
             continue  # the store ends before the earliest of these steps: none has its truth yet
