@@ -88,9 +88,11 @@ class LiveService:
         ids = list(self.replica_ongoing())
         before = {i: self.metric("kronos_batch_shards_total", {"replica": i}) for i in ids}
         bodies = []
-        symbols = self.store.symbols()[:16]
+        # 64 symbols x lookback 128: four shards (min_shard_tokens keeps smaller requests whole, on one
+        # replica, and Serve's router may send one-shard requests to the same replica every time)
+        symbols = self.store.symbols()[:64]
         for _ in range(20):
-            r = self.client.post("/v1/forecast", json={"symbols": symbols, "lookback": 32, "horizon": 2, "seed": 0})
+            r = self.client.post("/v1/forecast", json={"symbols": symbols, "lookback": 128, "horizon": 2, "seed": 0})
             assert r.status_code == 200, r.text[:300]
             bodies.append(r.json())
             if all(self.metric("kronos_batch_shards_total", {"replica": i}) > before[i] for i in ids):
