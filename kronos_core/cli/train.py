@@ -22,7 +22,8 @@ OVERRIDES = {
     "grad_checkpointing": "grad_checkpointing", "seed": "seed", "device": "device", "lr": "optim.lr",
     "num_workers": "data.num_workers", "lookback": "data.lookback", "horizon": "data.horizon",
     "store": "data.store", "symbols": "data.symbols", "frequency": "data.frequency",
-    "data": "data.paths", "eval_every": "eval_every", "save_every": "save_every",
+    "data": "data.paths", "corpus": "data.corpus", "markets": "data.markets",
+    "frequencies": "data.frequencies", "eval_every": "eval_every", "save_every": "save_every",
     "max_context": "max_context", "name": "name", "threads": "threads",
 }
 
@@ -37,6 +38,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="YAML training config (see docs/training.md); flags override it")
     parser.add_argument("--data", nargs="+", help="CSV/Parquet files or folders of them")
     parser.add_argument("--store", help="Arrow store root (with --frequency, optional --symbols)")
+    parser.add_argument("--corpus", help="corpus folder (instruments.csv + Parquet, e.g. ../shared/data/corpus): "
+                        "only split=train instruments' training rows are read (both hold-outs respected)")
+    parser.add_argument("--markets", nargs="+", help="corpus markets to train on (US, CN, FX, crypto, ...)")
+    parser.add_argument("--frequencies", nargs="+", help="corpus frequencies to train on (1d, 1h, 5min, 1min)")
     parser.add_argument("--symbols", nargs="+", help="store symbols (default: the whole universe)")
     parser.add_argument("--frequency", help="store frequency, e.g. 5min or 1d")
     parser.add_argument("--out", help="output folder (best/, last/, metrics.jsonl)")

@@ -73,6 +73,13 @@ class DataConfig(_Strict):
     """Where the candles come from and how they are cut into windows."""
 
     paths: list[str] = Field(default_factory=list, description="CSV/Parquet files")
+    corpus: str | None = Field(None, description="corpus folder (instruments.csv + Parquet): training "
+                               "reads only its split=train instruments' training rows")
+    markets: list[str] | None = Field(None, description="corpus markets (US, CN, FX, ...); None = all")
+    frequencies: list[str] | None = Field(None, description="corpus frequencies (1d, 1h, 5min, 1min)")
+    max_windows_per_series: int | None = Field(
+        None, ge=1, description="cap on training windows per series (a long 1-minute series would "
+        "otherwise outweigh hundreds of daily ones); the stride widens to fit")
     store: str | None = Field(None, description="Arrow store root (KlineStore)")
     symbols: list[str] | None = Field(None, description="store symbols; None = whole universe")
     frequency: str | None = None
@@ -90,6 +97,14 @@ class DataConfig(_Strict):
     @property
     def window(self) -> int:
         return self.lookback + self.horizon
+
+
+class LossConfig(_Strict):
+    """Weights of the six features (open, high, low, close, volume, amount) in the tokenizer's
+    reconstruction MSE. Equal by default, as the reference trains; the bundled default puts more on
+    the prices so that the close resolves one step's move."""
+
+    feature_weights: tuple[float, float, float, float, float, float] = (1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 class OptimConfig(_Strict):
@@ -112,6 +127,7 @@ class TrainConfig(_Strict):
     model: ModelSize = Field(default_factory=ModelSize)
     data: DataConfig = Field(default_factory=DataConfig)
     optim: OptimConfig = Field(default_factory=OptimConfig)
+    loss: LossConfig = Field(default_factory=LossConfig)
     batch_size: int | Literal["auto"] = 16
     micro_batch_size: int | None = Field(None, description="None = batch_size (no accumulation)")
     accum_steps: int = Field(1, ge=1)

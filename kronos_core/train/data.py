@@ -75,6 +75,8 @@ def load_series(cfg: DataConfig) -> list[Series]:
             if not f.exists():
                 raise FileNotFoundError(f"training data file {f} not found")
             out.append(_series_from_file(f, cfg))
+    if cfg.corpus:
+        out.extend(corpus_series(cfg))
     if cfg.store:
         from kronos_core.data.store import KlineStore
 
@@ -87,6 +89,25 @@ def load_series(cfg: DataConfig) -> list[Series]:
     return out
 
 
+def corpus_series(cfg: DataConfig) -> list[Series]:
+    """The training rows of a corpus (``kronos_core.data.corpus``): only ``split == train``
+    instruments, only rows both hold-out rules allow, as one Series per contiguous run that
+    holds at least one window. A hold-out instrument or an evaluation row is never read into one."""
+    from kronos_core.data.corpus import TRAIN, Corpus, CorpusFilter, training_segments
+
+    assert cfg.corpus is not None
+    corpus = Corpus(cfg.corpus)
+    flt = CorpusFilter(split=TRAIN, markets=tuple(cfg.markets) if cfg.markets else None,
+                       frequencies=tuple(cfg.frequencies) if cfg.frequencies else None)
+    series = corpus.load(flt)
+    out = []
+    for s, start, end in training_segments(corpus, series, cfg.window):
+        name = f"{s.symbol}[{s.timestamps[start]}..{s.timestamps[end - 1]}]"
+        out.append(Series(name, s.values[start:end].copy(), time_features(s.timestamps[start:end])))
+    log.info("corpus %s: %d training segments of %d instruments", cfg.corpus, len(out), len(series))
+    return out
+
+
 def split_windows(series: list[Series], cfg: DataConfig) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
     """(series index, start) of training and validation windows.
 
@@ -95,12 +116,17 @@ def split_windows(series: list[Series], cfg: DataConfig) -> tuple[list[tuple[int
     or after it. Windows step by ``cfg.stride``.
     """
     width, train, val = cfg.window, [], []
+    cap = cfg.max_windows_per_series
     for i, s in enumerate(series):
         n = len(s.values)
         split = int(round(n * (1.0 - cfg.val_fraction)))
-        train += [(i, start) for start in range(0, split - width + 1, cfg.stride)]
+        stride = cfg.stride
+        if cap is not None and (split - width) // stride + 1 > cap:
+            stride = max(stride, (split - width) // cap + 1)
+        train += [(i, start) for start in range(0, split - width + 1, stride)]
         if cfg.val_fraction > 0:
-            val += [(i, start) for start in range(split, n - width + 1, cfg.stride)]
+            val_stride = stride if cap is None else max(stride, (n - split - width) // max(cap // 4, 1) + 1)
+            val += [(i, start) for start in range(split, n - width + 1, val_stride)]
         if split < width:
             log.warning("%s: %d training rows, fewer than one window of %d; skipped", s.name, split, width)
     if not train:

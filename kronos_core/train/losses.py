@@ -31,15 +31,28 @@ class LossParts:
     parts: dict[str, float]
 
 
-def tokenizer_loss(tok: KronosTokenizer, x: torch.Tensor) -> LossParts:
+def weighted_mse(pred: torch.Tensor, target: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:
+    """MSE over (B, L, 6) with per-feature ``weights`` (6,) normalised to mean 1 (None: plain MSE)."""
+    err = (pred.float() - target.float()) ** 2  # (B, L, 6)
+    if weights is None:
+        return err.mean()
+    w = weights.to(err.device, err.dtype)
+    return (err.mean(dim=(0, 1)) * (w / w.mean())).mean()
+
+
+def tokenizer_loss(tok: KronosTokenizer, x: torch.Tensor,
+                   feature_weights: torch.Tensor | None = None) -> LossParts:
     """MSE of the coarse and of the full reconstruction plus the quantiser loss, through the
-    tokenizer's own ``training_forward`` (``kronos_core/model/bsq.py`` has the quantiser loss)."""
+    tokenizer's own ``training_forward`` (``kronos_core/model/bsq.py`` has the quantiser loss).
+    ``feature_weights`` (6,) weighs the features in both MSEs (None: equal, as the reference)."""
     out = tok.training_forward(x)
-    mse_coarse = F.mse_loss(out.coarse.float(), x.float())
-    mse_full = F.mse_loss(out.full.float(), x.float())
+    mse_coarse = weighted_mse(out.coarse, x, feature_weights)
+    mse_full = weighted_mse(out.full, x, feature_weights)
     q = out.quant
     loss = mse_coarse + mse_full + q.total
+    close_err = (out.full[..., 3].float() - x[..., 3].float()).abs().mean()
     return LossParts(loss, {"mse_coarse": mse_coarse.item(), "mse_full": mse_full.item(), "quant": q.total.item(),
+                            "close_mae": close_err.item(),
                             "commit": q.commitment.item(), "sample_entropy": q.sample_entropy.item(),
                             "codebook_entropy": q.codebook_entropy.item()})
 

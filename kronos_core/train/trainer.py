@@ -21,6 +21,7 @@ import logging
 import math
 import shutil
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -72,14 +73,16 @@ class TrainingInterrupted(KeyboardInterrupt):
 class Objective(nn.Module):
     """Wraps the pair so DDP sees one ``forward(x, stamp) -> loss``; parts of the last call in ``parts``."""
 
-    def __init__(self, kind: str, model, tok):
+    def __init__(self, kind: str, model, tok, feature_weights: Sequence[float] | None = None):
         super().__init__()
         self.kind, self.model, self.tok = kind, model, tok
+        weights = None if feature_weights is None or len(set(feature_weights)) == 1 else feature_weights
+        self.feature_weights = None if weights is None else torch.tensor(weights, dtype=torch.float32)
         self.parts: dict[str, float] = {}
 
     def forward(self, x: torch.Tensor, stamp: torch.Tensor) -> torch.Tensor:
         if self.kind == "tokenizer":
-            out = tokenizer_loss(self.tok, x)
+            out = tokenizer_loss(self.tok, x, self.feature_weights)
         else:
             out = predictor_loss(self.model, self.tok, x, stamp)
         self.parts = out.parts
@@ -103,7 +106,7 @@ class Trainer:
         cfg = self.cfg
         self._setup_modules()
         self._setup_batch()
-        self.objective = Objective(cfg.kind, self.model, self.tok)
+        self.objective = Objective(cfg.kind, self.model, self.tok, cfg.loss.feature_weights)
         self.net = self._wrap_ddp(self.objective)
         o = cfg.optim
         self.optimizer = adamw(self.trainable, o.lr, o.weight_decay, o.betas)
