@@ -183,6 +183,15 @@ class ReadyWatch:
                 log.debug("ready watch: %s", exc)
 
 
+def cut_answer(out, unanswered: list[str]) -> dict:
+    """The 503 body of a request cut at shutdown: the usual answer (the forecasts already
+    made, every other symbol in ``errors``) with ``code``, ``detail`` and ``unanswered``."""
+    return {**outcome_to_json(out), "code": ErrorCode.SHUTTING_DOWN,
+            "detail": f"the service shut down before {len(unanswered)} symbol(s) were answered; send them again "
+                      "(the forecasts made are in this answer)",
+            "unanswered": unanswered}
+
+
 # defined before Ingress: serve.ingress pickles the class (by value) where it is decorated
 def _replica_id() -> str | None:
     try:
@@ -413,15 +422,6 @@ class Ingress:
             return _json({"detail": f"/metrics is served on the internal port {self.settings.metrics_port} "
                           "(KRONOS_METRICS_PORT)"}, 404)
         return Response(self.metrics.exposition(), media_type=CONTENT_TYPE)
-
-
-def cut_answer(out, unanswered: list[str]) -> dict:
-    """The 503 body of a request cut at shutdown: the usual answer (the forecasts already
-    made, every other symbol in ``errors``) with ``code``, ``detail`` and ``unanswered``."""
-    return {**outcome_to_json(out), "code": ErrorCode.SHUTTING_DOWN,
-            "detail": f"the service shut down before {len(unanswered)} symbol(s) were answered; send them again "
-                      "(the forecasts made are in this answer)",
-            "unanswered": unanswered}
 
 
 def _cluster_gpus() -> int:

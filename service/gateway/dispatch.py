@@ -107,19 +107,21 @@ class Dispatcher:
         assert self.cut is not None
         cut = asyncio.ensure_future(self.cut())
         try:
-            everything = asyncio.gather(*tasks)
-            done, _ = await asyncio.wait([everything, cut], return_when=asyncio.FIRST_COMPLETED)
-            if everything in done:
-                return list(everything.result())
-            everything.cancel()
-            unanswered = [t for t in tasks if not t.done()]
-            for t in unanswered:
+            pending = set(tasks)
+            while pending and not cut.done():
+                done, _ = await asyncio.wait([*pending, cut], return_when=asyncio.FIRST_COMPLETED)
+                pending -= done
+                for t in done - {cut}:
+                    if t.exception() is not None:  # not a replica death (those are answers): the request's
+                        raise t.exception()  # type: ignore[misc]
+            if not pending:
+                return [t.result() for t in tasks]
+            for t in pending:
                 t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await asyncio.gather(*pending, return_exceptions=True)
             log.warning("shutdown grace nearly over: request %s cut, %d of %d shard(s) unanswered",
-                        shards[0].request_id, len(unanswered), len(shards))
-            return [interrupted(s) if t.cancelled() or t.exception() is not None else t.result()
-                    for s, t in zip(shards, tasks, strict=True)]
+                        shards[0].request_id, len(pending), len(shards))
+            return [interrupted(s) if t in pending else t.result() for s, t in zip(shards, tasks, strict=True)]
         finally:
             cut.cancel()
 
