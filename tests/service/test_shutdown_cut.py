@@ -80,11 +80,11 @@ def test_no_cut_no_change():
 
 def test_the_route_answers_a_cut_request_503_naming_the_unanswered_symbols():
     pytest.importorskip("ray.serve")
+    from service_fakes import fake_future
     from test_app import _ingress
 
     from service.gateway import Gateway
     from service.gateway.future import FutureTimestamps
-    from service_fakes import fake_future
 
     reps = RoutedReplicas({"fast": 0.005, "stuck": None})
     ing = _ingress(handle=None, shard_retries=0)  # type: ignore[arg-type]
