@@ -47,7 +47,7 @@ class CorsMiddleware:
                      and _header(scope, b"access-control-request-method") is not None)
         if preflight:
             headers = [(b"content-length", b"0"), (b"vary", b"Origin")]
-            if allowed:
+            if allowed and origin is not None:
                 headers += [(b"access-control-allow-origin", origin.encode("latin-1")),
                             (b"access-control-allow-methods", ALLOW_METHODS),
                             (b"access-control-allow-headers", ALLOW_HEADERS),

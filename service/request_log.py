@@ -22,6 +22,7 @@ import logging
 import os
 import sys
 import uuid
+from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,7 @@ def current_request_id() -> str | None:
     return _request_id.get()
 
 
-def request_id_of(scope: dict) -> str | None:
+def request_id_of(scope: MutableMapping[str, Any]) -> str | None:
     """The id ``RequestIdMiddleware`` gave this request (None outside it)."""
     return scope.get("state", {}).get("request_id")
 
@@ -133,7 +134,7 @@ def configure_logging(settings: Any, role: str) -> logging.Handler:
     else:
         handler = logging.StreamHandler(sys.stderr)
         logger.propagate = False  # one line per record on stderr, not Ray's copy beside ours
-    handler._kronos = True  # type: ignore[attr-defined]
+    setattr(handler, "_kronos", True)  # noqa: B010 - marks the handler this module added
     handler.addFilter(_RequestIdFilter())
     handler.setFormatter(JsonFormatter() if settings.log_format == "json" else logging.Formatter(TEXT_FORMAT))
     logger.addHandler(handler)
@@ -141,7 +142,8 @@ def configure_logging(settings: Any, role: str) -> logging.Handler:
     return handler
 
 
-def log_access(method: str, route: str, status: int, duration_s: float, scope: dict) -> None:
+def log_access(method: str, route: str, status: int, duration_s: float,
+               scope: MutableMapping[str, Any]) -> None:
     """The access line of one request (INFO, logger ``service.access``)."""
     state = scope.get("state", {})
     key = state.get("api_key")

@@ -101,7 +101,7 @@ class Dispatcher:
             await asyncio.gather(*tasks, return_exceptions=True)
             raise
 
-    async def _until_cut(self, shards: list[Shard], tasks: list[asyncio.Future]) -> list[ShardResult]:
+    async def _until_cut(self, shards: list[Shard], tasks: list[asyncio.Task[ShardResult]]) -> list[ShardResult]:
         """The shards' answers, or, once ``cut`` returns, the answered ones and ``interrupted``
         for the others (cancelled)."""
         assert self.cut is not None
@@ -112,8 +112,9 @@ class Dispatcher:
                 done, _ = await asyncio.wait([*pending, cut], return_when=asyncio.FIRST_COMPLETED)
                 pending -= done
                 for t in done - {cut}:
-                    if t.exception() is not None:  # not a replica death (those are answers): the request's
-                        raise t.exception()  # type: ignore[misc]
+                    failure = t.exception()
+                    if failure is not None:  # not a replica death (those are answers): the request's
+                        raise failure
             if not pending:
                 return [t.result() for t in tasks]
             for t in pending:
