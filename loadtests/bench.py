@@ -111,7 +111,7 @@ def _service_side(args, settings, body: dict, cores: int) -> tuple[dict, float, 
 
 def run(args: argparse.Namespace) -> int:
     from kronos_core.data.store import KlineStore
-    from service.settings import Settings
+    from service.common.settings import Settings
 
     cores = os.cpu_count() or 1
     overrides = dict(num_replicas=args.replicas, device=args.device, port=_free_port(),
