@@ -75,7 +75,8 @@ def _phase(kind: str, args: argparse.Namespace, work: Path, corpus: Path, extra:
     overrides = {
         "out": str(out), "data.corpus": str(corpus), "data.paths": getattr(args, "data", None),
         "max_steps": getattr(args, "max_steps", None), "seed": getattr(args, "seed", None),
-        "threads": getattr(args, "threads", None), "device": getattr(args, "device", None), **extra,
+        "threads": getattr(args, "threads", None), "device": getattr(args, "device", None),
+        **_window_overrides(args), **extra,
     }
     cfg = load_config(CONFIGS / f"default-{kind}.yaml", overrides)
     resume = bool(getattr(args, "resume", False)) and (out / "last" / "trainer_state.pt").is_file()
@@ -93,14 +94,22 @@ TOKENIZER_SAMPLE = 3000  # seeded training windows drawn; the first 2,000 fit th
 TOKENIZER_FIT = 2000
 
 
-def sample_training_windows(corpus: Path, count: int = TOKENIZER_SAMPLE, seed: int = 0):
+def _window_overrides(args: argparse.Namespace) -> dict:
+    """--lookback / --horizon (None: the config's), for small corpora and tests."""
+    return {"data.lookback": getattr(args, "lookback", None),
+            "data.horizon": getattr(args, "horizon", None)}
+
+
+def sample_training_windows(corpus: Path, count: int = TOKENIZER_SAMPLE, seed: int = 0,
+                            overrides: dict | None = None):
     """``count`` training windows of the predictor's data config, normalised on their lookback
     and cut to it: (count, lookback, 6), drawn with ``seed`` (the same every run)."""
     import numpy as np
 
     from kronos_core.train.data import WindowDataset, load_series, split_windows
 
-    cfg = load_config(CONFIGS / "default-predictor.yaml", {"data.corpus": str(corpus)})
+    cfg = load_config(CONFIGS / "default-predictor.yaml",
+                      {"data.corpus": str(corpus), **(overrides or {})})
     series = load_series(cfg.data)
     train_idx, _ = split_windows(series, cfg.data)
     data = WindowDataset(series, train_idx, cfg.data)
@@ -118,7 +127,7 @@ def _build_tokenizer(args: argparse.Namespace, work: Path, corpus: Path) -> dict
         log.info("default model: tokenizer already built (%s)", done)
         return json.loads(done.read_text())
     started = time.perf_counter()
-    sample = sample_training_windows(corpus)
+    sample = sample_training_windows(corpus, overrides=_window_overrides(args))
     tok, errors = build_thermometer_tokenizer(sample[:TOKENIZER_FIT])
     tok.save_pretrained(out / "best" / "tokenizer")
     _add_wall_time(work, "tokenizer", time.perf_counter() - started)
