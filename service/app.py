@@ -22,9 +22,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from kronos_core.errors import ErrorCode
 from service.auth import ApiKeyMiddleware
-from service.cors import CorsMiddleware
-from service.docs_ui import install_docs
-from service.errors import (
+from service.common.errors import (
     InvalidRequest,
     LedgerOff,
     LedgerUnavailable,
@@ -32,16 +30,8 @@ from service.errors import (
     ServiceError,
     TooLarge,
 )
-from service.gateway import Gateway
-from service.gateway.encode import outcome_to_arrow, outcome_to_json
-from service.lifecycle import DrainMiddleware
-from service.limits import BodyLimitMiddleware
-from service.metrics import CONTENT_TYPE, Metrics
-from service.replica import Predictor
-from service.request_log import RequestIdMiddleware, configure_logging, log_access, request_id_of
-from service.responses import error_response
-from service.responses import json_response as _json
-from service.schemas import (
+from service.common.metrics import CONTENT_TYPE, Metrics
+from service.common.schemas import (
     ARROW_STREAM,
     MAX_HORIZON,
     AccuracyResponse,
@@ -53,10 +43,20 @@ from service.schemas import (
     RequestErrorOut,
     SymbolsPage,
 )
+from service.common.settings import Settings, unknown_kronos_variables
+from service.cors import CorsMiddleware
+from service.docs_ui import install_docs
+from service.gateway import ForecastPipeline
+from service.gateway.encode import outcome_to_arrow, outcome_to_json
+from service.lifecycle import DrainMiddleware
+from service.limits import BodyLimitMiddleware
+from service.replica.deployment import Predictor
+from service.replica.weights import ship as ship_weights
+from service.request_log import RequestIdMiddleware, configure_logging, log_access, request_id_of
+from service.responses import error_response
+from service.responses import json_response as _json
 from service.serve_replicas import ServeReplicas
-from service.settings import Settings, unknown_kronos_variables
 from service.state import current
-from service.weights import ship as ship_weights
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +123,7 @@ api.add_middleware(RequestIdMiddleware)
 
 @api.exception_handler(ServiceError)
 async def _service_error(request: Request, exc: ServiceError) -> Response:
-    """Every ``service.errors.ServiceError`` raised by a route or the gateway behind it."""
+    """Every ``service.common.errors.ServiceError`` raised by a route or the gateway behind it."""
     return error_response(exc, current().metrics)
 
 
@@ -206,8 +206,8 @@ def _shared_metrics(settings: Settings) -> Metrics:
     a drain marker left by an app that is gone (no live gateway wrote here) is removed."""
     import ray
 
+    from service.common.metrics import file_pids, forget_dead_processes, use_shared_dir
     from service.lifecycle import DRAIN_MARKER
-    from service.metrics import file_pids, forget_dead_processes, use_shared_dir
 
     shared = use_shared_dir(settings.gateway_shared_dir(ray.get_runtime_context().get_node_id()))
     forget_dead_processes(shared)
@@ -234,13 +234,13 @@ class Ingress:
         self.store = KlineReader(settings.resolved_store_dir())  # the service only reads
         self.metrics = _shared_metrics(settings)
         self.replicas = ServeReplicas(predictor, settings, self.metrics)
-        from service.accuracy import ledger_service
+        from service.live_accuracy import ledger_service
 
         self.recorder, self.live = ledger_service(settings, self.store, self.metrics, _replica_id())
         # cut: at the end of the shutdown grace, requests in flight answer what they have (503)
-        self.gateway = Gateway(settings, self.store, self.replicas, self.metrics, num_replicas, recorder=self.recorder,
-                               cut=lambda: current().lifecycle.wait_cut())
-        warmed = self.gateway.warm_up()  # before Serve routes a request here: the first one is not the slow one
+        self.pipeline = ForecastPipeline(settings, self.store, self.replicas, self.metrics, num_replicas,
+                                         recorder=self.recorder, cut=lambda: current().lifecycle.wait_cut())
+        warmed = self.pipeline.warm_up()  # before Serve routes a request here: the first one is not the slow one
         log.info("gateway warm-up: prepared %d symbol(s), one of each exchange and session clock", len(warmed))
         self._symbols: list[str] | None = None
         current().start(settings, self.metrics, _replica_id())
@@ -319,7 +319,7 @@ class Ingress:
             timeout = min(timeout, x_kronos_timeout_s)
         rid = request_id_of(request.scope) if request is not None else None
         # a ServiceError: answered by _service_error
-        out = await self.gateway.forecast(req, timeout_s=timeout, request_id=rid)
+        out = await self.pipeline.forecast(req, timeout_s=timeout, request_id=rid)
         scope_state["timing"] = out.timing
         unanswered = [e["symbol"] for e in out.errors if e["code"] == ErrorCode.INTERRUPTED]
         if unanswered:  # cut at shutdown: what was answered, and a coded 503 naming the rest
@@ -332,13 +332,13 @@ class Ingress:
                                 headers={"X-Kronos-Errors": str(len(out.errors))})
         else:
             response = _json(outcome_to_json(out))
-        response.background = BackgroundTask(self.gateway.record, out)  # to the ledger once the answer is sent
+        response.background = BackgroundTask(self.pipeline.record, out)  # to the ledger once the answer is sent
         return response
 
     @api.get("/v1/models", response_model=ModelsResponse, responses={503: _SHUTTING_DOWN, **_KEYS})
     async def models(self) -> Response:
         try:
-            info = (await self.gateway.info()).model
+            info = (await self.pipeline.info()).model
         except RayActorError:
             return _json({"detail": "no predictor replica is running yet; try again shortly"}, 503,
                          {"Retry-After": str(self.settings.retry_after_s)})
@@ -383,7 +383,7 @@ class Ingress:
         except Exception as exc:  # noqa: BLE001 - never a 500: logged here, coded for the client
             log.exception("GET /v1/accuracy: the ledger could not be read")
             raise LedgerUnavailable(
-                f"the forecast ledger cannot be read ({type(exc).__name__}: {self.gateway.public(str(exc))}); "
+                f"the forecast ledger cannot be read ({type(exc).__name__}: {self.pipeline.public(str(exc))}); "
                 "see the gateway log and docs/operations.md, 'Ledger failing'", self.settings.retry_after_s,
             ) from None
 
@@ -406,14 +406,14 @@ class Ingress:
         status_known = not detail
         try:
             info = await asyncio.wait_for(self.handle.describe.remote(), timeout=10)
-            self.gateway.remember(info)
+            self.pipeline.remember(info)
             self.metrics.touch_replica(info.replica_id)
             ready = running >= 1 or not status_known
         except Exception as exc:
             detail = f"no replica answered: {type(exc).__name__}"
         self.metrics.replicas_ready.set(running)
         body = {"ready": ready, "replicas_ready": running, "replicas_target": self.num_replicas,
-                "detail": self.gateway.public(detail)}
+                "detail": self.pipeline.public(detail)}
         return _json(body, 200 if ready else 503)
 
     @api.get("/metrics", include_in_schema=False)
@@ -444,8 +444,8 @@ def build_app(args: Settings) -> serve.Application:
     """
     from pydantic import ValidationError
 
+    from service.common.settings import describe_settings_error
     from service.preflight import StartupError, check_startup
-    from service.settings import describe_settings_error
 
     try:
         settings = args if isinstance(args, Settings) else Settings(**dict(args or {}))

@@ -10,7 +10,7 @@ import logging
 import os
 from pathlib import Path
 
-from service.settings import Settings
+from service.common.settings import Settings
 
 log = logging.getLogger(__name__)
 

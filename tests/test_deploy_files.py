@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from service.common.settings import Settings
 from service.lifecycle import pod_termination_s
-from service.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
@@ -152,7 +152,7 @@ def _rules() -> list[dict]:
 def test_every_series_a_panel_or_an_alert_reads_exists_from_the_start():
     from prometheus_client.parser import text_string_to_metric_families
 
-    from service.metrics import Metrics
+    from service.common.metrics import Metrics
 
     m = Metrics()
     m.set_limits(64, 4)

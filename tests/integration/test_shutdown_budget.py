@@ -28,7 +28,7 @@ GRACE_S = 20  # short: the request below outlives it
 
 def test_sigterm_past_the_grace_answers_503_naming_the_unanswered_and_exits_in_time(tmp_path):
     from kronos_core.data.store import KlineStore
-    from service.settings import Settings
+    from service.common.settings import Settings
 
     port = _free_port()
     url = f"http://127.0.0.1:{port}"

@@ -18,6 +18,7 @@ from starlette.routing import Route
 from starlette.testclient import TestClient
 
 from service.auth import ApiKeyMiddleware, KeyRing, hash_key, parse_keys
+from service.common.settings import Settings
 from service.cors import CorsMiddleware, parse_origins
 from service.request_log import (
     RequestIdMiddleware,
@@ -25,7 +26,6 @@ from service.request_log import (
     current_request_id,
     log_access,
 )
-from service.settings import Settings
 
 
 def _echo_app(**middlewares) -> Starlette:
@@ -127,7 +127,7 @@ def test_accuracy_is_a_coded_error_never_a_500():
     pytest.importorskip("ray.serve")
     from test_app import FakeHandle, _ingress
 
-    from service.errors import LedgerOff, LedgerUnavailable, ServiceError
+    from service.common.errors import LedgerOff, LedgerUnavailable, ServiceError
     from service.responses import error_response
 
     ing = _ingress(FakeHandle(lambda shard: None))

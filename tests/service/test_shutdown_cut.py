@@ -16,8 +16,8 @@ import yaml
 from service_fakes import RoutedReplicas, fake_gateway
 
 from kronos_core.errors import ErrorCode
+from service.common.schemas import ForecastRequest
 from service.lifecycle import DRAIN_MARKER, POD_MARGIN_S, Lifecycle, pod_termination_s, stop_reserve
-from service.schemas import ForecastRequest
 
 SYMBOLS = [f"S{i:03d}" for i in range(20)]
 
@@ -83,14 +83,15 @@ def test_the_route_answers_a_cut_request_503_naming_the_unanswered_symbols():
     from service_fakes import fake_future
     from test_app import _ingress
 
-    from service.gateway import Gateway
+    from service.gateway import ForecastPipeline
     from service.gateway.future import FutureTimestamps
 
     reps = RoutedReplicas({"fast": 0.005, "stuck": None})
     ing = _ingress(handle=None, shard_retries=0)  # type: ignore[arg-type]
     ing.replicas = reps
-    ing.gateway = Gateway(ing.settings, ing.store, reps, ing.metrics, 2, fit_factory=lambda info, h, sc: (lambda L: 3),
-                          future=FutureTimestamps(fake_future), cut=_answered_then_cut(reps, 2))
+    ing.pipeline = ForecastPipeline(ing.settings, ing.store, reps, ing.metrics, 2,
+                                    fit_factory=lambda info, h, sc: (lambda L: 3),
+                                    future=FutureTimestamps(fake_future), cut=_answered_then_cut(reps, 2))
     resp = asyncio.run(asyncio.wait_for(ing.forecast(ForecastRequest(symbols=SYMBOLS, horizon=2), accept=None), 60))
     assert resp.status_code == 503 and resp.headers["Retry-After"] == "7"
     body = orjson.loads(resp.body)
@@ -106,7 +107,7 @@ def test_the_manifest_termination_period_is_derived_from_the_grace():
     shutdown_grace_s + POD_MARGIN_S (the real file)."""
     from pathlib import Path
 
-    from service.settings import Settings
+    from service.common.settings import Settings
 
     path = Path(__file__).resolve().parents[2] / "deploy" / "kuberay-rayservice.yaml"
     (service,) = [d for d in yaml.safe_load_all(path.read_text()) if d and d["kind"] == "RayService"]

@@ -264,7 +264,7 @@ OTHER_KRONOS_VARIABLES = {
     "KRONOS_LOAD_WAIT_S": "load test (locustfile): pause between a user's requests",
     "KRONOS_LOAD_TIMEOUT_S": "load test (locustfile): client timeout",
     "KRONOS_API_KEY": "kronos loadtest / kronos soak: the API key they send (--api-key)",
-    "KRONOS_WEIGHTS_CACHE": "each node's cache of shipped model weights (service/weights.py)",
+    "KRONOS_WEIGHTS_CACHE": "each node's cache of shipped model weights (service/replica/weights.py)",
 }
 
 
