@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import shutil
 import signal
 import sys
@@ -220,10 +221,12 @@ def local_metrics_dir(settings) -> str | None:
     return settings.gateway_shared_dir(ray.get_runtime_context().get_node_id())
 
 
-def stop(settings=None, deadline: float | None = None) -> None:
+def stop(settings=None, deadline: float | None = None) -> bool:
     """Stop the app, then Ray (``settings``: those the app was started with; default ones
     when not given: the embedded service). ``deadline`` (``time.monotonic()``): Ray is shut
     down by then even if Serve is still stopping the app (the shutdown grace is spent).
+    Returns False when Serve was given up on that way (the caller should exit at once: a
+    Serve call still blocked would hold the interpreter's exit on Ray's dead connections).
 
     Embedded (a local Ray, no ``ray_address``): delete the app, whose replicas stop as Serve
     stops them (``graceful_shutdown_timeout_s``), then ``ray.shutdown()``, which disconnects
@@ -241,21 +244,24 @@ def stop(settings=None, deadline: float | None = None) -> None:
     from service.replica.weights import release_all
 
     settings = settings or Settings()
+    clean = True
     try:
         if not ray.is_initialized():  # else a Serve call would start a Ray instance to shut down
-            return
+            return clean
         if settings.ray_address:
             serve.shutdown()
             release_all()  # the weight stores this process shipped (detached: a cluster keeps them)
-            return
-        _delete_app(settings.app_name, deadline)
+            return clean
+        clean = _delete_app(settings.app_name, deadline)
     finally:
         if ray.is_initialized():
             ray.shutdown()
+    return clean
 
 
-def _delete_app(app_name: str, deadline: float | None) -> None:
-    """``serve.delete(app_name)``, given up on at ``deadline`` (Ray's shutdown then ends it)."""
+def _delete_app(app_name: str, deadline: float | None) -> bool:
+    """``serve.delete(app_name)``, given up on at ``deadline`` (Ray's shutdown then ends it).
+    False when it was given up on (its thread is still blocked in Serve)."""
     from ray import serve
 
     def delete():
@@ -266,12 +272,14 @@ def _delete_app(app_name: str, deadline: float | None) -> None:
 
     if deadline is None:
         delete()
-        return
+        return True
     worker = threading.Thread(target=delete, name="kronos-serve-delete", daemon=True)
     worker.start()
     worker.join(timeout=max(0.5, deadline - time.monotonic()))
     if worker.is_alive():
         print("the app did not stop within the grace; shutting Ray down with it", flush=True)
+        return False
+    return True
 
 
 def run(args: argparse.Namespace) -> int:
@@ -355,8 +363,11 @@ def run(args: argparse.Namespace) -> int:
         if stop_event.is_set():
             drain(settings, force, handle, began)
         # Serve and Ray stop within the grace: a third of the reserve is left for Ray and the exit
-        stop(settings, began + settings.shutdown_grace_s - stop_reserve(settings.shutdown_grace_s) / 3)
+        clean = stop(settings, began + settings.shutdown_grace_s - stop_reserve(settings.shutdown_grace_s) / 3)
         if scratch is not None:  # this process's own Ray is gone, and with it every gateway
             shutil.rmtree(scratch, ignore_errors=True)
         print("stopped", flush=True)
+        if not clean:  # a Serve call still blocked would hold the exit past the grace
+            sys.stderr.flush()
+            os._exit(0)
     return 0
