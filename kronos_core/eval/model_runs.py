@@ -5,7 +5,8 @@ Windows: from files, counted back from each series' end (``--windows``, ``--step
 ``--windows`` per series spread over its evaluation period (origins at or after ``eval_from``).
 They are forecast once per model at the longest ``--horizon``. Baselines: last value, drift,
 seasonal naive, the 20-step historical-volatility band and GARCH(1,1)-t (``kronos_core.eval.garch``,
-fitted per series on the rows before the first scored one).
+fitted per series on the rows before the first scored one). Every model's tokenizer round trip
+on the windows' contexts (``kronos_core.eval.fidelity_report``).
 """
 
 from __future__ import annotations
@@ -149,7 +150,7 @@ def _forecasters(runs: list[ModelRun], base: dict[str, np.ndarray]) -> list:
 
 def evaluate_models(args) -> EvalResult:
     """Load, forecast, score, and render ``kronos eval``'s report (module docstring)."""
-    from kronos_core.eval import grouped
+    from kronos_core.eval import fidelity_report, grouped
     from kronos_core.eval.evaluate import baseline_samples, evaluate, markdown, table
     from kronos_core.eval.garch import GARCH_SAMPLES, garch_samples
     from kronos_core.eval.runner import WalkForward, data_section, forecast_paths
@@ -252,6 +253,11 @@ def evaluate_models(args) -> EvalResult:
     cmp = grouped.comparison_markdown(groups)
     if cmp:
         parts += ["", "### Models compared (paired test on all windows)", "", cmp]
+    report["tokenizer_fidelity"] = fidelity_report.section(runs, w, source.info)
+    goal = report["tokenizer_fidelity"]["goal_close_error_over_move"]
+    parts += ["", "### Tokenizer round trip (the windows' contexts; goal for the close: "
+              f"error / move <= {goal:g})", "",
+              fidelity_report.markdown(report["tokenizer_fidelity"])]
     report["summary"] = {"models": [m["name"] for m in models],
                          "calibrated": {m["name"]: m["calibration"] for m in models}}
     return EvalResult(report, "\n".join(parts), monitor_path, resources, source, w, runs)

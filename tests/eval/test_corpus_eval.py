@@ -181,3 +181,33 @@ def test_two_models_on_the_same_windows_with_paired_tests(corpus, tmp_path, caps
         -pooled["models"][b]["tests"][a]["abs_error"]["mean_difference"])
     assert "### Models compared" in text and f"| {a} | {b} |" in text
     assert text.count(f"| {b} |") >= 3  # a row in each group table
+
+
+def test_eval_reports_each_models_tokenizer_fidelity_per_group(corpus, tmp_path, capsys):
+    """The section holds, per model and (market, frequency), what ``tokenizer_fidelity`` gives
+    on exactly the evaluated windows' contexts."""
+    from kronos_core.eval.fidelity import tokenizer_fidelity
+    from kronos_core.eval.model_runs import eval_windows
+    from kronos_core.eval.sources import corpus_source
+    from kronos_core.loading import PredictorConfig, load_predictor
+
+    out = tmp_path / "fid.json"
+    rc = main(["eval", "--corpus", str(corpus), "--horizon", "2", "--windows", "3", *EVAL,
+               "--out", str(out)])
+    assert rc == 0
+    text = capsys.readouterr().out
+    section = json.loads(out.read_text())["tokenizer_fidelity"]
+    (name, groups), = section["models"].items()
+    assert set(groups) == {"US/1d", "FX/1h", "all"}
+    source = corpus_source(corpus)
+    args = SimpleNamespace(lookback=32, windows=3, step=None, start=None, end=None,
+                           last_fraction=None)
+    w = eval_windows(args, source, 2)
+    us = np.array([source.info[int(k)].group == ("US", "1d") for k in w.series_index])
+    tok = load_predictor(PredictorConfig(model=TINY, device="cpu")).tokenizer
+    expect = tokenizer_fidelity(tok, w.context[us])
+    for feature in ("close", "open"):
+        assert groups["US/1d"][feature]["error_std"] == pytest.approx(expect[feature]["error_std"])
+        assert groups["US/1d"][feature]["windows"] == 12
+    assert groups["FX/1h"]["volume"]["windows"] == 3
+    assert "### Tokenizer round trip" in text and f"| {name} | US/1d | 12 |" in text
