@@ -2,7 +2,7 @@
 candles, future timestamps) -> plan (memory-sized shards) -> dispatch (replicas, retries,
 hedging) -> gather (request order); encoding is the route's (``service.gateway.encode``).
 Here: admission (request count, deadline) and the walk. No Ray and no FastAPI: the store and
-the replicas are injected objects typed by ``service.interfaces``.
+the replicas are injected objects typed by ``service.common.interfaces``.
 """
 
 from __future__ import annotations
@@ -10,27 +10,27 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import numpy as np
 
-from service.errors import DeadlineExceeded, Overloaded, RequestInvalid
+from service.common.errors import DeadlineExceeded, Overloaded, RequestInvalid
+from service.common.interfaces import CandleStore, Replicas
+from service.common.messages import ReplicaInfo
+from service.common.metrics import Metrics
+from service.common.schemas import ForecastRequest
+from service.common.settings import Settings
 from service.gateway.dispatch import Dispatcher, ShardRun, shard_timeout
 from service.gateway.future import FutureTimestamps
 from service.gateway.gather import Outcome, add_summaries, gather_outcome, public_message
-from service.gateway.plan import make_shards, memory_model_fit, warm_memory_model
 from service.gateway.prepare import Prepared, check_exchange, prepare
 from service.gateway.record import LedgerRecorder, batch_from_outcome
-from service.interfaces import CandleStore, Replicas
-from service.messages import ReplicaInfo
-from service.metrics import Metrics
-from service.schemas import ForecastRequest
-from service.settings import Settings
+from service.gateway.shards import make_shards, memory_model_fit, warm_memory_model
 
 log = logging.getLogger(__name__)
 
 
-class Gateway:
+class ForecastPipeline:
     """Turns a ``ForecastRequest`` into shards, runs them on the ``replicas``, gathers in order."""
 
     def __init__(
@@ -43,6 +43,7 @@ class Gateway:
         fit_factory: Callable[[ReplicaInfo, int, int], Callable[[int], int]] | None = None,
         future: Callable[..., np.ndarray] | None = None,
         recorder: LedgerRecorder | None = None,
+        cut: Callable[[], Awaitable[None]] | None = None,
     ):
         self.settings = settings
         self.store = store
@@ -50,7 +51,8 @@ class Gateway:
         self.metrics = metrics
         self.num_replicas = num_replicas
         self.fit_factory = fit_factory or memory_model_fit
-        self.dispatcher = Dispatcher(settings, replicas, metrics, num_replicas)
+        # cut: at shutdown, the shards still pending are answered ``interrupted`` (Dispatcher)
+        self.dispatcher = Dispatcher(settings, replicas, metrics, num_replicas, cut=cut)
         self._future = future
         self.recorder = recorder  # None: the ledger is off
         self._info: ReplicaInfo | None = None
@@ -114,19 +116,22 @@ class Gateway:
         """See ``service.gateway.dispatch.shard_timeout``."""
         return shard_timeout(self.settings, self.num_replicas, request_timeout_s)
 
-    async def forecast(self, req: ForecastRequest, timeout_s: float | None = None) -> Outcome:
+    async def forecast(self, req: ForecastRequest, timeout_s: float | None = None,
+                       request_id: str | None = None) -> Outcome:
         """Run ``req``; past ``timeout_s`` (default: the ``request_timeout_s`` setting) raise
-        ``DeadlineExceeded`` after cancelling every shard still pending or running."""
+        ``DeadlineExceeded`` after cancelling every shard still pending or running.
+        ``request_id``: the id its shards, answer and ledger rows carry (default: a new one)."""
         timeout_s = self.settings.request_timeout_s if timeout_s is None else timeout_s
         try:
-            return await asyncio.wait_for(self._admit(req, self.shard_timeout(timeout_s)), timeout_s)
+            return await asyncio.wait_for(self._admit(req, self.shard_timeout(timeout_s), request_id), timeout_s)
         except TimeoutError:
             raise DeadlineExceeded(
                 f"the forecast took longer than its {timeout_s:g} s deadline; its pending shards were cancelled "
                 "(ask fewer series, or raise KRONOS_REQUEST_TIMEOUT_S)"
             ) from None
 
-    async def _admit(self, req: ForecastRequest, shard_timeout_s: float | None = None) -> Outcome:
+    async def _admit(self, req: ForecastRequest, shard_timeout_s: float | None = None,
+                     request_id: str | None = None) -> Outcome:
         if req.n_series > self.settings.max_symbols:
             field_name = "symbols" if req.symbols is not None else "series"
             raise RequestInvalid(field_name, f"{field_name}: {req.n_series} given, at most {self.settings.max_symbols} per request")
@@ -138,12 +143,13 @@ class Gateway:
         self._inflight += 1
         self.metrics.queue_depth.labels(stage="requests").set(self._inflight)
         try:
-            return await self._forecast(req, shard_timeout_s)
+            return await self._forecast(req, shard_timeout_s, request_id)
         finally:
             self._inflight -= 1
             self.metrics.queue_depth.labels(stage="requests").set(self._inflight)
 
-    async def _forecast(self, req: ForecastRequest, shard_timeout_s: float | None = None) -> Outcome:
+    async def _forecast(self, req: ForecastRequest, shard_timeout_s: float | None = None,
+                        request_id: str | None = None) -> Outcome:
         t0 = time.perf_counter()
         info = await self.info()
         lookback = max(2, info.max_context - req.horizon) if req.lookback is None else req.lookback
@@ -157,13 +163,13 @@ class Gateway:
         record = self.recorder is not None and req.record
         slices, shards = make_shards(req, prep, info, fit, self.num_replicas, self.settings.shards_per_replica,
                                      want_paths=record and self.settings.ledger_paths,
-                                     min_shard_tokens=self.settings.min_shard_tokens)
+                                     min_shard_tokens=self.settings.min_shard_tokens, request_id=request_id)
         run = ShardRun(shard_timeout_s)
         results = await self.dispatcher.run_all(shards, run)
         t_fc = time.perf_counter()
         out = gather_outcome(info.model, tuple(req.quantiles), prep, slices, results)
         out.calibrated = bool(shards) and all(s.calibrate for s in shards)  # else: warnings say which, why
-        out.request_id = shards[0].request_id if shards else None
+        out.request_id = shards[0].request_id if shards else request_id
         batch = batch_from_outcome(req, out, out.request_id or "", out.calibration_state,
                                    self.settings.ledger_paths) if record else None
         if out.paths and not (req.return_paths or req.summary):  # asked for the ledger only
