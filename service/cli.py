@@ -230,6 +230,13 @@ def stop(settings=None) -> None:
             ray.shutdown()
 
 
+def requires(args) -> list:
+    """The ``serve`` extra (checked before Ray starts)."""
+    from kronos_core.cli.requirements import SERVE_MODULES, needs
+
+    return needs(SERVE_MODULES)
+
+
 def run(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 

@@ -40,6 +40,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_predictor_arguments(parser)
 
 
+def requires(args) -> list:
+    """``--out`` writes equity.png with matplotlib (the ``eval`` extra)."""
+    from kronos_core.cli.requirements import needs
+
+    return needs(["matplotlib"], "--out (equity.png)") if args.out else []
+
+
 def run(args) -> int:
     from kronos_core.eval.data import DataError, load_series
     from kronos_core.eval.portfolio import Universe, markdown, run_backtest

@@ -35,6 +35,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "else eval-monitor.json")
 
 
+def requires(args) -> list:
+    """``--plot`` draws with matplotlib (the ``eval`` extra)."""
+    from kronos_core.cli.requirements import needs
+
+    return needs(["matplotlib"], "--plot") if args.plot else []
+
+
 def write_plots(out: Path, report: dict, wf, calibration=None, series_names=None) -> list[Path]:
     from kronos_core.eval import plots
     from kronos_core.eval.evaluate import CLOSE
