@@ -14,11 +14,11 @@ import pandas as pd
 
 from kronos_core.errors import ErrorCode, WarningCode
 from kronos_core.lookback import Lookback, history_cut_message, horizon_limit_message
-from service.errors import RequestInvalid
+from service.common.errors import RequestInvalid
+from service.common.interfaces import CandleStore
+from service.common.schemas import ForecastRequest
 from service.gateway.future import SessionGaps, to_ns
 from service.gateway.inline import inline_arrays
-from service.interfaces import CandleStore
-from service.schemas import ForecastRequest
 
 
 def symbol_error(symbol: str, code: ErrorCode, message: str) -> dict:

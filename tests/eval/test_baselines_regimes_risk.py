@@ -79,7 +79,7 @@ def test_risk_summary_against_numpy():
 def test_risk_summary_gives_p_ups_resolution_and_a_signed_var():
     """p_up comes with the number of paths it was counted from, and a VaR of paths that all
     gain is negative (a gain), as the schema documents (issue 26, item 11)."""
-    from service.schemas import RiskSummaryOut
+    from service.common.schemas import RiskSummaryOut
 
     up = 100.0 * np.exp(np.cumsum(np.full((20, 3), 0.01), axis=1))  # (S, H): 20 paths, all rising
     s = risk_summary(up, 100.0)

@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 from service_fakes import FakeStore, fake_future, fake_gateway
 
-from service.errors import RequestInvalid
+from service.common.errors import RequestInvalid
 from service.gateway.encode import outcome_to_json
 from service.gateway.future import FutureTimestamps
-from service.schemas import ForecastRequest
+from service.common.schemas import ForecastRequest
 
 
 class CountingStore(FakeStore):
