@@ -143,8 +143,8 @@ def test_with_no_lookback_asked_the_calibrations_fitted_lookback_is_read(tmp_pat
     import asyncio
 
     from kronos_core.eval.calibration import Scope
-    from service.gateway.encode import outcome_to_json
     from service.common.schemas import ForecastRequest
+    from service.gateway.encode import outcome_to_json
 
     gw, _, _ = _calibrated_gateway(tmp_path, Scope((40, 40), ("1d",), None))
     req = ForecastRequest(series=[_inline("D", 90, "D", 0)], horizon=3, quantiles=[0.1, 0.9],

@@ -11,9 +11,9 @@ import pytest
 from service_fakes import FakeStore, fake_future, fake_gateway
 
 from service.common.errors import RequestInvalid
+from service.common.schemas import ForecastRequest
 from service.gateway.encode import outcome_to_json
 from service.gateway.future import FutureTimestamps
-from service.common.schemas import ForecastRequest
 
 
 class CountingStore(FakeStore):
