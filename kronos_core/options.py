@@ -1,6 +1,6 @@
 """``ForecastOptions``: every option of one forecast call, spelled once.
 
-The service's request maps to it once (``service.schemas.ForecastRequest``), the CLI's flags
+The service's request maps to it once (``service.common.schemas.ForecastRequest``), the CLI's flags
 map to it once, and ``KronosPredictor.forecast(series, x_ts, y_ts, options)`` and the replica's
 engine protocol take it whole. Frozen and hashable: shards whose options are equal share one
 engine call.

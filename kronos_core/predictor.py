@@ -33,7 +33,7 @@ from kronos_core.candles import (
 from kronos_core.engine.batch import assemble
 from kronos_core.engine.config import EngineStats, GenerationConfig
 from kronos_core.engine.generate import Generator
-from kronos_core.engine.job import GenerationJob
+from kronos_core.engine.job import Generation
 from kronos_core.engine.sampling import row_keys
 from kronos_core.model import Kronos, KronosTokenizer
 from kronos_core.options import ForecastOptions
@@ -61,7 +61,7 @@ class ForecastJob:
     cancelled forecast.
     """
 
-    def __init__(self, predictor: KronosPredictor, generation: GenerationJob, options: ForecastOptions,
+    def __init__(self, predictor: KronosPredictor, generation: Generation, options: ForecastOptions,
                  n_series: int, means: np.ndarray, stds: np.ndarray):
         self.predictor, self.generation, self.options = predictor, generation, options
         self.n_series = n_series

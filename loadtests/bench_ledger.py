@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     from kronos_core.data.store import KlineStore
     from loadtests.bench import _free_port
     from service.cli import start, stop
-    from service.settings import Settings
+    from service.common.settings import Settings
 
     cores = os.cpu_count() or 1
     ledger = Path(tempfile.mkdtemp(prefix="kronos-bench-ledger-"))

@@ -99,8 +99,8 @@ class _Engine:
 
         from kronos_core.data.store import KlineStore
         from kronos_core.loading import load_predictor
+        from service.common.settings import Settings
         from service.gateway import FutureTimestamps
-        from service.settings import Settings
 
         settings = Settings()
         torch.set_num_threads(os.cpu_count() or 1)
@@ -367,7 +367,7 @@ def table(fig: dict) -> str:
 def run(args: argparse.Namespace) -> int:
     from kronos_core.data.store import KlineStore
     from loadtests.run import start_service, stop_service
-    from service.settings import Settings
+    from service.common.settings import Settings
 
     if args.host and urlparse(args.host).hostname not in LOOPBACK:
         print(f"kronos bench mixed: --host must be a loopback address, got {args.host}", file=sys.stderr)

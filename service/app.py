@@ -21,17 +21,9 @@ from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.auth import ApiKeyMiddleware
-from service.docs_ui import install_docs
-from service.errors import InvalidRequest, RateLimited, ServiceError, TooLarge
-from service.gateway import Gateway
-from service.gateway.encode import outcome_to_arrow, outcome_to_json
-from service.lifecycle import DrainMiddleware
-from service.limits import BodyLimitMiddleware
-from service.metrics import CONTENT_TYPE, Metrics
-from service.replica import Predictor
-from service.responses import error_response
-from service.responses import json_response as _json
-from service.schemas import (
+from service.common.errors import InvalidRequest, RateLimited, ServiceError, TooLarge
+from service.common.metrics import CONTENT_TYPE, Metrics
+from service.common.schemas import (
     ARROW_STREAM,
     MAX_HORIZON,
     AccuracyResponse,
@@ -43,10 +35,18 @@ from service.schemas import (
     RequestErrorOut,
     SymbolsPage,
 )
+from service.common.settings import Settings, unknown_kronos_variables
+from service.docs_ui import install_docs
+from service.gateway import ForecastPipeline
+from service.gateway.encode import outcome_to_arrow, outcome_to_json
+from service.lifecycle import DrainMiddleware
+from service.limits import BodyLimitMiddleware
+from service.replica.deployment import Predictor
+from service.replica.weights import ship as ship_weights
+from service.responses import error_response
+from service.responses import json_response as _json
 from service.serve_replicas import ServeReplicas
-from service.settings import Settings, unknown_kronos_variables
 from service.state import current
-from service.weights import ship as ship_weights
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +105,7 @@ async def _observe(request: Request, call_next):
 
 @api.exception_handler(ServiceError)
 async def _service_error(request: Request, exc: ServiceError) -> Response:
-    """Every ``service.errors.ServiceError`` raised by a route or the gateway behind it."""
+    """Every ``service.common.errors.ServiceError`` raised by a route or the gateway behind it."""
     return error_response(exc, current().metrics)
 
 
@@ -143,8 +143,8 @@ def _shared_metrics(settings: Settings) -> Metrics:
     a drain marker left by an app that is gone (no live gateway wrote here) is removed."""
     import ray
 
+    from service.common.metrics import file_pids, forget_dead_processes, use_shared_dir
     from service.lifecycle import DRAIN_MARKER
-    from service.metrics import file_pids, forget_dead_processes, use_shared_dir
 
     shared = use_shared_dir(settings.gateway_shared_dir(ray.get_runtime_context().get_node_id()))
     forget_dead_processes(shared)
@@ -168,11 +168,11 @@ class Ingress:
         self.store = KlineReader(settings.resolved_store_dir())  # the service only reads
         self.metrics = _shared_metrics(settings)
         self.replicas = ServeReplicas(predictor, settings, self.metrics)
-        from service.accuracy import ledger_service
+        from service.live_accuracy import ledger_service
 
         self.recorder, self.live = ledger_service(settings, self.store, self.metrics, _replica_id())
-        self.gateway = Gateway(settings, self.store, self.replicas, self.metrics, num_replicas, recorder=self.recorder)
-        warmed = self.gateway.warm_up()  # before Serve routes a request here: the first one is not the slow one
+        self.pipeline = ForecastPipeline(settings, self.store, self.replicas, self.metrics, num_replicas, recorder=self.recorder)
+        warmed = self.pipeline.warm_up()  # before Serve routes a request here: the first one is not the slow one
         log.info("gateway warm-up: prepared %d symbol(s), one of each exchange and session clock", len(warmed))
         self._symbols: list[str] | None = None
         current().start(settings, self.metrics, _replica_id())
@@ -235,19 +235,19 @@ class Ingress:
         timeout = self.settings.request_timeout_s
         if x_kronos_timeout_s is not None:
             timeout = min(timeout, x_kronos_timeout_s)
-        out = await self.gateway.forecast(req, timeout_s=timeout)  # a ServiceError: answered by _service_error
+        out = await self.pipeline.forecast(req, timeout_s=timeout)  # a ServiceError: answered by _service_error
         if accept and ARROW_STREAM in accept:
             response = Response(outcome_to_arrow(out), media_type=ARROW_STREAM,
                                 headers={"X-Kronos-Errors": str(len(out.errors))})
         else:
             response = _json(outcome_to_json(out))
-        response.background = BackgroundTask(self.gateway.record, out)  # to the ledger once the answer is sent
+        response.background = BackgroundTask(self.pipeline.record, out)  # to the ledger once the answer is sent
         return response
 
     @api.get("/v1/models", response_model=ModelsResponse, responses={503: _SHUTTING_DOWN, **_KEYS})
     async def models(self) -> Response:
         try:
-            info = (await self.gateway.info()).model
+            info = (await self.pipeline.info()).model
         except RayActorError:
             return _json({"detail": "no predictor replica is running yet; try again shortly"}, 503,
                          {"Retry-After": str(self.settings.retry_after_s)})
@@ -281,7 +281,7 @@ class Ingress:
         """Live accuracy of the recorded forecasts whose truth has arrived: scored steps, coverage
         per central level, CRPS and MAE of the close, over the rolling window and all time."""
         if self.live is None:
-            from service.accuracy import ledger_off_answer
+            from service.live_accuracy import ledger_off_answer
 
             return _json(ledger_off_answer(self.settings, model, symbol, since, horizon_step))
         return _json(await asyncio.to_thread(self.live.answer, model, symbol, since, horizon_step))
@@ -309,13 +309,13 @@ class Ingress:
         status_known = not detail
         try:
             info = await asyncio.wait_for(self.handle.describe.remote(), timeout=10)
-            self.gateway.remember(info)
+            self.pipeline.remember(info)
             ready = running >= 1 or not status_known
         except Exception as exc:
             detail = f"no replica answered: {type(exc).__name__}"
         self.metrics.replicas_ready.set(running)
         body = {"ready": ready, "replicas_ready": running, "replicas_target": self.num_replicas,
-                "detail": self.gateway.public(detail)}
+                "detail": self.pipeline.public(detail)}
         return _json(body, 200 if ready else 503)
 
     @api.get("/metrics", include_in_schema=False)

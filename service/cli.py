@@ -56,7 +56,7 @@ def check_model(settings) -> str | None:
     except (CheckpointError, ValueError, OSError) as exc:
         return str(exc)
     if settings.calibration:
-        from service.replica import load_calibration
+        from service.replica.deployment import load_calibration
 
         try:
             load_calibration(settings.calibration, loaded.identity)
@@ -113,7 +113,7 @@ def _listener(port: int) -> str | None:
 
 
 def settings_from_args(args: argparse.Namespace):
-    from service.settings import Settings
+    from service.common.settings import Settings
 
     overrides = {k: getattr(args, k) for k in [*_FLAGS, "compile", "cuda_graphs"] if getattr(args, k, None) is not None}
     return Settings(**overrides)
@@ -210,8 +210,8 @@ def stop(settings=None) -> None:
     import ray
     from ray import serve
 
-    from service.settings import Settings
-    from service.weights import release_all
+    from service.common.settings import Settings
+    from service.replica.weights import release_all
 
     settings = settings or Settings()
     try:
@@ -238,7 +238,7 @@ def run(args: argparse.Namespace) -> int:
     except ValidationError as exc:
         print(f"kronos serve: invalid settings: {exc}", file=sys.stderr)
         return 2
-    from service.settings import unknown_kronos_variables
+    from service.common.settings import unknown_kronos_variables
 
     for message in unknown_kronos_variables():
         print(f"WARNING: {message}", file=sys.stderr, flush=True)

@@ -7,8 +7,8 @@ from collections.abc import Mapping
 import orjson
 from starlette.responses import Response
 
-from service.errors import ServiceError
-from service.metrics import Metrics
+from service.common.errors import ServiceError
+from service.common.metrics import Metrics
 
 
 def json_response(content, status_code: int = 200, headers: Mapping[str, str] | None = None) -> Response:

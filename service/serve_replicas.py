@@ -1,5 +1,5 @@
 """The predictor replicas behind a Ray Serve handle, as the gateway's ``Replicas``
-(``service.interfaces``): Ray's failures become the service's own errors, a dead replica
+(``service.common.interfaces``): Ray's failures become the service's own errors, a dead replica
 ``ReplicaGone`` (the gateway retries the shard) and full queues ``Overloaded`` (503)."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from ray.exceptions import RayActorError
 from ray.serve.exceptions import BackPressureError
 from ray.serve.handle import DeploymentHandle
 
-from service.errors import Overloaded, ReplicaGone
-from service.messages import ReplicaInfo, Shard, ShardResult
-from service.metrics import Metrics
-from service.settings import Settings
+from service.common.errors import Overloaded, ReplicaGone
+from service.common.messages import ReplicaInfo, Shard, ShardResult
+from service.common.metrics import Metrics
+from service.common.settings import Settings
 
 
 class ServeReplicas:

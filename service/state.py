@@ -14,10 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from service.auth import KeyRing, load_keyring
+from service.common.metrics import Metrics
+from service.common.settings import Settings
 from service.lifecycle import Lifecycle
 from service.limits import Limits
-from service.metrics import Metrics
-from service.settings import Settings
 
 
 @dataclass

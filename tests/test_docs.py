@@ -69,7 +69,7 @@ def test_configuration_tables_list_every_setting():
     """README.md and docs/service.md list every service setting (KRONOS_<FIELD>), and no other."""
     import pytest
 
-    settings = pytest.importorskip("service.settings")
+    settings = pytest.importorskip("service.common.settings")
     fields = {f"KRONOS_{name.upper()}" for name in settings.Settings.model_fields}
     for doc in (REPO / "README.md", REPO / "docs" / "service.md"):
         text = doc.read_text()

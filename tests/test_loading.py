@@ -64,7 +64,7 @@ def test_options_reach_the_engine(monkeypatch):
     from kronos_core.engine import generate as gen
 
     seen = []
-    real = gen.Generator.start  # the predictor's forecasts start a GenerationJob here
+    real = gen.Generator.start  # the predictor's forecasts start a Generation here
 
     def spy(self, batch, cfg):
         seen.append(cfg)
@@ -152,7 +152,7 @@ def test_serve_dtype_flag_reaches_the_replica_engine(monkeypatch):
     import argparse
 
     from service import cli
-    from service.replica import Predictor
+    from service.replica.deployment import Predictor
 
     parser = argparse.ArgumentParser()
     cli.add_arguments(parser)

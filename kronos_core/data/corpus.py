@@ -8,9 +8,12 @@ into the repository.
 Two hold-out rules, applied here so that every command obeys them the same way:
 
 1. **Time.** Rows at or after an instrument's ``eval_from`` are evaluation-only. Training at any
-   bar size of an underlying also leaves out every row inside another bar size's evaluation period
-   ``[eval_from, last]`` of the same underlying (``AAPL``, ``AAPL@1h`` and ``AAPL@1min`` share the
-   underlying ``AAPL``).
+   bar size of an underlying also leaves out every row whose bar overlaps another bar size's
+   evaluation period ``[eval_from, last]`` of the same underlying (``AAPL``, ``AAPL@1h`` and
+   ``AAPL@1min`` share the underlying ``AAPL``). Overlap is judged on the time each bar covers,
+   not on its label (``bar_extent``): a daily bar stamped 2012-02-24 covers that whole day, so an
+   hourly evaluation period starting at 2012-02-24 14:00 removes it, and the hourly bars of a
+   daily evaluation period's last day are removed with it.
 2. **Instruments.** ``split == "holdout_instrument"`` series are evaluation-only in full.
 
 ``Corpus.training_mask`` gives, per row, whether training may read it; ``Corpus.evaluation_mask``
@@ -142,7 +145,8 @@ def _model_frame(frame: pd.DataFrame) -> pd.DataFrame:
             else:
                 frame[col] = frame[col].fillna(0.0)
     if VOLUME_COLUMN not in frame.columns and AMOUNT_COLUMN in frame.columns:
-        frame = frame.drop(columns=[AMOUNT_COLUMN])  # amount without volume: the model's rule is 0, 0
+        # amount without volume: the model's rule is 0, 0
+        frame = frame.drop(columns=[AMOUNT_COLUMN])
     return frame
 
 
@@ -156,7 +160,8 @@ class Corpus:
             raise CorpusError(f"{self.root}: no {INSTRUMENTS_FILE}; a corpus folder holds it and "
                               "its Parquet files (see ../shared/data/corpus/README.md)")
         inst = pd.read_csv(table)
-        needed = {"symbol", "underlying", "market", "frequency", "file", "split", "eval_from", "last"}
+        needed = {"symbol", "underlying", "market", "frequency", "file", "split", "eval_from",
+                  "last"}
         missing = needed - set(inst.columns)
         if missing:
             raise CorpusError(f"{table}: columns {sorted(missing)} missing")
@@ -179,7 +184,8 @@ class Corpus:
             unknown = [w for w in wanted if w not in known]
             if unknown:
                 shown = sorted(known) if len(known) <= 20 else sorted(known)[:20] + ["..."]
-                raise CorpusError(f"unknown {column} {unknown} in corpus {self.root}; it has {shown}")
+                raise CorpusError(f"unknown {column} {unknown} in corpus {self.root}; "
+                                  f"it has {shown}")
             mask &= inst[column].astype(str).isin(list(wanted))
         if flt.split is not None:
             mask &= inst["split"] == flt.split
@@ -218,7 +224,8 @@ class Corpus:
             out.append(CorpusSeries(sym, values, stamps, info, adjusted))
         return out
 
-    def load(self, flt: CorpusFilter | None = None, *, split_adjust: bool = True) -> list[CorpusSeries]:
+    def load(self, flt: CorpusFilter | None = None, *,
+             split_adjust: bool = True) -> list[CorpusSeries]:
         """Every instrument that passes ``flt``."""
         rows = self.select(flt)
         if rows.empty:
@@ -226,19 +233,32 @@ class Corpus:
         return self.read(rows["symbol"], split_adjust=split_adjust)
 
     # -- the hold-out rules ----------------------------------------------------------------
-    def evaluation_periods(self, underlying: str) -> list[tuple[pd.Timestamp, pd.Timestamp]]:
-        """[eval_from, last] of every bar size of ``underlying``."""
+    def evaluation_periods(self, underlying: str, *, exclude: str | None = None
+                           ) -> list[tuple[pd.Timestamp, pd.Timestamp]]:
+        """The time every bar size of ``underlying`` evaluates on (but ``exclude``'s), as
+        half-open ``[start, end)`` spans: from the start of its ``eval_from`` bar to the end of
+        its ``last`` bar (``bar_extent``)."""
         rows = self.instruments[self.instruments["underlying"] == underlying]
-        return [(r.eval_from, r.last) for r in rows.itertuples()]
+        out = []
+        for r in rows.itertuples():
+            if r.symbol == exclude:
+                continue
+            first_lo, _ = bar_extent(pd.DatetimeIndex([r.eval_from]), str(r.frequency))
+            _, last_hi = bar_extent(pd.DatetimeIndex([r.last]), str(r.frequency))
+            out.append((first_lo[0], last_hi[0]))
+        return out
 
     def training_mask(self, symbol: str, timestamps: pd.DatetimeIndex) -> np.ndarray:
-        """(T,) bool: may training read this row? Both hold-out rules (module docstring)."""
+        """(T,) bool: may training read this row? Both hold-out rules (module docstring): before
+        the instrument's own ``eval_from``, and no overlap of the row's bar with another bar
+        size's evaluation period."""
         info = self.instruments.loc[symbol]
         if info["split"] == HOLDOUT_INSTRUMENT:
             return np.zeros(len(timestamps), dtype=bool)
         allowed = np.asarray(timestamps < info["eval_from"])
-        for start, end in self.evaluation_periods(str(info["underlying"])):
-            allowed &= ~np.asarray((timestamps >= start) & (timestamps <= end))
+        lo, hi = bar_extent(pd.DatetimeIndex(timestamps), str(info["frequency"]))
+        for start, end in self.evaluation_periods(str(info["underlying"]), exclude=symbol):
+            allowed &= ~np.asarray((lo < end) & (hi > start))
         return allowed
 
     def evaluation_mask(self, symbol: str, timestamps: pd.DatetimeIndex) -> np.ndarray:
@@ -246,6 +266,31 @@ class Corpus:
         ``eval_from`` on as well, so both hold-outs are judged on the same late period."""
         info = self.instruments.loc[symbol]
         return np.asarray(timestamps >= info["eval_from"])
+
+
+def bar_length(frequency: str) -> pd.Timedelta:
+    """The time one bar of ``frequency`` (``1d``, ``1h``, ``5min``, ``1min``) spans."""
+    try:  # pandas spells the day "D" ("d" is deprecated)
+        length = pd.Timedelta(frequency[:-1] + "D" if frequency.endswith("d") else frequency)
+    except ValueError as exc:
+        raise CorpusError(f"frequency {frequency!r} is not a bar length such as 1d, 1h, "
+                          "5min") from exc
+    if length <= pd.Timedelta(0):
+        raise CorpusError(f"frequency {frequency!r} is not a positive bar length")
+    return length
+
+
+def bar_extent(timestamps: pd.DatetimeIndex,
+               frequency: str) -> tuple[pd.DatetimeIndex, pd.DatetimeIndex]:
+    """(start, end) of the time the bars stamped ``timestamps`` may cover, end exclusive.
+
+    A daily (or longer) bar is labelled with its date, so it covers ``[t, t + bar)``. An intraday
+    label may mark a bar's start or its end (the corpus's sources do both), so the span
+    ``[t - bar, t + bar)`` covers either reading."""
+    length = bar_length(frequency)
+    if length >= pd.Timedelta(days=1):
+        return timestamps, timestamps + length
+    return timestamps - length, timestamps + length
 
 
 def training_segments(corpus: Corpus, series: Sequence[CorpusSeries],

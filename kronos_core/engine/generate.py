@@ -1,6 +1,6 @@
 """The generation loop: tokenize once, prefill once, decode one token per step from caches.
 
-``Generator.generate(batch, cfg)`` runs a ``GenerationJob`` (``kronos_core.engine.job``)
+``Generator.generate(batch, cfg)`` runs a ``Generation`` (``kronos_core.engine.job``)
 to the end; a scheduler that interleaves several batches on one device drives jobs
 step by step instead. Each step is plan -> run -> sample -> append. The plan
 (``kronos_core.engine.plan``, a pure function of the rows' lengths) says which rows
@@ -38,7 +38,7 @@ import torch
 
 from kronos_core.engine.batch import EngineBatch
 from kronos_core.engine.config import EngineStats, GenerationConfig, GenerationOutput
-from kronos_core.engine.job import GenerationJob, decode_step
+from kronos_core.engine.job import Generation, decode_step
 from kronos_core.engine.plan import SLIDING_MODES
 from kronos_core.model.kronos import Kronos
 from kronos_core.model.tokenizer import KronosTokenizer
@@ -54,7 +54,7 @@ CPU_GRAPHS_IGNORED = (
 
 
 class Generator:
-    """Runs ``generate`` (or hands out ``GenerationJob``s) for one model/tokenizer pair;
+    """Runs ``generate`` (or hands out ``Generation``s) for one model/tokenizer pair;
     keeps the compiled decode steps between calls."""
 
     def __init__(self, model: Kronos, tokenizer: KronosTokenizer):
@@ -103,16 +103,16 @@ class Generator:
             return self._compiled
         return decode_step
 
-    def start(self, batch: EngineBatch, cfg: GenerationConfig) -> GenerationJob:
+    def start(self, batch: EngineBatch, cfg: GenerationConfig) -> Generation:
         """A job for ``batch``, not started: its first ``step()`` tokenizes and prefills."""
-        return GenerationJob(self, batch, cfg)
+        return Generation(self, batch, cfg)
 
     def generate(self, batch: EngineBatch, cfg: GenerationConfig) -> GenerationOutput:
         """Tokenize, then plan -> run -> sample -> append for each step, then detokenize."""
-        job = GenerationJob(self, batch, cfg)
+        job = Generation(self, batch, cfg)
         while not job.done:
             job.step()
         return job.result()
 
 
-__all__ = ["EngineStats", "GenerationConfig", "GenerationJob", "GenerationOutput", "Generator", "SLIDING_MODES"]
+__all__ = ["EngineStats", "GenerationConfig", "Generation", "GenerationOutput", "Generator", "SLIDING_MODES"]

@@ -1,4 +1,4 @@
-"""``GenerationJob``: one engine batch's generation, advanced one decode step per call.
+"""``Generation``: one engine batch's generation, advanced one decode step per call.
 
 The first ``step()`` tokenizes the history and runs step 0 (the prefill in a cached
 mode); every later call runs one decode step; the last one also detokenizes. Between
@@ -168,10 +168,10 @@ def _autocast(device: torch.device, dtype: torch.dtype | None):
     return torch.autocast(device_type=device.type, dtype=dtype)
 
 
-class GenerationJob:
+class Generation:
     """One engine batch's generation, advanced one decode step per call (tokenize + prefill on the first).
 
-    ``Generator.generate(batch, cfg)`` is ``job = GenerationJob(...); while not job.done:
+    ``Generator.generate(batch, cfg)`` is ``job = Generation(...); while not job.done:
     job.step(); return job.result()``: a job stepped in any interleaving with other jobs
     gives exactly what ``generate`` gives (seeded draws depend only on row keys and steps).
     """
@@ -416,4 +416,4 @@ class GenerationJob:
         return _StepInputs(rows, hidden[:, -1], k, v, key_mask, every_row=len(row_ids) == self.rows)
 
 
-__all__ = ["GenerationJob", "decode_step"]
+__all__ = ["Generation", "decode_step"]

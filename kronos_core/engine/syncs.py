@@ -82,7 +82,7 @@ class HostSyncCounter(TorchDispatchMode):
 
 
 def syncs_per_step(job, counter: HostSyncCounter | None = None) -> list[int]:
-    """Run ``job`` (a ``GenerationJob`` or ``ForecastJob``) to the end -> the sync count of each step."""
+    """Run ``job`` (a ``Generation`` or ``ForecastJob``) to the end -> the sync count of each step."""
     counter = counter or HostSyncCounter()
     counts = []
     while not job.done:

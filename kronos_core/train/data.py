@@ -16,13 +16,18 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from kronos_core.candles import NORM_EPS, CandleError, candle_array, time_features
-from kronos_core.train.config import DataConfig
+
+if TYPE_CHECKING:  # the config is pydantic; scripts/gpu_train.py passes a plain object instead
+    import pandas as pd
+
+    from kronos_core.train.config import DataConfig
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +37,7 @@ class Series:
     name: str
     values: np.ndarray  # (n, 6) float32 candles
     stamps: np.ndarray  # (n, 5) float32 [minute, hour, weekday, day, month]
+    timestamps: pd.DatetimeIndex | None = None  # (n,) the rows' times (for forecasting checks)
 
 
 def _series_from_frame(name: str, df, timestamp_column: str) -> Series:
@@ -45,7 +51,8 @@ def _series_from_frame(name: str, df, timestamp_column: str) -> Series:
     if not (order == np.arange(len(order))).all():
         log.warning("%s: rows not in time order; sorting them", name)
         df, stamps = df.iloc[order], stamps[order]
-    return Series(name, np.array(candle_array(df), dtype=np.float32), time_features(stamps))  # own, writable copy
+    values = np.array(candle_array(df), dtype=np.float32)  # own, writable copy
+    return Series(name, values, time_features(stamps), stamps)
 
 
 def _series_from_file(path: Path, cfg: DataConfig) -> Series:
@@ -55,7 +62,8 @@ def _series_from_file(path: Path, cfg: DataConfig) -> Series:
     from kronos_core.data.reader import ReadOptions, read_candles
     from kronos_core.data.validate import Repairs
 
-    column = None if cfg.timestamp_column == "timestamps" else cfg.timestamp_column  # None: auto-detect
+    # None: auto-detect
+    column = None if cfg.timestamp_column == "timestamps" else cfg.timestamp_column
     options = ReadOptions(time_column=column, column_map=dict(cfg.columns),
                           repairs=Repairs(**{name: True for name in cfg.repairs}))
     frame, _tz, _report = read_candles(path, options)
@@ -70,7 +78,8 @@ def load_series(cfg: DataConfig) -> list[Series]:
     for path in cfg.paths:
         p = Path(path)
         tables = CSV_SUFFIXES + PARQUET_SUFFIXES
-        files = sorted(f for f in p.iterdir() if f.name.lower().endswith(tables)) if p.is_dir() else [p]
+        files = (sorted(f for f in p.iterdir() if f.name.lower().endswith(tables))
+                 if p.is_dir() else [p])
         for f in files:
             if not f.exists():
                 raise FileNotFoundError(f"training data file {f} not found")
@@ -92,7 +101,10 @@ def load_series(cfg: DataConfig) -> list[Series]:
 def corpus_series(cfg: DataConfig) -> list[Series]:
     """The training rows of a corpus (``kronos_core.data.corpus``): only ``split == train``
     instruments, only rows both hold-out rules allow, as one Series per contiguous run that
-    holds at least one window. A hold-out instrument or an evaluation row is never read into one."""
+    holds at least one window, named ``SYMBOL[first..last]``. A hold-out instrument or an
+    evaluation row is never read into one (tests/train/test_corpus_holdout.py).
+
+    ``cfg`` needs ``corpus``, ``markets``, ``frequencies`` and ``window`` only."""
     from kronos_core.data.corpus import TRAIN, Corpus, CorpusFilter, training_segments
 
     assert cfg.corpus is not None
@@ -103,12 +115,14 @@ def corpus_series(cfg: DataConfig) -> list[Series]:
     out = []
     for s, start, end in training_segments(corpus, series, cfg.window):
         name = f"{s.symbol}[{s.timestamps[start]}..{s.timestamps[end - 1]}]"
-        out.append(Series(name, s.values[start:end].copy(), time_features(s.timestamps[start:end])))
+        stamps = s.timestamps[start:end]
+        out.append(Series(name, s.values[start:end].copy(), time_features(stamps), stamps))
     log.info("corpus %s: %d training segments of %d instruments", cfg.corpus, len(out), len(series))
     return out
 
 
-def split_windows(series: list[Series], cfg: DataConfig) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+def split_windows(series: list[Series],
+                  cfg: DataConfig) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
     """(series index, start) of training and validation windows.
 
     Per series the last ``val_fraction`` of rows is validation: every training
@@ -125,13 +139,16 @@ def split_windows(series: list[Series], cfg: DataConfig) -> tuple[list[tuple[int
             stride = max(stride, (split - width) // cap + 1)
         train += [(i, start) for start in range(0, split - width + 1, stride)]
         if cfg.val_fraction > 0:
-            val_stride = stride if cap is None else max(stride, (n - split - width) // max(cap // 4, 1) + 1)
+            val_stride = (stride if cap is None
+                          else max(stride, (n - split - width) // max(cap // 4, 1) + 1))
             val += [(i, start) for start in range(split, n - width + 1, val_stride)]
         if split < width:
-            log.warning("%s: %d training rows, fewer than one window of %d; skipped", s.name, split, width)
+            log.warning("%s: %d training rows, fewer than one window of %d; skipped",
+                        s.name, split, width)
     if not train:
         names = ", ".join(s.name for s in series)
-        raise ValueError(f"no training window of {width} rows fits in {names}; lower data.lookback/horizon")
+        raise ValueError(f"no training window of {width} rows fits in {names}; "
+                         "lower data.lookback/horizon")
     return train, val
 
 
@@ -192,7 +209,8 @@ class StepBatchSampler(Sampler):
         order, share = self._order(), self.batch_size // self.world
         for step in range(self.position, self.batches_per_epoch()):
             rows = order[step * self.batch_size:(step + 1) * self.batch_size]
-            if len(rows) < self.batch_size:  # last partial batch (drop_last False): split as evenly as possible
+            # last partial batch (drop_last False): split as evenly as possible
+            if len(rows) < self.batch_size:
                 yield rows[self.rank::self.world]
             else:
                 yield rows[self.rank * share:(self.rank + 1) * share]

@@ -7,11 +7,11 @@
 - ``gather``: results back in request order, risk summaries, client-safe messages;
 - ``encode``: the JSON answer and the Arrow stream.
 
-``core.Gateway`` walks a request through them. This package's face is the names below.
+``core.ForecastPipeline`` walks a request through them. This package's face is the names below.
 """
 
-from service.errors import DeadlineExceeded, Overloaded, ReplicaGone, RequestInvalid
-from service.gateway.core import Gateway
+from service.common.errors import DeadlineExceeded, Overloaded, ReplicaGone, RequestInvalid
+from service.gateway.core import ForecastPipeline
 from service.gateway.dispatch import ShardRun
 from service.gateway.encode import (
     outcome_to_arrow,
@@ -21,11 +21,11 @@ from service.gateway.encode import (
 )
 from service.gateway.future import FutureTimestamps
 from service.gateway.gather import Outcome, public_message
-from service.gateway.plan import calibration_covers, memory_model_fit
 from service.gateway.prepare import Prepared, as_of_warning, store_as_of
+from service.gateway.shards import calibration_covers, memory_model_fit
 
 __all__ = [
-    "DeadlineExceeded", "FutureTimestamps", "Gateway", "Outcome", "Overloaded", "Prepared", "ReplicaGone",
+    "DeadlineExceeded", "FutureTimestamps", "ForecastPipeline", "Outcome", "Overloaded", "Prepared", "ReplicaGone",
     "RequestInvalid", "ShardRun", "as_of_warning", "calibration_covers", "memory_model_fit", "outcome_to_arrow",
     "outcome_to_json", "public_message", "quantile_label", "store_as_of", "summary_columns",
 ]

@@ -2,7 +2,7 @@
 candles, future timestamps) -> plan (memory-sized shards) -> dispatch (replicas, retries,
 hedging) -> gather (request order); encoding is the route's (``service.gateway.encode``).
 Here: admission (request count, deadline) and the walk. No Ray and no FastAPI: the store and
-the replicas are injected objects typed by ``service.interfaces``.
+the replicas are injected objects typed by ``service.common.interfaces``.
 """
 
 from __future__ import annotations
@@ -14,23 +14,23 @@ from collections.abc import Callable
 
 import numpy as np
 
-from service.errors import DeadlineExceeded, Overloaded, RequestInvalid
+from service.common.errors import DeadlineExceeded, Overloaded, RequestInvalid
+from service.common.interfaces import CandleStore, Replicas
+from service.common.messages import ReplicaInfo
+from service.common.metrics import Metrics
+from service.common.schemas import ForecastRequest
+from service.common.settings import Settings
 from service.gateway.dispatch import Dispatcher, ShardRun, shard_timeout
 from service.gateway.future import FutureTimestamps
 from service.gateway.gather import Outcome, add_summaries, gather_outcome, public_message
-from service.gateway.plan import make_shards, memory_model_fit, warm_memory_model
 from service.gateway.prepare import Prepared, check_exchange, prepare
 from service.gateway.record import LedgerRecorder, batch_from_outcome
-from service.interfaces import CandleStore, Replicas
-from service.messages import ReplicaInfo
-from service.metrics import Metrics
-from service.schemas import ForecastRequest
-from service.settings import Settings
+from service.gateway.shards import make_shards, memory_model_fit, warm_memory_model
 
 log = logging.getLogger(__name__)
 
 
-class Gateway:
+class ForecastPipeline:
     """Turns a ``ForecastRequest`` into shards, runs them on the ``replicas``, gathers in order."""
 
     def __init__(

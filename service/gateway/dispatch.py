@@ -9,11 +9,11 @@ import statistics
 from dataclasses import dataclass, field
 
 from kronos_core.errors import ErrorCode
-from service.errors import ReplicaGone
-from service.interfaces import Replicas
-from service.messages import Shard, ShardResult
-from service.metrics import Metrics
-from service.settings import Settings
+from service.common.errors import ReplicaGone
+from service.common.interfaces import Replicas
+from service.common.messages import Shard, ShardResult
+from service.common.metrics import Metrics
+from service.common.settings import Settings
 
 log = logging.getLogger(__name__)
 

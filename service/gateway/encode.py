@@ -9,8 +9,8 @@ from typing import Any, cast
 import numpy as np
 
 from kronos_core.options import quantile_label  # re-exported: service.gateway.quantile_label
+from service.common.schemas import FEATURE_NAMES
 from service.gateway.gather import Outcome
-from service.schemas import FEATURE_NAMES
 
 
 def _iso(ts: np.ndarray | Sequence[np.datetime64]) -> list[str]:

@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 
 from kronos_core.errors import ErrorCode
+from service.common.messages import ShardResult
+from service.common.schemas import FEATURE_NAMES
 from service.gateway.prepare import Prepared, symbol_error
-from service.messages import ShardResult
-from service.schemas import FEATURE_NAMES
 
 
 @dataclass
@@ -41,7 +41,7 @@ class Outcome:
     summary: bool = False  # the request asked for summaries (the Arrow answer then has summary_* columns)
     request_id: str | None = None  # the request's id (its ledger rows carry it)
     calibration_state: dict | None = None  # the adaptive calibration state the replicas applied (version, sha256, ...)
-    ledger_batch: Any = field(default=None, repr=False)  # record.ForecastBatch to record once answered (Gateway.record)
+    ledger_batch: Any = field(default=None, repr=False)  # record.ForecastBatch to record once answered (ForecastPipeline.record)
 
 
 def gather_outcome(model: dict, levels: tuple[float, ...], prep: Prepared, slices: list[slice],

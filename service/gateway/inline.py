@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from service.common.schemas import FEATURE_NAMES, InlineSeries
 from service.gateway.future import to_ns
-from service.schemas import FEATURE_NAMES, InlineSeries
 
 
 def inline_arrays(s: InlineSeries, lookback: int) -> tuple[np.ndarray, np.ndarray]:

@@ -13,11 +13,11 @@ import numpy as np
 import pandas as pd
 
 from kronos_core.errors import ErrorCode, WarningCode
-from service.errors import RequestInvalid
+from service.common.errors import RequestInvalid
+from service.common.interfaces import CandleStore
+from service.common.schemas import ForecastRequest
 from service.gateway.future import to_ns
 from service.gateway.inline import inline_arrays
-from service.interfaces import CandleStore
-from service.schemas import ForecastRequest
 
 
 def symbol_error(symbol: str, code: ErrorCode, message: str) -> dict:

@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
+from service.common.metrics import Metrics
+from service.common.schemas import ForecastRequest
 from service.gateway.gather import Outcome
-from service.metrics import Metrics
-from service.schemas import ForecastRequest
 
 log = logging.getLogger(__name__)
 

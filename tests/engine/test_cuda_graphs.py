@@ -37,7 +37,7 @@ def test_cli_flag_reaches_the_predictor_config():
 
 
 def test_service_setting_reaches_the_predictor_config(monkeypatch):
-    settings = pytest.importorskip("service.settings")
+    settings = pytest.importorskip("service.common.settings")
     monkeypatch.setenv("KRONOS_CUDA_GRAPHS", "1")
     assert settings.Settings().predictor_config(device="cpu").cuda_graphs is True
 

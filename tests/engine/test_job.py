@@ -1,4 +1,4 @@
-"""GenerationJob / ForecastJob: stepped, interleaved with other jobs, closed mid-way."""
+"""Generation / ForecastJob: stepped, interleaved with other jobs, closed mid-way."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch
 from series_helpers import windows
 
 from kronos_core import KronosPredictor
-from kronos_core.engine import GenerationConfig, GenerationJob, Generator, SamplingParams, assemble
+from kronos_core.engine import Generation, GenerationConfig, Generator, SamplingParams, assemble
 from kronos_core.engine.sampling import row_keys
 from kronos_core.options import ForecastOptions
 
@@ -51,7 +51,7 @@ def test_interleaved_jobs_give_what_each_gives_alone(tiny, goog, options, slidin
 
 
 def test_generate_is_a_job_run_to_the_end(tiny, goog):
-    """Generator.generate and a GenerationJob stepped by hand give the same tokens and candles."""
+    """Generator.generate and a Generation stepped by hand give the same tokens and candles."""
     from kronos_core.candles import normalize, time_features
 
     gen = Generator(*tiny)
@@ -62,7 +62,7 @@ def test_generate_is_a_job_run_to_the_end(tiny, goog):
     )
     cfg = GenerationConfig(8, 128, SamplingParams(top_p=0.9))
     whole = gen.generate(batch, cfg)
-    job = GenerationJob(gen, batch, cfg)
+    job = Generation(gen, batch, cfg)
     steps = 0
     while not job.done:
         job.step()

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
-from service.settings import Settings
+from service.common.settings import Settings
 
 
 def free_port() -> int:

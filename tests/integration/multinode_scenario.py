@@ -135,8 +135,8 @@ def main() -> int:
     from kronos_core.loading import default_bundle
     from service import cli
     from service.app import build_app
-    from service.replica import inject_fault
-    from service.settings import Settings
+    from service.common.settings import Settings
+    from service.replica.deployment import inject_fault
 
     work = Path(tempfile.mkdtemp(prefix="kronos-multinode-"))
     out: dict = {"ok": False}

@@ -3,7 +3,7 @@ service healthy: a slow replica whose shards are answered by the other one, and 
 whose process crashes and that Serve replaces while requests keep being answered.
 
 Faults are injected into one replica's process through Ray's ``__ray_call__`` on its actor
-with ``service.replica.inject_fault`` (a test-only hook, not reachable over HTTP)."""
+with ``service.replica.deployment.inject_fault`` (a test-only hook, not reachable over HTTP)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import time
 import httpx
 import pytest
 
-from service.replica import inject_fault
+from service.replica.deployment import inject_fault
 
 pytestmark = pytest.mark.integration
 

@@ -71,7 +71,7 @@ def _check_keys_and_rate_limit(url: str, symbols: list[str]) -> None:
 
 def test_sigterm_lets_the_request_in_flight_finish_then_exits_0(tmp_path):
     from kronos_core.data.store import KlineStore
-    from service.settings import Settings
+    from service.common.settings import Settings
 
     port = _free_port()
     url = f"http://127.0.0.1:{port}"

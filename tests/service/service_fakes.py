@@ -1,6 +1,6 @@
 """Fakes for the service unit tests (imported as ``service_fakes``): they stand in for the store, the replicas and the
 engine so that the gateway, sharding, batching and metrics logic run without a model or
-Ray. Each implements the protocol of ``service.interfaces`` that the production piece does
+Ray. Each implements the protocol of ``service.common.interfaces`` that the production piece does
 (``tests/service/test_interfaces.py`` checks it). The real pieces are exercised in
 tests/integration/."""
 
@@ -15,12 +15,12 @@ import pandas as pd
 from kronos_core.data.store_reader import SymbolWindow
 from kronos_core.errors import ErrorCode
 from kronos_core.options import ForecastOptions
-from service.batch_runner import StepRunner
-from service.errors import ReplicaGone
-from service.gateway import FutureTimestamps, Gateway
-from service.messages import BatchReport, ReplicaInfo, Shard, ShardResult
-from service.metrics import Metrics
-from service.settings import Settings
+from service.common.errors import ReplicaGone
+from service.common.messages import BatchReport, ReplicaInfo, Shard, ShardResult
+from service.common.metrics import Metrics
+from service.common.settings import Settings
+from service.gateway import ForecastPipeline, FutureTimestamps
+from service.replica.step_runner import StepRunner
 
 
 @dataclass
@@ -127,6 +127,33 @@ class FakePredictor:
         q = np.stack([mean * (1 + lv) for lv in quantiles]) if quantiles else np.zeros((0,) + mean.shape, np.float32)
         return FakeResult(paths, mean, q, FakeStats(len(series) * sample_count * horizon))
 
+    def start_forecast(self, series, x_timestamps, y_timestamps, options: ForecastOptions, *, series_keys=None,
+                       verbose=False) -> OneStepJob:
+        """The whole ``forecast`` as one step (its out-of-memory error raised at that step)."""
+        return OneStepJob(self, series, x_timestamps, y_timestamps, options)
+
+
+class OneStepJob:
+    """A ``ForecastJob`` of a fake engine: the whole ``forecast`` call is its one step."""
+
+    def __init__(self, predictor, series, x_ts, y_ts, options: ForecastOptions):
+        self._call = (predictor, series, x_ts, y_ts, options)
+        self.rows = len(series) * options.sample_count
+        self.steps_left = 1
+        self.done = False
+        self._result = None
+
+    def step(self) -> None:
+        predictor, series, x_ts, y_ts, options = self._call
+        self._result = predictor.forecast(series, x_ts, y_ts, options)
+        self.steps_left, self.done = 0, True
+
+    def close(self) -> None:
+        self._result = None
+
+    def result(self):
+        return self._result
+
 
 def make_options(**kw) -> ForecastOptions:
     """Forecast options of a test shard: horizon 4, one sample, unless ``kw`` says otherwise."""
@@ -163,13 +190,13 @@ def fake_info(budget: int = 1 << 30, max_context: int = 64, max_batch_tokens: in
 
 
 def fake_gateway(replicas=None, num_replicas: int = 2, **settings):
-    """(gateway, metrics, replicas): a Gateway over ``FakeStore`` and ``replicas`` (default
+    """(gateway, metrics, replicas): a ForecastPipeline over ``FakeStore`` and ``replicas`` (default
     ``FakeReplicas``), 2 replicas, shards of at most 3 series (no floor: min_shard_tokens 0), fake
     future timestamps."""
     replicas = replicas or FakeReplicas()
     s = Settings(**{"max_context": 64, "shards_per_replica": 2, "min_shard_tokens": 0, **settings})
     m = Metrics()
-    gw = Gateway(s, FakeStore(), replicas, m, num_replicas=num_replicas,
+    gw = ForecastPipeline(s, FakeStore(), replicas, m, num_replicas=num_replicas,
                  fit_factory=lambda info, h, sc: (lambda L: 3), future=FutureTimestamps(fake_future))
     return gw, m, replicas
 

@@ -17,15 +17,15 @@ from ray.exceptions import ActorDiedError  # noqa: E402
 from ray.serve.exceptions import BackPressureError  # noqa: E402
 
 from service.app import Ingress  # noqa: E402
-from service.batch_runner import StepRunner  # noqa: E402
-from service.errors import Overloaded, ReplicaGone, ServiceError  # noqa: E402
-from service.gateway import Gateway  # noqa: E402
+from service.common.errors import Overloaded, ReplicaGone, ServiceError  # noqa: E402
+from service.common.metrics import Metrics  # noqa: E402
+from service.common.schemas import ForecastRequest  # noqa: E402
+from service.common.settings import Settings  # noqa: E402
+from service.gateway import ForecastPipeline  # noqa: E402
 from service.gateway.future import FutureTimestamps  # noqa: E402
-from service.metrics import Metrics  # noqa: E402
+from service.replica.step_runner import StepRunner  # noqa: E402
 from service.responses import error_response  # noqa: E402
-from service.schemas import ForecastRequest  # noqa: E402
 from service.serve_replicas import ServeReplicas  # noqa: E402
-from service.settings import Settings  # noqa: E402
 
 
 class FakeResponse:
@@ -80,7 +80,7 @@ def _ingress(handle: FakeHandle, **settings) -> Ingress:
     ing.store = FakeStore()
     ing._symbols = None
     ing.replicas = ServeReplicas(handle, ing.settings, ing.metrics)
-    ing.gateway = Gateway(ing.settings, ing.store, ing.replicas, ing.metrics, 2,
+    ing.pipeline = ForecastPipeline(ing.settings, ing.store, ing.replicas, ing.metrics, 2,
                           fit_factory=lambda info, h, sc: (lambda L: 3), future=FutureTimestamps(fake_future))
     return ing
 
@@ -169,7 +169,7 @@ def test_cancelled_request_cancels_the_ray_call():
     sent = handle.forecast_shard.responses
     assert len(sent) == 4  # 8 series in shards of 2 (2 replicas x 2 shards each); 2 x 2 in flight: all sent
     assert all(r.cancelled for r in sent)
-    assert ing.gateway.dispatcher.shards_in_flight == 0
+    assert ing.pipeline.dispatcher.shards_in_flight == 0
 
 
 def test_request_the_deployment_cannot_run_is_422_naming_the_field():

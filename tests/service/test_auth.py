@@ -18,7 +18,7 @@ from service.auth import (
     load_keyring,
     parse_keys,
 )
-from service.settings import Settings
+from service.common.settings import Settings
 
 ALICE, OPS = "alice-secret-key", "ops-secret-key"
 

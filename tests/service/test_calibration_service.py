@@ -12,10 +12,10 @@ from service_fakes import make_options, make_shard, run_shards
 
 from kronos_core.eval.calibration import Calibration, CalibrationMismatch
 from kronos_core.loading import PredictorConfig, load_predictor
-from service.batch_runner import StepRunner
-from service.gateway.plan import calibration_covers
-from service.replica import Predictor, calibration_info, load_calibration
-from service.settings import Settings
+from service.common.settings import Settings
+from service.gateway.shards import calibration_covers
+from service.replica.deployment import Predictor, calibration_info, load_calibration
+from service.replica.step_runner import StepRunner
 
 
 def _calibration(identity: dict, path, method: str = "cqr") -> Calibration:
@@ -116,7 +116,7 @@ def test_gateway_calibrates_per_series_and_says_why_not(tmp_path):
     import asyncio
 
     from kronos_core.eval.calibration import Scope
-    from service.schemas import ForecastRequest
+    from service.common.schemas import ForecastRequest
 
     gw, cal, predictor = _calibrated_gateway(tmp_path, Scope((40, 40), ("1d",), ("D",)))
     series = [_inline("D", 40, "D", 0), _inline("H", 40, "h", 1)]
@@ -144,7 +144,7 @@ def test_calibrated_summaries_agree_with_the_calibrated_bands(tmp_path):
 
     from kronos_core.candles import FEATURES
     from kronos_core.eval.calibration import Scope
-    from service.schemas import ForecastRequest
+    from service.common.schemas import ForecastRequest
 
     gw, cal, _ = _calibrated_gateway(tmp_path, Scope())
     series = [_inline("D", 40, "D", 0)]
@@ -169,7 +169,7 @@ def test_gateway_picks_each_series_group_of_a_calibration_fitted_per_frequency(t
     from service_fakes import FakeReplicas, fake_gateway, fake_info
 
     from kronos_core.eval.calibration import Scope
-    from service.schemas import ForecastRequest
+    from service.common.schemas import ForecastRequest
 
     predictor = load_predictor(PredictorConfig(model=TINY, device="cpu"))
     base = _calibration(predictor.identity.as_dict(), tmp_path / "cal.json")

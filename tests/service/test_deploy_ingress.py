@@ -60,7 +60,7 @@ def test_kronos_serve_starts_the_proxy_on_the_head_only(monkeypatch):
     from ray import serve
 
     from service import cli
-    from service.settings import Settings
+    from service.common.settings import Settings
 
     calls: dict = {}
     monkeypatch.setattr(ray, "is_initialized", lambda: True)

@@ -11,7 +11,7 @@ import pytest
 
 from kronos_core.data import store as store_mod
 from kronos_core.errors import REQUEST_ERROR_CODES, SYMBOL_ERROR_CODES, ErrorCode, WarningCode
-from service.schemas import SymbolErrorOut
+from service.common.schemas import SymbolErrorOut
 
 REPO = Path(__file__).resolve().parents[2]
 # modules that produce per-symbol errors: the gateway, the replica side, the store

@@ -13,12 +13,12 @@ import pytest
 from pydantic import ValidationError
 from service_fakes import FakeReplicas, FakeStore, fake_future
 
-from service.gateway import Gateway
+from service.common.metrics import Metrics
+from service.common.schemas import ForecastRequest
+from service.common.settings import Settings
+from service.gateway import ForecastPipeline
 from service.gateway.future import FutureTimestamps
 from service.gateway.gather import public_message
-from service.metrics import Metrics
-from service.schemas import ForecastRequest
-from service.settings import Settings
 
 HUGE = 10**30  # beyond 64 bits
 
@@ -32,7 +32,7 @@ def _rows(n=8, start_hour=0, close=1.0, width=7):
 
 
 def _gateway():
-    gw = Gateway(Settings(max_context=64), FakeStore(), FakeReplicas(), Metrics(), num_replicas=2,
+    gw = ForecastPipeline(Settings(max_context=64), FakeStore(), FakeReplicas(), Metrics(), num_replicas=2,
                  fit_factory=lambda info, h, sc: (lambda L: 3), future=FutureTimestamps(fake_future))
     return gw
 
@@ -229,7 +229,7 @@ def test_as_of_outside_the_nanosecond_range_is_clamped(as_of, expect):
 
 
 def test_a_non_finite_forecast_is_that_series_error_not_a_null():
-    from service.messages import ShardResult
+    from service.common.messages import ShardResult
 
     gw = _gateway()
     inner = gw.replicas.forecast_shard

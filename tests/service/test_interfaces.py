@@ -1,4 +1,4 @@
-"""The seams of ``service.interfaces``: production classes and the test fakes implement the
+"""The seams of ``service.common.interfaces``: production classes and the test fakes implement the
 same protocols, checked with ``isinstance`` on the runtime-checkable protocols and by the
 parameter names of every protocol method."""
 
@@ -16,12 +16,12 @@ from kronos_core.engine.generate import EngineStats
 from kronos_core.errors import ErrorCode
 from kronos_core.options import ForecastOptions
 from kronos_core.predictor import ForecastResult, KronosPredictor
-from service import interfaces as seams
+from service.common import interfaces as seams
 
 PROTOCOL_METHODS = {
     seams.CandleStore: ("symbols", "read_windows", "metadata"),
     seams.Replicas: ("forecast_shard", "describe"),
-    seams.ForecastEngine: ("forecast",),
+    seams.ForecastEngine: ("start_forecast",),
 }
 
 
@@ -62,7 +62,7 @@ def test_store_and_its_fake_are_candle_stores(tmp_path):
 
 def test_replica_deployment_adapter_and_fake_are_replicas():
     pytest.importorskip("ray")
-    from service.replica import Predictor
+    from service.replica.deployment import Predictor
     from service.serve_replicas import ServeReplicas
 
     assert isinstance(FakeReplicas(), seams.Replicas) and isinstance(RoutedReplicas(), seams.Replicas)

@@ -1,5 +1,5 @@
-"""The service's live accuracy (service/accuracy.py) and adaptive calibration
-(service/adaptive.py) over a real ledger and a real store in a temporary folder: a scoring
+"""The service's live accuracy (service/live_accuracy.py) and adaptive calibration
+(service/replica/calibration.py) over a real ledger and a real store in a temporary folder: a scoring
 pass scores only what has its truth, sets the gauges to what kronos_core.eval's metric
 functions give on the same forecasts and truths, answers /v1/accuracy's shape, runs in one
 gateway at a time, skips a corrupt file with a warning naming it, and moves the ACI state
@@ -23,11 +23,11 @@ from kronos_core.eval.calibration import Calibration
 from kronos_core.ledger.adaptive import corrections_hash
 from kronos_core.ledger.ledger import Ledger
 from kronos_core.ledger.records import CalibrationStamp, ForecastRecord
-from service.accuracy import LiveAccuracy, scoring_lock
-from service.adaptive import GatewayAdaptation, ReplicaCalibration
-from service.metrics import Metrics
-from service.schemas import AccuracyResponse
-from service.settings import Settings
+from service.common.metrics import Metrics
+from service.common.schemas import AccuracyResponse
+from service.common.settings import Settings
+from service.live_accuracy import GatewayAdaptation, LiveAccuracy, scoring_lock
+from service.replica.calibration import ReplicaCalibration
 
 REAL = Path(__import__("kronos_core.data", fromlist=["x"]).__file__).parent / "real"  # the bundled real CSVs
 LEVELS = (0.1, 0.5, 0.9)
@@ -165,7 +165,7 @@ def test_a_corrupt_ledger_file_is_skipped_with_a_warning_naming_it(tmp_path, cap
 
 
 def test_ledger_off_answer(tmp_path):
-    from service.accuracy import ledger_off_answer
+    from service.live_accuracy import ledger_off_answer
 
     s = Settings(ledger_dir="off")
     assert s.resolved_ledger_dir() is None

@@ -21,7 +21,7 @@ CHILD = textwrap.dedent("""
     import kronos_core.ledger.ledger as ledger_mod
     from kronos_core.ledger.ledger import Ledger
     from service.gateway.record import LedgerRecorder
-    from service.schemas import ForecastRequest
+    from service.common.schemas import ForecastRequest
 
     root, marker = {root!r}, {marker!r}
     gw, m, _ = fake_gateway()

@@ -17,8 +17,8 @@ from service_fakes import fake_gateway, sample_value
 
 from kronos_core.ledger.ledger import Ledger
 from kronos_core.ledger.records import series_hash
+from service.common.schemas import ForecastRequest
 from service.gateway.record import LedgerRecorder
-from service.schemas import ForecastRequest
 
 
 def recording_gateway(root, **kw):
@@ -82,8 +82,8 @@ def test_inline_series_are_recorded_with_their_candles_hash(tmp_path):
 
 
 def test_answer_names_its_request_id(tmp_path):
+    from service.common.schemas import ForecastResponse
     from service.gateway.encode import outcome_to_json
-    from service.schemas import ForecastResponse
 
     gw, _ = recording_gateway(tmp_path)
     body = outcome_to_json(forecast(gw, symbols=["S000"]))

@@ -10,8 +10,8 @@ import yaml
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
+from service.common.settings import Settings
 from service.lifecycle import DrainMiddleware, Lifecycle
-from service.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -11,15 +11,15 @@ from fastapi.testclient import TestClient
 from service_fakes import FakeStore, fake_future, fake_info
 from starlette.exceptions import HTTPException
 
-from service.errors import DeadlineExceeded
-from service.gateway import Gateway
+from service.common.errors import DeadlineExceeded
+from service.common.messages import ShardResult
+from service.common.metrics import Metrics
+from service.common.schemas import ForecastRequest
+from service.common.settings import Settings
+from service.gateway import ForecastPipeline
 from service.gateway.future import FutureTimestamps
 from service.limits import BodyLimitMiddleware, Limits
-from service.messages import ShardResult
-from service.metrics import Metrics
 from service.responses import error_response
-from service.schemas import ForecastRequest
-from service.settings import Settings
 
 
 def _app(limit: int, reads: list[int]):
@@ -99,7 +99,7 @@ def test_deadline_cancels_pending_shards():
     m = Metrics()
     # 2 s: time enough, even on a loaded box, for the gateway to hand shards to the (never
     # answering) replicas before the deadline, so there is running work to cancel
-    gw = Gateway(Settings(max_context=64, request_timeout_s=2.0), FakeStore(), reps, m,
+    gw = ForecastPipeline(Settings(max_context=64, request_timeout_s=2.0), FakeStore(), reps, m,
                  num_replicas=2, fit_factory=lambda info, h, sc: (lambda L: 2), future=FutureTimestamps(fake_future))
     req = ForecastRequest(symbols=[f"S{i:03d}" for i in range(12)], horizon=2)
 

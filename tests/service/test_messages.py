@@ -1,11 +1,11 @@
-"""``service.messages``: what crosses between gateway and replicas."""
+"""``service.common.messages``: what crosses between gateway and replicas."""
 
 from __future__ import annotations
 
 import pytest
 from service_fakes import make_options, make_shard
 
-from service.messages import shard_tokens
+from service.common.messages import shard_tokens
 
 
 def test_shard_tokens():

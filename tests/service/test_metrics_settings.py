@@ -1,9 +1,9 @@
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from service.messages import BatchReport
-from service.metrics import Metrics
-from service.settings import Settings
+from service.common.messages import BatchReport
+from service.common.metrics import Metrics
+from service.common.settings import Settings
 
 
 def _report(replica="a", series=10):

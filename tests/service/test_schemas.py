@@ -4,7 +4,7 @@ import math
 import pytest
 from pydantic import ValidationError
 
-from service.schemas import MAX_HORIZON, MAX_SYMBOLS, ForecastRequest
+from service.common.schemas import MAX_HORIZON, MAX_SYMBOLS, ForecastRequest
 
 
 def _series(**over):
@@ -137,7 +137,7 @@ def test_integral_numbers_and_python_values_are_still_read():
 def test_every_integer_bound_of_the_schema_is_exact_in_a_double():
     # a seed bound of 2^63 - 1 is 2^63 as a double: Schemathesis generated 2^63 + 191 as a valid
     # seed (its doubles said so) and the server refused it. Bounds stay at most 2^53 - 1
-    from service.schemas import MAX_JSON_INTEGER
+    from service.common.schemas import MAX_JSON_INTEGER
 
     def bounds(node):
         if isinstance(node, dict):
@@ -158,7 +158,7 @@ def test_every_integer_bound_of_the_schema_is_exact_in_a_double():
 
 def test_record_is_a_json_boolean_and_query_times_are_iso_text():
     """Schemathesis found ``"record": 0`` and ``/v1/accuracy?since=0.5`` accepted (lax mode)."""
-    from service.schemas import iso_datetime_text
+    from service.common.schemas import iso_datetime_text
 
     with pytest.raises(ValidationError, match="record"):
         ForecastRequest(symbols=["A"], horizon=2, record=0)

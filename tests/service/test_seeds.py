@@ -11,8 +11,8 @@ from fixture_paths import TINY
 from service_fakes import make_options, run_shards
 
 from kronos_core.loading import PredictorConfig, load_predictor
-from service.batch_runner import StepRunner
-from service.messages import Shard
+from service.common.messages import Shard
+from service.replica.step_runner import StepRunner
 
 
 @pytest.fixture(scope="module")

@@ -65,7 +65,7 @@ def test_busy_port_without_a_visible_holder_is_just_in_use(listening, no_ray, ca
 
 
 def test_misspelt_kronos_variables_warn_with_the_nearest_setting():
-    from service.settings import unknown_kronos_variables
+    from service.common.settings import unknown_kronos_variables
 
     env = {"KRONOS_DEVCIE": "cuda", "KRONOS_MAX_INFLIGHT_REQUEST": "3", "KRONOS_PORT": "9000", "HOME": "/root",
            "KRONOS_RAY_ADDRESS": "ray://h:1", "KRONOS_HOME": "/tmp/k", "KRONOS_LOAD_WAIT_S": "0,1",
@@ -94,7 +94,7 @@ def test_every_kronos_variable_the_code_reads_is_a_setting_or_allowed():
     import re
     from pathlib import Path
 
-    from service.settings import OTHER_KRONOS_VARIABLES, setting_variables
+    from service.common.settings import OTHER_KRONOS_VARIABLES, setting_variables
 
     root = Path(__file__).resolve().parents[2]
     read = re.compile(r"""(?:environ\.get\(|environ\[|getenv\(|[,(]\s*)["']?(KRONOS_[A-Z0-9_]+)["']?\s*[,)\]=]""")

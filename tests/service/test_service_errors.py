@@ -1,4 +1,4 @@
-"""``service.errors``: every request-level error carries its code and status, and
+"""``service.common.errors``: every request-level error carries its code and status, and
 ``service.responses.error_response`` answers it (body, headers) and counts it."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kronos_core.errors import REQUEST_ERROR_CODES
-from service.errors import (
+from service.common.errors import (
     DeadlineExceeded,
     InvalidRequest,
     Overloaded,
@@ -16,7 +16,7 @@ from service.errors import (
     ServiceError,
     TooLarge,
 )
-from service.metrics import Metrics
+from service.common.metrics import Metrics
 from service.responses import error_response
 
 

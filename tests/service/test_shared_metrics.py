@@ -14,14 +14,14 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from service.common.metrics import file_pids, forget_dead_processes
 from service.lifecycle import DRAIN_MARKER, DrainMiddleware, Lifecycle
-from service.metrics import file_pids, forget_dead_processes
 
 ROOT = Path(__file__).resolve().parents[2]
 
 GATEWAY = """
 import json, sys
-from service.metrics import Metrics
+from service.common.metrics import Metrics
 m = Metrics(shared_dir=sys.argv[1])
 n = int(sys.argv[2])
 m.series_forecast.inc(n)
@@ -99,7 +99,7 @@ def test_a_drain_started_at_one_gateway_reaches_the_others(tmp_path):
 
 
 def test_in_flight_gauge_follows_the_active_count():
-    from service.metrics import Metrics
+    from service.common.metrics import Metrics
 
     m = Metrics()
     state = Lifecycle(gauge=m.http_in_flight)

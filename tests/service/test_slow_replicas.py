@@ -11,21 +11,21 @@ import asyncio
 
 from service_fakes import FakeReplicas, RoutedReplicas, fake_gateway
 
-from service.errors import ReplicaGone
-from service.gateway import Gateway
+from service.common.errors import ReplicaGone
+from service.common.metrics import Metrics
+from service.common.schemas import ForecastRequest
+from service.gateway import ForecastPipeline
 from service.gateway.dispatch import ShardRun
-from service.metrics import Metrics
-from service.schemas import ForecastRequest
 
 SYMBOLS = [f"S{i:03d}" for i in range(20)]  # 9 shards: 3, 3, then the last 14 series in halves of 2 (plan_shards)
 
 
-def _gateway(replicas, num_replicas: int = 2, **settings) -> tuple[Gateway, Metrics]:
+def _gateway(replicas, num_replicas: int = 2, **settings) -> tuple[ForecastPipeline, Metrics]:
     gw, m, _ = fake_gateway(replicas, num_replicas, **settings)
     return gw, m
 
 
-def _forecast(gw: Gateway, symbols: list[str]):
+def _forecast(gw: ForecastPipeline, symbols: list[str]):
     return asyncio.run(asyncio.wait_for(gw.forecast(ForecastRequest(symbols=symbols, horizon=2)), 60))
 
 

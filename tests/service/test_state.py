@@ -10,9 +10,9 @@ import pytest
 
 import service.state
 from service.auth import hash_key
-from service.errors import Overloaded, ServiceError
-from service.metrics import Metrics
-from service.settings import Settings
+from service.common.errors import Overloaded, ServiceError
+from service.common.metrics import Metrics
+from service.common.settings import Settings
 from service.state import ProcessState, current
 
 

@@ -12,11 +12,11 @@ from service_fakes import FakeReplicas, fake_future
 
 from kronos_core.candles import FEATURES
 from kronos_core.data.store import KlineStore
-from service.gateway import Gateway
+from service.common.metrics import Metrics
+from service.common.schemas import ForecastRequest
+from service.common.settings import Settings
+from service.gateway import ForecastPipeline
 from service.gateway.future import FutureTimestamps
-from service.metrics import Metrics
-from service.schemas import ForecastRequest
-from service.settings import Settings
 
 
 def _store(tmp_path) -> KlineStore:
@@ -30,7 +30,7 @@ def _store(tmp_path) -> KlineStore:
 
 def test_corrupted_and_removed_files_while_serving(tmp_path):
     store = _store(tmp_path)
-    gw = Gateway(Settings(max_context=64), store, FakeReplicas(), Metrics(), num_replicas=2,
+    gw = ForecastPipeline(Settings(max_context=64), store, FakeReplicas(), Metrics(), num_replicas=2,
                  fit_factory=lambda info, h, sc: (lambda L: 3), future=FutureTimestamps(fake_future))
     req = ForecastRequest(symbols=["AAA", "BBB", "CCC", "DDD"], horizon=2, lookback=16)
     assert asyncio.run(gw.forecast(req)).symbols == ["AAA", "BBB", "CCC", "DDD"]
@@ -50,13 +50,13 @@ def test_corrupted_and_removed_files_while_serving(tmp_path):
 def test_simulated_out_of_memory_in_a_replica_splits_and_the_answer_is_complete(tmp_path):
     from service_fakes import FakePredictor
 
-    from service.batch_runner import StepRunner
+    from service.replica.step_runner import StepRunner
 
     replicas = FakeReplicas()
     predictor = FakePredictor(oom_above=1)  # any batch of 2+ series: torch.OutOfMemoryError
     replicas.runner = StepRunner(predictor, "fake-replica", "cpu")
     m = Metrics()
-    gw = Gateway(Settings(max_context=64, shards_per_replica=1), _store(tmp_path), replicas, m, num_replicas=1,
+    gw = ForecastPipeline(Settings(max_context=64, shards_per_replica=1), _store(tmp_path), replicas, m, num_replicas=1,
                  fit_factory=lambda info, h, sc: (lambda L: 4), future=FutureTimestamps(fake_future))
     out = asyncio.run(gw.forecast(ForecastRequest(symbols=["AAA", "BBB", "CCC", "DDD"], horizon=2, lookback=16)))
     assert out.symbols == ["AAA", "BBB", "CCC", "DDD"] and out.errors == []

@@ -8,8 +8,8 @@ from response_checks import assert_arrow_equals_json
 from service_fakes import fake_gateway
 
 from kronos_core.eval.risk import risk_summary
+from service.common.schemas import ForecastRequest, SymbolForecast
 from service.gateway.encode import outcome_to_arrow, outcome_to_json
-from service.schemas import ForecastRequest, SymbolForecast
 
 
 def _gateway():

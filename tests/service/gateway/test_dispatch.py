@@ -6,8 +6,8 @@ import asyncio
 import pytest
 from service_fakes import FakeReplicas, fake_gateway, sample_value
 
-from service.errors import Overloaded
-from service.schemas import ForecastRequest
+from service.common.errors import Overloaded
+from service.common.schemas import ForecastRequest
 
 
 def test_replica_death_is_retried():

@@ -6,8 +6,8 @@ import asyncio
 import pytest
 from service_fakes import FakeReplicas, fake_gateway, sample_value
 
-from service.errors import Overloaded, RequestInvalid
-from service.schemas import ForecastRequest
+from service.common.errors import Overloaded, RequestInvalid
+from service.common.schemas import ForecastRequest
 
 
 def test_inflight_bound_rejects_with_overloaded():

@@ -5,7 +5,7 @@ import asyncio
 
 from service_fakes import FakeReplicas, fake_gateway, sample_value
 
-from service.schemas import ForecastRequest
+from service.common.schemas import ForecastRequest
 
 
 def test_forecast_in_request_order_with_unknown_symbols():
@@ -30,7 +30,7 @@ def test_a_failed_shard_reports_the_replicas_code_not_its_wording():
     class Failing(FakeReplicas):
         async def forecast_shard(self, shard):
             from kronos_core.errors import ErrorCode
-            from service.messages import ShardResult
+            from service.common.messages import ShardResult
 
             return ShardResult(shard.request_id, shard.index, "r", None, None, None,
                                error="replica unavailable (a message, not a code)",

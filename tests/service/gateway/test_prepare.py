@@ -10,13 +10,13 @@ import pyarrow as pa
 import pytest
 from service_fakes import FakeReplicas, FakeStore, fake_future, fake_gateway
 
-from service.errors import RequestInvalid
-from service.gateway import Gateway
+from service.common.errors import RequestInvalid
+from service.common.metrics import Metrics
+from service.common.schemas import ForecastRequest
+from service.common.settings import Settings
+from service.gateway import ForecastPipeline
 from service.gateway.encode import outcome_to_arrow, outcome_to_json
 from service.gateway.future import FutureTimestamps
-from service.metrics import Metrics
-from service.schemas import ForecastRequest
-from service.settings import Settings
 
 
 def test_inline_series_and_json_arrow_encoders():
@@ -171,7 +171,7 @@ def test_session_clock_reaches_future_timestamps_through_the_real_store(tmp_path
                 fsync=False)
     store.write("EURUSD.UTC", frame, frequency="1h", timezone="UTC", fsync=False)
     reps = FakeReplicas()
-    gw = Gateway(Settings(max_context=512), store, reps, Metrics(), num_replicas=1,
+    gw = ForecastPipeline(Settings(max_context=512), store, reps, Metrics(), num_replicas=1,
                  fit_factory=lambda info, h, sc: (lambda L: 8))
     as_of, lookback, horizon = pd.Timestamp("2017-11-03 12:00"), 200, 24
     out = asyncio.run(gw.forecast(ForecastRequest(symbols=["EURUSD", "EURUSD.UTC"], as_of=as_of.isoformat(),

@@ -1,4 +1,4 @@
-"""The predictor replica's device loop (``service.replica``) outside Serve, on the reference fixture
+"""The predictor replica's device loop (``service.replica.deployment``) outside Serve, on the reference fixture
 checkpoint: it warms up before it is ready, answers shards through the step scheduler, lets a small shard
 overtake a big job, and frees a cancelled shard's job at the next step."""
 
@@ -11,8 +11,8 @@ import pytest
 from fixture_paths import TINY
 from service_fakes import make_options, make_shard
 
-from service.replica import Predictor
-from service.settings import Settings
+from service.common.settings import Settings
+from service.replica.deployment import Predictor
 
 
 @pytest.fixture(scope="module")

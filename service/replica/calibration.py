@@ -4,7 +4,7 @@ aci``) whose state follows the scored forecasts (``kronos_core.ledger.OnlineCali
 Who does what:
 
 - the **gateway** whose scoring pass holds the ledger's lock feeds the newly scored steps to
-  ``OnlineCalibration.update`` (``GatewayAdaptation``), which continues the ACI walk and
+  ``OnlineCalibration.update`` (``service.live_accuracy.GatewayAdaptation``), which continues the ACI walk and
   persists the new state atomically in the ledger folder
   (``<ledger>/calibration/<file stem>.state.json``, a version counter, the hash of its
   corrections, the time of the update). The file is the one shared state: every gateway
@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from service.settings import Settings
+from service.common.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -75,35 +75,3 @@ class ReplicaCalibration:
         stamp = self.online.stamp.as_dict()
         runner.use_calibration(self.online.calibration, stamp)
         return stamp
-
-
-class GatewayAdaptation:
-    """The scorer's side: the scored steps fed to the ACI state (the gateway holding the
-    scoring lock only)."""
-
-    def __init__(self, online: Any):
-        self.online = online
-
-    @classmethod
-    def for_settings(cls, settings: Settings) -> GatewayAdaptation | None:
-        """None unless an ACI calibration is configured and the ledger is on."""
-        if not settings.calibration:
-            return None
-        from kronos_core.eval.calibration import Calibration
-        from kronos_core.ledger.adaptive import OnlineCalibration
-
-        try:
-            cal = Calibration.load(settings.calibration)
-        except Exception as exc:  # the replicas refuse it loudly; the scorer just does not adapt
-            log.warning("adaptive calibration off: %s", exc)
-            return None
-        path = state_path(settings, cal.method)
-        online = OnlineCalibration(cal, path)
-        return cls(online) if online.adaptive else None
-
-    def update(self, scored: Any) -> dict:
-        """Feed one scoring pass's ``ScoreResult.scored`` rows; returns what changed."""
-        res = self.online.update(scored)
-        if res.changed:
-            log.info("adaptive calibration: %d step(s) taken in, version %d", res.steps, res.version)
-        return {"steps": res.steps, "updates": res.updates, "version": res.version, "changed": res.changed}

@@ -1,4 +1,4 @@
-"""The replica's step runner (``service.batch_runner.StepRunner``) carrying out the scheduler's plan over
+"""The replica's step runner (``service.replica.step_runner.StepRunner``) carrying out the scheduler's plan over
 fake step-at-a-time engine jobs: preemption at step boundaries, state kept across it, cancellation frees
 the job, out-of-memory halves lose nothing, coalescing within the wait and the token cap, reports."""
 
@@ -6,7 +6,7 @@ import numpy as np
 import torch
 from service_fakes import FakePredictor, FakeResult, FakeStats, make_options, make_shard
 
-from service.batch_runner import StepRunner
+from service.replica.step_runner import StepRunner
 
 
 class FakeStepJob:
@@ -201,16 +201,6 @@ def test_other_errors_fail_the_shards_without_splitting():
     r.run_until_idle()
     assert engine.started == [4] and out[0].error.startswith("RuntimeError: mat1")
     assert [rep.oom_splits for rep in r.take_reports()] == [0]
-
-
-def test_an_engine_without_start_forecast_runs_each_job_as_one_step():
-    pred, out = FakePredictor(), []
-    r = runner(pred)
-    r.submit(make_shard(3, 0, start=0), collect(out))
-    r.submit(make_shard(2, 1, start=100), collect(out))
-    r.run_until_idle()
-    assert pred.calls == [5]
-    np.testing.assert_allclose(sorted(out, key=lambda x: x.index)[1].mean[:, 0, 0], [100, 101])
 
 
 def test_admission_waits_for_the_memory_budget():

@@ -16,8 +16,8 @@ from kronos_core.loading import (
     model_identity,
     resolve_source,
 )
-from service import weights as W
-from service.settings import Settings
+from service.common.settings import Settings
+from service.replica import weights as W
 
 
 def _shipped(folder) -> W.ShippedWeights:

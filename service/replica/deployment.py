@@ -1,8 +1,8 @@
 """The predictor replica: a Ray Serve deployment that owns one device and loads the model once.
 Shards from concurrent requests go to one device-loop thread (``DeviceLoop``) that coalesces the
 shards arriving together into jobs and runs them one decode step at a time as the step scheduler
-plans (``service.scheduler``; execution, cancellation and out-of-memory splitting in
-``service.batch_runner.StepRunner``): small work first, big jobs preempted at step boundaries and
+plans (``service.replica.scheduler``; execution, cancellation and out-of-memory splitting in
+``service.replica.step_runner.StepRunner``): small work first, big jobs preempted at step boundaries and
 resumed where they stopped. Before it reports ready a replica runs one small forecast (warm-up).
 """
 
@@ -20,10 +20,11 @@ import numpy as np
 from ray import serve
 
 from kronos_core.options import ForecastOptions
-from service.batch_runner import StepRunner, memory_model_for
-from service.messages import ReplicaInfo, Shard, ShardResult
-from service.settings import Settings
-from service.weights import ShippedWeights, localize
+from service.common.messages import ReplicaInfo, Shard, ShardResult
+from service.common.settings import Settings
+from service.replica.memory import memory_model_for
+from service.replica.step_runner import StepRunner
+from service.replica.weights import ShippedWeights, localize
 
 log = logging.getLogger(__name__)
 
@@ -71,9 +72,9 @@ def inject_fault(_actor: Any = None, shard_delay_s: float | None = None, exit_af
 
 def _faults() -> InjectedFaults:
     """This process's ``FAULTS``, through the module (the replica class may be a pickled copy)."""
-    import service.replica
+    import service.replica.deployment
 
-    return service.replica.FAULTS
+    return service.replica.deployment.FAULTS
 
 
 async def _test_delay() -> None:
@@ -208,9 +209,9 @@ class Predictor:
             memory_model=memory_model_for(self.model_cfg, self.tokenizer_cfg, self.max_context,
                                           self.predictor_config.sliding),
         )
-        self.adaptive = None  # service.adaptive.ReplicaCalibration: the calibration kept current (aci: online)
+        self.adaptive = None  # service.replica.calibration.ReplicaCalibration: the calibration kept current (aci: online)
         if settings.calibration:
-            from service.adaptive import ReplicaCalibration
+            from service.replica.calibration import ReplicaCalibration
 
             self.adaptive = ReplicaCalibration(settings, load_calibration(settings.calibration, self.predictor.identity))
             self.adaptive.refresh(self.runner)  # the calibration and its stamp

@@ -1,5 +1,5 @@
-"""The replica's batch execution (``service.batch_runner.StepRunner``) over an engine without
-``start_forecast`` (each job one ``forecast`` call): shards coalesced by options, results sliced
+"""The replica's batch execution (``service.replica.step_runner.StepRunner``) over the fake
+engine whose jobs are one ``forecast`` call each (``service_fakes.OneStepJob``): shards coalesced by options, results sliced
 back, out-of-memory halves retried, the CUDA cache freed before them. The step-at-a-time side
 (preemption, cancellation, OOM at a job's start or mid-decode, other errors not split) is in
 test_scheduler_runner.py."""
@@ -8,7 +8,8 @@ import numpy as np
 import torch
 from service_fakes import FakePredictor, make_options, make_shard, run_shards
 
-from service.batch_runner import StepRunner, is_out_of_memory
+from service.replica.memory import is_out_of_memory
+from service.replica.step_runner import StepRunner
 
 
 def test_batch_runner_coalesces_compatible_shards_and_slices_back():

@@ -26,7 +26,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
 from kronos_core.errors import ErrorCode
-from service.messages import BatchReport
+from service.common.messages import BatchReport
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
@@ -154,7 +154,7 @@ class Metrics:
             "HTTP requests inside the gateways (all routes but probes and /metrics), summed over gateways",
             registry=r, multiprocess_mode="livesum",
         )
-        # -- the replicas' step scheduler (service.scheduler), from the BatchReports
+        # -- the replicas' step scheduler (service.replica.scheduler), from the BatchReports
         self.replica_queue_wait = Histogram(
             "kronos_replica_queue_wait_seconds", "time a shard waited at a replica from arrival to the start of "
             "its job (coalescing wait + waiting for device memory)",

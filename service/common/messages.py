@@ -1,8 +1,8 @@
 """The plain data that crosses between the gateway and the predictor replicas (pickled by
 Ray): a ``Shard`` goes out, a ``ShardResult`` with its ``BatchReport``s comes back, and
 ``ReplicaInfo`` is a replica's description of itself. No Ray, no torch, no logic beyond a
-shard's token count; the gateway plans shards (``service.gateway.plan``), the replica runs
-them (``service.batch_runner``).
+shard's token count; the gateway plans shards (``service.gateway.shards``), the replica runs
+them (``service.replica.step_runner``).
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ class BatchReport:
     mem_allocated: int  # bytes, after the batch
     mem_reserved: int  # bytes, after the batch
     mem_peak: int  # bytes, since the replica started
-    # the step scheduler's figures (service.scheduler; zero for a batch run to completion)
+    # the step scheduler's figures (service.replica.scheduler; zero for a batch run to completion)
     queue_wait_s: list[float] = field(default_factory=list)  # per shard it admitted: seconds from arrival to start
     decode_steps: int = 0  # decode steps it ran
     step_rows: int = 0  # rows (series x samples) of each of those steps

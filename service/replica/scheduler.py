@@ -4,7 +4,7 @@ A pure object (no model, no Ray, no torch, no clock of its own): the replica tel
 arrived (``submit``), which finished or were cancelled, and after every decode step asks it for the
 next ``plan``: which queued jobs to admit (start: tokenize and prefill), which live job runs the next
 decode step, which jobs leave (cancelled: their memory is freed). The replica carries the plan out
-(``service.batch_runner.StepRunner``).
+(``service.replica.step_runner.StepRunner``).
 
 Policy:
 
@@ -37,7 +37,7 @@ DEFAULT_MAX_SKIPPED = 32  # a live job waits at most this many steps of other jo
 
 
 @dataclass
-class JobTicket:
+class BatchTicket:
     """What the scheduler knows of one job (a coalesced group of shards)."""
 
     job_id: int
@@ -62,7 +62,7 @@ class JobTicket:
 
 
 @dataclass(frozen=True)
-class Plan:
+class NextStep:
     """What the replica does before the next step: close ``leave``, start ``admit`` (in order), then
     run one decode step of ``run`` (None: nothing to run)."""
 
@@ -80,12 +80,12 @@ class Scheduler:
             raise ValueError(f"max_skipped must be >= 0, got {max_skipped}")
         self.budget_bytes = int(budget_bytes)
         self.max_skipped = max_skipped
-        self.queued: dict[int, JobTicket] = {}  # submitted, not admitted
-        self.live: dict[int, JobTicket] = {}  # admitted, not finished
+        self.queued: dict[int, BatchTicket] = {}  # submitted, not admitted
+        self.live: dict[int, BatchTicket] = {}  # admitted, not finished
         self._arrivals = 0
 
     # ---- what the replica tells it -----------------------------------------------------------
-    def submit(self, ticket: JobTicket) -> None:
+    def submit(self, ticket: BatchTicket) -> None:
         if ticket.job_id in self.queued or ticket.job_id in self.live:
             raise ValueError(f"job {ticket.job_id} already submitted")
         ticket.arrival = self._arrivals
@@ -119,21 +119,21 @@ class Scheduler:
     def idle(self) -> bool:
         return not self.queued and not self.live
 
-    def memory_in_use(self, tickets: list[JobTicket] | None = None) -> int:
+    def memory_in_use(self, tickets: list[BatchTicket] | None = None) -> int:
         """Resident bytes of the given (default: live) jobs plus the largest one step adds."""
         ts = list(self.live.values()) if tickets is None else tickets
         if not ts:
             return 0
         return sum(t.resident_bytes for t in ts) + max(t.transient_bytes for t in ts)
 
-    def plan(self) -> Plan:
+    def next_step(self) -> NextStep:
         leave = [j for j, t in self.live.items() if t.cancelled] + [j for j, t in self.queued.items() if t.cancelled]
         for j in leave:
             self.discard(j)
         mid_batch = bool(self.live)
         admit = self._admit()
         run = self._pick()
-        return Plan(tuple(leave), tuple(admit), run, len(admit) if mid_batch else 0)
+        return NextStep(tuple(leave), tuple(admit), run, len(admit) if mid_batch else 0)
 
     def _admit(self) -> list[int]:
         admitted: list[int] = []

@@ -5,7 +5,7 @@ Every ``score_interval_s`` each gateway tries the ledger folder's lock file
 (``scorer.lock``, ``fcntl.flock``, non-blocking); the one that gets it runs the pass, the
 others skip this round. A pass: scores what became scorable (``kronos_core.ledger.score``
 against the store), feeds the newly scored truths to the adaptive calibration state
-(``service.adaptive``, method aci only), enforces the retention, and sets the accuracy
+(``service.replica.calibration``, method aci only), enforces the retention, and sets the accuracy
 gauges from ``accuracy`` over the rolling window. A lock rather than "gateway 0": Serve's
 replica ids are random and a replica that dies is replaced under a new one, so no gateway is
 reliably the first; with the lock any surviving gateway takes over at the next interval.
@@ -26,8 +26,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from service.metrics import Metrics
-from service.settings import Settings
+from service.common.metrics import Metrics
+from service.common.settings import Settings
+from service.replica.calibration import state_path
 
 log = logging.getLogger(__name__)
 
@@ -182,7 +183,7 @@ class LiveAccuracy:
     # ------------------------------------------------------------------ GET /v1/accuracy
     def answer(self, model: str | None = None, symbol: str | None = None, since: datetime | None = None,
                horizon_step: int | None = None) -> dict:
-        """The body of ``GET /v1/accuracy`` (``service.schemas.AccuracyResponse``)."""
+        """The body of ``GET /v1/accuracy`` (``service.common.schemas.AccuracyResponse``)."""
         from kronos_core.ledger.accuracy import accuracy
 
         res = accuracy(self.ledger, model=model, symbol=symbol, since=utc_since(since),
@@ -238,7 +239,6 @@ def ledger_service(settings: Settings, store: Any, metrics: Metrics, gateway_id:
     Nothing touches the disk here: the recorder opens the ledger in its writer thread on the
     first answer, the accuracy side on its first pass or query, so an unwritable ledger
     folder never stops the gateway from starting (the failures are counted and logged)."""
-    from service.adaptive import GatewayAdaptation
     from service.gateway.record import LedgerRecorder
 
     ledger_dir = settings.resolved_ledger_dir()
@@ -258,3 +258,35 @@ def ledger_service(settings: Settings, store: Any, metrics: Metrics, gateway_id:
     live = LiveAccuracy(settings, ledger_dir, store, metrics, open_ledger, adaptive)
     log.info("forecast ledger in %s (writer %s), scoring every %g s", ledger_dir, writer, settings.score_interval_s)
     return recorder, live
+
+
+class GatewayAdaptation:
+    """The scorer's side: the scored steps fed to the ACI state (the gateway holding the
+    scoring lock only)."""
+
+    def __init__(self, online: Any):
+        self.online = online
+
+    @classmethod
+    def for_settings(cls, settings: Settings) -> GatewayAdaptation | None:
+        """None unless an ACI calibration is configured and the ledger is on."""
+        if not settings.calibration:
+            return None
+        from kronos_core.eval.calibration import Calibration
+        from kronos_core.ledger.adaptive import OnlineCalibration
+
+        try:
+            cal = Calibration.load(settings.calibration)
+        except Exception as exc:  # the replicas refuse it loudly; the scorer just does not adapt
+            log.warning("adaptive calibration off: %s", exc)
+            return None
+        path = state_path(settings, cal.method)
+        online = OnlineCalibration(cal, path)
+        return cls(online) if online.adaptive else None
+
+    def update(self, scored: Any) -> dict:
+        """Feed one scoring pass's ``ScoreResult.scored`` rows; returns what changed."""
+        res = self.online.update(scored)
+        if res.changed:
+            log.info("adaptive calibration: %d step(s) taken in, version %d", res.steps, res.version)
+        return {"steps": res.steps, "updates": res.updates, "version": res.version, "changed": res.changed}

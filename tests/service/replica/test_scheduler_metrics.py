@@ -7,11 +7,11 @@ from pathlib import Path
 
 from service_fakes import FakePredictor, make_shard, sample_value
 
-from service.batch_runner import StepRunner
-from service.messages import BatchReport
-from service.metrics import Metrics
+from service.common.messages import BatchReport
+from service.common.metrics import Metrics
+from service.replica.step_runner import StepRunner
 
-DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana-dashboard.json"
+DASHBOARD = Path(__file__).resolve().parents[3] / "deploy" / "grafana-dashboard.json"
 NEW = ("kronos_replica_queue_wait_seconds", "kronos_decode_step_rows", "kronos_admitted_mid_batch")
 
 

@@ -1,110 +1,36 @@
 """The replica's batch execution, without Ray: ``StepRunner`` coalesces the shards that arrive
 together into jobs (one per options group), runs them one decode step at a time as
-``service.scheduler`` plans, halves a job and queues both halves on out-of-memory, and puts each
+``service.replica.scheduler`` plans, halves a job and queues both halves on out-of-memory, and puts each
 shard's answer back together from the jobs that carried its series. Unit-tested with fake engines.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import resource
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
 from kronos_core.errors import ErrorCode
 from kronos_core.options import ForecastOptions
-from service.interfaces import ForecastEngine
-from service.messages import BatchReport, Shard, ShardResult
-from service.scheduler import DEFAULT_MAX_SKIPPED, JobTicket, Scheduler
+from service.common.interfaces import ForecastEngine, ForecastJob
+from service.common.messages import BatchReport, Shard, ShardResult
+from service.replica.memory import MemoryModel, device_memory, is_out_of_memory
+from service.replica.scheduler import DEFAULT_MAX_SKIPPED, BatchTicket, Scheduler
 
 log = logging.getLogger(__name__)
-
-# torch raises no dedicated type when the CPU allocator fails: ``torch.empty(2**62)`` on CPU gives a
-# plain RuntimeError "[enforce fail at alloc_cpu.cpp:...] ... DefaultCPUAllocator: can't allocate
-# memory: you tried to allocate N bytes". Matching that allocator message is the only way to tell it
-# from other RuntimeErrors (shape bugs must not be retried in halves). CUDA has its own type.
-_OOM_MESSAGES = ("DefaultCPUAllocator: can't allocate memory", "CUDA out of memory")
-
-
-def is_out_of_memory(exc: BaseException) -> bool:
-    """True for a device allocation failure: torch.OutOfMemoryError (CUDA; the same class as
-    torch.cuda.OutOfMemoryError), or the CPU allocator's plain RuntimeError, recognised by its
-    message (see ``_OOM_MESSAGES``)."""
-    import torch
-
-    if isinstance(exc, torch.OutOfMemoryError):
-        return True
-    return isinstance(exc, RuntimeError) and any(m in str(exc) for m in _OOM_MESSAGES)
-
-
-def device_memory(device: str) -> tuple[int, int, int]:
-    """(allocated, reserved, peak) bytes. On CPU: process RSS, RSS, peak RSS."""
-    if device.startswith("cuda"):
-        import torch
-
-        return (
-            int(torch.cuda.memory_allocated(device)),
-            int(torch.cuda.memory_reserved(device)),
-            int(torch.cuda.max_memory_allocated(device)),
-        )
-    try:
-        with open(f"/proc/{os.getpid()}/statm") as f:
-            rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except OSError:  # pragma: no cover - non-Linux
-        rss = 0
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return rss, rss, max(peak, rss)
-
 
 # ---- step-at-a-time execution (the replica's device loop) -------------------------------------------
 # The replica runs every shard through ``StepRunner``, the one execution path (tests drive the same path
 # with ``submit`` + ``run_until_idle``): shards arriving together are coalesced into jobs (one per options
-# group, at most ``max_batch_tokens`` each), the ``service.scheduler.Scheduler`` picks which job runs each
+# group, at most ``max_batch_tokens`` each), the ``service.replica.scheduler.Scheduler`` picks which job runs each
 # decode step, and a job's rows keep their state between its steps.
 
 GroupKey = tuple[ForecastOptions, bool, "str | None"]  # (options, calibrate, calibration group)
-
-
-class ForecastJobLike(Protocol):
-    """What ``KronosPredictor.start_forecast`` returns: a forecast run one decode step at a time."""
-
-    rows: int  # series x sample paths
-    done: bool
-    steps_left: int
-
-    def step(self) -> None: ...
-
-    def close(self) -> None: ...
-
-    def result(self) -> Any: ...
-
-
-class WholeForecastJob:
-    """A whole ``predictor.forecast`` as one step: the job of an engine without ``start_forecast``."""
-
-    def __init__(self, predictor: ForecastEngine, series, x_ts, y_ts, options: ForecastOptions):
-        self._call = (predictor, series, x_ts, y_ts, options)
-        self.rows = len(series) * options.sample_count
-        self.steps_left = 1
-        self.done = False
-        self._result: Any = None
-
-    def step(self) -> None:
-        predictor, series, x_ts, y_ts, options = self._call
-        self._result = predictor.forecast(series, x_ts, y_ts, options)
-        self.steps_left, self.done = 0, True
-
-    def close(self) -> None:
-        self._result = None
-
-    def result(self) -> Any:
-        return self._result
 
 
 class PendingShard:
@@ -164,13 +90,13 @@ class Segment:
 
 
 @dataclass
-class StepJob:
+class DeviceBatch:
     """A coalesced group of shard series with the same options, run as one engine job."""
 
     job_id: int
     key: GroupKey
     segments: list[Segment]
-    engine: ForecastJobLike | None = None
+    engine: ForecastJob | None = None
     started_at: float = 0.0
     decode_steps: int = 0  # steps it ran
     queue_wait_s: list[float] = field(default_factory=list)  # shards whose first series it admitted
@@ -213,9 +139,6 @@ class StepJob:
         return all(g.pending.cancelled or g.pending.done for g in self.segments)
 
 
-MemoryModel = Callable[[ForecastOptions, list[int]], tuple[int, int]]  # (options, lengths) -> (resident, transient)
-
-
 class StepRunner:
     """The replica's device loop body: shards in (``submit``, any thread), one ``tick`` at a time on the
     device thread: coalesce shards that arrived together, carry out the scheduler's plan (close the jobs
@@ -243,7 +166,7 @@ class StepRunner:
         # jobs are cut to at most this many history tokens (rows x lookback) so that step stays short.
         self.max_prefill_tokens = max_prefill_tokens
         self.clock = clock
-        self.jobs: dict[int, StepJob] = {}
+        self.jobs: dict[int, DeviceBatch] = {}
         self._inbox: list[PendingShard] = []
         self._reports: list[BatchReport] = []
         self._next_id = 0
@@ -295,7 +218,7 @@ class StepRunner:
             for job_id, job in self.jobs.items():
                 if job.abandoned:
                     self.scheduler.cancel(job_id)
-        plan = self.scheduler.plan()
+        plan = self.scheduler.next_step()
         for job_id in plan.leave:
             self._drop(job_id)
         mid_batch = plan.admitted_mid_batch > 0
@@ -378,13 +301,13 @@ class StepRunner:
         return [j for j in jobs if j]
 
     def _queue(self, key: GroupKey, segments: list[Segment]) -> None:
-        job = StepJob(self._next_id, key, segments)
+        job = DeviceBatch(self._next_id, key, segments)
         self._next_id += 1
         self.jobs[job.job_id] = job
         options = key[0]
         lengths = [len(g.pending.shard.values[i]) for g in segments for i in range(g.lo, g.hi)]
         resident, transient = self.memory_model(options, lengths) if self.memory_model else (0, 0)
-        self.scheduler.submit(JobTicket(job.job_id, rows=len(lengths) * options.sample_count,
+        self.scheduler.submit(BatchTicket(job.job_id, rows=len(lengths) * options.sample_count,
                                         steps=options.horizon, resident_bytes=resident,
                                         transient_bytes=transient))
 
@@ -404,9 +327,7 @@ class StepRunner:
                 chosen = self._options(options, calibrate, group)
                 job.calibration_state = self.calibration_state if chosen.calibration is not None else None
             job.options = chosen
-            start = getattr(self.predictor, "start_forecast", None)
-            job.engine = (start(values, xts, yts, chosen) if start is not None
-                          else WholeForecastJob(self.predictor, values, xts, yts, chosen))
+            job.engine = self.predictor.start_forecast(values, xts, yts, chosen)
         except Exception as exc:
             self._failed(job, exc)
 
@@ -424,7 +345,7 @@ class StepRunner:
         except Exception as exc:
             self._failed(job, exc)
 
-    def _finish(self, job: StepJob) -> None:
+    def _finish(self, job: DeviceBatch) -> None:
         engine = job.engine
         assert engine is not None
         options = job.options  # set in _start, before the engine existed
@@ -445,7 +366,7 @@ class StepRunner:
                                paths[start:end], self.replica_id, job.calibration_state)
             start = end
 
-    def _failed(self, job: StepJob, exc: BaseException) -> None:
+    def _failed(self, job: DeviceBatch, exc: BaseException) -> None:
         """The job's start or step raised: halves on out-of-memory, else its shards fail."""
         if job.engine is not None:
             job.engine.close()
@@ -473,7 +394,7 @@ class StepRunner:
             job.engine = None
             self._report(job, tokens=0)
 
-    def _report(self, job: StepJob, tokens: int, oom_split: bool = False) -> None:
+    def _report(self, job: DeviceBatch, tokens: int, oom_split: bool = False) -> None:
         alloc, reserved, peak = device_memory(self.device)
         report = BatchReport(
             replica_id=self.replica_id, device=self.device, series=job.series,
@@ -486,18 +407,3 @@ class StepRunner:
         )
         with self._lock:
             self._reports.append(report)
-
-
-def memory_model_for(model_cfg: Any, tokenizer_cfg: Any, max_context: int, sliding: str) -> MemoryModel:
-    """The memory model's (resident, transient) bytes of one job: what it holds while admitted (inputs
-    and key/value caches) and what one of its steps adds; weights are the replica's, counted once."""
-    from kronos_core.engine.memory import SAFETY, memory_breakdown
-
-    def estimate(options: ForecastOptions, lengths: list[int]) -> tuple[int, int]:
-        est = memory_breakdown(model_cfg, tokenizer_cfg, len(lengths), max(lengths), options.horizon,
-                               options.sample_count, max_context=max_context, include_weights=False,
-                               sliding=options.sliding or sliding)
-        resident = est.inputs + est.caches
-        return int(resident * SAFETY), int(max(0, est.transient - est.caches) * SAFETY)
-
-    return estimate

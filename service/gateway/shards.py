@@ -10,10 +10,10 @@ from dataclasses import dataclass
 
 from kronos_core.errors import WarningCode
 from kronos_core.options import ForecastOptions
-from service.errors import RequestInvalid
+from service.common.errors import RequestInvalid
+from service.common.messages import ReplicaInfo, Shard
+from service.common.schemas import ForecastRequest
 from service.gateway.prepare import Prepared, symbol_warning
-from service.messages import ReplicaInfo, Shard
-from service.schemas import ForecastRequest
 
 
 class TooLargeError(ValueError):

@@ -1,16 +1,16 @@
-"""The replica's step scheduler (``service.scheduler``), planned step by step without a model:
+"""The replica's step scheduler (``service.replica.scheduler``), planned step by step without a model:
 small work first, preemption at step boundaries, aging, the memory budget, cancellation."""
 
 import pytest
 
-from service.scheduler import JobTicket, Scheduler
+from service.replica.scheduler import BatchTicket, Scheduler
 
 
 def drive(s: Scheduler, steps: int) -> list[int]:
     """Carry out ``steps`` plans as the replica would: every admitted job is live, the planned one steps."""
     ran = []
     for _ in range(steps):
-        plan = s.plan()
+        plan = s.next_step()
         if plan.run is None:
             break
         ran.append(plan.run)
@@ -20,8 +20,8 @@ def drive(s: Scheduler, steps: int) -> list[int]:
 
 def test_a_lone_job_is_admitted_and_runs_every_step_to_the_end():
     s = Scheduler(budget_bytes=100)
-    s.submit(JobTicket(1, rows=10, steps=3, resident_bytes=10))
-    first = s.plan()
+    s.submit(BatchTicket(1, rows=10, steps=3, resident_bytes=10))
+    first = s.next_step()
     assert first.admit == (1,) and first.run == 1 and first.admitted_mid_batch == 0
     s.stepped(1, 2)
     assert drive(s, 10) == [1, 1] and s.idle
@@ -29,10 +29,10 @@ def test_a_lone_job_is_admitted_and_runs_every_step_to_the_end():
 
 def test_small_job_admitted_while_a_big_job_runs_goes_first_then_the_big_job_resumes():
     s = Scheduler(budget_bytes=1000, max_skipped=30)
-    s.submit(JobTicket(1, rows=1000, steps=24, resident_bytes=100))
+    s.submit(BatchTicket(1, rows=1000, steps=24, resident_bytes=100))
     assert drive(s, 5) == [1] * 5
-    s.submit(JobTicket(2, rows=5, steps=24, resident_bytes=1))
-    plan = s.plan()
+    s.submit(BatchTicket(2, rows=5, steps=24, resident_bytes=1))
+    plan = s.next_step()
     assert plan.admit == (2,) and plan.run == 2 and plan.admitted_mid_batch == 1
     s.stepped(2, 23)
     order = drive(s, 100)
@@ -45,7 +45,7 @@ def test_equal_jobs_run_in_arrival_order_and_the_plan_is_deterministic():
     def run_once():
         s = Scheduler(budget_bytes=1000, max_skipped=100)
         for j in (3, 1, 2):
-            s.submit(JobTicket(j, rows=4, steps=2))
+            s.submit(BatchTicket(j, rows=4, steps=2))
         return drive(s, 20)
 
     first = run_once()
@@ -55,11 +55,11 @@ def test_equal_jobs_run_in_arrival_order_and_the_plan_is_deterministic():
 
 def test_no_starvation_a_big_job_gets_a_step_in_every_max_skipped_plus_one():
     s = Scheduler(budget_bytes=10**6, max_skipped=3)
-    s.submit(JobTicket(1, rows=1000, steps=10))
+    s.submit(BatchTicket(1, rows=1000, steps=10))
     ran = []
     for k in range(40):  # a new small job at every step: the small ones alone would fill the device
-        s.submit(JobTicket(100 + k, rows=1, steps=1))
-        plan = s.plan()
+        s.submit(BatchTicket(100 + k, rows=1, steps=1))
+        plan = s.next_step()
         ran.append(plan.run)
         s.stepped(plan.run, s.live[plan.run].steps_left - 1)
     gaps, last = [], None
@@ -73,16 +73,16 @@ def test_no_starvation_a_big_job_gets_a_step_in_every_max_skipped_plus_one():
 
 def test_admission_respects_the_budget_and_a_job_that_does_not_fit_waits():
     s = Scheduler(budget_bytes=100)
-    s.submit(JobTicket(1, rows=100, steps=5, resident_bytes=60, transient_bytes=20))
-    assert s.plan().admit == (1,)
+    s.submit(BatchTicket(1, rows=100, steps=5, resident_bytes=60, transient_bytes=20))
+    assert s.next_step().admit == (1,)
     s.stepped(1, 4)
-    s.submit(JobTicket(2, rows=10, steps=5, resident_bytes=30, transient_bytes=10))  # 60 + 30 + 20 > 100
-    s.submit(JobTicket(3, rows=10, steps=5, resident_bytes=15, transient_bytes=5))  # 60 + 15 + 20 fits
-    plan = s.plan()
+    s.submit(BatchTicket(2, rows=10, steps=5, resident_bytes=30, transient_bytes=10))  # 60 + 30 + 20 > 100
+    s.submit(BatchTicket(3, rows=10, steps=5, resident_bytes=15, transient_bytes=5))  # 60 + 15 + 20 fits
+    plan = s.next_step()
     assert plan.admit == (3,) and 2 in s.queued
     assert s.memory_in_use() <= 100
     while not s.idle:
-        plan = s.plan()
+        plan = s.next_step()
         assert s.memory_in_use() <= 100 or list(s.live) == [2]
         if plan.run is not None:
             s.stepped(plan.run, s.live[plan.run].steps_left - 1)
@@ -91,19 +91,19 @@ def test_admission_respects_the_budget_and_a_job_that_does_not_fit_waits():
 
 def test_a_job_above_the_budget_still_runs_on_an_empty_device():
     s = Scheduler(budget_bytes=10)
-    s.submit(JobTicket(1, rows=5, steps=2, resident_bytes=50))
-    assert s.plan().admit == (1,)
+    s.submit(BatchTicket(1, rows=5, steps=2, resident_bytes=50))
+    assert s.next_step().admit == (1,)
 
 
 def test_a_queued_job_that_waited_too_long_is_admitted_before_new_small_ones():
     s = Scheduler(budget_bytes=100, max_skipped=2)
-    s.submit(JobTicket(1, rows=1, steps=3, resident_bytes=60))
-    s.plan()
-    s.submit(JobTicket(2, rows=50, steps=3, resident_bytes=60))  # does not fit beside job 1
+    s.submit(BatchTicket(1, rows=1, steps=3, resident_bytes=60))
+    s.next_step()
+    s.submit(BatchTicket(2, rows=50, steps=3, resident_bytes=60))  # does not fit beside job 1
     admitted_at = None
     for k in range(30):  # small jobs keep arriving, each would fit beside job 1
-        s.submit(JobTicket(10 + k, rows=1, steps=1, resident_bytes=1))
-        plan = s.plan()
+        s.submit(BatchTicket(10 + k, rows=1, steps=1, resident_bytes=1))
+        plan = s.next_step()
         if 2 in plan.admit:
             admitted_at = k
             break
@@ -114,35 +114,35 @@ def test_a_queued_job_that_waited_too_long_is_admitted_before_new_small_ones():
 
 def test_cancelled_jobs_leave_at_the_next_plan_live_or_queued():
     s = Scheduler(budget_bytes=100)
-    s.submit(JobTicket(1, rows=10, steps=5, resident_bytes=50))
-    s.submit(JobTicket(2, rows=10, steps=5, resident_bytes=60))
-    s.plan()
+    s.submit(BatchTicket(1, rows=10, steps=5, resident_bytes=50))
+    s.submit(BatchTicket(2, rows=10, steps=5, resident_bytes=60))
+    s.next_step()
     s.stepped(1, 4)
     assert 2 in s.queued
     s.cancel(1)
     s.cancel(2)
-    plan = s.plan()
+    plan = s.next_step()
     assert set(plan.leave) == {1, 2} and plan.run is None and s.idle
 
 
 def test_cancelling_the_big_job_frees_room_for_a_waiting_one_in_the_same_plan():
     s = Scheduler(budget_bytes=100)
-    s.submit(JobTicket(1, rows=100, steps=5, resident_bytes=80))
-    s.plan()
-    s.submit(JobTicket(2, rows=200, steps=5, resident_bytes=80))
-    assert s.plan().admit == ()
+    s.submit(BatchTicket(1, rows=100, steps=5, resident_bytes=80))
+    s.next_step()
+    s.submit(BatchTicket(2, rows=200, steps=5, resident_bytes=80))
+    assert s.next_step().admit == ()
     s.cancel(1)
-    plan = s.plan()
+    plan = s.next_step()
     assert plan.leave == (1,) and plan.admit == (2,) and plan.run == 2
 
 
 def test_discard_forgets_a_job_and_duplicates_are_refused():
     s = Scheduler(budget_bytes=100)
-    s.submit(JobTicket(1, rows=1, steps=1))
+    s.submit(BatchTicket(1, rows=1, steps=1))
     with pytest.raises(ValueError):
-        s.submit(JobTicket(1, rows=1, steps=1))
+        s.submit(BatchTicket(1, rows=1, steps=1))
     s.discard(1)
-    assert s.idle and s.plan().run is None
+    assert s.idle and s.next_step().run is None
 
 
 def test_parts_of_one_big_request_do_not_age_together_ahead_of_a_later_small_job():
@@ -150,10 +150,10 @@ def test_parts_of_one_big_request_do_not_age_together_ahead_of_a_later_small_job
     # is interrupted by one step of the oldest job per max_skipped steps, never by the other parts
     s = Scheduler(budget_bytes=10**6, max_skipped=3)
     for j in (1, 2, 3, 4):
-        s.submit(JobTicket(j, rows=100, steps=10))
-    s.submit(JobTicket(5, rows=10, steps=2))  # the remainder of the cut: least work, runs first
+        s.submit(BatchTicket(j, rows=100, steps=10))
+    s.submit(BatchTicket(5, rows=10, steps=2))  # the remainder of the cut: least work, runs first
     assert drive(s, 4) == [5, 5, 1, 1]
     assert [s.live[j].skipped for j in (1, 2, 3, 4)] == [0, 0, 0, 0]
-    s.submit(JobTicket(9, rows=1, steps=8))
+    s.submit(BatchTicket(9, rows=1, steps=8))
     assert drive(s, 10) == [9, 9, 9, 1, 9, 9, 9, 1, 9, 9]
     assert 9 not in s.live and drive(s, 100)[:6] == [1] * 6  # then the oldest runs to its end

@@ -241,7 +241,7 @@ OTHER_KRONOS_VARIABLES = {
     "KRONOS_LOAD_LOOKBACK": "load test (locustfile): lookback",
     "KRONOS_LOAD_WAIT_S": "load test (locustfile): pause between a user's requests",
     "KRONOS_LOAD_TIMEOUT_S": "load test (locustfile): client timeout",
-    "KRONOS_WEIGHTS_CACHE": "each node's cache of shipped model weights (service/weights.py)",
+    "KRONOS_WEIGHTS_CACHE": "each node's cache of shipped model weights (service/replica/weights.py)",
 }
 
 

@@ -1,4 +1,4 @@
-"""Stage plan (``service.gateway.plan``): contiguous shards in request order, sized by the
+"""Stage plan (``service.gateway.shards``): contiguous shards in request order, sized by the
 engine's memory model and the token budget."""
 
 import asyncio
@@ -12,13 +12,13 @@ from service_fakes import (
 )
 
 from kronos_core.engine.memory import estimate_inference_bytes
-from service.gateway import Gateway
+from service.common.messages import ReplicaInfo
+from service.common.metrics import Metrics
+from service.common.schemas import ForecastRequest
+from service.common.settings import Settings
+from service.gateway import ForecastPipeline
 from service.gateway.future import FutureTimestamps
-from service.gateway.plan import TooLargeError, memory_model_fit, plan_shards
-from service.messages import ReplicaInfo
-from service.metrics import Metrics
-from service.schemas import ForecastRequest
-from service.settings import Settings
+from service.gateway.shards import TooLargeError, memory_model_fit, plan_shards
 
 
 def _sizes(slices):
@@ -119,7 +119,7 @@ def test_gateway_sizes_shards_with_the_real_memory_model(tiny):
             return await super().forecast_shard(shard)
 
     reps = Sizing(info=_tiny_info(tiny, budget))
-    gw = Gateway(Settings(max_context=64, shards_per_replica=1), FakeStore(), reps, Metrics(),
+    gw = ForecastPipeline(Settings(max_context=64, shards_per_replica=1), FakeStore(), reps, Metrics(),
                  num_replicas=1, future=FutureTimestamps(fake_future))
     out = asyncio.run(gw.forecast(ForecastRequest(symbols=[f"S{i:03d}" for i in range(20)], horizon=horizon)))
     assert len(out.symbols) == 20 and out.timing["lookback"] == lookback

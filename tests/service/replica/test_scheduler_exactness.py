@@ -1,8 +1,8 @@
-"""Exactness under the replica's step scheduler, on the reference fixture checkpoints: a seeded series'
-paths are identical whatever it shared the device with and whenever it joined (windows of the bundled
-GOOG daily candles), and greedy forecasts still equal the reference's, with other jobs interleaved
-step by step (``service.batch_runner.StepRunner``), on each parity fixture (GOOG bundled, A-share
-from the shared folder)."""
+"""Exactness under the replica's step scheduler, on the reference fixture checkpoints: a seeded
+series' paths are identical whatever it shared the device with and whenever it joined (windows of
+the bundled GOOG daily candles), and greedy forecasts still equal the reference's, with other jobs
+interleaved step by step (``service.replica.step_runner.StepRunner``), on each parity fixture
+(GOOG bundled, A-share from the shared folder)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import pytest
 from kronos_core.candles import FEATURES
 from kronos_core.options import ForecastOptions
 from kronos_core.predictor import KronosPredictor
-from service.batch_runner import StepRunner
-from service.messages import Shard, ShardResult
+from service.common.messages import Shard, ShardResult
+from service.replica.step_runner import StepRunner
 
 GREEDY = dict(temperature=1.0, top_k=1, top_p=1.0, sample_count=1)
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from kronos_core.errors import ErrorCode
 from kronos_core.options import ForecastOptions
-from service.messages import ReplicaInfo, Shard, ShardResult
+from service.common.messages import ReplicaInfo, Shard, ShardResult
 
 
 @runtime_checkable
@@ -91,10 +91,10 @@ class CandleStore(Protocol):
 
 @runtime_checkable
 class Replicas(Protocol):
-    """The gateway's view of the predictor replicas (``service.replica.Predictor``, reached
+    """The gateway's view of the predictor replicas (``service.replica.deployment.Predictor``, reached
     through ``service.serve_replicas.ServeReplicas``). ``forecast_shard`` raises
-    ``service.errors.ReplicaGone`` when the replica died (the shard may be retried) and
-    ``service.errors.Overloaded`` when the replicas' queues are full."""
+    ``service.common.errors.ReplicaGone`` when the replica died (the shard may be retried) and
+    ``service.common.errors.Overloaded`` when the replicas' queues are full."""
 
     async def forecast_shard(self, shard: Shard) -> ShardResult:
         ...
@@ -121,6 +121,26 @@ class EngineResult(Protocol):
 
 
 @runtime_checkable
+class ForecastJob(Protocol):
+    """A forecast run one decode step at a time (``kronos_core.predictor.ForecastJob``): ``step()``
+    until ``done``, then ``result()``; ``close()`` frees its engine state early (cancelled)."""
+
+    rows: int  # series x sample paths
+
+    @property  # read-only, so the engine's properties conform
+    def done(self) -> bool: ...
+
+    @property
+    def steps_left(self) -> int: ...
+
+    def step(self) -> None: ...
+
+    def close(self) -> None: ...
+
+    def result(self) -> EngineResult: ...
+
+
+@runtime_checkable
 class ForecastEngine(Protocol):
     """A replica's view of the engine (``kronos_core.predictor.KronosPredictor``)."""
 
@@ -128,8 +148,9 @@ class ForecastEngine(Protocol):
     # checks it before correcting paths
     identity: Any
 
-    def forecast(self, series: Sequence[np.ndarray], x_timestamps: Sequence[Any], y_timestamps: Sequence[Any],
-                 options: ForecastOptions, *, series_keys: Sequence[int] | None = None,
-                 verbose: bool = False) -> EngineResult:
-        """Forecasts of ``series`` with every option of the call in ``options``."""
+    def start_forecast(self, series: Sequence[np.ndarray], x_timestamps: Sequence[Any],
+                       y_timestamps: Sequence[Any], options: ForecastOptions, *,
+                       series_keys: Sequence[int] | None = None, verbose: bool = False) -> ForecastJob:
+        """A forecast of ``series`` with every option of the call in ``options``, not yet run:
+        the replica's device loop steps it between other jobs' steps."""
         ...
