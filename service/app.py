@@ -454,7 +454,7 @@ def build_app(args: Settings) -> serve.Application:
     if not isinstance(args, Settings):  # a Serve config or `serve run` (kronos serve warned already)
         for message in unknown_kronos_variables():
             log.warning(message)
-    # a public bind without keys, an unwritable ledger folder: refused (StartupError) before any replica
+    # a public bind without keys: refused (StartupError) before any replica (the ledger: each gateway)
     check_startup(settings, announce=not isinstance(args, Settings))
     gpus = _cluster_gpus()
     replicas = settings.resolved_num_replicas(gpus)

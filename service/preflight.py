@@ -1,8 +1,9 @@
 """Checks made before the service takes work, each failing with what is wrong and the fix:
 the forecast ledger's folder is writable (or the ledger is explicitly ``off``), and a public
-bind has API keys (or ``KRONOS_ALLOW_PUBLIC_WITHOUT_KEYS``). ``build_app`` runs them (the
-Serve-config path KubeRay uses), ``kronos serve`` before it starts Ray, and each gateway
-checks the ledger again on its own node."""
+bind has API keys (or ``KRONOS_ALLOW_PUBLIC_WITHOUT_KEYS``). ``kronos serve`` runs both
+before it starts Ray; ``build_app`` (the Serve-config path KubeRay uses) checks the bind, and
+each gateway checks the ledger folder on its own node as it starts (the build may run on a
+node without the ledger's volume)."""
 
 from __future__ import annotations
 
@@ -60,13 +61,12 @@ def public_bind_problem(settings: Settings, keys_enabled: bool) -> str | None:
 
 
 def check_startup(settings: Settings, announce: bool = True) -> None:
-    """Every check of this module; ``announce``: log the ledger's ``off`` (once per start).
-    Raises ``StartupError``."""
+    """``build_app``'s check (the public bind); ``announce``: log the ledger's ``off`` (once
+    per start). Raises ``StartupError``."""
     from service.auth import load_keyring
 
     problem = public_bind_problem(settings, load_keyring(settings).enabled)
     if problem:
         raise StartupError(problem)
-    check_ledger(settings)
     if announce and settings.resolved_ledger_dir() is None:
         log.warning(LEDGER_OFF_NOTE)

@@ -42,7 +42,7 @@ def test_sigterm_past_the_grace_answers_503_naming_the_unanswered_and_exits_in_t
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
     )
     try:
-        _wait_ready(url, proc)
+        _wait_ready(url, proc, timeout=900)  # a loaded machine starts Ray and two replicas slowly
         # the ledger is off: /v1/accuracy is a coded error, never a 500
         acc = httpx.get(f"{url}/v1/accuracy", headers={"X-API-Key": BIG}, timeout=60)
         assert acc.status_code == 404 and acc.json()["code"] == "ledger_off", acc.text

@@ -155,7 +155,7 @@ def test_accuracy_is_a_coded_error_never_a_500():
 
 
 def test_an_unwritable_ledger_folder_is_refused_at_start_and_off_is_said_once(tmp_path, caplog):
-    from service.preflight import StartupError, check_startup, ledger_problem
+    from service.preflight import StartupError, check_ledger, check_startup, ledger_problem
 
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
@@ -163,7 +163,7 @@ def test_an_unwritable_ledger_folder_is_refused_at_start_and_off_is_said_once(tm
     problem = ledger_problem(bad)
     assert problem and str(blocker / "ledger") in problem and "KRONOS_LEDGER_DIR=off" in problem
     with pytest.raises(StartupError, match="not writable"):
-        check_startup(bad)
+        check_ledger(bad)  # what each gateway runs as it starts (kronos serve: before Ray)
     good = Settings(ledger_dir=str(tmp_path / "new" / "ledger"))
     assert ledger_problem(good) is None and list((tmp_path / "new" / "ledger").iterdir()) == []  # probe removed
     with caplog.at_level(logging.WARNING, logger="service.preflight"):
