@@ -17,6 +17,7 @@ from dataclasses import dataclass
 # import name -> the extra (pyproject.toml) that installs it
 EXTRA_OF: dict[str, str] = {
     "matplotlib": "eval",
+    "arch": "eval",
     "openpyxl": "xlsx",
     "locust": "load",
     "huggingface_hub": "hub",

@@ -1,10 +1,11 @@
 """``kronos train default``: the bundled default model, trained on the multi-market corpus.
 
-Two phases: the tokenizer is *built* (``kronos_core.train.thermometer``: a residual thermometer
+Three phases: the tokenizer is *built* (``kronos_core.train.thermometer``: a residual thermometer
 code that resolves the close to a tenth of a one-step move; its thresholds and decoder head are
 fitted on 2,000 seeded training windows), then the predictor is trained from
-``configs/default-predictor.yaml`` on that frozen tokenizer, both on the training rows of the
-corpus (``../shared/data/corpus`` beside the repository, ``--corpus DIR`` or ``KRONOS_CORPUS``
+``configs/default-predictor.yaml`` on that frozen tokenizer (early stopping on validation loss),
+and its best checkpoint is annealed at a low learning rate (``configs/default-anneal.yaml``), all
+on the training rows of the corpus (``../shared/data/corpus`` beside the repository, ``--corpus DIR`` or ``KRONOS_CORPUS``
 elsewhere; ``kronos_core.data.corpus`` applies both hold-out rules). The best weights of each are
 copied to ``OUT/tokenizer`` and ``OUT/model`` with ``OUT/kronos.json`` (name, max_context, data,
 steps, losses, wall time).
@@ -75,7 +76,8 @@ def _phase(kind: str, args: argparse.Namespace, work: Path, corpus: Path, extra:
     overrides = {
         "out": str(out), "data.corpus": str(corpus), "data.paths": getattr(args, "data", None),
         "max_steps": getattr(args, "max_steps", None), "seed": getattr(args, "seed", None),
-        "threads": getattr(args, "threads", None), "device": getattr(args, "device", None), **extra,
+        "threads": getattr(args, "threads", None), "device": getattr(args, "device", None),
+        **_window_overrides(args), **extra,
     }
     cfg = load_config(CONFIGS / f"default-{kind}.yaml", overrides)
     resume = bool(getattr(args, "resume", False)) and (out / "last" / "trainer_state.pt").is_file()
@@ -93,14 +95,22 @@ TOKENIZER_SAMPLE = 3000  # seeded training windows drawn; the first 2,000 fit th
 TOKENIZER_FIT = 2000
 
 
-def sample_training_windows(corpus: Path, count: int = TOKENIZER_SAMPLE, seed: int = 0):
+def _window_overrides(args: argparse.Namespace) -> dict:
+    """--lookback / --horizon (None: the config's), for small corpora and tests."""
+    return {"data.lookback": getattr(args, "lookback", None),
+            "data.horizon": getattr(args, "horizon", None)}
+
+
+def sample_training_windows(corpus: Path, count: int = TOKENIZER_SAMPLE, seed: int = 0,
+                            overrides: dict | None = None):
     """``count`` training windows of the predictor's data config, normalised on their lookback
     and cut to it: (count, lookback, 6), drawn with ``seed`` (the same every run)."""
     import numpy as np
 
     from kronos_core.train.data import WindowDataset, load_series, split_windows
 
-    cfg = load_config(CONFIGS / "default-predictor.yaml", {"data.corpus": str(corpus)})
+    cfg = load_config(CONFIGS / "default-predictor.yaml",
+                      {"data.corpus": str(corpus), **(overrides or {})})
     series = load_series(cfg.data)
     train_idx, _ = split_windows(series, cfg.data)
     data = WindowDataset(series, train_idx, cfg.data)
@@ -118,7 +128,7 @@ def _build_tokenizer(args: argparse.Namespace, work: Path, corpus: Path) -> dict
         log.info("default model: tokenizer already built (%s)", done)
         return json.loads(done.read_text())
     started = time.perf_counter()
-    sample = sample_training_windows(corpus)
+    sample = sample_training_windows(corpus, overrides=_window_overrides(args))
     tok, errors = build_thermometer_tokenizer(sample[:TOKENIZER_FIT])
     tok.save_pretrained(out / "best" / "tokenizer")
     _add_wall_time(work, "tokenizer", time.perf_counter() - started)
@@ -136,7 +146,8 @@ def train_default(args: argparse.Namespace) -> dict:
     tok_summary = _build_tokenizer(args, work, corpus)
     tok_dir = work / "tokenizer" / "best" / "tokenizer"
     pred_summary = _phase("predictor", args, work, corpus, {"tokenizer_init": str(tok_dir)})
-    best = work / "predictor" / "best"
+    anneal_summary = _phase("anneal", args, work, corpus, {"init": str(work / "predictor" / "best")})
+    best = work / "anneal" / "best"
     out.mkdir(parents=True, exist_ok=True)
     for part in ("model", "tokenizer"):
         shutil.rmtree(out / part, ignore_errors=True)
@@ -150,8 +161,10 @@ def train_default(args: argparse.Namespace) -> dict:
                  "and outside every evaluation period of the same underlying"},
         "tokenizer": {"kind": tok_summary.get("kind"),
                       "fit_mean_abs_error": tok_summary.get("fit_mean_abs_error")},
-        "predictor_val_loss": pred_summary.get("best_val_loss"),
-        "predictor_steps": pred_summary.get("steps"),
+        "predictor_val_loss": anneal_summary.get("best_val_loss"),
+        "predictor_steps": {"schedule": pred_summary.get("steps"),
+                            "best": (pred_summary.get("best") or {}).get("step"),
+                            "anneal": (anneal_summary.get("best") or {}).get("step")},
         "wall_time_s": {k: round(v, 1) for k, v in times.items()},
     }
     (out / "kronos.json").write_text(json.dumps(info, indent=2))

@@ -29,6 +29,7 @@ def _no_work(monkeypatch, module: str):
 @pytest.mark.parametrize("argv, module, missing, extra", [
     (["eval", "--data", "a.csv", "--horizon", "5", "--plot", "plots"], "kronos_core.cli.eval",
      "matplotlib", "eval"),
+    (["eval", "--data", "a.csv", "--horizon", "5"], "kronos_core.cli.eval", "arch", "eval"),
     (["backtest", "--data", "a.csv", "--horizon", "5", "--rebalance", "5", "--top", "1",
       "--out", "bt"], "kronos_core.cli.backtest", "matplotlib", "eval"),
     (["forecast", "--csv", "a.csv", "--horizon", "3", "--out", "f.xlsx"],
