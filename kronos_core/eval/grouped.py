@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -117,7 +118,8 @@ def grouped_report(w: Windows, info: Sequence[SeriesInfo], forecasters: Sequence
     group = np.array([f"{i.market}\t{i.frequency}" for i in per_window])
     history = w.context[..., CLOSE].astype(np.float64)
     out: dict = {"horizons": {}, "tie": TIE, "test": paired.METHOD,
-                 "horizon_rule": "horizon h scores the first h steps of each window"}
+                 "horizon_rule": "horizon h scores the first h steps of each window",
+                 "calibration": {f.name: f.calibration for f in forecasters if f.is_model}}
     for h in horizons:
         truth = w.truth[:, :h, CLOSE].astype(np.float64)
         losses = {f.name: paired.window_losses(f.samples[:, :, :h], f.point[:, :h], truth, history)
@@ -166,7 +168,8 @@ HOLDOUT_TITLES = {TIME: "time hold-out (train instruments, evaluation period)",
 
 def markdown(report: dict) -> str:
     """One table per horizon and hold-out: a row per group and model (module docstring)."""
-    head = ["market", "freq", "series", "windows", "model", "MASE", "last value", "MASE ratio",
+    head = ["market", "freq", "series", "windows", "model", "calibration", "MASE", "last value",
+            "MASE ratio",
             "sCRPS", "hist-vol", "sCRPS ratio", "GARCH", "sCRPS ratio", "dir. acc.", "drift",
             "Brier", "GARCH", "p CRPS vs hist-vol", "p |err| vs last value", "p CRPS vs GARCH"]
     parts = []
@@ -178,7 +181,9 @@ def markdown(report: dict) -> str:
                 fc = r["forecasters"]
                 for name, cmp in r["models"].items():
                     me, t = fc[name], cmp["tests"]
+                    cal = report.get("calibration", {}).get(name)
                     cells = [r["market"], r["frequency"], str(r["series"]), str(r["windows"]), name,
+                             Path(cal).name if cal else "none",
                              _f(me["mase"]), _f(fc.get("last_value", {}).get("mase")),
                              _vs(cmp.get("mase_vs_last_value")),
                              _f(me["crps_scaled"]), _f(fc.get("hist_vol", {}).get("crps_scaled")),

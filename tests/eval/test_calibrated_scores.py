@@ -40,7 +40,8 @@ def test_eval_reports_raw_and_calibrated_crps_and_mase(unseen_csv, tmp_path, cap
     assert model["metrics"]["2"]["crps"] == pytest.approx(c["metrics_raw"]["crps"])
     name = model["name"]
     assert f"| {name} (raw) |" in text and f"| {name} + calibration |" in text
-    assert f"| {name} + cqr calibration |" in text  # the grouped table names the calibrated row
+    # the grouped table names the calibrated row and its file, the raw row says none
+    assert f"| {name} + cqr calibration | cal.json |" in text and f"| {name} | none |" in text
     # the calibrated coverage comes from the corrected quantiles, as before
     assert c["metrics"]["coverage"] != p["metrics"]["coverage"]
 

@@ -90,7 +90,7 @@ def test_corpus_eval_report_per_group_and_holdout(corpus, tmp_path, capsys):
     h1 = report["groups"]["horizons"]["1"][-1]["forecasters"]["last_value"]
     assert h1["mae"] == pytest.approx(report["baselines"]["last_value"]["per_step"]["mae"][0])
     assert "### Horizon 3, instrument hold-out" in text and "### Horizon 1, time hold-out" in text
-    assert "| US | 1d | 3 | 9 |" in text
+    assert f"| US | 1d | 3 | 9 | {model} | none |" in text
     assert (tmp_path / "r.md").read_text().count("### Horizon") == 6
 
 
