@@ -21,6 +21,7 @@ from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.auth import ApiKeyMiddleware
+from service.common.answer import ForecastResponse
 from service.common.errors import InvalidRequest, RateLimited, ServiceError, TooLarge
 from service.common.metrics import CONTENT_TYPE, Metrics
 from service.common.schemas import (
@@ -28,7 +29,6 @@ from service.common.schemas import (
     MAX_HORIZON,
     AccuracyResponse,
     ForecastRequest,
-    ForecastResponse,
     ModelsResponse,
     QueryDateTime,
     Readiness,
@@ -38,7 +38,7 @@ from service.common.schemas import (
 from service.common.settings import Settings, unknown_kronos_variables
 from service.docs_ui import install_docs
 from service.gateway import ForecastPipeline
-from service.gateway.encode import outcome_to_arrow, outcome_to_json
+from service.gateway.encode import answer_to_arrow, answer_to_json
 from service.lifecycle import DrainMiddleware
 from service.limits import BodyLimitMiddleware
 from service.replica.deployment import Predictor
@@ -237,10 +237,10 @@ class Ingress:
             timeout = min(timeout, x_kronos_timeout_s)
         out = await self.pipeline.forecast(req, timeout_s=timeout)  # a ServiceError: answered by _service_error
         if accept and ARROW_STREAM in accept:
-            response = Response(outcome_to_arrow(out), media_type=ARROW_STREAM,
+            response = Response(answer_to_arrow(out), media_type=ARROW_STREAM,
                                 headers={"X-Kronos-Errors": str(len(out.errors))})
         else:
-            response = _json(outcome_to_json(out))
+            response = _json(answer_to_json(out))
         response.background = BackgroundTask(self.pipeline.record, out)  # to the ledger once the answer is sent
         return response
 

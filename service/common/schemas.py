@@ -349,20 +349,6 @@ class RiskSummaryOut(BaseModel):
     vol_alert: bool = Field(..., description="volatility > vol_alert_factor x realized_volatility")
 
 
-class SymbolForecast(BaseModel):
-    symbol: str
-    history_length: int = Field(..., description="candles of history this forecast was made from")
-    last_timestamp: WallClock = Field(..., description="the last input candle's time (wall clock)")
-    warnings: list[SymbolWarning] = Field(
-        default_factory=list, description="short_history, as_of_after_data: the forecast is made anyway"
-    )
-    timestamps: list[WallClock]
-    mean: Candles
-    quantiles: dict[str, Candles] | None = Field(None, description="level (as text) -> candles")
-    paths: list[Candles] | None = None
-    summary: RiskSummaryOut | None = Field(None, description="with summary: true")
-
-
 # exactly the codes a forecast response's ``errors`` can hold (tests/service/test_error_codes.py);
 # the type checker cannot evaluate a Literal built at run time, so it sees the codes (and those below) as text
 if TYPE_CHECKING:
@@ -432,18 +418,6 @@ class CalibrationStateOut(BaseModel):
                          "own state)")
     hash: str = Field(..., description="hash of the state's corrections")
     updated_at: str | None = Field(None, description="UTC time of its last update (ISO 8601); null: never updated")
-
-
-class ForecastResponse(BaseModel):
-    model: ModelInfo
-    calibrated: bool = Field(False, description="quantiles corrected by the calibration named in model.calibration")
-    calibration_state: CalibrationStateOut | None = Field(
-        None, description="with an adaptive (aci) calibration: the state whose corrections this answer used",
-    )
-    request_id: str | None = Field(None, description="the request's id (its rows in the forecast ledger carry it)")
-    forecasts: list[SymbolForecast]
-    errors: list[SymbolErrorOut]
-    timing: dict[str, float]
 
 
 class AccuracyFigures(BaseModel):

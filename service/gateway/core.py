@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from service.common.answer import ForecastAnswer, LedgerInputs
 from service.common.errors import DeadlineExceeded, Overloaded, RequestInvalid
 from service.common.interfaces import CandleStore, Replicas
 from service.common.messages import ReplicaInfo
@@ -22,9 +23,9 @@ from service.common.schemas import ForecastRequest
 from service.common.settings import Settings
 from service.gateway.dispatch import Dispatcher, ShardRun, shard_timeout
 from service.gateway.future import FutureTimestamps
-from service.gateway.gather import Outcome, add_summaries, gather_outcome, public_message
+from service.gateway.gather import gather, public_message, risk_summaries
 from service.gateway.prepare import Prepared, check_exchange, prepare
-from service.gateway.record import LedgerRecorder, batch_from_outcome
+from service.gateway.record import LedgerRecorder
 from service.gateway.shards import make_shards, memory_model_fit, warm_memory_model
 
 log = logging.getLogger(__name__)
@@ -78,13 +79,12 @@ class ForecastPipeline:
             self._info = info
             warm_memory_model(info)  # once, before the first request needs it
 
-    def record(self, out: Outcome) -> None:
+    def record(self, answer: ForecastAnswer) -> None:
         """Hand an answered request's forecasts to the ledger writer (a queue: no disk, never
-        raises). The route calls it after the answer is sent, so that the writer thread never
-        competes with encoding the answer; None with the ledger off or ``record: false``."""
-        batch, out.ledger_batch = out.ledger_batch, None
-        if batch is not None and self.recorder is not None:
-            self.recorder.submit(batch)
+        raises). The route calls it once, after the answer is sent, so that the writer thread
+        never competes with encoding the answer; nothing with the ledger off or ``record: false``."""
+        if answer.ledger is not None and self.recorder is not None:
+            self.recorder.submit(answer)
 
     def prepare(self, req: ForecastRequest, lookback: int) -> Prepared:
         return prepare(req, lookback, self.store, self.future, self.settings.min_history_warning)
@@ -114,7 +114,7 @@ class ForecastPipeline:
         """See ``service.gateway.dispatch.shard_timeout``."""
         return shard_timeout(self.settings, self.num_replicas, request_timeout_s)
 
-    async def forecast(self, req: ForecastRequest, timeout_s: float | None = None) -> Outcome:
+    async def forecast(self, req: ForecastRequest, timeout_s: float | None = None) -> ForecastAnswer:
         """Run ``req``; past ``timeout_s`` (default: the ``request_timeout_s`` setting) raise
         ``DeadlineExceeded`` after cancelling every shard still pending or running."""
         timeout_s = self.settings.request_timeout_s if timeout_s is None else timeout_s
@@ -126,7 +126,7 @@ class ForecastPipeline:
                 "(ask fewer series, or raise KRONOS_REQUEST_TIMEOUT_S)"
             ) from None
 
-    async def _admit(self, req: ForecastRequest, shard_timeout_s: float | None = None) -> Outcome:
+    async def _admit(self, req: ForecastRequest, shard_timeout_s: float | None = None) -> ForecastAnswer:
         if req.n_series > self.settings.max_symbols:
             field_name = "symbols" if req.symbols is not None else "series"
             raise RequestInvalid(field_name, f"{field_name}: {req.n_series} given, at most {self.settings.max_symbols} per request")
@@ -143,7 +143,7 @@ class ForecastPipeline:
             self._inflight -= 1
             self.metrics.queue_depth.labels(stage="requests").set(self._inflight)
 
-    async def _forecast(self, req: ForecastRequest, shard_timeout_s: float | None = None) -> Outcome:
+    async def _forecast(self, req: ForecastRequest, shard_timeout_s: float | None = None) -> ForecastAnswer:
         t0 = time.perf_counter()
         info = await self.info()
         lookback = max(2, info.max_context - req.horizon) if req.lookback is None else req.lookback
@@ -161,29 +161,37 @@ class ForecastPipeline:
         run = ShardRun(shard_timeout_s)
         results = await self.dispatcher.run_all(shards, run)
         t_fc = time.perf_counter()
-        out = gather_outcome(info.model, tuple(req.quantiles), prep, slices, results)
-        out.calibrated = bool(shards) and all(s.calibrate for s in shards)  # else: warnings say which, why
-        out.request_id = shards[0].request_id if shards else None
-        batch = batch_from_outcome(req, out, out.request_id or "", out.calibration_state,
-                                   self.settings.ledger_paths) if record else None
-        if out.paths and not (req.return_paths or req.summary):  # asked for the ledger only
-            out.paths = [None] * len(out.paths)
-        if req.summary:
-            out.summary = True
-            add_summaries(out, req.vol_alert_factor, keep_paths=req.return_paths)
-        self.metrics.series_forecast.inc(len(out.symbols))
-        out.errors = [{**e, "message": self.public(e["message"])} for e in out.errors]
-        for e in out.errors:  # per-symbol errors; whole-request ones are counted by the app's handler
+        g = gather(prep, slices, results)
+        n = len(g.symbols)
+        # asked for the ledger only, the paths stay out of the answer
+        paths = g.paths if req.return_paths else [None] * n
+        summaries = risk_summaries(g.paths, g.histories, req.vol_alert_factor) if req.summary else []
+        errors = [{**e, "message": self.public(e["message"])} for e in g.errors]
+        self.metrics.series_forecast.inc(n)
+        for e in errors:  # per-symbol errors; whole-request ones are counted by the app's handler
             self.metrics.record_error(e["code"])
-        out.timing = {
-            "read_ms": round((t_read - t0) * 1e3, 3),
-            "forecast_ms": round((t_fc - t_read) * 1e3, 3),
-            "total_ms": round((time.perf_counter() - t0) * 1e3, 3),
-            "series": float(len(out.symbols)),
-            "shards": float(len(shards)),
-            "shard_retries": float(run.retries),  # re-sends: replica gone, or slow (hedged)
-            "shard_timeouts": float(run.timeouts),  # shard calls past their deadline, each hedged
-            "lookback": float(lookback),  # the window asked for; each series' own: history_length
-        }
-        out.ledger_batch = batch  # recorded by ``record`` once the answer is sent (the route's background task)
-        return out
+        ledger = None
+        if record:
+            ledger = LedgerInputs(source="inline" if req.series is not None else "store", frequency=req.frequency,
+                                  recorded_at=np.datetime64(time.time_ns(), "ns"),
+                                  paths=g.paths if self.settings.ledger_paths else [None] * n)
+        return ForecastAnswer(
+            model=info.model,
+            calibrated=bool(shards) and all(s.calibrate for s in shards),  # else: warnings say which, why
+            calibration_state=g.calibration_state, request_id=shards[0].request_id if shards else None,
+            symbols=g.symbols, history_length=g.history_length, last_timestamp=g.last_timestamp,
+            warnings=g.warnings, timestamps=g.timestamps, mean=g.mean, quantiles=g.quantiles, paths=paths,
+            summaries=summaries, errors=errors,
+            timing={
+                "read_ms": round((t_read - t0) * 1e3, 3),
+                "forecast_ms": round((t_fc - t_read) * 1e3, 3),
+                "total_ms": round((time.perf_counter() - t0) * 1e3, 3),
+                "series": float(n),
+                "shards": float(len(shards)),
+                "shard_retries": float(run.retries),  # re-sends: replica gone, or slow (hedged)
+                "shard_timeouts": float(run.timeouts),  # shard calls past their deadline, each hedged
+                "lookback": float(lookback),  # the window asked for; each series' own: history_length
+            },
+            quantile_levels=tuple(req.quantiles), summary=req.summary,
+            histories=g.histories, history_timestamps=g.history_timestamps, ledger=ledger,
+        )

@@ -82,11 +82,11 @@ def test_inline_series_are_recorded_with_their_candles_hash(tmp_path):
 
 
 def test_answer_names_its_request_id(tmp_path):
-    from service.common.schemas import ForecastResponse
-    from service.gateway.encode import outcome_to_json
+    from service.common.answer import ForecastResponse
+    from service.gateway.encode import answer_to_json
 
     gw, _ = recording_gateway(tmp_path)
-    body = outcome_to_json(forecast(gw, symbols=["S000"]))
+    body = answer_to_json(forecast(gw, symbols=["S000"]))
     assert {"request_id", "calibration_state"} <= set(ForecastResponse.model_fields) & set(body)
     assert body["request_id"] and body["calibration_state"] is None  # no calibration configured
 
@@ -153,7 +153,7 @@ def test_the_calibration_state_the_replicas_applied_is_answered_and_recorded(tmp
     from service_fakes import FakeReplicas, fake_info
 
     from kronos_core.eval.calibration import Calibration
-    from service.gateway.encode import outcome_to_json
+    from service.gateway.encode import answer_to_json
 
     cal = Calibration.from_description({"method": "aci", "levels": [0.8], "horizon": 8})
     info = fake_info()
@@ -169,7 +169,7 @@ def test_the_calibration_state_the_replicas_applied_is_answered_and_recorded(tmp
     gw, m, _ = fake_gateway(replicas=StampingReplicas(info=info))
     gw.recorder = LedgerRecorder(lambda: Ledger(tmp_path, writer_id="gw-test"), m)
     out = forecast(gw, symbols=["S000", "S001"])
-    body = outcome_to_json(out)
+    body = answer_to_json(out)
     assert body["calibrated"] is True and body["calibration_state"] == stamp
     assert gw.recorder.flush()
     rows = Ledger(tmp_path).read().to_pandas()
