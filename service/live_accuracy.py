@@ -24,15 +24,22 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from service.common.metrics import Metrics
 from service.common.settings import Settings
 from service.replica.calibration import state_path
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from kronos_core.ledger.adaptive import OnlineCalibration
+    from kronos_core.ledger.scoring import WaitingFiles
+
 log = logging.getLogger(__name__)
 
 LOCK_FILE = "scorer.lock"
+INDEX_FILE = "scoring-index.json"  # kronos_core.ledger.scoring.WaitingFiles, saved after each pass
 
 
 @contextlib.contextmanager
@@ -98,9 +105,10 @@ class LiveAccuracy:
         self.adaptive = adaptive
         self.passes = 0  # passes run by this gateway (the lock was ours)
         self.last_scored: datetime | None = None
-        from kronos_core.ledger.scoring import WaitingFiles
-
-        self.waiting = WaitingFiles()  # files not yet due are not read again (kronos_core.ledger.scoring)
+        # files not yet due are not read again (kronos_core.ledger.scoring); this gateway's first pass
+        # resumes from the index the last pass (of any gateway) saved in the ledger folder
+        self.waiting: WaitingFiles | None = None
+        self.index_path = Path(ledger_dir) / INDEX_FILE
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -134,13 +142,19 @@ class LiveAccuracy:
     def score_pass(self) -> dict | None:
         """One pass, if the lock is ours: score, update the adaptive state, enforce retention,
         set the gauges. Returns what it did (None: another gateway holds the lock)."""
-        from kronos_core.ledger.scoring import score
+        from kronos_core.ledger.scoring import WaitingFiles, score
 
         with scoring_lock(self.ledger_dir) as mine:
             if not mine:
                 return None
             t0 = time.perf_counter()
+            if self.waiting is None:
+                self.waiting = WaitingFiles.load(self.index_path)
             scored = score(self.ledger, self.store, waiting=self.waiting)
+            try:
+                self.waiting.save(self.index_path)
+            except OSError as exc:  # only a shortcut for the next start: never fails the pass
+                log.warning("scoring index not saved: %s", exc)
             n_new = int(scored.scores.num_rows)
             if n_new:
                 self.last_scored = datetime.now(timezone.utc)
@@ -264,7 +278,7 @@ class GatewayAdaptation:
     """The scorer's side: the scored steps fed to the ACI state (the gateway holding the
     scoring lock only)."""
 
-    def __init__(self, online: Any):
+    def __init__(self, online: OnlineCalibration):
         self.online = online
 
     @classmethod
@@ -284,7 +298,7 @@ class GatewayAdaptation:
         online = OnlineCalibration(cal, path)
         return cls(online) if online.adaptive else None
 
-    def update(self, scored: Any) -> dict:
+    def update(self, scored: pa.Table) -> dict:
         """Feed one scoring pass's ``ScoreResult.scored`` rows; returns what changed."""
         res = self.online.update(scored)
         if res.changed:

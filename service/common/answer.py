@@ -55,11 +55,31 @@ class Wire:
     arrow_input: bool = False  # per symbol: also in the Arrow answer's ``kronos.inputs``
 
 
-def answer_field(json_type: Any, description: str | None = None, *, name: str = "", encode: Encoder | None = None,
-                 required: bool = True, schema_default: Any = None, omit_none: bool = False,
-                 per_symbol: bool = False, arrow_input: bool = False, **dataclass_field: Any) -> Any:
+def answer_field(
+    json_type: Any,
+    description: str | None = None,
+    *,
+    name: str = "",
+    encode: Encoder | None = None,
+    required: bool = True,
+    schema_default: Any = None,
+    omit_none: bool = False,
+    per_symbol: bool = False,
+    arrow_input: bool = False,
+    **dataclass_field: Any,
+) -> Any:
     """A dataclass field of ``ForecastAnswer`` with its ``Wire`` declaration."""
-    wire = Wire(name, json_type, description, encode, required, schema_default, omit_none, per_symbol, arrow_input)
+    wire = Wire(
+        name,
+        json_type,
+        description,
+        encode,
+        required,
+        schema_default,
+        omit_none,
+        per_symbol,
+        arrow_input,
+    )
     return field(metadata={"wire": wire}, **dataclass_field)
 
 
@@ -96,7 +116,9 @@ def _candles(v: np.ndarray, _answer: ForecastAnswer) -> dict[str, np.ndarray]:
     return candles(v)
 
 
-def _quantiles(q: np.ndarray | None, answer: ForecastAnswer) -> dict[str, dict[str, np.ndarray]] | None:
+def _quantiles(
+    q: np.ndarray | None, answer: ForecastAnswer
+) -> dict[str, dict[str, np.ndarray]] | None:
     """(Q, H, 6) -> {level as text: candles} (``quantile_label``)."""
     if q is None:
         return None
@@ -126,52 +148,101 @@ class ForecastAnswer:
 
     model: dict = answer_field(ModelInfo)
     calibrated: bool = answer_field(
-        bool, "quantiles corrected by the calibration named in model.calibration", required=False,
-        schema_default=False, default=False)
+        bool,
+        "quantiles corrected by the calibration named in model.calibration",
+        required=False,
+        schema_default=False,
+        default=False,
+    )
     calibration_state: dict | None = answer_field(
-        CalibrationStateOut | None, "with an adaptive (aci) calibration: the state whose corrections this answer used",
-        required=False, default=None)
+        CalibrationStateOut | None,
+        "with an adaptive (aci) calibration: the state whose corrections this answer used",
+        required=False,
+        default=None,
+    )
     request_id: str | None = answer_field(
-        str | None, "the request's id (its rows in the forecast ledger carry it)", required=False, default=None)
+        str | None,
+        "the request's id (its rows in the forecast ledger carry it)",
+        required=False,
+        default=None,
+    )
     # ---- per symbol: the answer's "forecasts", one object per answered symbol
     symbols: list[str] = answer_field(str, name="symbol", per_symbol=True, arrow_input=True)
     history_length: list[int] = answer_field(
-        int, "candles of history this forecast was made from", per_symbol=True, arrow_input=True,
-        default_factory=list)
+        int,
+        "candles of history this forecast was made from",
+        per_symbol=True,
+        arrow_input=True,
+        default_factory=list,
+    )
     last_timestamp: list[np.datetime64] = answer_field(
-        WallClock, "the last input candle's time (wall clock)", encode=_one_time, per_symbol=True,
-        arrow_input=True, default_factory=list)
+        WallClock,
+        "the last input candle's time (wall clock)",
+        encode=_one_time,
+        per_symbol=True,
+        arrow_input=True,
+        default_factory=list,
+    )
     warnings: list[list[dict]] = answer_field(
-        list[SymbolWarning], "short_history, as_of_after_data: the forecast is made anyway", required=False,
-        per_symbol=True, arrow_input=True, default_factory=list)
-    timestamps: list[np.ndarray] = answer_field(list[WallClock], encode=_times, per_symbol=True)  # (H,) each
+        list[SymbolWarning],
+        "short_history, as_of_after_data: the forecast is made anyway",
+        required=False,
+        per_symbol=True,
+        arrow_input=True,
+        default_factory=list,
+    )
+    # (H,) each
+    timestamps: list[np.ndarray] = answer_field(list[WallClock], encode=_times, per_symbol=True)
     mean: list[np.ndarray] = answer_field(Candles, encode=_candles, per_symbol=True)  # (H, 6) each
     quantiles: list[np.ndarray | None] = answer_field(
-        dict[str, Candles] | None, "level (as text) -> candles", encode=_quantiles, required=False,
-        omit_none=True, per_symbol=True)  # (Q, H, 6) each
+        dict[str, Candles] | None,
+        "level (as text) -> candles",
+        encode=_quantiles,
+        required=False,
+        omit_none=True,
+        per_symbol=True,
+    )  # (Q, H, 6) each
     paths: list[np.ndarray | None] = answer_field(
-        list[Candles] | None, encode=_paths, required=False, omit_none=True, per_symbol=True,
-        default_factory=list)  # (S, H, 6) each, when asked
+        list[Candles] | None,
+        encode=_paths,
+        required=False,
+        omit_none=True,
+        per_symbol=True,
+        default_factory=list,
+    )  # (S, H, 6) each, when asked
     summaries: list[dict | None] = answer_field(
-        RiskSummaryOut | None, "with summary: true", name="summary", required=False, omit_none=True,
-        per_symbol=True, default_factory=list)
+        RiskSummaryOut | None,
+        "with summary: true",
+        name="summary",
+        required=False,
+        omit_none=True,
+        per_symbol=True,
+        default_factory=list,
+    )
     # ---- after the forecasts
     errors: list[dict] = answer_field(list[SymbolErrorOut])
     timing: dict[str, float] = answer_field(dict[str, float])
     # ---- not on the wire
-    quantile_levels: tuple[float, ...] = ()  # the request's levels (the quantiles' keys and Arrow columns)
-    summary: bool = False  # the request asked for summaries (the Arrow answer then has summary_* columns)
-    histories: list[np.ndarray] = field(default_factory=list, repr=False)  # (L, 6) input candles per symbol
-    history_timestamps: list[np.ndarray] = field(default_factory=list, repr=False)  # (L,) their times
+    # the request's levels (the quantiles' keys and Arrow columns)
+    quantile_levels: tuple[float, ...] = ()
+    # the request asked for summaries (the Arrow answer then has summary_* columns)
+    summary: bool = False
+    # (L, 6) input candles per symbol
+    histories: list[np.ndarray] = field(default_factory=list, repr=False)
+    # (L,) their times
+    history_timestamps: list[np.ndarray] = field(default_factory=list, repr=False)
     ledger: LedgerInputs | None = field(default=None, repr=False)  # None: not recorded
 
     def per_symbol(self, attribute: str, i: int) -> Any:
-        """Entry ``i`` of a per-symbol column; None where the column is shorter (no summaries asked)."""
+        """Entry ``i`` of a per-symbol column; None where the column is shorter (no summaries
+        asked)."""
         column = getattr(self, attribute)
         return column[i] if i < len(column) else None
 
 
-def _schema_model(name: str, fields: list[tuple[str, Wire]], extra: dict[str, Any]) -> type[BaseModel]:
+def _schema_model(
+    name: str, fields: list[tuple[str, Wire]], extra: dict[str, Any]
+) -> type[BaseModel]:
     spec: dict[str, Any] = {}
     for _attr, w in fields:
         if w.required:
@@ -181,13 +252,15 @@ def _schema_model(name: str, fields: list[tuple[str, Wire]], extra: dict[str, An
         else:
             spec[w.name] = (w.json_type, Field(w.schema_default, description=w.description))
     spec.update(extra)
-    model = create_model(name, **spec)  # no docstring: the schema is what the hand-written models gave
+    # no docstring: the schema is what the hand-written models gave
+    model = create_model(name, **spec)
     model.__module__ = __name__
     return model
 
 
 def _response_models() -> tuple[type[BaseModel], type[BaseModel]]:
-    """(SymbolForecast, ForecastResponse): the OpenAPI schema of the answer, from its declarations."""
+    """(SymbolForecast, ForecastResponse): the OpenAPI schema of the answer, from its
+    declarations."""
     symbol = _schema_model("SymbolForecast", wire_fields(per_symbol=True), {})
     top = wire_fields(per_symbol=False)
     first_after = next(i for i, (attr, _) in enumerate(top) if attr == "errors")

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from kronos_core.calibration_policy import CalibrationDescription
 from kronos_core.errors import ErrorCode
 from kronos_core.options import ForecastOptions
 
@@ -98,4 +99,5 @@ class ReplicaInfo:
     max_context: int
     model_cfg: Any  # model.config dataclass, for the memory model
     tokenizer_cfg: Any
-    model: dict[str, Any]  # ModelInfo fields
+    model: dict[str, Any]  # ModelInfo fields (its "calibration" block is ``calibration.as_dict()``)
+    calibration: CalibrationDescription | None = None  # what the replica's calibration covers (None: none)

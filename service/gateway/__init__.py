@@ -23,10 +23,10 @@ from service.gateway.encode import (
 from service.gateway.future import FutureTimestamps
 from service.gateway.gather import public_message
 from service.gateway.prepare import Prepared, as_of_warning, store_as_of
-from service.gateway.shards import calibration_covers, memory_model_fit
+from service.gateway.shards import memory_model_fit
 
 __all__ = [
     "DeadlineExceeded", "ForecastAnswer", "FutureTimestamps", "ForecastPipeline", "Overloaded", "Prepared", "ReplicaGone",
-    "RequestInvalid", "ShardRun", "as_of_warning", "calibration_covers", "memory_model_fit", "answer_to_arrow", "answer_to_json",
+    "RequestInvalid", "ShardRun", "as_of_warning", "memory_model_fit", "answer_to_arrow", "answer_to_json",
     "public_message", "quantile_label", "store_as_of", "summary_columns",
 ]

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from kronos_core.calibration_policy import CalibrationPolicy
 from service.common.answer import ForecastAnswer, LedgerInputs
 from service.common.errors import DeadlineExceeded, Overloaded, RequestInvalid
 from service.common.interfaces import CandleStore, Replicas
@@ -55,6 +56,7 @@ class ForecastPipeline:
         self._future = future
         self.recorder = recorder  # None: the ledger is off
         self._info: ReplicaInfo | None = None
+        self._calibration: CalibrationPolicy | None = None  # decides per series; built once, from _info
         self._inflight = 0
 
     @property
@@ -77,6 +79,8 @@ class ForecastPipeline:
         """Keep a replica description obtained elsewhere (the readiness probe)."""
         if self._info is None:
             self._info = info
+            if info.calibration is not None:
+                self._calibration = CalibrationPolicy.from_description(info.calibration)
             warm_memory_model(info)  # once, before the first request needs it
 
     def record(self, answer: ForecastAnswer) -> None:
@@ -157,14 +161,15 @@ class ForecastPipeline:
         record = self.recorder is not None and req.record
         slices, shards = make_shards(req, prep, info, fit, self.num_replicas, self.settings.shards_per_replica,
                                      want_paths=record and self.settings.ledger_paths,
-                                     min_shard_tokens=self.settings.min_shard_tokens)
+                                     min_shard_tokens=self.settings.min_shard_tokens,
+                                     calibration=self._calibration)
         run = ShardRun(shard_timeout_s)
         results = await self.dispatcher.run_all(shards, run)
         t_fc = time.perf_counter()
         g = gather(prep, slices, results)
         n = len(g.symbols)
         # asked for the ledger only, the paths stay out of the answer
-        paths = g.paths if req.return_paths else [None] * n
+        paths: list[np.ndarray | None] = g.paths if req.return_paths else [None] * n
         summaries = risk_summaries(g.paths, g.histories, req.vol_alert_factor) if req.summary else []
         errors = [{**e, "message": self.public(e["message"])} for e in g.errors]
         self.metrics.series_forecast.inc(n)
@@ -172,9 +177,9 @@ class ForecastPipeline:
             self.metrics.record_error(e["code"])
         ledger = None
         if record:
+            kept: list[np.ndarray | None] = g.paths if self.settings.ledger_paths else [None] * n
             ledger = LedgerInputs(source="inline" if req.series is not None else "store", frequency=req.frequency,
-                                  recorded_at=np.datetime64(time.time_ns(), "ns"),
-                                  paths=g.paths if self.settings.ledger_paths else [None] * n)
+                                  recorded_at=np.datetime64(time.time_ns(), "ns"), paths=kept)
         return ForecastAnswer(
             model=info.model,
             calibrated=bool(shards) and all(s.calibrate for s in shards),  # else: warnings say which, why

@@ -18,31 +18,19 @@ from typing import Any
 
 import numpy as np
 from ray import serve
+from ray.serve.config import RequestRouterConfig
 
+from kronos_core.calibration_policy import CalibrationDescription
 from kronos_core.options import ForecastOptions
 from service.common.messages import ReplicaInfo, Shard, ShardResult
 from service.common.settings import Settings
+from service.replica.calibration import ReplicaCalibration
 from service.replica.memory import memory_model_for
+from service.replica.policy import BatchingPolicy, replica_budget
 from service.replica.step_runner import StepRunner
 from service.replica.weights import ShippedWeights, localize
 
 log = logging.getLogger(__name__)
-
-CPU_DEFAULT_BUDGET = 2 << 30  # bytes a CPU replica plans one batch for
-# History tokens (rows x lookback) one job may prefill in its first step: that step (tokenize and
-# prefill the whole history) cannot be preempted and costs tens of decode steps, so it bounds how long
-# a small request waits. Live-tunable: user_config ``max_prefill_tokens`` (0 or None: a job is a whole
-# coalesced group). CPU: 2,048 (10 series of 200 candles, ~50 ms on one core); on this machine a
-# job of 10 series decodes as fast per row as one of 100, and the small request beside a big one went
-# from 1.86x its idle latency at 4,096 to 1.15x (kronos bench mixed). GPU: 32,768, since small batches
-# waste a GPU and its prefill of that many tokens is milliseconds (an estimate from the model's FLOPs,
-# not yet measured: scripts/gpu-check.sh).
-DEFAULT_MAX_PREFILL_TOKENS = {"cpu": 2048, "cuda": 32768}
-
-
-def default_max_prefill_tokens(device: str) -> int:
-    return DEFAULT_MAX_PREFILL_TOKENS["cuda" if device.startswith("cuda") else "cpu"]
-
 
 @dataclass
 class InjectedFaults:
@@ -151,12 +139,6 @@ def load_calibration(path: str, identity):
     return cal
 
 
-def calibration_info(cal) -> dict[str, Any]:
-    """What answers say about the calibration: the model it was fitted for and what it covers."""
-    # method, levels, horizon, features, scope (and groups): the gateway decides per series with it
-    return {"model_name": cal.model.get("name"), "model_sha256": cal.model.get("sha256"), **cal.describe()}
-
-
 def model_info(identity, max_context: int, cfg) -> dict[str, Any]:
     """The model block of ``/v1/models`` and every forecast response: identity, no server paths."""
     info = identity.as_dict()
@@ -171,7 +153,10 @@ def model_info(identity, max_context: int, cfg) -> dict[str, Any]:
     return info
 
 
-@serve.deployment(name="Predictor", health_check_period_s=5, health_check_timeout_s=30)
+# placement: each shard to the replica with the least tokens in flight (service.replica.router)
+@serve.deployment(name="Predictor", health_check_period_s=5, health_check_timeout_s=30,
+                  request_router_config=RequestRouterConfig(
+                      request_router_class="service.replica.router.LeastTokensRouter"))
 class Predictor:
     def __init__(self, settings: Settings, shipped: ShippedWeights | None = None):
         import torch
@@ -197,25 +182,20 @@ class Predictor:
         self.model_cfg = self.predictor.model.config
         self.tokenizer_cfg = self.predictor.tokenizer.config
         self.model = model_info(self.predictor.identity, self.max_context, self.predictor_config)
-        if settings.device_budget_bytes:
-            self.budget = int(settings.device_budget_bytes)
-        elif self.device.startswith("cuda"):
-            free, _total = torch.cuda.mem_get_info()
-            self.budget = int(free * 0.9)
-        else:
-            self.budget = CPU_DEFAULT_BUDGET
+        free = torch.cuda.mem_get_info()[0] if self.device.startswith("cuda") else None
+        self.budget = replica_budget(settings, self.device, free)
         self.runner = StepRunner(
-            self.predictor, self.replica_id, self.device, budget_bytes=self.budget - self._weight_bytes(),
+            self.predictor, self.replica_id, self.device, policy=self._policy({}),
             memory_model=memory_model_for(self.model_cfg, self.tokenizer_cfg, self.max_context,
                                           self.predictor_config.sliding),
         )
-        self.adaptive = None  # service.replica.calibration.ReplicaCalibration: the calibration kept current (aci: online)
+        self.adaptive: ReplicaCalibration | None = None  # the calibration kept current (aci: online)
+        self.calibration: CalibrationDescription | None = None  # what it covers, as answers and the gateway see it
         if settings.calibration:
-            from service.replica.calibration import ReplicaCalibration
-
             self.adaptive = ReplicaCalibration(settings, load_calibration(settings.calibration, self.predictor.identity))
             self.adaptive.refresh(self.runner)  # the calibration and its stamp
-            self.model["calibration"] = calibration_info(self.runner.calibration)
+            self.calibration = CalibrationDescription.of(self.adaptive.calibration)
+            self.model["calibration"] = self.calibration.as_dict()
         self.max_batch_tokens = 0
         self.reconfigure({})
         self.warmup_seconds = self._warm_up()
@@ -247,22 +227,24 @@ class Predictor:
                                 sample_count=1, max_context=self.max_context)
         return max(1, int(n)) * self.max_context
 
+    def _policy(self, user_config: dict) -> BatchingPolicy:
+        """The batching policy of this replica (``service.replica.policy``): its memory is the budget
+        less the weights, which are loaded once and counted once."""
+        return BatchingPolicy.for_replica(self.settings, self.device, self.budget - self._weight_bytes(),
+                                          self._default_batch_tokens(), user_config)
+
     def reconfigure(self, user_config: dict) -> None:
         """Live-tunable batching: ``max_batch_tokens``, ``batch_wait_timeout_s``, ``max_prefill_tokens``."""
-        user_config = user_config or {}
-        tokens = user_config.get("max_batch_tokens") or self.settings.max_batch_tokens or self._default_batch_tokens()
-        self.max_batch_tokens = int(tokens)
-        self.runner.max_batch_tokens = self.max_batch_tokens  # the most tokens one coalesced job holds
-        wait = user_config.get("batch_wait_timeout_s", self.settings.batch_wait_timeout_s)
-        self.runner.batch_wait_timeout_s = float(wait)  # how long the first shard waits for others to join it
-        prefill = user_config.get("max_prefill_tokens", default_max_prefill_tokens(self.device))
-        self.runner.max_prefill_tokens = int(prefill) if prefill else None
+        policy = self._policy(user_config or {})
+        self.max_batch_tokens = policy.max_batch_tokens
+        self.runner.use_policy(policy)
 
     async def describe(self) -> ReplicaInfo:
         return ReplicaInfo(
             replica_id=self.replica_id, device=self.device, budget_bytes=self.budget,
             max_batch_tokens=self.max_batch_tokens, max_context=self.max_context,
             model_cfg=self.model_cfg, tokenizer_cfg=self.tokenizer_cfg, model=self.model,
+            calibration=self.calibration,
         )
 
     async def forecast_shard(self, shard: Shard) -> ShardResult:

@@ -15,12 +15,15 @@ from typing import Any
 
 import numpy as np
 
+from kronos_core.calibration_policy import CalibrationPolicy
 from kronos_core.errors import ErrorCode
+from kronos_core.eval.calibration import Calibration
 from kronos_core.options import ForecastOptions
 from service.common.interfaces import ForecastEngine, ForecastJob
 from service.common.messages import BatchReport, Shard, ShardResult
 from service.replica.memory import MemoryModel, device_memory, is_out_of_memory
-from service.replica.scheduler import DEFAULT_MAX_SKIPPED, BatchTicket, Scheduler
+from service.replica.policy import BatchingPolicy
+from service.replica.scheduler import BatchTicket, Scheduler
 
 log = logging.getLogger(__name__)
 
@@ -147,24 +150,19 @@ class StepRunner:
     lost; a single series that does not fit fails its shard). Reports (one ``BatchReport`` per job) wait in
     ``take_reports`` for the replica to hand them to the gateway."""
 
-    def __init__(self, predictor: ForecastEngine, replica_id: str, device: str, *, budget_bytes: int = 1 << 62,
-                 memory_model: MemoryModel | None = None, max_batch_tokens: int = 1 << 62,
-                 batch_wait_timeout_s: float = 0.0, max_skipped: int = DEFAULT_MAX_SKIPPED,
-                 max_prefill_tokens: int | None = None,
-                 clock: Callable[[], float] = time.monotonic, min_split: int = 1):
+    def __init__(self, predictor: ForecastEngine, replica_id: str, device: str, *,
+                 policy: BatchingPolicy | None = None, memory_model: MemoryModel | None = None,
+                 clock: Callable[[], float] = time.monotonic, **limits: Any):
+        """``policy``: the batching policy (default: ``BatchingPolicy(**limits)``, for tests that set
+        a few of its limits by name)."""
         self.predictor = predictor
         self.replica_id = replica_id
         self.device = device
-        self.min_split = min_split  # a job of this many series or fewer is not halved on out-of-memory
-        self.calibration = None  # kronos_core.eval.calibration.Calibration for this model, when configured
+        self.policy = policy if policy is not None else BatchingPolicy(**limits)
+        self.calibration: Calibration | None = None  # this model's calibration, when configured
         self.calibration_state: dict | None = None  # its stamp (adaptive calibration: version, hash, updated_at)
-        self.scheduler = Scheduler(budget_bytes, max_skipped=max_skipped)
+        self.scheduler = Scheduler(self.policy.budget_bytes, max_skipped=self.policy.max_skipped)
         self.memory_model = memory_model
-        self.max_batch_tokens = max_batch_tokens
-        self.batch_wait_timeout_s = batch_wait_timeout_s
-        # A job's first step tokenizes and prefills its whole history at once and cannot be preempted:
-        # jobs are cut to at most this many history tokens (rows x lookback) so that step stays short.
-        self.max_prefill_tokens = max_prefill_tokens
         self.clock = clock
         self.jobs: dict[int, DeviceBatch] = {}
         self._inbox: list[PendingShard] = []
@@ -188,6 +186,13 @@ class StepRunner:
             pending.cancelled = True
             self.wakeup.notify_all()
 
+    def use_policy(self, policy: BatchingPolicy) -> None:
+        """Batch by ``policy`` from the next tick on (the replica's live ``reconfigure``)."""
+        with self._lock:
+            self.policy = policy
+            self.scheduler.budget_bytes = policy.budget_bytes
+            self.scheduler.max_skipped = policy.max_skipped
+
     def take_reports(self) -> list[BatchReport]:
         with self._lock:
             reports, self._reports = self._reports, []
@@ -200,9 +205,9 @@ class StepRunner:
                 return 0.0
             if not self._inbox:
                 return None
-            if sum(p.shard.tokens for p in self._inbox) >= self.max_batch_tokens:
+            if sum(p.shard.tokens for p in self._inbox) >= self.policy.max_batch_tokens:
                 return 0.0
-            return max(0.0, self._inbox[0].arrived + self.batch_wait_timeout_s - self.clock())
+            return max(0.0, self._inbox[0].arrived + self.policy.batch_wait_timeout_s - self.clock())
 
     @property
     def waiting_shards(self) -> int:
@@ -236,7 +241,7 @@ class StepRunner:
                 return
             self.tick()
 
-    def use_calibration(self, calibration: Any, state: dict | None) -> None:
+    def use_calibration(self, calibration: Calibration, state: dict | None) -> None:
         """Apply ``calibration`` (and name it by ``state``) to the jobs that start from now on;
         jobs already running keep the one they started with."""
         with self._lock:
@@ -247,8 +252,7 @@ class StepRunner:
         fitted per group) when the shard asks for it."""
         if not calibrate or self.calibration is None:
             return options
-        chosen = self.calibration.select(group=group) if self.calibration.members else self.calibration
-        return options.with_(calibration=chosen)
+        return options.with_(calibration=CalibrationPolicy(self.calibration).member(group))
 
     def _empty_cache(self) -> None:
         if self.device.startswith("cuda"):
@@ -261,8 +265,8 @@ class StepRunner:
         with self._lock:
             if not self._inbox:
                 return
-            due = self._inbox[0].arrived + self.batch_wait_timeout_s <= self.clock()
-            if not due and sum(p.shard.tokens for p in self._inbox) < self.max_batch_tokens:
+            due = self._inbox[0].arrived + self.policy.batch_wait_timeout_s <= self.clock()
+            if not due and sum(p.shard.tokens for p in self._inbox) < self.policy.max_batch_tokens:
                 return
             inbox, self._inbox = self._inbox, []
         groups: dict[GroupKey, list[list[PendingShard]]] = {}
@@ -271,7 +275,7 @@ class StepRunner:
                 continue
             s = p.shard
             chunks = groups.setdefault((s.options, s.calibrate, s.calibration_group), [[]])
-            if chunks[-1] and sum(q.shard.tokens for q in chunks[-1]) + s.tokens > self.max_batch_tokens:
+            if chunks[-1] and sum(q.shard.tokens for q in chunks[-1]) + s.tokens > self.policy.max_batch_tokens:
                 chunks.append([])
             chunks[-1].append(p)
         for key, chunks in groups.items():
@@ -282,7 +286,7 @@ class StepRunner:
     def _prefill_sized(self, segments: list[Segment], options: ForecastOptions) -> list[list[Segment]]:
         """``segments`` cut into jobs of at most ``max_prefill_tokens`` history tokens (a shard may be
         cut; its parts are put back together by ``PendingShard``); one series is never cut."""
-        cap = self.max_prefill_tokens
+        cap = self.policy.max_prefill_tokens
         if not cap:
             return [segments]
         jobs: list[list[Segment]] = [[]]
@@ -290,7 +294,7 @@ class StepRunner:
         for g in segments:
             lo = g.lo
             for i in range(g.lo, g.hi):
-                cost = len(g.pending.shard.values[i]) * options.sample_count
+                cost = self.policy.prefill_cost(len(g.pending.shard.values[i]), options.sample_count)
                 if used and used + cost > cap:
                     if i > lo:
                         jobs[-1].append(Segment(g.pending, lo, i))
@@ -353,9 +357,7 @@ class StepRunner:
         res = engine.result()
         engine.close()
         q = np.asarray(res.quantiles, dtype=np.float32) if options.quantiles else None
-        paths = np.asarray(res.paths, dtype=np.float32)  # (B, S, H, 6)
-        if options.calibration is not None:  # the paths of the corrected distribution: summaries agree with the bands
-            paths = options.calibration.correct_paths(paths, getattr(self.predictor, "identity", None))
+        paths = np.asarray(res.paths, dtype=np.float32)  # (B, S, H, 6), corrected by the engine when calibrated
         mean = np.asarray(res.mean, dtype=np.float32)  # (B, H, 6)
         self._report(job, tokens=int(res.stats.tokens_generated))
         del self.jobs[job.job_id]
@@ -375,8 +377,9 @@ class StepRunner:
         del self.jobs[job.job_id]
         n = job.series
         oom = is_out_of_memory(exc)
-        self._report(job, tokens=0, oom_split=oom and n > self.min_split)
-        if oom and n > self.min_split:
+        split = self.policy.splits(n, oom)
+        self._report(job, tokens=0, oom_split=split)
+        if split:
             log.warning("replica %s: out of memory on %d series, splitting in half", self.replica_id, n)
             self._empty_cache()
             for half in job.halves():

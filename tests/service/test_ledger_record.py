@@ -152,12 +152,14 @@ def test_the_answer_never_waits_for_a_slow_disk(tmp_path):
 def test_the_calibration_state_the_replicas_applied_is_answered_and_recorded(tmp_path):
     from service_fakes import FakeReplicas, fake_info
 
+    from kronos_core.calibration_policy import CalibrationDescription
     from kronos_core.eval.calibration import Calibration
     from service.gateway.encode import answer_to_json
 
     cal = Calibration.from_description({"method": "aci", "levels": [0.8], "horizon": 8})
     info = fake_info()
-    info.model["calibration"] = {"model_name": "fake", "model_sha256": "x", **cal.describe()}
+    info.calibration = CalibrationDescription("fake", "x", cal.describe())
+    info.model["calibration"] = info.calibration.as_dict()
     stamp = {"method": "aci", "version": 3, "hash": "c0ffee", "updated_at": "2026-01-05T10:00:00+00:00"}
 
     class StampingReplicas(FakeReplicas):
