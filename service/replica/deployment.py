@@ -153,10 +153,15 @@ def model_info(identity, max_context: int, cfg) -> dict[str, Any]:
     return info
 
 
-# placement: each shard to the replica with the least tokens in flight (service.replica.router)
+# placement: each shard to the replica with the least tokens in flight (service.replica.router);
+# the field takes an import path or a class, whatever Ray's annotation says
+LEAST_TOKENS = RequestRouterConfig(
+    request_router_class="service.replica.router.LeastTokensRouter",  # type: ignore[arg-type]
+)
+
+
 @serve.deployment(name="Predictor", health_check_period_s=5, health_check_timeout_s=30,
-                  request_router_config=RequestRouterConfig(
-                      request_router_class="service.replica.router.LeastTokensRouter"))
+                  request_router_config=LEAST_TOKENS)
 class Predictor:
     def __init__(self, settings: Settings, shipped: ShippedWeights | None = None):
         import torch

@@ -81,8 +81,8 @@ def test_plan_one_replica_one_shard_and_the_default_split():
 def test_shards_sized_by_memory_model():
     gw, m, reps = fake_gateway()
     out = asyncio.run(gw.forecast(ForecastRequest(symbols=[f"S{i:03d}" for i in range(20)], horizon=2)))
-    assert out.timing["shards"] == 9  # fit() = 3 series per shard: 3, 3, then the last 14 in shards of 2
-    assert reps.calls == 9 and len(out.symbols) == 20
+    assert out.timing["shards"] == 7  # fit() = 3 series per shard: six of 3, then the last 2
+    assert reps.calls == 7 and len(out.symbols) == 20
 
 
 def _tiny_info(tiny, budget: int, max_context: int = 64) -> ReplicaInfo:
