@@ -108,12 +108,28 @@ class LossConfig(_Strict):
 
 
 class OptimConfig(_Strict):
-    lr: float = 1e-3
+    lr: float = Field(1e-3, description="a run from init without it: FINE_TUNE_LR")
     weight_decay: float = 0.05
     betas: tuple[float, float] = (0.9, 0.95)
     warmup_steps: int = 20
     min_lr_ratio: float = 0.1
     grad_clip: float | None = 1.0
+
+
+FINE_TUNE_LR = 1e-4  # a run from a checkpoint (init) without optim.lr: a tenth of the default
+
+
+class ForecastCheckConfig(_Strict):
+    """The forecasting check of a predictor run from a checkpoint (``init``): the close's CRPS
+    and MASE on fixed validation windows before and after training; ``best/`` keeps the better
+    weights (``kronos_core/train/forecast_check.py``, docs/training.md)."""
+
+    enabled: bool | None = Field(None, description="None: on for a predictor run from init")
+    windows: int = Field(32, ge=1, description="validation windows forecast")
+    paths: int = Field(8, ge=1, description="sample paths per window")
+    horizon: int = Field(5, ge=1, description="steps forecast (at most data.horizon)")
+    metric: Literal["crps_scaled", "mase"] = "crps_scaled"
+    seed: int = 0
 
 
 class TrainConfig(_Strict):
@@ -128,6 +144,7 @@ class TrainConfig(_Strict):
     data: DataConfig = Field(default_factory=DataConfig)
     optim: OptimConfig = Field(default_factory=OptimConfig)
     loss: LossConfig = Field(default_factory=LossConfig)
+    forecast_check: ForecastCheckConfig = Field(default_factory=ForecastCheckConfig)
     batch_size: int | Literal["auto"] = 16
     micro_batch_size: int | None = Field(None, description="None = batch_size (no accumulation)")
     accum_steps: int = Field(1, ge=1)
@@ -152,6 +169,12 @@ class TrainConfig(_Strict):
         if v != "auto" and v < 1:
             raise ValueError("batch_size must be >= 1 or 'auto'")
         return v
+
+    @property
+    def checks_forecasts(self) -> bool:
+        """Does this run evaluate forecasts before and after (``forecast_check``)?"""
+        on = self.forecast_check.enabled
+        return bool(self.kind == "predictor" and self.init) if on is None else on
 
     @model_validator(mode="after")
     def _check(self):

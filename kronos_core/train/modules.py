@@ -8,7 +8,7 @@ import logging
 from pathlib import Path
 
 from kronos_core.model import Kronos, KronosConfig, KronosTokenizer, TokenizerConfig
-from kronos_core.train.config import TrainConfig
+from kronos_core.train.config import FINE_TUNE_LR, TrainConfig
 
 # Fields a run may change on a loaded checkpoint: they shape training, not the weights.
 # Every other field of a section (sizes, bit widths, group size) is the checkpoint's.
@@ -46,6 +46,11 @@ def _load_pair(init: str, tokenizer_init: str | None) -> tuple[Kronos, KronosTok
     return loaded.model, loaded.tokenizer, loaded.max_context
 
 
+def load_init_model(init: str, tokenizer_init: str | None) -> Kronos:
+    """The predictor weights ``init`` names, read again (the forecasting check's fallback)."""
+    return _load_pair(init, tokenizer_init)[0]
+
+
 def _with_training_fields(module, section, loaded_from: str):
     """``module`` rebuilt with the training-only fields the user set in ``section`` (same weights);
     size fields the user set that differ from the checkpoint's are ignored with a warning."""
@@ -75,12 +80,17 @@ def config_as_run(cfg: TrainConfig, tok: KronosTokenizer, model: Kronos,
     """``cfg`` with what the run really uses: the sections of the modules it trains (a loaded
     checkpoint's sizes and dropout, not the defaults) and, for a run from a checkpoint, the
     checkpoint's context unless ``max_context`` was given. This is what ``config.yaml`` and
-    ``kronos.json`` record."""
+    ``kronos.json`` record. A run from a checkpoint without ``optim.lr`` trains at
+    ``FINE_TUNE_LR``."""
     update: dict = {
         "tokenizer": cfg.tokenizer.model_validate(
             {k: getattr(tok.config, k) for k in type(cfg.tokenizer).model_fields}),
         "model": cfg.model.model_validate({k: getattr(model.config, k) for k in type(cfg.model).model_fields}),
     }
+    if cfg.init and "lr" not in cfg.optim.model_fields_set:
+        update["optim"] = cfg.optim.model_copy(update={"lr": FINE_TUNE_LR})
+        log.info("from the checkpoint %s: learning rate %g (the fine-tuning default; --lr sets "
+                 "another)", cfg.init, FINE_TUNE_LR)
     context = cfg.max_context
     if checkpoint_context is not None and "max_context" not in cfg.model_fields_set:
         context = update["max_context"] = checkpoint_context

@@ -7,10 +7,16 @@ back-propagates each (weighted by its size), clips, steps AdamW and the warm-up 
 cosine schedule. On an out-of-memory error the step is redone with twice the
 micro-batches (half the size each), so the effective batch stays the same.
 
+A predictor run from a checkpoint (``init``) checks forecasts before and after
+(``forecast_check``): ``best/`` ends up holding the starting weights again when the trained
+ones forecast worse on the validation windows.
+
 Output folder (rank 0 writes): ``last/`` and ``best/`` (each ``model/``,
 ``tokenizer/``, ``kronos.json``; ``last/trainer_state.pt`` holds optimiser,
 scheduler, RNG and data position for ``resume``), ``metrics.jsonl``,
-``config.yaml``, ``summary.json``, ``resources.json`` (when ``kronos_core.monitor`` exists).
+``config.yaml``, ``summary.json``, ``forecast_check.json`` (runs that check forecasts),
+``resources.json`` (when ``kronos_core.monitor`` exists). ``train`` prints what the run did
+(``report``).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import json
 import logging
 import math
 import shutil
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -38,6 +45,7 @@ from kronos_core.train.data import (
     split_windows,
 )
 from kronos_core.train.distributed import all_reduce_sum, init_distributed, pick_device, shutdown
+from kronos_core.train.forecast_check import CheckWindows, check_windows, decide, forecast_figures
 from kronos_core.train.losses import predictor_loss, tokenizer_loss
 from kronos_core.train.metrics import MetricsLog
 from kronos_core.train.modules import build_modules, save_pair
@@ -59,6 +67,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 STATE_FILE = "trainer_state.pt"
 SUMMARY_FILE = "summary.json"
+FORECAST_CHECK_FILE = "forecast_check.json"
 
 
 class TrainingInterrupted(KeyboardInterrupt):
@@ -106,6 +115,7 @@ class Trainer:
         cfg = self.cfg
         self._setup_modules()
         self._setup_batch()
+        self.check_windows = self._forecast_check_windows(series, val_idx)
         self.objective = Objective(cfg.kind, self.model, self.tok, cfg.loss.feature_weights)
         self.net = self._wrap_ddp(self.objective)
         o = cfg.optim
@@ -158,6 +168,19 @@ class Trainer:
             raise ValueError(f"batch_size {self.batch_size} exceeds the {len(self.train_set)} training "
                              "windows; lower batch_size or data.stride")
         self.accum = min(cfg.accum_steps, self.batch_size // world)
+
+    def _forecast_check_windows(self, series, val_idx) -> CheckWindows | None:
+        """The validation windows of the forecasting check, when this run checks forecasts."""
+        cfg = self.cfg
+        if not cfg.checks_forecasts:
+            return None
+        fc = cfg.forecast_check
+        horizon = min(fc.horizon, cfg.data.horizon)
+        windows = check_windows(series, val_idx, cfg.data.lookback, horizon, fc.windows)
+        if windows is None:
+            log.warning("forecasting check skipped: no validation window with timestamps "
+                        "(raise data.val_fraction or give longer series)")
+        return windows
 
     def _wrap_ddp(self, objective: nn.Module) -> nn.Module:
         if self.dist.world <= 1:
@@ -256,6 +279,7 @@ class Trainer:
         if self.dist.is_main:
             self.out.mkdir(parents=True, exist_ok=True)
             (self.out / "config.yaml").write_text(_yaml(cfg))
+        before = self._forecast_before()
         bar = tqdm(total=cfg.max_steps, initial=self.step, desc=f"train {cfg.kind}", disable=not self.dist.is_main,
                    dynamic_ncols=True)
         started = time.perf_counter()
@@ -271,15 +295,70 @@ class Trainer:
             self._save("best")  # no validation windows: the last weights are the best we know
         elapsed = time.perf_counter() - started
         self.metrics.close()
+        check = self._forecast_after(before) if self.dist.is_main and before is not None else None
         shutdown(self.dist)
         summary = {"steps": self.step, "best_val_loss": None if math.isinf(self.best_val) else self.best_val,
                    "stopped_early": self.stopped_early, "seconds": elapsed,
                    "samples_per_s": samples / elapsed if elapsed else None, "out": str(self.out),
                    "batch_size": self.batch_size, "micro_batch": self.micro_batch_size, "accum": self.accum,
-                   "world_size": self.dist.world}
+                   "world_size": self.dist.world, "lr": cfg.optim.lr,
+                   "train_windows": len(self.train_set), "val_windows": len(self.val_set)}
         if self.dist.is_main:
+            summary["best"] = best_checkpoint(self.out)
+            summary["forecast_check"] = check
+            summary["files"] = written_files(self.out, also=(SUMMARY_FILE,))
             (self.out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
         return summary
+
+    # ---- the forecasting check (runs from a checkpoint) -----------------------------------
+    def _forecast_figures(self, model: nn.Module) -> dict:
+        fc = self.cfg.forecast_check
+        assert self.check_windows is not None
+        figures = forecast_figures(model, self.tok, self.check_windows, paths=fc.paths, seed=fc.seed,
+                                   device=self.device, max_context=self.cfg.max_context,
+                                   clip=self.cfg.data.clip)
+        self.trainable.train()  # the predictor put it in eval mode
+        return figures
+
+    def _init_model(self) -> nn.Module:
+        """The predictor as ``init`` holds it (read again: the run's copy has trained)."""
+        from kronos_core.train.modules import load_init_model
+
+        assert self.cfg.init is not None
+        return load_init_model(self.cfg.init, self.cfg.tokenizer_init).to(self.device)
+
+    def _forecast_before(self) -> dict | None:
+        """The starting weights' figures (main process; a resumed run reads them back)."""
+        if self.check_windows is None or not self.dist.is_main:
+            return None
+        path = self.out / FORECAST_CHECK_FILE
+        if self.step > 0 and path.is_file():
+            return json.loads(path.read_text())["before"]
+        before = self._forecast_figures(self.model if self.step == 0 else self._init_model())
+        path.write_text(json.dumps({"metric": self.cfg.forecast_check.metric, "before": before},
+                                   indent=2))
+        log.info("forecasting check before training: %s", before)
+        return before
+
+    def _forecast_after(self, before: dict) -> dict:
+        """Score ``best/``; put the starting weights back there when it forecasts worse."""
+        from kronos_core.model.checkpoint import load_state_strict, read_weights
+
+        metric, best = self.cfg.forecast_check.metric, self.out / "best"
+        load_state_strict(self.model, read_weights(best / "model"), str(best / "model"))
+        after = self._forecast_figures(self.model)
+        kept = decide(before, after, metric)
+        if kept == "init":
+            self.model.load_state_dict(self._init_model().state_dict())
+            # the starting weights' validation loss (one process: others may have left)
+            val = self.evaluate() if self.dist.world == 1 else None
+            self._save("best", {"step": 0, "val_loss": val, "source": "init", "init": self.cfg.init})
+            log.warning("forecasting check: the trained weights forecast worse (%s %s -> %s); "
+                        "best/ holds the starting weights of %s", metric, before.get(metric),
+                        after.get(metric), self.cfg.init)
+        check = {"metric": metric, "before": before, "after": after, "kept": kept}
+        (self.out / FORECAST_CHECK_FILE).write_text(json.dumps(check, indent=2))
+        return check
 
     def _loop(self, bar) -> int:
         """The steps from ``self.step`` to the end (or early stopping); returns the samples seen."""
@@ -378,6 +457,58 @@ class Trainer:
         log.info("resumed %s at step %d (epoch %d, batch %d)", folder, self.step, self.epoch, self.position)
 
 
+def best_checkpoint(out: Path) -> dict:
+    """Where ``best/`` is and what it holds: step, validation loss, and ``source`` ("trained",
+    or "init" when the forecasting check put the starting weights back)."""
+    folder = out / "best"
+    manifest = folder / "kronos.json"
+    info = json.loads(manifest.read_text()) if manifest.is_file() else {}
+    return {"path": str(folder), "step": info.get("step"), "val_loss": info.get("val_loss"),
+            "source": info.get("source", "trained")}
+
+
+def written_files(out: Path, also: Sequence[str] = ()) -> list[str]:
+    """Every file of the output folder (relative paths, sorted), plus ``also`` (about to be
+    written); temporary folders left out."""
+    names = {str(p.relative_to(out)) for p in out.rglob("*")
+             if p.is_file() and not p.relative_to(out).parts[0].startswith(".")}
+    return sorted(names | set(also))
+
+
+def _figure(v) -> str:
+    return "n/a" if v is None else f"{v:.4g}"
+
+
+def report(summary: dict) -> str:
+    """What a run did, for people: windows, best checkpoint, the forecasting check, files."""
+    out = Path(summary["out"])
+    best = summary.get("best") or {}
+    lines = [f"trained {summary['steps']} steps on {summary['train_windows']} training windows "
+             f"({summary['val_windows']} validation windows) in {summary['seconds']:.1f} s",
+             f"best checkpoint: {best.get('path')} (step {best.get('step')}, validation loss "
+             f"{_figure(best.get('val_loss'))}, {best.get('source')} weights)"]
+    check = summary.get("forecast_check")
+    if check:
+        metric, b, a = check["metric"], check["before"], check["after"]
+        lines.append(f"forecasting check on {b['windows']} validation windows x {b['paths']} "
+                     f"paths, {b['horizon']} steps (close; decides on {metric}):")
+        for name, fig in (("before", b), ("after", a)):
+            lines.append(f"  {name:<6}  CRPS/scale {_figure(fig.get('crps_scaled'))}  MASE "
+                         f"{_figure(fig.get('mase'))}  (last value MASE "
+                         f"{_figure(fig.get('naive_mase'))})")
+        lines.append("  kept the trained weights" if check["kept"] == "trained" else
+                     "  kept the STARTING weights: training made the forecasts worse")
+    files = summary.get("files") or []
+    lines.append(f"files written in {out}:" + ("" if files else " none"))
+    groups: dict[str, list[str]] = {}
+    for name in files:
+        top, _, rest = name.partition("/")
+        groups.setdefault(f"{top}/" if rest else "", []).append(rest or top)
+    for top, names in sorted(groups.items()):
+        lines.append(f"  {top}" + (" " if top else "") + " ".join(names))
+    return "\n".join(lines)
+
+
 def _yaml(cfg: TrainConfig) -> str:
     import yaml
 
@@ -394,13 +525,19 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict:
     except ImportError:
         monitor_type = None
     trainer = Trainer(cfg, resume=resume)
-    if monitor_type is None or not trainer.dist.is_main:
+    if not trainer.dist.is_main:
         return trainer.fit()
-    with monitor_type(label=f"train {cfg.kind}") as monitor:
-        trainer.monitor = monitor
+    if monitor_type is None:
         summary = trainer.fit()
-    try:
-        monitor.report(str(Path(cfg.out) / "resources.json"))
-    except Exception as exc:  # noqa: BLE001 - the report is extra, the run is done
-        log.warning("resource report failed: %s", exc)
+    else:
+        with monitor_type(label=f"train {cfg.kind}") as monitor:
+            trainer.monitor = monitor
+            summary = trainer.fit()
+        try:
+            monitor.report(str(Path(cfg.out) / "resources.json"))
+            summary["files"] = written_files(Path(cfg.out))
+            (Path(cfg.out) / SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
+        except Exception as exc:  # noqa: BLE001 - the report is extra, the run is done
+            log.warning("resource report failed: %s", exc)
+    print(report(summary), file=sys.stderr)
     return summary

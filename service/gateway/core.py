@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import numpy as np
 
@@ -45,6 +45,7 @@ class ForecastPipeline:
         fit_factory: Callable[[ReplicaInfo, int, int], Callable[[int], int]] | None = None,
         future: Callable[..., np.ndarray] | None = None,
         recorder: LedgerRecorder | None = None,
+        cut: Callable[[], Awaitable[None]] | None = None,
     ):
         self.settings = settings
         self.store = store
@@ -52,7 +53,8 @@ class ForecastPipeline:
         self.metrics = metrics
         self.num_replicas = num_replicas
         self.fit_factory = fit_factory or memory_model_fit
-        self.dispatcher = Dispatcher(settings, replicas, metrics, num_replicas)
+        # cut: at shutdown, the shards still pending are answered ``interrupted`` (Dispatcher)
+        self.dispatcher = Dispatcher(settings, replicas, metrics, num_replicas, cut=cut)
         self._future = future
         self.recorder = recorder  # None: the ledger is off
         self._info: ReplicaInfo | None = None
@@ -120,17 +122,19 @@ class ForecastPipeline:
 
     async def forecast(self, req: ForecastRequest, timeout_s: float | None = None) -> ForecastAnswer:
         """Run ``req``; past ``timeout_s`` (default: the ``request_timeout_s`` setting) raise
-        ``DeadlineExceeded`` after cancelling every shard still pending or running."""
+        ``DeadlineExceeded`` after cancelling every shard still pending or running.
+        ``request_id``: the id its shards, answer and ledger rows carry (default: a new one)."""
         timeout_s = self.settings.request_timeout_s if timeout_s is None else timeout_s
         try:
-            return await asyncio.wait_for(self._admit(req, self.shard_timeout(timeout_s)), timeout_s)
+            return await asyncio.wait_for(self._admit(req, self.shard_timeout(timeout_s), request_id), timeout_s)
         except TimeoutError:
             raise DeadlineExceeded(
                 f"the forecast took longer than its {timeout_s:g} s deadline; its pending shards were cancelled "
                 "(ask fewer series, or raise KRONOS_REQUEST_TIMEOUT_S)"
             ) from None
 
-    async def _admit(self, req: ForecastRequest, shard_timeout_s: float | None = None) -> ForecastAnswer:
+    async def _admit(self, req: ForecastRequest, shard_timeout_s: float | None = None,
+                     request_id: str | None = None) -> ForecastAnswer:
         if req.n_series > self.settings.max_symbols:
             field_name = "symbols" if req.symbols is not None else "series"
             raise RequestInvalid(field_name, f"{field_name}: {req.n_series} given, at most {self.settings.max_symbols} per request")
@@ -142,12 +146,13 @@ class ForecastPipeline:
         self._inflight += 1
         self.metrics.queue_depth.labels(stage="requests").set(self._inflight)
         try:
-            return await self._forecast(req, shard_timeout_s)
+            return await self._forecast(req, shard_timeout_s, request_id)
         finally:
             self._inflight -= 1
             self.metrics.queue_depth.labels(stage="requests").set(self._inflight)
 
-    async def _forecast(self, req: ForecastRequest, shard_timeout_s: float | None = None) -> ForecastAnswer:
+    async def _forecast(self, req: ForecastRequest, shard_timeout_s: float | None = None,
+                        request_id: str | None = None) -> ForecastAnswer:
         t0 = time.perf_counter()
         info = await self.info()
         lookback = max(2, info.max_context - req.horizon) if req.lookback is None else req.lookback
@@ -162,7 +167,7 @@ class ForecastPipeline:
         slices, shards = make_shards(req, prep, info, fit, self.num_replicas, self.settings.shards_per_replica,
                                      want_paths=record and self.settings.ledger_paths,
                                      min_shard_tokens=self.settings.min_shard_tokens,
-                                     calibration=self._calibration)
+                                     calibration=self._calibration, request_id=request_id)
         run = ShardRun(shard_timeout_s)
         results = await self.dispatcher.run_all(shards, run)
         t_fc = time.perf_counter()
@@ -183,7 +188,7 @@ class ForecastPipeline:
         return ForecastAnswer(
             model=info.model,
             calibrated=bool(shards) and all(s.calibrate for s in shards),  # else: warnings say which, why
-            calibration_state=g.calibration_state, request_id=shards[0].request_id if shards else None,
+            calibration_state=g.calibration_state, request_id=shards[0].request_id if shards else request_id,
             symbols=g.symbols, history_length=g.history_length, last_timestamp=g.last_timestamp,
             warnings=g.warnings, timestamps=g.timestamps, mean=g.mean, quantiles=g.quantiles, paths=paths,
             summaries=summaries, errors=errors,
