@@ -120,7 +120,8 @@ class ForecastPipeline:
         """See ``service.gateway.dispatch.shard_timeout``."""
         return shard_timeout(self.settings, self.num_replicas, request_timeout_s)
 
-    async def forecast(self, req: ForecastRequest, timeout_s: float | None = None) -> ForecastAnswer:
+    async def forecast(self, req: ForecastRequest, timeout_s: float | None = None,
+                       request_id: str | None = None) -> ForecastAnswer:
         """Run ``req``; past ``timeout_s`` (default: the ``request_timeout_s`` setting) raise
         ``DeadlineExceeded`` after cancelling every shard still pending or running.
         ``request_id``: the id its shards, answer and ledger rows carry (default: a new one)."""
