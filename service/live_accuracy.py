@@ -105,8 +105,8 @@ class LiveAccuracy:
         self.adaptive = adaptive
         self.passes = 0  # passes run by this gateway (the lock was ours)
         self.last_scored: datetime | None = None
-        # files not yet due are not read again (kronos_core.ledger.scoring); this gateway's first pass
-        # resumes from the index the last pass (of any gateway) saved in the ledger folder
+        # files not yet due are not read again (kronos_core.ledger.scoring); this gateway's first
+        # pass resumes from the index the last pass (of any gateway) saved in the ledger folder
         self.waiting: WaitingFiles | None = None
         self.index_path = Path(ledger_dir) / INDEX_FILE
         self._stop = threading.Event()
@@ -126,7 +126,9 @@ class LiveAccuracy:
         """Start the background scoring thread (no-op when the interval is 0). A thread, not a
         task: a pass reads files and computes for a while, and must not hold the event loop."""
         if self.settings.score_interval_s > 0 and self._thread is None:
-            self._thread = threading.Thread(target=self._loop, name="kronos-ledger-scorer", daemon=True)
+            self._thread = threading.Thread(
+                target=self._loop, name="kronos-ledger-scorer", daemon=True
+            )
             self._thread.start()
 
     def stop(self) -> None:
@@ -181,10 +183,14 @@ class LiveAccuracy:
         scores = self.ledger.read_scores()
         if not scores.num_rows:
             return
-        names = dict(zip(scores["model_sha256"].to_pylist(), scores["model_name"].to_pylist(), strict=True))
+        names = dict(
+            zip(scores["model_sha256"].to_pylist(), scores["model_name"].to_pylist(), strict=True)
+        )
         for sha, name in names.items():
             label = model_label(sha, name)
-            res = accuracy(scores.filter(pc.equal(scores["model_sha256"], sha)), window=self.window())
+            res = accuracy(
+                scores.filter(pc.equal(scores["model_sha256"], sha)), window=self.window()
+            )
             rolling, everything = _figures(res.get("rolling")), _figures(res.get("all_time"))
             for level, cov in rolling["coverage"].items():
                 if cov is not None:
@@ -195,15 +201,36 @@ class LiveAccuracy:
             self.metrics.forecasts_scored.labels(model=label).set(everything["scored"])
 
     # ------------------------------------------------------------------ GET /v1/accuracy
-    def answer(self, model: str | None = None, symbol: str | None = None, since: datetime | None = None,
-               horizon_step: int | None = None) -> dict:
+    def answer(
+        self,
+        model: str | None = None,
+        symbol: str | None = None,
+        since: datetime | None = None,
+        horizon_step: int | None = None,
+    ) -> dict:
         """The body of ``GET /v1/accuracy`` (``service.common.schemas.AccuracyResponse``)."""
         from kronos_core.ledger.accuracy import accuracy
 
-        res = accuracy(self.ledger, model=model, symbol=symbol, since=utc_since(since),
-                                  horizon_step=horizon_step, window=self.window())
-        body = _answer(self.settings, model, symbol, since, horizon_step, res.get("rolling"), res.get("all_time"))
-        body["last_scored"] = None if self.last_scored is None else self.last_scored.isoformat(timespec="seconds")
+        res = accuracy(
+            self.ledger,
+            model=model,
+            symbol=symbol,
+            since=utc_since(since),
+            horizon_step=horizon_step,
+            window=self.window(),
+        )
+        body = _answer(
+            self.settings,
+            model,
+            symbol,
+            since,
+            horizon_step,
+            res.get("rolling"),
+            res.get("all_time"),
+        )
+        body["last_scored"] = (
+            None if self.last_scored is None else self.last_scored.isoformat(timespec="seconds")
+        )
         return body
 
 
@@ -219,18 +246,34 @@ def utc_since(since: datetime | None) -> datetime | None:
     return lo if since < lo else hi if since > hi else since.astimezone(timezone.utc)
 
 
-def _answer(settings: Settings, model, symbol, since, horizon_step, rolling, all_time, detail: str = "") -> dict:
+def _answer(
+    settings: Settings, model, symbol, since, horizon_step, rolling, all_time, detail: str = ""
+) -> dict:
     return {
-        "model": model, "symbol": symbol, "since": None if since is None else since.isoformat(),
-        "horizon_step": horizon_step, "window_steps": settings.score_window_steps,
-        "rolling": _figures(rolling), "all_time": _figures(all_time), "last_scored": None, "detail": detail,
+        "model": model,
+        "symbol": symbol,
+        "since": None if since is None else since.isoformat(),
+        "horizon_step": horizon_step,
+        "window_steps": settings.score_window_steps,
+        "rolling": _figures(rolling),
+        "all_time": _figures(all_time),
+        "last_scored": None,
+        "detail": detail,
     }
 
 
 def ledger_off_answer(settings: Settings, model, symbol, since, horizon_step) -> dict:
     """``GET /v1/accuracy`` with the ledger ``off``: nothing recorded, nothing scored."""
-    return _answer(settings, model, symbol, since, horizon_step, None, None,
-                   "the forecast ledger is off (KRONOS_LEDGER_DIR=off): nothing is recorded or scored")
+    return _answer(
+        settings,
+        model,
+        symbol,
+        since,
+        horizon_step,
+        None,
+        None,
+        "the forecast ledger is off (KRONOS_LEDGER_DIR=off): nothing is recorded or scored",
+    )
 
 
 def model_label(sha256: str | None, name: str | None) -> str:
@@ -240,7 +283,8 @@ def model_label(sha256: str | None, name: str | None) -> str:
 
 
 def writer_name(gateway_id: str | None) -> str:
-    """A file-name-safe writer id for this gateway's ledger files (its Serve replica id, else its pid)."""
+    """A file-name-safe writer id for this gateway's ledger files (its Serve replica id, else its
+    pid)."""
     import re
 
     raw = gateway_id or f"pid{os.getpid()}"
@@ -264,13 +308,23 @@ def ledger_service(settings: Settings, store: Any, metrics: Metrics, gateway_id:
     def open_ledger():
         from kronos_core.ledger.ledger import Ledger
 
-        return Ledger(ledger_dir, writer_id=writer, keep_paths=settings.ledger_paths,
-                      retention_days=settings.ledger_retention_days, retention_bytes=settings.ledger_retention_bytes)
+        return Ledger(
+            ledger_dir,
+            writer_id=writer,
+            keep_paths=settings.ledger_paths,
+            retention_days=settings.ledger_retention_days,
+            retention_bytes=settings.ledger_retention_bytes,
+        )
 
     recorder = LedgerRecorder(open_ledger, metrics, settings.ledger_queue)
     adaptive = GatewayAdaptation.for_settings(settings)
     live = LiveAccuracy(settings, ledger_dir, store, metrics, open_ledger, adaptive)
-    log.info("forecast ledger in %s (writer %s), scoring every %g s", ledger_dir, writer, settings.score_interval_s)
+    log.info(
+        "forecast ledger in %s (writer %s), scoring every %g s",
+        ledger_dir,
+        writer,
+        settings.score_interval_s,
+    )
     return recorder, live
 
 
@@ -302,5 +356,12 @@ class GatewayAdaptation:
         """Feed one scoring pass's ``ScoreResult.scored`` rows; returns what changed."""
         res = self.online.update(scored)
         if res.changed:
-            log.info("adaptive calibration: %d step(s) taken in, version %d", res.steps, res.version)
-        return {"steps": res.steps, "updates": res.updates, "version": res.version, "changed": res.changed}
+            log.info(
+                "adaptive calibration: %d step(s) taken in, version %d", res.steps, res.version
+            )
+        return {
+            "steps": res.steps,
+            "updates": res.updates,
+            "version": res.version,
+            "changed": res.changed,
+        }

@@ -26,7 +26,21 @@ from service.gateway.prepare import Prepared, as_of_warning, store_as_of
 from service.gateway.shards import memory_model_fit
 
 __all__ = [
-    "DeadlineExceeded", "ForecastAnswer", "FutureTimestamps", "ForecastPipeline", "Overloaded", "Prepared", "ReplicaGone",
-    "RequestInvalid", "ShardRun", "as_of_warning", "memory_model_fit", "answer_to_arrow", "answer_to_json",
-    "public_message", "quantile_label", "store_as_of", "summary_columns",
+    "DeadlineExceeded",
+    "ForecastAnswer",
+    "FutureTimestamps",
+    "ForecastPipeline",
+    "Overloaded",
+    "Prepared",
+    "ReplicaGone",
+    "RequestInvalid",
+    "ShardRun",
+    "as_of_warning",
+    "memory_model_fit",
+    "answer_to_arrow",
+    "answer_to_json",
+    "public_message",
+    "quantile_label",
+    "store_as_of",
+    "summary_columns",
 ]

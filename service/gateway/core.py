@@ -58,7 +58,8 @@ class ForecastPipeline:
         self._future = future
         self.recorder = recorder  # None: the ledger is off
         self._info: ReplicaInfo | None = None
-        self._calibration: CalibrationPolicy | None = None  # decides per series; built once, from _info
+        # decides per series; built once, from _info
+        self._calibration: CalibrationPolicy | None = None
         self._inflight = 0
 
     @property
@@ -88,20 +89,24 @@ class ForecastPipeline:
     def record(self, answer: ForecastAnswer) -> None:
         """Hand an answered request's forecasts to the ledger writer (a queue: no disk, never
         raises). The route calls it once, after the answer is sent, so that the writer thread
-        never competes with encoding the answer; nothing with the ledger off or ``record: false``."""
+        never competes with encoding the answer; nothing with the ledger off or ``record:
+        false``."""
         if answer.ledger is not None and self.recorder is not None:
             self.recorder.submit(answer)
 
     def prepare(self, req: ForecastRequest, lookback: int) -> Prepared:
         return prepare(req, lookback, self.store, self.future, self.settings.min_history_warning)
 
-    def warm_up(self, limit: int = 16, scan: int = 5000, lookback: int = 64, horizon: int = 8) -> list[str]:
-        """Prepare one stored symbol of each kind (exchange and session clock) before the gateway takes
-        requests, so that the first user request does not pay for the first window read and for building
-        the exchanges' calendars: in the sample store that was 0.2-0.35 s of a 5-symbol request's first
-        0.3-0.5 s (``read_ms`` 190-356 against 0.7 warm). The kinds are found among the first ``scan``
-        symbols' metadata (2,000 took 57 ms). Returns the symbols prepared; never raises (a store that
-        cannot be read is the requests' error to report, not the start-up's)."""
+    def warm_up(
+        self, limit: int = 16, scan: int = 5000, lookback: int = 64, horizon: int = 8
+    ) -> list[str]:
+        """Prepare one stored symbol of each kind (exchange and session clock) before the gateway
+        takes requests, so that the first user request does not pay for the first window read and
+        for building the exchanges' calendars: in the sample store that was 0.2-0.35 s of a 5-symbol
+        request's first 0.3-0.5 s (``read_ms`` 190-356 against 0.7 warm). The kinds are found among
+        the first ``scan`` symbols' metadata (2,000 took 57 ms). Returns the symbols prepared; never
+        raises (a store that cannot be read is the requests' error to report, not the
+        start-up's)."""
         picked: dict[tuple, str] = {}
         try:
             for symbol in self.store.symbols()[:scan]:
@@ -110,38 +115,57 @@ class ForecastPipeline:
                 if len(picked) >= limit:
                     break
             if picked:
-                self.prepare(ForecastRequest(symbols=list(picked.values()), horizon=horizon, record=False), lookback)
+                self.prepare(
+                    ForecastRequest(symbols=list(picked.values()), horizon=horizon, record=False),
+                    lookback,
+                )
         except Exception as exc:  # noqa: BLE001 - logged; the service starts all the same
-            log.warning("gateway warm-up failed (%s: %s); the first request reads the store cold",
-                        type(exc).__name__, self.public(str(exc)))
+            log.warning(
+                "gateway warm-up failed (%s: %s); the first request reads the store cold",
+                type(exc).__name__,
+                self.public(str(exc)),
+            )
         return list(picked.values())
 
     def shard_timeout(self, request_timeout_s: float) -> float | None:
         """See ``service.gateway.dispatch.shard_timeout``."""
         return shard_timeout(self.settings, self.num_replicas, request_timeout_s)
 
-    async def forecast(self, req: ForecastRequest, timeout_s: float | None = None,
-                       request_id: str | None = None) -> ForecastAnswer:
+    async def forecast(
+        self, req: ForecastRequest, timeout_s: float | None = None, request_id: str | None = None
+    ) -> ForecastAnswer:
         """Run ``req``; past ``timeout_s`` (default: the ``request_timeout_s`` setting) raise
         ``DeadlineExceeded`` after cancelling every shard still pending or running.
         ``request_id``: the id its shards, answer and ledger rows carry (default: a new one)."""
         timeout_s = self.settings.request_timeout_s if timeout_s is None else timeout_s
         try:
-            return await asyncio.wait_for(self._admit(req, self.shard_timeout(timeout_s), request_id), timeout_s)
+            return await asyncio.wait_for(
+                self._admit(req, self.shard_timeout(timeout_s), request_id), timeout_s
+            )
         except TimeoutError:
             raise DeadlineExceeded(
-                f"the forecast took longer than its {timeout_s:g} s deadline; its pending shards were cancelled "
+                f"the forecast took longer than its {timeout_s:g} s deadline; its pending shards "
+                "were cancelled "
                 "(ask fewer series, or raise KRONOS_REQUEST_TIMEOUT_S)"
             ) from None
 
-    async def _admit(self, req: ForecastRequest, shard_timeout_s: float | None = None,
-                     request_id: str | None = None) -> ForecastAnswer:
+    async def _admit(
+        self,
+        req: ForecastRequest,
+        shard_timeout_s: float | None = None,
+        request_id: str | None = None,
+    ) -> ForecastAnswer:
         if req.n_series > self.settings.max_symbols:
             field_name = "symbols" if req.symbols is not None else "series"
-            raise RequestInvalid(field_name, f"{field_name}: {req.n_series} given, at most {self.settings.max_symbols} per request")
+            raise RequestInvalid(
+                field_name,
+                f"{field_name}: {req.n_series} given, "
+                f"at most {self.settings.max_symbols} per request",
+            )
         if self._inflight >= self.settings.max_inflight_requests:
             raise Overloaded(
-                f"{self._inflight} forecast requests in flight (limit {self.settings.max_inflight_requests})",
+                f"{self._inflight} forecast requests in flight "
+                f"(limit {self.settings.max_inflight_requests})",
                 self.settings.retry_after_s,
             )
         self._inflight += 1
@@ -152,8 +176,12 @@ class ForecastPipeline:
             self._inflight -= 1
             self.metrics.queue_depth.labels(stage="requests").set(self._inflight)
 
-    async def _forecast(self, req: ForecastRequest, shard_timeout_s: float | None = None,
-                        request_id: str | None = None) -> ForecastAnswer:
+    async def _forecast(
+        self,
+        req: ForecastRequest,
+        shard_timeout_s: float | None = None,
+        request_id: str | None = None,
+    ) -> ForecastAnswer:
         t0 = time.perf_counter()
         info = await self.info()
         lookback = max(2, info.max_context - req.horizon) if req.lookback is None else req.lookback
@@ -165,10 +193,18 @@ class ForecastPipeline:
         # errors; a series is judged alone, whatever stands beside it (docs/service.md)
         fit = self.fit_factory(info, req.horizon, req.sample_count)
         record = self.recorder is not None and req.record
-        slices, shards = make_shards(req, prep, info, fit, self.num_replicas, self.settings.shards_per_replica,
-                                     want_paths=record and self.settings.ledger_paths,
-                                     min_shard_tokens=self.settings.min_shard_tokens,
-                                     calibration=self._calibration, request_id=request_id)
+        slices, shards = make_shards(
+            req,
+            prep,
+            info,
+            fit,
+            self.num_replicas,
+            self.settings.shards_per_replica,
+            want_paths=record and self.settings.ledger_paths,
+            min_shard_tokens=self.settings.min_shard_tokens,
+            calibration=self._calibration,
+            request_id=request_id,
+        )
         run = ShardRun(shard_timeout_s)
         results = await self.dispatcher.run_all(shards, run)
         t_fc = time.perf_counter()
@@ -176,7 +212,9 @@ class ForecastPipeline:
         n = len(g.symbols)
         # asked for the ledger only, the paths stay out of the answer
         paths: list[np.ndarray | None] = g.paths if req.return_paths else [None] * n
-        summaries = risk_summaries(g.paths, g.histories, req.vol_alert_factor) if req.summary else []
+        summaries = (
+            risk_summaries(g.paths, g.histories, req.vol_alert_factor) if req.summary else []
+        )
         errors = [{**e, "message": self.public(e["message"])} for e in g.errors]
         self.metrics.series_forecast.inc(n)
         for e in errors:  # per-symbol errors; whole-request ones are counted by the app's handler
@@ -184,15 +222,28 @@ class ForecastPipeline:
         ledger = None
         if record:
             kept: list[np.ndarray | None] = g.paths if self.settings.ledger_paths else [None] * n
-            ledger = LedgerInputs(source="inline" if req.series is not None else "store", frequency=req.frequency,
-                                  recorded_at=np.datetime64(time.time_ns(), "ns"), paths=kept)
+            ledger = LedgerInputs(
+                source="inline" if req.series is not None else "store",
+                frequency=req.frequency,
+                recorded_at=np.datetime64(time.time_ns(), "ns"),
+                paths=kept,
+            )
         return ForecastAnswer(
             model=info.model,
-            calibrated=bool(shards) and all(s.calibrate for s in shards),  # else: warnings say which, why
-            calibration_state=g.calibration_state, request_id=shards[0].request_id if shards else request_id,
-            symbols=g.symbols, history_length=g.history_length, last_timestamp=g.last_timestamp,
-            warnings=g.warnings, timestamps=g.timestamps, mean=g.mean, quantiles=g.quantiles, paths=paths,
-            summaries=summaries, errors=errors,
+            # else: warnings say which, why
+            calibrated=bool(shards) and all(s.calibrate for s in shards),
+            calibration_state=g.calibration_state,
+            request_id=shards[0].request_id if shards else request_id,
+            symbols=g.symbols,
+            history_length=g.history_length,
+            last_timestamp=g.last_timestamp,
+            warnings=g.warnings,
+            timestamps=g.timestamps,
+            mean=g.mean,
+            quantiles=g.quantiles,
+            paths=paths,
+            summaries=summaries,
+            errors=errors,
             timing={
                 "read_ms": round((t_read - t0) * 1e3, 3),
                 "forecast_ms": round((t_fc - t_read) * 1e3, 3),
@@ -200,9 +251,14 @@ class ForecastPipeline:
                 "series": float(n),
                 "shards": float(len(shards)),
                 "shard_retries": float(run.retries),  # re-sends: replica gone, or slow (hedged)
-                "shard_timeouts": float(run.timeouts),  # shard calls past their deadline, each hedged
-                "lookback": float(lookback),  # the window asked for; each series' own: history_length
+                # shard calls past their deadline, each hedged
+                "shard_timeouts": float(run.timeouts),
+                # the window asked for; each series' own: history_length
+                "lookback": float(lookback),
             },
-            quantile_levels=tuple(req.quantiles), summary=req.summary,
-            histories=g.histories, history_timestamps=g.history_timestamps, ledger=ledger,
+            quantile_levels=tuple(req.quantiles),
+            summary=req.summary,
+            histories=g.histories,
+            history_timestamps=g.history_timestamps,
+            ledger=ledger,
         )

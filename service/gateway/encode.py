@@ -35,7 +35,9 @@ def answer_to_json(answer: ForecastAnswer) -> dict:
     body: dict[str, Any] = {}
     for attr, wire in wire_fields(per_symbol=False):
         if attr == "errors":
-            body["forecasts"] = [_symbol_json(answer, i, per_symbol) for i in range(len(answer.symbols))]
+            body["forecasts"] = [
+                _symbol_json(answer, i, per_symbol) for i in range(len(answer.symbols))
+            ]
         body[wire.name] = _value(answer, wire, getattr(answer, attr))
     return body
 
@@ -68,7 +70,8 @@ def answer_to_arrow(out: ForecastAnswer) -> bytes:
     the same on each of its rows, null when it has no summary). Every request-level field of the
     answer (model, calibrated, calibration_state, request_id, errors, timing) is JSON in the schema
     metadata (``kronos.<name>``), and each series' inputs (``{symbol, history_length,
-    last_timestamp, warnings}``: the per-symbol fields declared ``arrow_input``) in ``kronos.inputs``."""
+    last_timestamp, warnings}``: the per-symbol fields declared ``arrow_input``) in
+    ``kronos.inputs``."""
     import orjson
     import pyarrow as pa
 
@@ -76,28 +79,37 @@ def answer_to_arrow(out: ForecastAnswer) -> bytes:
     h = len(out.timestamps[0]) if n else 0
     sym_idx = np.repeat(np.arange(n, dtype=np.int32), h)
     cols: dict[str, pa.Array] = {
-        "symbol": pa.DictionaryArray.from_arrays(pa.array(sym_idx, pa.int32()), pa.array(out.symbols, pa.string())),
+        "symbol": pa.DictionaryArray.from_arrays(
+            pa.array(sym_idx, pa.int32()), pa.array(out.symbols, pa.string())
+        ),
         "step": pa.array(np.tile(np.arange(1, h + 1, dtype=np.int32), n)),
         "timestamp": pa.array(
-            np.concatenate(out.timestamps) if n else np.array([], "datetime64[ns]"), pa.timestamp("ns")
+            np.concatenate(out.timestamps) if n else np.array([], "datetime64[ns]"),
+            pa.timestamp("ns"),
         ),
     }
     mean = np.concatenate(out.mean, axis=0) if n else np.zeros((0, 6), np.float32)  # (n*H, 6)
     for k, name in enumerate(FEATURE_NAMES):
         cols[name] = pa.array(np.ascontiguousarray(mean[:, k]), pa.float32())
-    if out.quantile_levels:  # the columns exist even when no symbol succeeded: one schema per request
+    # the columns exist even when no symbol succeeded: one schema per request
+    if out.quantile_levels:
         nq = len(out.quantile_levels)
-        qs = cast(list[np.ndarray], out.quantiles)  # cast: with levels asked, every forecast has its quantiles
+        # cast: with levels asked, every forecast has its quantiles
+        qs = cast(list[np.ndarray], out.quantiles)
         q = np.concatenate(qs, axis=1) if n else np.zeros((nq, 0, 6), np.float32)  # (Q, n*H, 6)
         for qi, lv in enumerate(out.quantile_levels):
             for k, name in enumerate(FEATURE_NAMES):
-                cols[f"{name}_q{quantile_label(lv)}"] = pa.array(np.ascontiguousarray(q[qi, :, k]), pa.float32())
+                cols[f"{name}_q{quantile_label(lv)}"] = pa.array(
+                    np.ascontiguousarray(q[qi, :, k]), pa.float32()
+                )
     if out.summary:  # like the quantiles: the columns exist even when no symbol succeeded
         cols.update(_summary_arrays(out, h))
     # request-level fields as JSON in the schema metadata (kronos.<name>); per symbol, the fields
     # that are no columns (symbol, history_length, last_timestamp, warnings) in kronos.inputs
-    meta = {f"kronos.{w.name}".encode(): orjson.dumps(_value(out, w, getattr(out, attr)))
-            for attr, w in wire_fields(per_symbol=False)}
+    meta = {
+        f"kronos.{w.name}".encode(): orjson.dumps(_value(out, w, getattr(out, attr)))
+        for attr, w in wire_fields(per_symbol=False)
+    }
     inputs = [w for w in wire_fields(per_symbol=True) if w[1].arrow_input]
     meta[b"kronos.inputs"] = orjson.dumps([_symbol_json(out, i, inputs) for i in range(n)])
     table = pa.table(cols).replace_schema_metadata(meta)

@@ -42,7 +42,8 @@ def gather(prep: Prepared, slices: list[slice], results: list[ShardResult]) -> G
     out = Gathered(errors=list(prep.errors))
     for sl, res in zip(slices, results, strict=True):
         if res.calibration_state is not None and out.calibration_state is None:
-            out.calibration_state = res.calibration_state  # the first shard's: see docs/service.md, "Forecast ledger"
+            # the first shard's: see docs/service.md, "Forecast ledger"
+            out.calibration_state = res.calibration_state
         if res.error is not None:
             code = res.error_code or ErrorCode.FORECAST_FAILED
             out.errors.extend(symbol_error(s, code, res.error) for s in prep.symbols[sl])
@@ -53,10 +54,19 @@ def gather(prep: Prepared, slices: list[slice], results: list[ShardResult]) -> G
             q = None if res.quantiles is None else res.quantiles[:, j]  # (Q, H, 6)
             p = None if res.paths is None else res.paths[j]  # (S, H, 6)
             if not all(np.isfinite(a).all() for a in (res.mean[j], q, p) if a is not None):
-                # JSON has no NaN: a non-finite forecast is this series' error, not a null in the answer
-                out.errors.append(symbol_error(prep.symbols[i], ErrorCode.FORECAST_FAILED, (
-                    "the forecast holds NaN or infinite values; this series' candles likely span too many "
-                    "orders of magnitude for the model (check its values)")))
+                # JSON has no NaN: a non-finite forecast is this series' error, not a null in the
+                # answer
+                out.errors.append(
+                    symbol_error(
+                        prep.symbols[i],
+                        ErrorCode.FORECAST_FAILED,
+                        (
+                            "the forecast holds NaN or infinite values; this series' candles "
+                            "likely span too many orders of magnitude for the model (check its "
+                            "values)"
+                        ),
+                    )
+                )
                 continue
             out.symbols.append(prep.symbols[i])
             out.timestamps.append(prep.y_ts[i])
@@ -71,8 +81,9 @@ def gather(prep: Prepared, slices: list[slice], results: list[ShardResult]) -> G
     return out
 
 
-def risk_summaries(paths: list[np.ndarray | None], histories: list[np.ndarray],
-                   vol_factor: float) -> list[dict | None]:
+def risk_summaries(
+    paths: list[np.ndarray | None], histories: list[np.ndarray], vol_factor: float
+) -> list[dict | None]:
     """Each forecast's risk summary from its close paths (None: no paths, or not computable)."""
     from kronos_core.eval.risk import risk_summary
 
@@ -104,5 +115,7 @@ def public_message(message: str, store_root: Any = None) -> str:
     if store_root is not None:
         root = str(store_root).rstrip("/")
         if root:
-            message = message.replace(root + "/", "").replace(root, os.path.basename(root) or "store")
+            message = message.replace(root + "/", "").replace(
+                root, os.path.basename(root) or "store"
+            )
     return _ABS_PATH.sub(lambda m: os.path.basename(m.group(0).rstrip("/")) or "/", message)

@@ -40,7 +40,11 @@ def ledger_records(answer: ForecastAnswer) -> list:
 
     inputs = answer.ledger
     assert inputs is not None, "an answer not to be recorded has no ledger inputs"
-    model = answer.model if answer.calibrated else {k: v for k, v in answer.model.items() if k != "calibration"}
+    model = (
+        answer.model
+        if answer.calibrated
+        else {k: v for k, v in answer.model.items() if k != "calibration"}
+    )
     stamp = _stamp(model, answer.calibration_state if answer.calibrated else None, CalibrationStamp)
     sha = str(model.get("sha256") or "")
     name = model.get("name")
@@ -49,21 +53,36 @@ def ledger_records(answer: ForecastAnswer) -> list:
     for i, symbol in enumerate(answer.symbols):
         q = answer.quantiles[i]  # (Q, H, 6)
         # arrays where ForecastRecord's annotations say sequences: it reads them with np.asarray
-        quantiles: Any = {} if q is None else {lv: {"close": q[k, :, CLOSE]}
-                                               for k, lv in enumerate(answer.quantile_levels)}
+        quantiles: Any = (
+            {}
+            if q is None
+            else {lv: {"close": q[k, :, CLOSE]} for k, lv in enumerate(answer.quantile_levels)}
+        )
         mean: Any = {"close": answer.mean[i][:, CLOSE]}
         steps: Any = answer.timestamps[i]
         p = inputs.paths[i]  # (S, H, 6)
         hist = answer.histories[i] if i < len(answer.histories) else None
-        out.append(ForecastRecord(
-            request_id=answer.request_id or "", symbol=symbol, origin=answer.last_timestamp[i], timestamps=steps,
-            mean=mean, quantiles=quantiles, model_sha256=sha, model_name=name,
-            request_time=inputs.recorded_at, calibration=stamp,
-            last_close=None if hist is None or not len(hist) else float(hist[-1, CLOSE]),
-            frequency=inputs.frequency, source=inputs.source,
-            series_hash=series_hash(answer.history_timestamps[i], hist) if inline and hist is not None else None,
-            paths=None if p is None else p[:, :, CLOSE],
-        ))
+        out.append(
+            ForecastRecord(
+                request_id=answer.request_id or "",
+                symbol=symbol,
+                origin=answer.last_timestamp[i],
+                timestamps=steps,
+                mean=mean,
+                quantiles=quantiles,
+                model_sha256=sha,
+                model_name=name,
+                request_time=inputs.recorded_at,
+                calibration=stamp,
+                last_close=None if hist is None or not len(hist) else float(hist[-1, CLOSE]),
+                frequency=inputs.frequency,
+                source=inputs.source,
+                series_hash=series_hash(answer.history_timestamps[i], hist)
+                if inline and hist is not None
+                else None,
+                paths=None if p is None else p[:, :, CLOSE],
+            )
+        )
     return out
 
 
@@ -72,13 +91,18 @@ def _stamp(model: dict, state: dict | None, stamp_type: type) -> Any:
     (``state``), else the static file's (version 0), else None (uncalibrated)."""
     if state is not None:
         updated = state.get("updated_at")
-        return stamp_type(method=str(state.get("method") or "aci"), version=int(state.get("version") or 0),
-                          hash=str(state.get("hash") or ""),
-                          updated_at=None if updated is None else datetime.fromisoformat(str(updated)))
+        return stamp_type(
+            method=str(state.get("method") or "aci"),
+            version=int(state.get("version") or 0),
+            hash=str(state.get("hash") or ""),
+            updated_at=None if updated is None else datetime.fromisoformat(str(updated)),
+        )
     cal = model.get("calibration")
     if not cal:
         return None
-    return stamp_type(method=str(cal.get("method") or ""), version=0, hash=str(cal.get("sha256") or ""))
+    return stamp_type(
+        method=str(cal.get("method") or ""), version=0, hash=str(cal.get("sha256") or "")
+    )
 
 
 class LedgerRecorder:
@@ -89,8 +113,13 @@ class LedgerRecorder:
     answer). ``write(ledger, answer)`` appends one answer's forecasts; it raises on failure
     (default: ``ledger.record(ledger_records(answer))``)."""
 
-    def __init__(self, open_ledger: Callable[[], Any], metrics: Metrics, max_queue: int = 1024,
-                 write: Callable[[Any, ForecastAnswer], None] | None = None):
+    def __init__(
+        self,
+        open_ledger: Callable[[], Any],
+        metrics: Metrics,
+        max_queue: int = 1024,
+        write: Callable[[Any, ForecastAnswer], None] | None = None,
+    ):
         self._open = open_ledger
         self._write = write or (lambda ledger, answer: ledger.record(ledger_records(answer)))
         self.metrics = metrics
@@ -122,7 +151,9 @@ class LedgerRecorder:
             return
         with self._lock:
             if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="kronos-ledger-writer", daemon=True)
+                self._thread = threading.Thread(
+                    target=self._run, name="kronos-ledger-writer", daemon=True
+                )
                 self._thread.start()
 
     def _run(self) -> None:
@@ -150,8 +181,12 @@ class LedgerRecorder:
         self.failed += 1
         self.last_error = why
         self.metrics.ledger_write_failures.inc()
-        log.warning("ledger: request %s's %d forecast(s) not recorded: %s", answer.request_id, len(answer.symbols),
-                    why)
+        log.warning(
+            "ledger: request %s's %d forecast(s) not recorded: %s",
+            answer.request_id,
+            len(answer.symbols),
+            why,
+        )
 
     # ------------------------------------------------------------------ control
     def flush(self, timeout_s: float = 30.0) -> bool:

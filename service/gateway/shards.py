@@ -24,8 +24,14 @@ def request_options(req: ForecastRequest) -> ForecastOptions:
     """The request's forecast options: the one place a request's fields map to them (no
     calibration: each replica applies its own, see ``Shard.calibrate``)."""
     return ForecastOptions(
-        horizon=req.horizon, sample_count=req.sample_count, temperature=req.temperature,
-        top_k=req.top_k, top_p=req.top_p, seed=req.seed, quantiles=tuple(req.quantiles), repair=req.repair,
+        horizon=req.horizon,
+        sample_count=req.sample_count,
+        temperature=req.temperature,
+        top_k=req.top_k,
+        top_p=req.top_p,
+        seed=req.seed,
+        quantiles=tuple(req.quantiles),
+        repair=req.repair,
     )
 
 
@@ -36,7 +42,10 @@ def split_by_calibration(slices: list[slice], decisions: list[SeriesCalibration]
     for sl in slices:
         start = sl.start
         for i in range(sl.start + 1, sl.stop):
-            if (decisions[i].calibrate, decisions[i].group) != (decisions[i - 1].calibrate, decisions[i - 1].group):
+            if (decisions[i].calibrate, decisions[i].group) != (
+                decisions[i - 1].calibrate,
+                decisions[i - 1].group,
+            ):
                 out.append(slice(start, i))
                 start = i
         out.append(slice(start, sl.stop))
@@ -70,7 +79,8 @@ def plan_shards(
     cap = int(fit(longest))
     if cap <= 0:
         raise TooLargeError(
-            f"a single series with lookback={longest}, horizon={horizon}, sample_count={sample_count} "
+            f"a single series with lookback={longest}, horizon={horizon}, "
+            f"sample_count={sample_count} "
             "does not fit one replica's device budget"
         )
     if max_batch_tokens:
@@ -90,7 +100,8 @@ def plan_shards(
 
 def warm_memory_model(info: ReplicaInfo) -> None:
     """Count the model's parameters once (the memory model's first call builds the model on the meta
-    device, about a second), when a replica is first described, so the first request does not pay it."""
+    device, about a second), when a replica is first described, so the first request does not pay
+    it."""
     from kronos_core.engine.memory import count_parameters
 
     if info.model_cfg is not None and info.tokenizer_cfg is not None:
@@ -108,8 +119,13 @@ def memory_model_fit(info: ReplicaInfo, horizon: int, sample_count: int) -> Call
         if lookback not in cache:
             cache[lookback] = int(
                 max_batch_that_fits(
-                    info.model_cfg, info.tokenizer_cfg, info.budget_bytes, lookback, horizon,
-                    sample_count=sample_count, max_context=info.max_context,
+                    info.model_cfg,
+                    info.tokenizer_cfg,
+                    info.budget_bytes,
+                    lookback,
+                    horizon,
+                    sample_count=sample_count,
+                    max_context=info.max_context,
                 )
             )
         return cache[lookback]
@@ -117,20 +133,31 @@ def memory_model_fit(info: ReplicaInfo, horizon: int, sample_count: int) -> Call
     return fit
 
 
-def calibration_decisions(policy: CalibrationPolicy | None, req: ForecastRequest,
-                          prep: Prepared) -> list[SeriesCalibration]:
+def calibration_decisions(
+    policy: CalibrationPolicy | None, req: ForecastRequest, prep: Prepared
+) -> list[SeriesCalibration]:
     """Per usable series of ``prep``: the replicas' calibration policy's decision (none without a
     calibration)."""
     if policy is None:
         return [SeriesCalibration() for _ in prep.symbols]
-    return [policy.decide(req.horizon, req.quantiles, ts, symbol) for symbol, ts in zip(prep.symbols, prep.x_ts,
-                                                                                          strict=True)]
+    return [
+        policy.decide(req.horizon, req.quantiles, ts, symbol)
+        for symbol, ts in zip(prep.symbols, prep.x_ts, strict=True)
+    ]
 
 
-def make_shards(req: ForecastRequest, prep: Prepared, info: ReplicaInfo, fit: Callable[[int], int],
-                num_replicas: int, shards_per_replica: int, want_paths: bool = False,
-                min_shard_tokens: int = 0, calibration: CalibrationPolicy | None = None,
-                request_id: str | None = None) -> tuple[list[slice], list[Shard]]:
+def make_shards(
+    req: ForecastRequest,
+    prep: Prepared,
+    info: ReplicaInfo,
+    fit: Callable[[int], int],
+    num_replicas: int,
+    shards_per_replica: int,
+    want_paths: bool = False,
+    min_shard_tokens: int = 0,
+    calibration: CalibrationPolicy | None = None,
+    request_id: str | None = None,
+) -> tuple[list[slice], list[Shard]]:
     """The request's shards and the slice of ``prep``'s series each holds; a series too long
     for one replica is a ``RequestInvalid`` naming ``lookback``. Each series the deployment's
     calibration does not apply to gets an ``uncalibrated`` warning saying why. ``want_paths``:
@@ -142,14 +169,32 @@ def make_shards(req: ForecastRequest, prep: Prepared, info: ReplicaInfo, fit: Ca
         if d.reason is not None:
             prep.warnings[i].append(symbol_warning(WarningCode.UNCALIBRATED, d.reason))
     try:
-        slices = plan_shards([len(v) for v in prep.values], req.horizon, req.sample_count, fit,
-                             num_replicas, shards_per_replica, info.max_batch_tokens, min_shard_tokens)
+        slices = plan_shards(
+            [len(v) for v in prep.values],
+            req.horizon,
+            req.sample_count,
+            fit,
+            num_replicas,
+            shards_per_replica,
+            info.max_batch_tokens,
+            min_shard_tokens,
+        )
     except TooLargeError as exc:
         raise RequestInvalid("lookback", str(exc)) from None
     slices = split_by_calibration(slices, decisions)
     rid = request_id or uuid.uuid4().hex[:12]
-    shards = [Shard(rid, i, prep.values[s], prep.x_ts[s], prep.y_ts[s], options,
-                    return_paths=req.return_paths or req.summary or want_paths, calibrate=decisions[s.start].calibrate,
-                    calibration_group=decisions[s.start].group)
-              for i, s in enumerate(slices)]
+    shards = [
+        Shard(
+            rid,
+            i,
+            prep.values[s],
+            prep.x_ts[s],
+            prep.y_ts[s],
+            options,
+            return_paths=req.return_paths or req.summary or want_paths,
+            calibrate=decisions[s.start].calibrate,
+            calibration_group=decisions[s.start].group,
+        )
+        for i, s in enumerate(slices)
+    ]
     return slices, shards
