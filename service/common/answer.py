@@ -30,6 +30,7 @@ from service.common.schemas import (
     FEATURE_NAMES,
     CalibrationStateOut,
     Candles,
+    LookbackOut,
     ModelInfo,
     RiskSummaryOut,
     SymbolErrorOut,
@@ -166,6 +167,12 @@ class ForecastAnswer:
         required=False,
         default=None,
     )
+    lookback: dict | None = answer_field(
+        LookbackOut | None,
+        "the lookback read and where it came from",
+        required=False,
+        default=None,
+    )  # {value, source, note}: kronos_core.lookback.Lookback.as_dict()
     # ---- per symbol: the answer's "forecasts", one object per answered symbol
     symbols: list[str] = answer_field(str, name="symbol", per_symbol=True, arrow_input=True)
     history_length: list[int] = answer_field(
@@ -185,7 +192,8 @@ class ForecastAnswer:
     )
     warnings: list[list[dict]] = answer_field(
         list[SymbolWarning],
-        "short_history, as_of_after_data: the forecast is made anyway",
+        "short_history, history_cut, missing_sessions, as_of_after_data, uncalibrated: the forecast "
+        "is made anyway",
         required=False,
         per_symbol=True,
         arrow_input=True,

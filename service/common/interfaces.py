@@ -57,6 +57,9 @@ class SymbolWindowView(Protocol):
     # the last stored candle (after timestamps[-1] when as_of cut)
     def last_stored(self) -> np.datetime64: ...
 
+    @property
+    def held(self) -> int | None: ...  # candles held at or before as_of (None: unknown)
+
 
 @runtime_checkable
 class Windows(Protocol):

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 import numpy as np
 
 from kronos_core.calibration_policy import CalibrationPolicy
+from kronos_core.lookback import Lookback, choose_lookback
 from service.common.answer import ForecastAnswer, LedgerInputs
 from service.common.errors import DeadlineExceeded, Overloaded, RequestInvalid
 from service.common.interfaces import CandleStore, Replicas
@@ -25,7 +26,7 @@ from service.common.settings import Settings
 from service.gateway.dispatch import Dispatcher, ShardRun, shard_timeout
 from service.gateway.future import FutureTimestamps
 from service.gateway.gather import gather, public_message, risk_summaries
-from service.gateway.prepare import Prepared, check_exchange, prepare
+from service.gateway.prepare import Prepared, check_exchange, check_horizon, prepare
 from service.gateway.record import LedgerRecorder
 from service.gateway.shards import make_shards, memory_model_fit, warm_memory_model
 
@@ -94,8 +95,10 @@ class ForecastPipeline:
         if answer.ledger is not None and self.recorder is not None:
             self.recorder.submit(answer)
 
-    def prepare(self, req: ForecastRequest, lookback: int) -> Prepared:
-        return prepare(req, lookback, self.store, self.future, self.settings.min_history_warning)
+    def prepare(self, req: ForecastRequest, lookback: int | Lookback,
+                max_context: int | None = None) -> Prepared:
+        return prepare(req, lookback, self.store, self.future, self.settings.min_history_warning,
+                       max_context)
 
     def warm_up(
         self, limit: int = 16, scan: int = 5000, lookback: int = 64, horizon: int = 8
@@ -184,10 +187,13 @@ class ForecastPipeline:
     ) -> ForecastAnswer:
         t0 = time.perf_counter()
         info = await self.info()
-        lookback = max(2, info.max_context - req.horizon) if req.lookback is None else req.lookback
+        check_horizon(req.horizon, info.max_context)  # before any store read: refused at once
+        choice = choose_lookback(req.lookback, req.horizon, info.max_context,
+                                 info.model.get("calibration"))
+        lookback = choice.value
         if req.exchange is not None:
             check_exchange(req.exchange)
-        prep = await asyncio.to_thread(self.prepare, req, lookback)
+        prep = await asyncio.to_thread(self.prepare, req, choice, info.max_context)
         t_read = time.perf_counter()
         # no usable series (inline or store) is still an answer: no forecasts, every series in
         # errors; a series is judged alone, whatever stands beside it (docs/service.md)
@@ -234,6 +240,7 @@ class ForecastPipeline:
             calibrated=bool(shards) and all(s.calibrate for s in shards),
             calibration_state=g.calibration_state,
             request_id=shards[0].request_id if shards else request_id,
+            lookback=choice.as_dict(),
             symbols=g.symbols,
             history_length=g.history_length,
             last_timestamp=g.last_timestamp,
