@@ -264,10 +264,10 @@ def train(args: argparse.Namespace) -> dict:
             if step % cfg["log_every"] == 0 or step == 1 or step == max_steps:
                 last_loss = loss.item()  # waits for the device
                 first_loss = last_loss if first_loss is None else first_loss
-            if step == 1:  # the first step pays lazy imports and kernel selection
-                warm_at = time.perf_counter()
                 record = {"step": step, "loss": last_loss, "lr": scheduler.get_last_lr()[0],
                           "elapsed_s": round(time.perf_counter() - started, 3)}
+            if step == 1:  # the first step pays lazy imports and kernel selection
+                warm_at = time.perf_counter()
             out_of_time = time.perf_counter() > deadline
             if step % cfg["eval_every"] == 0 or step == max_steps or out_of_time:
                 trainable.eval()
@@ -282,10 +282,10 @@ def train(args: argparse.Namespace) -> dict:
                 records.append(record)
                 metrics.write(json.dumps(record) + "\n")
                 metrics.flush()
+            if step >= max_steps:
+                break
             if out_of_time:
                 stop_reason = f"time budget of {args.minutes} min"
-                break
-            if step >= max_steps:
                 break
         else:
             continue
