@@ -27,6 +27,7 @@ class ErrorCode(str, Enum):
     NO_CALENDAR = "no_calendar"  # no future timestamps could be derived from the history
     FORECAST_FAILED = "forecast_failed"  # the engine raised on this symbol's batch
     REPLICA_UNAVAILABLE = "replica_unavailable"  # no replica answered after the retries
+    INTERRUPTED = "interrupted"  # the service shut down before this symbol's shard was answered
 
     # -- per request: an HTTP status; in the body's ``code`` (not 422) and in metrics
     INVALID_REQUEST = "invalid_request"  # 422 (body: FastAPI's validation-error shape)
@@ -37,6 +38,8 @@ class ErrorCode(str, Enum):
     UNAUTHORIZED = "unauthorized"  # 401: API keys are on and no known key was sent
     FORBIDDEN = "forbidden"  # 403: the key has no access to the route
     RATE_LIMITED = "rate_limited"  # 429 with Retry-After: the key's series/s rate is used up
+    LEDGER_OFF = "ledger_off"  # 404 on /v1/accuracy: the forecast ledger is off
+    LEDGER_UNAVAILABLE = "ledger_unavailable"  # 503 on /v1/accuracy: the ledger cannot be read
 
     def __str__(self) -> str:
         return self.value
@@ -52,6 +55,7 @@ SYMBOL_ERROR_CODES: tuple[ErrorCode, ...] = (
     ErrorCode.NO_CALENDAR,
     ErrorCode.FORECAST_FAILED,
     ErrorCode.REPLICA_UNAVAILABLE,
+    ErrorCode.INTERRUPTED,
 )
 """Codes that can appear in a forecast response's ``errors`` list."""
 
@@ -64,6 +68,8 @@ REQUEST_ERROR_CODES: tuple[ErrorCode, ...] = (
     ErrorCode.UNAUTHORIZED,
     ErrorCode.FORBIDDEN,
     ErrorCode.RATE_LIMITED,
+    ErrorCode.LEDGER_OFF,
+    ErrorCode.LEDGER_UNAVAILABLE,
 )
 """Codes of whole-request failures (an HTTP status, counted in metrics)."""
 

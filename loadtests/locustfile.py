@@ -6,7 +6,10 @@
 Knobs (environment): KRONOS_LOAD_SYMBOLS (portfolio size, default 50),
 KRONOS_LOAD_HORIZON (default 8), KRONOS_LOAD_LOOKBACK (default 128), KRONOS_LOAD_WAIT_S (each
 user's pause between requests, "min,max" seconds, default "0.05,0.2"), KRONOS_LOAD_TIMEOUT_S
-(client-side timeout of one request, default 330: a hung request is a failure).
+(client-side timeout of one request, default 330: a hung request is a failure), KRONOS_API_KEY
+(sent as ``X-API-Key`` when the service has keys on; ``kronos loadtest --api-key`` sets it).
+A 401 or 403 stops the whole run at once (``auth_failure`` holds the service's answer):
+every other request would fail the same way.
 Outcomes are counted apart: ``outcomes["ok"]`` (a 200 whose answer covers every symbol asked),
 ``outcomes["shed"]`` (503/429 with Retry-After: the service shedding load as designed). A shed
 request is not a success: locust records it as a failure named "shed: ...", so its latency does
@@ -29,14 +32,24 @@ WAIT_S = tuple(float(x) for x in os.environ.get("KRONOS_LOAD_WAIT_S", "0.05,0.2"
 TIMEOUT_S = float(os.environ.get("KRONOS_LOAD_TIMEOUT_S", "330"))  # past the service's 300 s deadline
 LOST_CODES = (ErrorCode.REPLICA_UNAVAILABLE.value,)  # a series the service had to give up on: a failed request
 
+API_KEY_VARIABLE = "KRONOS_API_KEY"
+
 _universe: list[str] = []
 outcomes = {"ok": 0, "shed": 0}
+auth_failure: dict[str, str] = {}  # {"status", "detail"} of the first 401/403: the run stopped on it
 SHED_PREFIX = "shed: "  # failure messages of shed requests start with it
+
+
+def key_headers() -> dict[str, str]:
+    """The API key header, when ``KRONOS_API_KEY`` is set."""
+    key = os.environ.get(API_KEY_VARIABLE)
+    return {"X-API-Key": key} if key else {}
 
 
 @events.test_start.add_listener
 def _reset_counts(environment, **_kw):
     outcomes.update(ok=0, shed=0)
+    auth_failure.clear()
 
 
 class PortfolioUser(HttpUser):
@@ -46,13 +59,32 @@ class PortfolioUser(HttpUser):
     def on_start(self):
         global _universe
         if not _universe:
-            r = self.client.get("/v1/symbols", params={"limit": 5000}, name="/v1/symbols")
+            r = self.client.get("/v1/symbols", params={"limit": 5000}, name="/v1/symbols", headers=key_headers())
+            if self._refused(r):
+                return
             _universe = r.json()["symbols"]
 
+    def _refused(self, r) -> bool:
+        """A 401/403: note it and stop the whole run (every request would get the same)."""
+        if r.status_code not in (401, 403):
+            return False
+        if not auth_failure:
+            try:
+                detail = str(r.json().get("detail", ""))
+            except ValueError:
+                detail = r.text[:200]
+            auth_failure.update(status=str(r.status_code), detail=detail)
+        self.environment.runner.quit()
+        return True
+
     def _post(self, body: dict, name: str, accept: str | None = None):
-        headers = {"Accept": accept} if accept else {}
+        if not _universe:  # on_start was refused: the run is stopping
+            return
+        headers = {"Accept": accept, **key_headers()} if accept else key_headers()
         with self.client.post("/v1/forecast", json=body, headers=headers, name=name, catch_response=True) as r:
-            if r.status_code in (429, 503) and "Retry-After" in r.headers:
+            if self._refused(r):
+                r.failure(f"HTTP {r.status_code}: API key refused")
+            elif r.status_code in (429, 503) and "Retry-After" in r.headers:
                 outcomes["shed"] += 1
                 r.failure(f"{SHED_PREFIX}HTTP {r.status_code}, Retry-After {r.headers['Retry-After']}")
             elif r.status_code != 200:

@@ -5,7 +5,11 @@ JSON and Markdown summaries. The users are in ``loadtests/locustfile.py``.
     kronos loadtest --host http://127.0.0.1:8000 --users 16 --run-time 60s
     python -m loadtests.run ...                              # the same (older spelling)
 
-Only loopback targets are allowed. The run time is bounded (default 30 s, at most 10 min).
+Only loopback targets are allowed. The run time is bounded (default 30 s, at most 10 min);
+``--requests N`` ends the run once N forecast requests are answered instead (the run time then
+only caps it), so a slow machine makes a run slower, not shorter. With API keys on the service,
+``--api-key`` (or ``KRONOS_API_KEY``); a 401/403 stops the run at once, exit 2, with the
+service's answer.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from loadtests.report import markdown_table
 
 log = logging.getLogger(__name__)
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+RUN_TIME_DEFAULT = "30s"
 
 
 def _seconds(text: str) -> float:
@@ -62,7 +67,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default=None, help="running service (loopback only); default: start one")
     p.add_argument("--users", type=int, default=8)
     p.add_argument("--spawn-rate", type=float, default=4)
-    p.add_argument("--run-time", default="30s", help="e.g. 30s, 2m (at most 10 min)")
+    p.add_argument("--run-time", default=RUN_TIME_DEFAULT, help="e.g. 30s, 2m (at most 10 min)")
     p.add_argument("--replicas", type=int, default=1, help="when starting the service")
     p.add_argument("--out", default="loadtest-results", help="folder for summary.json / summary.md")
     p.add_argument("--stop-timeout", type=float, default=0,
@@ -70,6 +75,38 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "(0: abort them, as locust does by default)")
     p.add_argument("--min-ok", type=int, default=1,
                    help="fail (exit 1) unless at least this many forecast requests answered 200")
+    p.add_argument("--requests", type=int, default=None,
+                   help="end the run once this many forecast requests are answered (any status); --run-time "
+                   "then only caps it (default 10 min)")
+    add_key_argument(p)
+
+
+def add_key_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--api-key", default=None,
+                   help="API key sent as X-API-Key (services with keys on); env KRONOS_API_KEY")
+
+
+def check_key(host: str, api_key: str | None, command: str) -> str | None:
+    """None when the service takes ``api_key`` (or has keys off); else the message to stop on:
+    one request before any load, so that a missing or wrong key ends the run at once."""
+    import urllib.error
+    import urllib.request
+
+    headers = {"X-API-Key": api_key} if api_key else {}
+    request = urllib.request.Request(host.rstrip("/") + "/v1/symbols?limit=1", headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=60):
+            return None
+    except urllib.error.HTTPError as exc:
+        if exc.code not in (401, 403):
+            return None  # not a key problem: the load test reports what follows
+        try:
+            detail = json.loads(exc.read()).get("detail", "")
+        except ValueError:
+            detail = ""
+        given = "no API key was given" if not api_key else "the API key given was refused"
+        return (f"{command}: the service answered {exc.code} ({detail}): {given}; pass --api-key or set "
+                "KRONOS_API_KEY to a key with access to forecast and symbols")
 
 
 def start_service(replicas: int | None, extra_args: list[str] | tuple = (),
@@ -100,9 +137,16 @@ def stop_service(server: subprocess.Popen) -> None:
         server.kill()
 
 
-def _drive(host: str, users: int, spawn_rate: float, run_s: float, stop_timeout: float = 0) -> dict:
-    """Run locust headless for ``run_s`` seconds (then up to ``stop_timeout`` more while the
-    users finish their requests in flight); the summary of what happened."""
+def _answered(env) -> int:
+    """Forecast requests answered so far (any status)."""
+    return sum(e.num_requests for (name, _m), e in env.stats.entries.items() if name.startswith("/v1/forecast"))
+
+
+def _drive(host: str, users: int, spawn_rate: float, run_s: float, stop_timeout: float = 0,
+           requests: int | None = None) -> dict:
+    """Run locust headless for ``run_s`` seconds, or until ``requests`` forecast requests are
+    answered (then up to ``stop_timeout`` more while the users finish their requests in
+    flight); the summary of what happened."""
     import gevent
     from locust.env import Environment
     from locust.stats import stats_history, stats_printer
@@ -117,7 +161,11 @@ def _drive(host: str, users: int, spawn_rate: float, run_s: float, stop_timeout:
     gevent.spawn(stats_history, runner)
     t0 = time.time()
     runner.start(users, spawn_rate=spawn_rate)
-    gevent.sleep(run_s)
+    end = time.monotonic() + run_s
+    while time.monotonic() < end and not locustfile.auth_failure:
+        if requests is not None and _answered(env) >= requests:
+            break
+        gevent.sleep(min(0.2, max(0.0, end - time.monotonic())))
     runner.quit()
     runner.greenlet.join(timeout=30 + stop_timeout)
     elapsed = time.time() - t0
@@ -142,6 +190,7 @@ def _drive(host: str, users: int, spawn_rate: float, run_s: float, stop_timeout:
         "p50_ms": total.get_response_time_percentile(0.5), "p95_ms": total.get_response_time_percentile(0.95),
         "p99_ms": total.get_response_time_percentile(0.99), "max_ms": total.max_response_time,
         "endpoints": rows,
+        "auth_failure": dict(locustfile.auth_failure) or None,
     }
 
 
@@ -163,7 +212,9 @@ def _write(summary: dict, out: Path) -> None:
 
 def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("GEVENT_SUPPORT", "True")
-    run_s = min(_seconds(args.run_time), 600.0)
+    if args.api_key:
+        os.environ["KRONOS_API_KEY"] = args.api_key  # the locust users read it
+    run_s = 600.0 if args.requests and args.run_time == RUN_TIME_DEFAULT else min(_seconds(args.run_time), 600.0)
     if args.host and urlparse(args.host).hostname not in LOOPBACK:
         print(f"kronos loadtest: --host must be a loopback address, got {args.host}", file=sys.stderr)
         return 2
@@ -172,11 +223,20 @@ def run(args: argparse.Namespace) -> int:
     if not host:
         host, server = start_service(args.replicas)
     try:
-        summary = _drive(host, args.users, args.spawn_rate, run_s, args.stop_timeout)
+        refused = check_key(host, os.environ.get("KRONOS_API_KEY"), "kronos loadtest")
+        if refused:
+            print(refused, file=sys.stderr)
+            return 2
+        summary = _drive(host, args.users, args.spawn_rate, run_s, args.stop_timeout, args.requests)
     finally:
         if server is not None:
             stop_service(server)
     _write(summary, Path(args.out))
+    if summary["auth_failure"]:
+        failure = summary["auth_failure"]
+        print(f"kronos loadtest: stopped: the service answered {failure['status']} ({failure['detail']}); "
+              "pass --api-key or set KRONOS_API_KEY", file=sys.stderr)
+        return 2
     if summary["ok_200"] < args.min_ok:
         print(f"only {summary['ok_200']} forecast requests answered 200 (--min-ok {args.min_ok})")
         return 1

@@ -31,7 +31,7 @@ from urllib.parse import urlparse
 import psutil
 
 from loadtests import soak_probe
-from loadtests.run import LOOPBACK, start_service, stop_service
+from loadtests.run import LOOPBACK, add_key_argument, check_key, start_service, stop_service
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +59,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--replicas", type=int, default=None, help="when starting the service (default: its own)")
     p.add_argument("--app", default="kronos", help="Serve application name of the service")
     p.add_argument("--out", default="soak-results", help="folder for summary.json / summary.md / locust/")
+    add_key_argument(p)
 
 
 def _get(url: str, timeout: float = 30) -> bytes:
@@ -196,8 +197,14 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    if args.api_key:
+        os.environ["KRONOS_API_KEY"] = args.api_key  # the locust child reads it
     url, server, root_pid = _attach_or_start(args)
     try:
+        refused = check_key(url, os.environ.get("KRONOS_API_KEY"), "kronos soak")
+        if refused:
+            print(refused, file=sys.stderr)
+            return 2
         parts = _soak(args, url, root_pid, out)
     finally:
         if server is not None:

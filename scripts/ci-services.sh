@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Services the test suite needs besides Python packages: the Prometheus server (Debian
-# package `prometheus`, which also ships promtool) for tests/integration/test_prometheus.py.
+# package `prometheus`, which also ships promtool) for tests/integration/test_prometheus.py, and
+# promtool for .ci/run's rule checks and tests/test_deploy_files.py (promtool test rules).
 # Idempotent and quiet: does nothing when the binaries are already there.
 set -euo pipefail
 if command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1; then

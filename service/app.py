@@ -20,8 +20,16 @@ from ray.serve.handle import DeploymentHandle
 from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from kronos_core.errors import ErrorCode
 from service.auth import ApiKeyMiddleware
-from service.common.errors import InvalidRequest, RateLimited, ServiceError, TooLarge
+from service.common.errors import (
+    InvalidRequest,
+    LedgerOff,
+    LedgerUnavailable,
+    RateLimited,
+    ServiceError,
+    TooLarge,
+)
 from service.common.metrics import CONTENT_TYPE, Metrics
 from service.common.schemas import (
     ARROW_STREAM,
@@ -36,6 +44,7 @@ from service.common.schemas import (
     SymbolsPage,
 )
 from service.common.settings import Settings, unknown_kronos_variables
+from service.cors import CorsMiddleware
 from service.docs_ui import install_docs
 from service.gateway import ForecastPipeline
 from service.gateway.encode import outcome_to_arrow, outcome_to_json
@@ -43,6 +52,7 @@ from service.lifecycle import DrainMiddleware
 from service.limits import BodyLimitMiddleware
 from service.replica.deployment import Predictor
 from service.replica.weights import ship as ship_weights
+from service.request_log import RequestIdMiddleware, configure_logging, log_access, request_id_of
 from service.responses import error_response
 from service.responses import json_response as _json
 from service.serve_replicas import ServeReplicas
@@ -72,6 +82,7 @@ MAX_SYMBOL_OFFSET = 2**31 - 1  # /v1/symbols offset ceiling: bounded so that no 
 api.add_middleware(BodyLimitMiddleware, get_limits=lambda: current().limits)
 api.add_middleware(ApiKeyMiddleware, get_ring=lambda: current().keyring)
 api.add_middleware(DrainMiddleware, get_state=lambda: current().lifecycle)
+api.add_middleware(CorsMiddleware, get_origins=lambda: current().cors_origins)  # preflights carry no key
 
 
 _SHUTTING_DOWN: dict[str, Any] = {"model": RequestErrorOut, "description": "shutting down (code shutting_down); see Retry-After"}
@@ -83,8 +94,9 @@ _KEYS: dict[int | str, dict[str, Any]] = {  # only when API keys are configured 
 
 @api.middleware("http")
 async def _observe(request: Request, call_next):
-    """Latency histogram by route template, method and status; names the gateway replica that
-    answered (``X-Kronos-Gateway``, one of several when ``gateway_replicas`` > 1)."""
+    """Latency histogram by route template, method and status, and the request's access log
+    line; names the gateway replica that answered (``X-Kronos-Gateway``, one of several when
+    ``gateway_replicas`` > 1)."""
     t0 = time.perf_counter()
     status = 500
     state = current()
@@ -95,12 +107,18 @@ async def _observe(request: Request, call_next):
             response.headers["X-Kronos-Gateway"] = state.gateway_id
         return response
     finally:
+        route = request.scope.get("route")
+        path = getattr(route, "path", None) or "unmatched"
+        took = time.perf_counter() - t0
         if state.metrics is not None:
-            route = request.scope.get("route")
-            path = getattr(route, "path", None) or "unmatched"
-            state.metrics.request_seconds.labels(route=path, method=request.method, status=str(status)).observe(
-                time.perf_counter() - t0
-            )
+            state.metrics.request_seconds.labels(route=path, method=request.method, status=str(status)).observe(took)
+        if path not in _QUIET_ROUTES:
+            log_access(request.method, path, status, took, request.scope)
+
+
+_QUIET_ROUTES = ("/healthz", "/readyz", "/metrics")  # probes and scrapes: no access line each
+# outermost: every line logged for a request, the middlewares' refusals included, has its id
+api.add_middleware(RequestIdMiddleware)
 
 
 @api.exception_handler(ServiceError)
@@ -127,6 +145,51 @@ async def _http_error(request: Request, exc: StarletteHTTPException) -> Response
     if exc.status_code == 413:
         return error_response(TooLarge(exc.detail, exc.headers), current().metrics)
     return _json({"detail": exc.detail}, exc.status_code, headers=exc.headers)
+
+
+def running_replicas(app_name: str) -> int:
+    """Predictor replicas Serve reports RUNNING for the app (0: none, or no such app)."""
+    st = serve.status()
+    app = st.applications.get(app_name)
+    dep = app.deployments.get("Predictor") if app else None
+    if dep is None:
+        return 0
+    return int(sum(n for s, n in dep.replica_states.items() if str(getattr(s, "value", s)) == "RUNNING"))
+
+
+class ReadyWatch:
+    """Keeps ``kronos_replicas_ready`` current every ``every_s`` seconds (a thread), so that the
+    ready-replicas alert holds whether or not anything probes ``/readyz``."""
+
+    def __init__(self, app_name: str, metrics: Metrics, every_s: float = 15.0):
+        import threading
+
+        self.app_name, self.metrics, self.every_s = app_name, metrics, every_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="kronos-ready-watch", daemon=True)
+
+    def start(self) -> "ReadyWatch":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            try:
+                self.metrics.replicas_ready.set(running_replicas(self.app_name))
+            except Exception as exc:  # noqa: BLE001 - the controller busy: the next round tries again
+                log.debug("ready watch: %s", exc)
+
+
+def cut_answer(out, unanswered: list[str]) -> dict:
+    """The 503 body of a request cut at shutdown: the usual answer (the forecasts already
+    made, every other symbol in ``errors``) with ``code``, ``detail`` and ``unanswered``."""
+    return {**outcome_to_json(out), "code": ErrorCode.SHUTTING_DOWN,
+            "detail": f"the service shut down before {len(unanswered)} symbol(s) were answered; send them again "
+                      "(the forecasts made are in this answer)",
+            "unanswered": unanswered}
 
 
 # defined before Ingress: serve.ingress pickles the class (by value) where it is decorated
@@ -161,7 +224,10 @@ def _shared_metrics(settings: Settings) -> Metrics:
 class Ingress:
     def __init__(self, predictor: DeploymentHandle, settings: Settings, num_replicas: int):
         from kronos_core.data.store_reader import KlineReader
+        from service.preflight import check_ledger
 
+        configure_logging(settings, "gateway")
+        check_ledger(settings)  # on the gateways' node: refuse to start with an unwritable ledger
         self.settings = settings
         self.handle = predictor
         self.num_replicas = num_replicas
@@ -171,13 +237,23 @@ class Ingress:
         from service.live_accuracy import ledger_service
 
         self.recorder, self.live = ledger_service(settings, self.store, self.metrics, _replica_id())
-        self.pipeline = ForecastPipeline(settings, self.store, self.replicas, self.metrics, num_replicas, recorder=self.recorder)
+        # cut: at the end of the shutdown grace, requests in flight answer what they have (503)
+        self.pipeline = ForecastPipeline(settings, self.store, self.replicas, self.metrics, num_replicas,
+                                         recorder=self.recorder, cut=lambda: current().lifecycle.wait_cut())
         warmed = self.pipeline.warm_up()  # before Serve routes a request here: the first one is not the slow one
         log.info("gateway warm-up: prepared %d symbol(s), one of each exchange and session clock", len(warmed))
         self._symbols: list[str] | None = None
         current().start(settings, self.metrics, _replica_id())
+        self.metrics.set_limits(settings.max_inflight_requests * settings.gateway_replicas, num_replicas)
+        self.watch = ReadyWatch(settings.app_name, self.metrics).start()  # kronos_replicas_ready, probes or not
         if self.live is not None:
             self.live.start()  # background scoring every score_interval_s (one gateway at a time)
+        self.metrics_port = None
+        if settings.metrics_port is not None:  # /metrics on an internal port (one gateway holds it)
+            from service.metrics_port import MetricsPort
+
+            self.metrics_port = MetricsPort(settings.host, settings.metrics_port, self.metrics.exposition,
+                                            CONTENT_TYPE).start()
 
     # ------------------------------------------------------------ shutdown control (handle calls)
     def __del__(self):
@@ -185,6 +261,9 @@ class Ingress:
         metrics = getattr(self, "metrics", None)  # None: __init__ failed before making them
         if metrics is not None:
             metrics.close()
+        for part in (getattr(self, "metrics_port", None), getattr(self, "watch", None)):
+            if part is not None:
+                part.stop()
         live, recorder = getattr(self, "live", None), getattr(self, "recorder", None)
         if live is not None:
             live.stop()
@@ -210,7 +289,8 @@ class Ingress:
             200: {"content": {ARROW_STREAM: {}}}, 422: {},
             413: {"model": RequestErrorOut, "description": "body above KRONOS_MAX_BODY_BYTES (refused from Content-Length)"},
             503: {"model": RequestErrorOut, "description": "overloaded (code overloaded) or shutting down (shutting_down); "
-                  "see Retry-After"},
+                  "see Retry-After. A request cut at the end of the shutdown grace gets 503 shutting_down with the "
+                  "forecasts already made, its other symbols in `unanswered` (and in errors as `interrupted`)"},
             504: {"model": RequestErrorOut, "description": "past the request deadline; pending shards were cancelled"},
             429: {"model": RequestErrorOut, "description": "the key's series/s rate is used up; see Retry-After"},
             **_KEYS,
@@ -227,7 +307,9 @@ class Ingress:
         )] = None,  # type: ignore[assignment]
         request: Request = None,  # type: ignore[assignment]  # FastAPI passes it; None when called directly
     ) -> Response:
-        key = request.scope.get("state", {}).get("api_key") if request is not None else None
+        scope_state = request.scope.setdefault("state", {}) if request is not None else {}
+        key = scope_state.get("api_key")
+        scope_state["symbols"] = req.n_series
         wait = current().keyring.throttle(key, req.n_series)
         if wait > 0:
             raise RateLimited(f"rate limit of key {key.name!r} ({key.series_per_s:g} series/s) reached",
@@ -235,8 +317,17 @@ class Ingress:
         timeout = self.settings.request_timeout_s
         if x_kronos_timeout_s is not None:
             timeout = min(timeout, x_kronos_timeout_s)
-        out = await self.pipeline.forecast(req, timeout_s=timeout)  # a ServiceError: answered by _service_error
-        if accept and ARROW_STREAM in accept:
+        rid = request_id_of(request.scope) if request is not None else None
+        # a ServiceError: answered by _service_error
+        out = await self.pipeline.forecast(req, timeout_s=timeout, request_id=rid)
+        scope_state["timing"] = out.timing
+        unanswered = [e["symbol"] for e in out.errors if e["code"] == ErrorCode.INTERRUPTED]
+        if unanswered:  # cut at shutdown: what was answered, and a coded 503 naming the rest
+            response = _json(cut_answer(out, unanswered), 503,
+                             {"Retry-After": str(self.settings.retry_after_s), "Connection": "close"})
+            scope_state["error_code"] = ErrorCode.SHUTTING_DOWN.value
+            self.metrics.record_error(ErrorCode.SHUTTING_DOWN)
+        elif accept and ARROW_STREAM in accept:
             response = Response(outcome_to_arrow(out), media_type=ARROW_STREAM,
                                 headers={"X-Kronos-Errors": str(len(out.errors))})
         else:
@@ -265,7 +356,11 @@ class Ingress:
         return _json({"symbols": page, "total": len(self._symbols), "limit": limit, "offset": offset})
 
     @api.get("/v1/accuracy", response_model=AccuracyResponse,
-             responses=cast(dict[int | str, dict[str, Any]], {503: _SHUTTING_DOWN, **_KEYS}))
+             responses=cast(dict[int | str, dict[str, Any]], {
+                 404: {"model": RequestErrorOut, "description": "the forecast ledger is off (code ledger_off)"},
+                 503: {"model": RequestErrorOut, "description": "shutting down (shutting_down), or the ledger "
+                       "cannot be read (ledger_unavailable)"},
+                 **_KEYS}))
     async def accuracy(
         self,
         # a query parameter is absent or text, never null: typed without None (the default says
@@ -279,12 +374,18 @@ class Ingress:
                                            description="only this step (1: the first forecast candle)")] = None,  # type: ignore[assignment]
     ) -> Response:
         """Live accuracy of the recorded forecasts whose truth has arrived: scored steps, coverage
-        per central level, CRPS and MAE of the close, over the rolling window and all time."""
+        per central level, CRPS and MAE of the close, over the rolling window and all time. With
+        the ledger off: 404 ``ledger_off``; a ledger that cannot be read: 503 ``ledger_unavailable``."""
         if self.live is None:
-            from service.live_accuracy import ledger_off_answer
-
-            return _json(ledger_off_answer(self.settings, model, symbol, since, horizon_step))
-        return _json(await asyncio.to_thread(self.live.answer, model, symbol, since, horizon_step))
+            raise LedgerOff("the forecast ledger is off (KRONOS_LEDGER_DIR=off): nothing is recorded or scored")
+        try:
+            return _json(await asyncio.to_thread(self.live.answer, model, symbol, since, horizon_step))
+        except Exception as exc:  # noqa: BLE001 - never a 500: logged here, coded for the client
+            log.exception("GET /v1/accuracy: the ledger could not be read")
+            raise LedgerUnavailable(
+                f"the forecast ledger cannot be read ({type(exc).__name__}: {self.pipeline.public(str(exc))}); "
+                "see the gateway log and docs/operations.md, 'Ledger failing'", self.settings.retry_after_s,
+            ) from None
 
     @api.get("/healthz")
     async def healthz(self) -> Response:
@@ -298,11 +399,7 @@ class Ingress:
                           "detail": "shutting down"}, 503)
         running, detail = 0, ""
         try:
-            st = await asyncio.to_thread(serve.status)
-            app = st.applications.get(self.settings.app_name)
-            dep = app.deployments.get("Predictor") if app else None
-            if dep is not None:
-                running = int(sum(n for s, n in dep.replica_states.items() if str(getattr(s, "value", s)) == "RUNNING"))
+            running = await asyncio.to_thread(running_replicas, self.settings.app_name)
         except Exception as exc:  # controller busy: fall back to the probe alone
             detail = f"serve.status failed: {exc}"
         ready = False
@@ -310,6 +407,7 @@ class Ingress:
         try:
             info = await asyncio.wait_for(self.handle.describe.remote(), timeout=10)
             self.pipeline.remember(info)
+            self.metrics.touch_replica(info.replica_id)
             ready = running >= 1 or not status_known
         except Exception as exc:
             detail = f"no replica answered: {type(exc).__name__}"
@@ -320,6 +418,9 @@ class Ingress:
 
     @api.get("/metrics", include_in_schema=False)
     async def metrics_endpoint(self) -> Response:
+        if self.settings.metrics_port is not None:
+            return _json({"detail": f"/metrics is served on the internal port {self.settings.metrics_port} "
+                          "(KRONOS_METRICS_PORT)"}, 404)
         return Response(self.metrics.exposition(), media_type=CONTENT_TYPE)
 
 
@@ -341,10 +442,20 @@ def build_app(args: Settings) -> serve.Application:
 
     Unset fields come from ``KRONOS_*`` environment variables, then the defaults.
     """
-    settings = args if isinstance(args, Settings) else Settings(**dict(args or {}))
+    from pydantic import ValidationError
+
+    from service.common.settings import describe_settings_error
+    from service.preflight import StartupError, check_startup
+
+    try:
+        settings = args if isinstance(args, Settings) else Settings(**dict(args or {}))
+    except ValidationError as exc:  # named by variable, without pydantic's URL
+        raise StartupError(f"invalid settings: {describe_settings_error(exc)}") from None
     if not isinstance(args, Settings):  # a Serve config or `serve run` (kronos serve warned already)
         for message in unknown_kronos_variables():
             log.warning(message)
+    # a public bind without keys: refused (StartupError) before any replica (the ledger: each gateway)
+    check_startup(settings, announce=not isinstance(args, Settings))
     gpus = _cluster_gpus()
     replicas = settings.resolved_num_replicas(gpus)
     if settings.use_gpu(gpus):

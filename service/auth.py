@@ -7,8 +7,10 @@ Keys are given as SHA-256 hashes, never in clear, one per line, in a file
     9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08  alice   forecast,symbols  200
     2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae  ops     *                 -
 
-``routes``: ``forecast``, ``models``, ``symbols`` or ``*``; the probes (``/healthz``,
-``/readyz``) and ``/metrics`` stay open. ``series/s``: the key's rate limit (``-`` for none).
+``routes``: ``forecast``, ``models``, ``symbols``, ``accuracy`` (``/v1/accuracy``, which lists
+every recorded symbol), ``docs`` (``/docs`` and ``/openapi.json``) or ``*`` (all of them); the
+probes (``/healthz``, ``/readyz``) and ``/metrics`` stay open, and a CORS preflight is answered
+before the key check (``service.cors``). ``series/s``: the key's rate limit (``-`` for none).
 Clients send ``Authorization: Bearer <key>`` or ``X-API-Key: <key>``. No key: 401; a key
 without access to the route: 403; above its rate: 429 with ``Retry-After``. Logs and metrics
 name a key by its ``name`` only.
@@ -27,10 +29,19 @@ import orjson
 
 from kronos_core.errors import ErrorCode
 
-ROUTES = ("forecast", "models", "symbols")
+ROUTES = ("forecast", "models", "symbols", "accuracy", "docs")
 OPEN_PATHS = ("/healthz", "/readyz", "/metrics")
 _ROUTE_OF_PATH = {"/v1/forecast": "forecast", "/forecast": "forecast", "/v1/models": "models",
-                  "/v1/symbols": "symbols"}
+                  "/v1/symbols": "symbols", "/v1/accuracy": "accuracy", "/docs": "docs",
+                  "/openapi.json": "docs"}
+_DOCS_PREFIX = "/docs/"  # the docs page's assets
+
+
+def route_of_path(path: str) -> str | None:
+    """The permission a path needs (None: any valid key)."""
+    if path.startswith(_DOCS_PREFIX):
+        return "docs"
+    return _ROUTE_OF_PATH.get(path)
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -191,7 +202,7 @@ class ApiKeyMiddleware:
             await _deny(send, 401, ErrorCode.UNAUTHORIZED.value, "an API key is required: send 'Authorization: Bearer <key>' "
                         "or 'X-API-Key: <key>'")
             return
-        route = _ROUTE_OF_PATH.get(scope.get("path", ""))
+        route = route_of_path(scope.get("path", ""))
         if route is not None and route not in key.routes:
             await _deny(send, 403, ErrorCode.FORBIDDEN.value, f"key {key.name!r} has no access to {route}")
             return

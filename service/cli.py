@@ -9,6 +9,7 @@ import shutil
 import signal
 import sys
 import threading
+import time
 
 log = logging.getLogger(__name__)
 
@@ -138,8 +139,27 @@ def start(settings):
         else:
             ray.init(namespace="kronos", include_dashboard=False, log_to_driver=False)
     serve.start(proxy_location=PROXY_LOCATION, http_options={"host": settings.host, "port": settings.port})
-    serve.run(build_app(settings), name=settings.app_name, route_prefix="/", blocking=False)
+    # serve.run starts Serve again, finds it running and logs that "New http_options ... will not
+    # be applied": true of its own empty options, misleading after the start above, so dropped
+    quiet = _DropLine("will not be applied")
+    serve_log = logging.getLogger("ray.serve")
+    serve_log.addFilter(quiet)
+    try:
+        serve.run(build_app(settings), name=settings.app_name, route_prefix="/", blocking=False)
+    finally:
+        serve_log.removeFilter(quiet)
     return f"http://{settings.host}:{settings.port}"
+
+
+class _DropLine(logging.Filter):
+    """Drops the log records whose message holds ``text``."""
+
+    def __init__(self, text: str):
+        super().__init__()
+        self.text = text
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return self.text not in record.getMessage()
 
 
 def gateway_handle(settings):
@@ -153,24 +173,30 @@ def gateway_handle(settings):
         return None
 
 
-def drain(settings, force: threading.Event | None = None, handle=None) -> int:
-    """Stop taking work at the gateway (new requests: 503, /readyz: not ready) and wait up to
-    ``settings.shutdown_grace_s`` for the requests in flight to finish; ``force`` (a second
-    signal) stops waiting. Returns the requests still in flight when it stopped waiting."""
-    import time
-
+def drain(settings, force: threading.Event | None = None, handle=None, started: float | None = None) -> int:
+    """Stop taking work at the gateway (new requests: 503, /readyz: not ready) and wait for
+    the requests in flight to finish; ``force`` (a second signal) stops waiting. The gateways
+    cut what still runs ``stop_reserve`` seconds before the grace (counted from ``started``,
+    the signal's ``time.monotonic()``) is over, so the wait ends by then. Returns the requests
+    still in flight when it stopped waiting."""
     from ray import serve
 
+    from service.lifecycle import stop_reserve
+
+    started = time.monotonic() if started is None else started
+    grace = settings.shutdown_grace_s
     try:
         handle = handle or serve.get_app_handle(settings.app_name)
-        active = int(handle.drain.remote().result(timeout_s=30))
+        active = int(handle.drain.remote().result(timeout_s=min(30.0, max(1.0, grace / 2))))
     except Exception as exc:  # the app never came up, or is gone already
         log.warning("drain: gateway unreachable (%s); stopping at once", type(exc).__name__)
         return 0
-    deadline = time.monotonic() + settings.shutdown_grace_s
+    # the cut answers leave the gateways within about a second of the cut: wait for them too
+    deadline = started + grace - stop_reserve(grace) / 2
     if active:
         print(f"draining: {active} request(s) in flight, new ones get 503; waiting up to "
-              f"{settings.shutdown_grace_s:g} s (signal again to stop at once)", flush=True)
+              f"{max(0.0, deadline - time.monotonic()):.0f} s, then the rest is answered 503 with what is done "
+              "(signal again to stop at once)", flush=True)
     while active and time.monotonic() < deadline and not (force and force.is_set()):
         time.sleep(0.2)
         try:
@@ -180,7 +206,7 @@ def drain(settings, force: threading.Event | None = None, handle=None) -> int:
     if active:
         print(f"grace period over: {active} request(s) still in flight are dropped", flush=True)
     else:
-        time.sleep(1.0)  # the last answers leave the gateway; let the HTTP proxy hand them over
+        time.sleep(min(1.0, max(0.0, started + grace - time.monotonic() - 2)))  # the proxy hands the last over
     return active
 
 
@@ -194,9 +220,10 @@ def local_metrics_dir(settings) -> str | None:
     return settings.gateway_shared_dir(ray.get_runtime_context().get_node_id())
 
 
-def stop(settings=None) -> None:
+def stop(settings=None, deadline: float | None = None) -> None:
     """Stop the app, then Ray (``settings``: those the app was started with; default ones
-    when not given: the embedded service).
+    when not given: the embedded service). ``deadline`` (``time.monotonic()``): Ray is shut
+    down by then even if Serve is still stopping the app (the shutdown grace is spent).
 
     Embedded (a local Ray, no ``ray_address``): delete the app, whose replicas stop as Serve
     stops them (``graceful_shutdown_timeout_s``), then ``ray.shutdown()``, which disconnects
@@ -221,13 +248,30 @@ def stop(settings=None) -> None:
             serve.shutdown()
             release_all()  # the weight stores this process shipped (detached: a cluster keeps them)
             return
-        try:
-            serve.delete(settings.app_name)
-        except Exception as exc:  # Serve never came up: nothing to delete, Ray goes anyway
-            log.warning("stopping the app: %s", exc)
+        _delete_app(settings.app_name, deadline)
     finally:
         if ray.is_initialized():
             ray.shutdown()
+
+
+def _delete_app(app_name: str, deadline: float | None) -> None:
+    """``serve.delete(app_name)``, given up on at ``deadline`` (Ray's shutdown then ends it)."""
+    from ray import serve
+
+    def delete():
+        try:
+            serve.delete(app_name)
+        except Exception as exc:  # Serve never came up: nothing to delete, Ray goes anyway
+            log.warning("stopping the app: %s", exc)
+
+    if deadline is None:
+        delete()
+        return
+    worker = threading.Thread(target=delete, name="kronos-serve-delete", daemon=True)
+    worker.start()
+    worker.join(timeout=max(0.5, deadline - time.monotonic()))
+    if worker.is_alive():
+        print("the app did not stop within the grace; shutting Ray down with it", flush=True)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -236,7 +280,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         settings = settings_from_args(args)
     except ValidationError as exc:
-        print(f"kronos serve: invalid settings: {exc}", file=sys.stderr)
+        from service.common.settings import describe_settings_error
+
+        flags = {field: spec[0] for field, spec in _FLAGS.items()}
+        print(f"kronos serve: invalid settings: {describe_settings_error(exc, flags)}", file=sys.stderr)
         return 2
     from service.common.settings import unknown_kronos_variables
 
@@ -249,10 +296,18 @@ def run(args: argparse.Namespace) -> int:
     except KeyFileError as exc:
         print(f"kronos serve: invalid API keys: {exc}", file=sys.stderr)
         return 2
+    from service.preflight import LEDGER_OFF_NOTE, ledger_problem, public_bind_problem
+
+    for problem in (public_bind_problem(settings, keys.enabled), ledger_problem(settings)):
+        if problem:
+            print(f"kronos serve: {problem}", file=sys.stderr)
+            return 2
+    if settings.resolved_ledger_dir() is None:
+        print(f"NOTE: {LEDGER_OFF_NOTE}", file=sys.stderr, flush=True)
     if not keys.enabled and settings.host not in ("127.0.0.1", "localhost", "::1"):
-        print(f"WARNING: kronos serve listens on {settings.host} with no API keys: anyone who can reach this "
-              "port can run forecasts. Set KRONOS_API_KEYS or KRONOS_API_KEYS_FILE (SHA-256-hashed keys, see "
-              "docs/service.md), or bind 127.0.0.1.", file=sys.stderr, flush=True)
+        print(f"WARNING: kronos serve listens on {settings.host} with no API keys "
+              "(KRONOS_ALLOW_PUBLIC_WITHOUT_KEYS): anyone who can reach this port can run forecasts",
+              file=sys.stderr, flush=True)
     if not settings.ray_address and settings.port:  # a cluster given by address binds on its own nodes
         holder = port_holder(settings.host, settings.port)
         if holder:
@@ -267,8 +322,12 @@ def run(args: argparse.Namespace) -> int:
     stop_event, force = threading.Event(), threading.Event()
     handle = scratch = None
 
+    signalled: list[float] = []  # time.monotonic() of the first signal: the grace counts from it
+
     def _stop(signum, _frame):
         log.info("signal %s: shutting down", signum)
+        if not signalled:
+            signalled.append(time.monotonic())
         (force if stop_event.is_set() else stop_event).set()
 
     signal.signal(signal.SIGINT, _stop)
@@ -290,9 +349,13 @@ def run(args: argparse.Namespace) -> int:
         pass
     finally:
         print("stopping Kronos service...", flush=True)
+        from service.lifecycle import stop_reserve
+
+        began = signalled[0] if signalled else time.monotonic()
         if stop_event.is_set():
-            drain(settings, force, handle)
-        stop(settings)
+            drain(settings, force, handle, began)
+        # Serve and Ray stop within the grace: a third of the reserve is left for Ray and the exit
+        stop(settings, began + settings.shutdown_grace_s - stop_reserve(settings.shutdown_grace_s) / 3)
         if scratch is not None:  # this process's own Ray is gone, and with it every gateway
             shutil.rmtree(scratch, ignore_errors=True)
         print("stopped", flush=True)

@@ -26,8 +26,9 @@ class Limits:
 
 
 def too_large_message(size: int | None, limit: int) -> str:
-    what = f"{size} bytes" if size is not None else "more bytes"
-    return (f"request body is {what}, above the limit of {limit} bytes (KRONOS_MAX_BODY_BYTES); "
+    """``size``: the declared length; None: a body without one that streamed past the limit."""
+    what = f"is {size} bytes, above" if size is not None else "passed"
+    return (f"request body {what} the limit of {limit} bytes (KRONOS_MAX_BODY_BYTES); "
             "send fewer series per request")
 
 

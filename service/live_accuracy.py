@@ -243,7 +243,7 @@ def ledger_service(settings: Settings, store: Any, metrics: Metrics, gateway_id:
 
     ledger_dir = settings.resolved_ledger_dir()
     if ledger_dir is None:
-        log.info("forecast ledger off")
+        log.debug("forecast ledger off")  # said once at start (service.preflight)
         return None, None
     writer = writer_name(gateway_id)
 

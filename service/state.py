@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from service.auth import KeyRing, load_keyring
 from service.common.metrics import Metrics
 from service.common.settings import Settings
+from service.cors import parse_origins
 from service.lifecycle import Lifecycle
 from service.limits import Limits
 
@@ -27,6 +28,7 @@ class ProcessState:
     limits: Limits = field(default_factory=Limits)  # body size limit (KRONOS_MAX_BODY_BYTES)
     lifecycle: Lifecycle = field(default_factory=Lifecycle)  # draining, requests in flight
     keyring: KeyRing = field(default_factory=lambda: KeyRing([]))  # API keys and their rate buckets
+    cors_origins: frozenset[str] = frozenset()  # KRONOS_CORS_ORIGINS; empty: CORS off
 
     def start(self, settings: Settings, metrics: Metrics, gateway_id: str | None) -> None:
         """Configure this process for an ingress built from ``settings``."""
@@ -34,8 +36,10 @@ class ProcessState:
         self.gateway_id = gateway_id
         self.limits.max_body_bytes = settings.max_body_bytes
         self.lifecycle.retry_after_s = settings.retry_after_s
+        self.lifecycle.grace_s = settings.shutdown_grace_s
         self.lifecycle.shared_dir, self.lifecycle.gauge = metrics.shared_dir, metrics.http_in_flight
         self.keyring = load_keyring(settings)
+        self.cors_origins = parse_origins(settings.cors_origins)
 
 
 _STATE = ProcessState()

@@ -101,3 +101,25 @@ def fidelity_windows(values: np.ndarray, length: int, count: int,
         return np.zeros((0, length, values.shape[1]), dtype=np.float32)
     ends = np.unique(np.linspace(last, start, num=max(1, count)).round().astype(int))
     return np.stack([values[s:s + length] for s in ends]).astype(np.float32)
+
+
+def corpus_fidelity(tokenizer: RoundTrip, series: Sequence, eval_starts: Sequence[int], length: int,
+                    windows_per_series: int = 8) -> dict[str, dict]:
+    """Fidelity per group over held-out windows: for each series (objects with ``values`` (T, 6)
+    and ``group`` (market, frequency)), up to ``windows_per_series`` windows of ``length`` rows
+    whose last row lies at or after ``eval_starts[i]`` (the series' first evaluation row).
+    Returns {"market/frequency": {feature: figures}, ...} plus "all"."""
+    by_group: dict[str, list[np.ndarray]] = {}
+    for s, first_eval in zip(series, eval_starts):
+        w = fidelity_windows(s.values, length, windows_per_series, start=max(0, first_eval - length + 1))
+        if len(w):
+            by_group.setdefault("/".join(s.group), []).append(w)
+    out: dict[str, dict] = {}
+    everything = []
+    for name in sorted(by_group):
+        windows = np.concatenate(by_group[name])
+        everything.append(windows)
+        out[name] = tokenizer_fidelity(tokenizer, windows)
+    if everything:
+        out["all"] = tokenizer_fidelity(tokenizer, np.concatenate(everything))
+    return out

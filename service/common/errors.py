@@ -109,3 +109,17 @@ class ReplicaGone(ServiceError):
 
     code = ErrorCode.REPLICA_UNAVAILABLE
     status = 503
+
+
+class LedgerOff(ServiceError):
+    """404 on ``/v1/accuracy``: the forecast ledger is off, nothing is recorded or scored."""
+
+    code = ErrorCode.LEDGER_OFF
+    status = 404
+
+
+class LedgerUnavailable(ServiceError):
+    """503 on ``/v1/accuracy``: the ledger folder cannot be read (the message says why)."""
+
+    code = ErrorCode.LEDGER_UNAVAILABLE
+    status = 503

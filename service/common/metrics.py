@@ -194,12 +194,31 @@ class Metrics:
             "kronos_forecasts_scored_total", "forecast steps scored, all time (read from the ledger: survives restarts)",
             ["model"], registry=r, multiprocess_mode="mostrecent",
         )
+        # the deployment's own bounds, so that alert thresholds follow the settings (prometheus-rules.yml)
+        self.limit = Gauge(
+            "kronos_limit", "the deployment's bounds from its settings: name=inflight_requests (forecast "
+            "requests in flight over all gateways: max_inflight_requests x gateway_replicas), name=replicas "
+            "(predictor replicas asked for)", ["name"], registry=r, multiprocess_mode="mostrecent",
+        )
         self.http_in_flight.set(0)
         for stage in ("requests", "shards"):
             self.queue_depth.labels(stage=stage).set(0)
+        for code in ErrorCode:  # every series a panel or alert reads exists at 0 from the start
+            self.errors.labels(code=code.value)
+
+    def set_limits(self, inflight_requests: int, replicas: int) -> None:
+        """``kronos_limit``: the alert thresholds' inputs (the gateway sets them at start)."""
+        self.limit.labels(name="inflight_requests").set(inflight_requests)
+        self.limit.labels(name="replicas").set(replicas)
+
+    def touch_replica(self, replica_id: str) -> None:
+        """The per-replica counters of ``replica_id`` exist from now on, at 0 until it reports."""
+        for counter in (self.oom_splits, self.batch_shards, self.tokens_generated, self.admitted_mid_batch):
+            counter.labels(replica=replica_id)
 
     def record_batch(self, rep: BatchReport) -> None:
         lbl = rep.replica_id
+        self.touch_replica(lbl)
         self.batch_size.labels(replica=lbl).observe(rep.series)
         self.batch_seconds.labels(replica=lbl).observe(rep.seconds)
         self.batch_shards.labels(replica=lbl).inc(rep.shards)

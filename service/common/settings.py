@@ -141,6 +141,14 @@ class Settings(BaseSettings):
     rate_burst_s: float = Field(
         10.0, gt=0, description="a key's rate bucket holds this many seconds of its series/s (its burst)",
     )
+    allow_public_without_keys: bool = Field(
+        False, description="let the service bind a non-loopback host with no API keys (anyone who can reach "
+        "the port may run forecasts); without it, build_app and `kronos serve` refuse to start so",
+    )
+    cors_origins: str | None = Field(
+        None, description="browser origins allowed to call the API (comma-separated, or *); default: CORS off, "
+        "a preflight gets 204 with no Access-Control-Allow-* header",
+    )
 
     # -- forecast ledger and live accuracy (docs/service.md, "Forecast ledger")
     ledger_dir: str | None = Field(
@@ -174,6 +182,20 @@ class Settings(BaseSettings):
     # -- HTTP
     host: str = Field("127.0.0.1", description="HTTP bind address")
     port: int = Field(8000, ge=0, le=65535, description="HTTP port")
+    metrics_port: int | None = Field(
+        None, ge=1, le=65535,
+        description="serve /metrics on this port of the gateways' node instead (an internal port: the public "
+        "port's /metrics then answers 404); default: /metrics on the public port",
+    )
+
+    # -- logs (docs/operations.md, "Logs")
+    log_format: Literal["text", "json"] = Field(
+        "text", description="the gateway's log lines: text | json (one object a line, with the request id)",
+    )
+    log_dir: str | None = Field(
+        None, description="folder the gateways write their log files to (kronos-gateway-<pid>.log); default: "
+        "the process's stderr (Ray's worker .err files)",
+    )
 
     def predictor_config(self, device: str | None = None):
         """The ``kronos_core.loading.PredictorConfig`` every replica (and the CLI check) builds from."""
@@ -241,6 +263,7 @@ OTHER_KRONOS_VARIABLES = {
     "KRONOS_LOAD_LOOKBACK": "load test (locustfile): lookback",
     "KRONOS_LOAD_WAIT_S": "load test (locustfile): pause between a user's requests",
     "KRONOS_LOAD_TIMEOUT_S": "load test (locustfile): client timeout",
+    "KRONOS_API_KEY": "kronos loadtest / kronos soak: the API key they send (--api-key)",
     "KRONOS_WEIGHTS_CACHE": "each node's cache of shipped model weights (service/replica/weights.py)",
 }
 
@@ -275,3 +298,23 @@ def unknown_kronos_variables(environ: Mapping[str, str] | None = None) -> list[s
                 else " (the settings are listed in docs/service.md)")
         messages.append(f"{name} is not a setting and is ignored{hint}")
     return messages
+
+
+def describe_settings_error(exc: Exception, flags: Mapping[str, str] | None = None) -> str:
+    """A pydantic ``ValidationError`` of ``Settings`` as one line per bad value, each naming
+    the environment variable (and the flag, from ``flags``: field -> flag) to fix, with no
+    pydantic URL: ``KRONOS_SHUTDOWN_GRACE_S (shutdown_grace_s) = 'soon': Input should be a
+    valid number``."""
+    errors = getattr(exc, "errors", None)
+    if errors is None:
+        return str(exc)
+    lines = []
+    for e in errors(include_url=False):
+        loc = e.get("loc") or ("?",)
+        field = str(loc[0])
+        variable = ENV_PREFIX + field.upper()
+        where = f"{variable} ({field}" + (f", {flags[field]}" if flags and field in flags else "") + ")"
+        given = e.get("input")
+        shown = f" = {given!r}" if isinstance(given, (str, int, float, bool)) else ""
+        lines.append(f"{where}{shown}: {e.get('msg', 'invalid')}")
+    return "; ".join(lines)

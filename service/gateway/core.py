@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import numpy as np
 
@@ -43,6 +43,7 @@ class ForecastPipeline:
         fit_factory: Callable[[ReplicaInfo, int, int], Callable[[int], int]] | None = None,
         future: Callable[..., np.ndarray] | None = None,
         recorder: LedgerRecorder | None = None,
+        cut: Callable[[], Awaitable[None]] | None = None,
     ):
         self.settings = settings
         self.store = store
@@ -50,7 +51,8 @@ class ForecastPipeline:
         self.metrics = metrics
         self.num_replicas = num_replicas
         self.fit_factory = fit_factory or memory_model_fit
-        self.dispatcher = Dispatcher(settings, replicas, metrics, num_replicas)
+        # cut: at shutdown, the shards still pending are answered ``interrupted`` (Dispatcher)
+        self.dispatcher = Dispatcher(settings, replicas, metrics, num_replicas, cut=cut)
         self._future = future
         self.recorder = recorder  # None: the ledger is off
         self._info: ReplicaInfo | None = None
@@ -114,19 +116,22 @@ class ForecastPipeline:
         """See ``service.gateway.dispatch.shard_timeout``."""
         return shard_timeout(self.settings, self.num_replicas, request_timeout_s)
 
-    async def forecast(self, req: ForecastRequest, timeout_s: float | None = None) -> Outcome:
+    async def forecast(self, req: ForecastRequest, timeout_s: float | None = None,
+                       request_id: str | None = None) -> Outcome:
         """Run ``req``; past ``timeout_s`` (default: the ``request_timeout_s`` setting) raise
-        ``DeadlineExceeded`` after cancelling every shard still pending or running."""
+        ``DeadlineExceeded`` after cancelling every shard still pending or running.
+        ``request_id``: the id its shards, answer and ledger rows carry (default: a new one)."""
         timeout_s = self.settings.request_timeout_s if timeout_s is None else timeout_s
         try:
-            return await asyncio.wait_for(self._admit(req, self.shard_timeout(timeout_s)), timeout_s)
+            return await asyncio.wait_for(self._admit(req, self.shard_timeout(timeout_s), request_id), timeout_s)
         except TimeoutError:
             raise DeadlineExceeded(
                 f"the forecast took longer than its {timeout_s:g} s deadline; its pending shards were cancelled "
                 "(ask fewer series, or raise KRONOS_REQUEST_TIMEOUT_S)"
             ) from None
 
-    async def _admit(self, req: ForecastRequest, shard_timeout_s: float | None = None) -> Outcome:
+    async def _admit(self, req: ForecastRequest, shard_timeout_s: float | None = None,
+                     request_id: str | None = None) -> Outcome:
         if req.n_series > self.settings.max_symbols:
             field_name = "symbols" if req.symbols is not None else "series"
             raise RequestInvalid(field_name, f"{field_name}: {req.n_series} given, at most {self.settings.max_symbols} per request")
@@ -138,12 +143,13 @@ class ForecastPipeline:
         self._inflight += 1
         self.metrics.queue_depth.labels(stage="requests").set(self._inflight)
         try:
-            return await self._forecast(req, shard_timeout_s)
+            return await self._forecast(req, shard_timeout_s, request_id)
         finally:
             self._inflight -= 1
             self.metrics.queue_depth.labels(stage="requests").set(self._inflight)
 
-    async def _forecast(self, req: ForecastRequest, shard_timeout_s: float | None = None) -> Outcome:
+    async def _forecast(self, req: ForecastRequest, shard_timeout_s: float | None = None,
+                        request_id: str | None = None) -> Outcome:
         t0 = time.perf_counter()
         info = await self.info()
         lookback = max(2, info.max_context - req.horizon) if req.lookback is None else req.lookback
@@ -157,13 +163,13 @@ class ForecastPipeline:
         record = self.recorder is not None and req.record
         slices, shards = make_shards(req, prep, info, fit, self.num_replicas, self.settings.shards_per_replica,
                                      want_paths=record and self.settings.ledger_paths,
-                                     min_shard_tokens=self.settings.min_shard_tokens)
+                                     min_shard_tokens=self.settings.min_shard_tokens, request_id=request_id)
         run = ShardRun(shard_timeout_s)
         results = await self.dispatcher.run_all(shards, run)
         t_fc = time.perf_counter()
         out = gather_outcome(info.model, tuple(req.quantiles), prep, slices, results)
         out.calibrated = bool(shards) and all(s.calibrate for s in shards)  # else: warnings say which, why
-        out.request_id = shards[0].request_id if shards else None
+        out.request_id = shards[0].request_id if shards else request_id
         batch = batch_from_outcome(req, out, out.request_id or "", out.calibration_state,
                                    self.settings.ledger_paths) if record else None
         if out.paths and not (req.return_paths or req.summary):  # asked for the ledger only

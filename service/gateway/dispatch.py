@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import statistics
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from kronos_core.errors import ErrorCode
@@ -53,19 +54,32 @@ def shard_timeout(settings: Settings, num_replicas: int, request_timeout_s: floa
     return min(DEFAULT_SHARD_TIMEOUT_S, request_timeout_s / (settings.shard_retries + 1))
 
 
+INTERRUPTED_MESSAGE = "the service shut down before this symbol's shard was answered; send it again"
+
+
+def interrupted(shard: Shard) -> ShardResult:
+    """The answer of a shard cut at shutdown: its symbols become ``interrupted`` errors."""
+    return ShardResult(shard.request_id, shard.index, "", None, None, None,
+                       error=INTERRUPTED_MESSAGE, error_code=ErrorCode.INTERRUPTED)
+
+
 class Dispatcher:
     """Sends shards to the ``replicas``; ``shards_in_flight`` (all requests) feeds the
-    ``kronos_queue_depth{stage="shards"}`` gauge."""
+    ``kronos_queue_depth{stage="shards"}`` gauge. ``cut``: returns once the requests in flight
+    must stop (the shutdown grace is nearly over, ``Lifecycle.wait_cut``); None: never."""
 
-    def __init__(self, settings: Settings, replicas: Replicas, metrics: Metrics, num_replicas: int):
+    def __init__(self, settings: Settings, replicas: Replicas, metrics: Metrics, num_replicas: int,
+                 cut: Callable[[], Awaitable[None]] | None = None):
         self.settings = settings
         self.replicas = replicas
         self.metrics = metrics
         self.num_replicas = num_replicas
+        self.cut = cut
         self.shards_in_flight = 0
 
     async def run_all(self, shards: list[Shard], run: ShardRun) -> list[ShardResult]:
-        """Every shard's answer, in shard order."""
+        """Every shard's answer, in shard order. Once ``cut`` returns, the shards not answered
+        yet are cancelled and answered ``interrupted`` (the answered ones are kept)."""
         # Pull model: a request keeps only a few shards in flight (by default two per replica: one
         # running, one queued so the replica never idles between shards); the next shard goes to
         # the replica that frees up first (the handle routes to the shorter queue). Sending all
@@ -78,12 +92,39 @@ class Dispatcher:
 
         tasks = [asyncio.ensure_future(one(s)) for s in shards]
         try:
-            return list(await asyncio.gather(*tasks))
+            if self.cut is None or not tasks:
+                return list(await asyncio.gather(*tasks))
+            return await self._until_cut(shards, tasks)
         except BaseException:  # cancelled (client gone) or overloaded: stop the other shards
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             raise
+
+    async def _until_cut(self, shards: list[Shard], tasks: list[asyncio.Task[ShardResult]]) -> list[ShardResult]:
+        """The shards' answers, or, once ``cut`` returns, the answered ones and ``interrupted``
+        for the others (cancelled)."""
+        assert self.cut is not None
+        cut = asyncio.ensure_future(self.cut())
+        try:
+            pending = set(tasks)
+            while pending and not cut.done():
+                done, _ = await asyncio.wait([*pending, cut], return_when=asyncio.FIRST_COMPLETED)
+                pending -= done
+                for t in done - {cut}:
+                    failure = t.exception()
+                    if failure is not None:  # not a replica death (those are answers): the request's
+                        raise failure
+            if not pending:
+                return [t.result() for t in tasks]
+            for t in pending:
+                t.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+            log.warning("shutdown grace nearly over: request %s cut, %d of %d shard(s) unanswered",
+                        shards[0].request_id, len(pending), len(shards))
+            return [interrupted(s) if t in pending else t.result() for s, t in zip(shards, tasks, strict=True)]
+        finally:
+            cut.cancel()
 
     async def _run_shard(self, shard: Shard, run: ShardRun) -> ShardResult:
         self.shards_in_flight += 1

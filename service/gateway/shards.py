@@ -168,11 +168,12 @@ def memory_model_fit(info: ReplicaInfo, horizon: int, sample_count: int) -> Call
 
 def make_shards(req: ForecastRequest, prep: Prepared, info: ReplicaInfo, fit: Callable[[int], int],
                 num_replicas: int, shards_per_replica: int, want_paths: bool = False,
-                min_shard_tokens: int = 0) -> tuple[list[slice], list[Shard]]:
+                min_shard_tokens: int = 0, request_id: str | None = None) -> tuple[list[slice], list[Shard]]:
     """The request's shards and the slice of ``prep``'s series each holds; a series too long
     for one replica is a ``RequestInvalid`` naming ``lookback``. Each series the deployment's
     calibration does not apply to gets an ``uncalibrated`` warning saying why. ``want_paths``:
-    the paths come back even if the request does not ask for them (the ledger records them)."""
+    the paths come back even if the request does not ask for them (the ledger records them).
+    ``request_id``: the id the shards carry (the HTTP request's ``X-Request-Id``); default: new."""
     options = request_options(req)
     decisions = calibration_decisions(info.model.get("calibration"), req, prep)
     for i, d in enumerate(decisions):
@@ -184,7 +185,7 @@ def make_shards(req: ForecastRequest, prep: Prepared, info: ReplicaInfo, fit: Ca
     except TooLargeError as exc:
         raise RequestInvalid("lookback", str(exc)) from None
     slices = split_by_calibration(slices, decisions)
-    rid = uuid.uuid4().hex[:12]
+    rid = request_id or uuid.uuid4().hex[:12]
     shards = [Shard(rid, i, prep.values[s], prep.x_ts[s], prep.y_ts[s], options,
                     return_paths=req.return_paths or req.summary or want_paths, calibrate=decisions[s.start].calibrate,
                     calibration_group=decisions[s.start].group)

@@ -164,6 +164,8 @@ def live_service(tmp_path_factory):
         gateway_replicas=2,  # metrics summed over both gateways (prometheus_client multiprocess files)
         metrics_dir=str(tmp_path_factory.mktemp("gateway-metrics")),
         ledger_dir=str(tmp_path_factory.mktemp("ledger")),  # not beside the shared sample store
+        # the gateways' JSON log lines in files a test reads (tests/integration/test_request_id.py)
+        log_format="json", log_dir=str(tmp_path_factory.mktemp("gateway-logs")),
         max_inflight_requests=4,  # per gateway; small, so that the overload test can reach it
         shard_retries=5,
         # dispatch (shards_per_replica, shards_in_flight_per_replica, batching) stays at the defaults

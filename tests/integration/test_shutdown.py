@@ -1,7 +1,8 @@
 """Graceful shutdown of ``kronos serve`` as Kubernetes does it: SIGTERM to the process while a
 1,000-symbol request runs. The request completes, new requests get 503 from both gateway
 replicas, ``/readyz`` goes false, and the process exits 0 without stack dumps. The same service runs with API keys on,
-which are checked first (401, 403, 429 from the real gateway)."""
+which are checked first (401, 403, 429 from the real gateway).
+The shutdown budget (a request that outlives the grace): tests/integration/test_shutdown_budget.py."""
 
 from __future__ import annotations
 
@@ -134,3 +135,4 @@ def test_sigterm_lets_the_request_in_flight_finish_then_exits_0(tmp_path):
     assert list(metrics_dir.iterdir()) == []  # its own Ray is gone: the gateways' metric files too
     for dump in ("Traceback", "*** SIG", "Stack trace", "core dumped", "Fatal Python error"):
         assert dump not in out, out[-3000:]
+

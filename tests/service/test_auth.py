@@ -124,14 +124,21 @@ def _serve_args(*argv):
     return parser.parse_args(list(argv))
 
 
-def test_public_host_without_keys_warns_and_bad_keys_stop_serve(tmp_path, capsys, monkeypatch):
+def test_public_host_without_keys_is_refused_unless_allowed_and_bad_keys_stop_serve(tmp_path, capsys, monkeypatch):
     from service.cli import run
 
     monkeypatch.delenv("KRONOS_API_KEYS", raising=False)
+    monkeypatch.delenv("KRONOS_ALLOW_PUBLIC_WITHOUT_KEYS", raising=False)
     missing = str(tmp_path / "no-such-model")  # fails fast at the model check, before Ray
     assert run(_serve_args("--host", "0.0.0.0", "--model-dir", missing)) == 2
     err = capsys.readouterr().err
-    assert "WARNING" in err and "0.0.0.0" in err and "no API keys" in err and "KRONOS_API_KEYS" in err
+    assert "0.0.0.0" in err and "no API keys" in err and "KRONOS_ALLOW_PUBLIC_WITHOUT_KEYS" in err
+    assert "cannot load the model" not in err  # refused before the model check
+    monkeypatch.setenv("KRONOS_ALLOW_PUBLIC_WITHOUT_KEYS", "true")  # accepted, with a warning
+    assert run(_serve_args("--host", "0.0.0.0", "--model-dir", missing)) == 2
+    err = capsys.readouterr().err
+    assert "WARNING" in err and "no API keys" in err and "cannot load the model" in err
+    monkeypatch.delenv("KRONOS_ALLOW_PUBLIC_WITHOUT_KEYS")
     monkeypatch.setenv("KRONOS_API_KEYS", f"{hash_key(OPS)} ops * -")
     assert run(_serve_args("--host", "0.0.0.0", "--model-dir", missing)) == 2
     assert "no API keys" not in capsys.readouterr().err

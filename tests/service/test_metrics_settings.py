@@ -1,6 +1,7 @@
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from kronos_core.errors import ErrorCode
 from service.common.messages import BatchReport
 from service.common.metrics import Metrics
 from service.common.settings import Settings
@@ -27,8 +28,13 @@ def test_exposition_has_prefixed_metrics_and_no_double_counting():
     assert tokens == {"a": 800, "b": 400}
     mem = {(s.labels["replica"], s.labels["kind"]): s.value for s in fams["kronos_device_memory_bytes"].samples}
     assert mem[("a", "peak")] == 300 and mem[("b", "allocated")] == 100
-    errs = [s for s in fams["kronos_errors"].samples if s.name == "kronos_errors_total"]
-    assert errs[0].labels == {"code": "unknown_symbol"} and errs[0].value == 2
+    errs = {s.labels["code"]: s.value for s in fams["kronos_errors"].samples if s.name == "kronos_errors_total"}
+    assert errs["unknown_symbol"] == 2
+    # every code's series exists from the start, at 0 (dashboards and alerts never read "no data")
+    assert {c.value for c in ErrorCode} == set(errs) and sum(errs.values()) == 2
+    # so do the per-replica counters of each replica seen, oom splits included
+    oom = {s.labels["replica"]: s.value for s in fams["kronos_oom_splits"].samples if s.name.endswith("_total")}
+    assert oom == {"a": 0, "b": 0}
 
 
 def test_settings_env_and_ray_address(monkeypatch):

@@ -112,3 +112,42 @@ def test_nothing_is_shipped_without_ray_or_for_the_bundled_model(monkeypatch):
     assert W.ship(Settings(model_dir="/anywhere")) is None
     monkeypatch.setattr(ray, "is_initialized", lambda: True)
     assert W.ship(Settings()) is None  # the bundled model is in the package on every node
+
+
+@pytest.mark.parametrize("damage", ["truncated", "corrupted"])
+def test_a_damaged_cached_copy_is_fetched_again_not_trusted(checkpoint, tmp_path, monkeypatch, damage):
+    """A copy under the right cache folder name (``<cache>/<sha256>``) whose weights are cut
+    short or have a changed byte is not used: ``localize`` checks its SHA-256, fetches the
+    files again and replaces it; with the store gone too, a ``WeightsError`` names the node."""
+    shipped = _shipped(checkpoint)
+    cache = tmp_path / "node-cache"
+    monkeypatch.setenv(W.CACHE_ENV, str(cache))
+    files = W.collect_files(checkpoint / "model", checkpoint / "tokenizer")
+    dest = W.write_cache(files, shipped, cache)
+    weights = dest / "model" / "model.safetensors"
+    good = weights.read_bytes()
+    if damage == "truncated":
+        weights.write_bytes(good[: len(good) // 2])  # a copy cut short (a disk full, a replica killed)
+    else:
+        weights.write_bytes(good[:100] + bytes([good[100] ^ 0xFF]) + good[101:])  # one bit flipped
+    assert dest.name == shipped.sha256 and not W.is_cached(dest, shipped)
+    fetched: list[str] = []
+
+    def fetch(s: W.ShippedWeights) -> dict[str, bytes]:
+        fetched.append(s.sha256)
+        return files
+
+    monkeypatch.setattr(W, "_fetch", fetch)
+    settings = Settings(model_dir="/only/on/the/driver")
+    local = W.localize(settings, shipped)
+    assert fetched == [shipped.sha256]  # fetched again
+    assert local.model_dir == str(dest) and weights.read_bytes() == good and W.is_cached(dest, shipped)
+    # damaged again, and this time the fetch fails: refused, never loaded
+    weights.write_bytes(good[: len(good) // 3])
+
+    def gone(s: W.ShippedWeights) -> dict[str, bytes]:
+        raise W.WeightsError(f"node n3: model {s.name!r} is not cached here and its weight store did not answer")
+
+    monkeypatch.setattr(W, "_fetch", gone)
+    with pytest.raises(W.WeightsError, match="node n3: model .* is not cached here"):
+        W.localize(settings, shipped)
