@@ -109,6 +109,13 @@ def _service_side(args, settings, body: dict, cores: int) -> tuple[dict, float, 
     return resp, service_s, startup
 
 
+def requires(args: argparse.Namespace) -> list:
+    """The ``serve`` extra: the benchmark starts the service."""
+    from kronos_core.cli.requirements import SERVE_MODULES, needs
+
+    return needs(SERVE_MODULES)
+
+
 def run(args: argparse.Namespace) -> int:
     from kronos_core.data.store import KlineStore
     from service.common.settings import Settings

@@ -43,6 +43,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_predictor_arguments(parser)
 
 
+def requires(args) -> list:
+    """``--out`` writes equity.png with matplotlib (the ``eval`` extra)."""
+    from kronos_core.cli.requirements import needs
+
+    return needs(["matplotlib"], "--out (equity.png)") if args.out else []
+
+
 def corpus_start(args, source) -> str | None:
     """The first rebalance allowed: with a corpus, the latest ``eval_from`` of the universe (every
     decision and every return it earns inside every series' evaluation period); a ``--start``

@@ -38,6 +38,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "else eval-monitor.json")
 
 
+def requires(args) -> list:
+    """The GARCH(1,1) baseline of every report needs arch, ``--plot`` matplotlib (both the
+    ``eval`` extra)."""
+    from kronos_core.cli.requirements import needs
+
+    plots = needs(["matplotlib"], "--plot") if args.plot else []
+    return needs(["arch"], "the GARCH(1,1) baseline") + plots
+
+
 def write_plots(out: Path, report: dict, wf, calibrated=None, series_names=None) -> list[Path]:
     """Coverage and PIT plots and fan charts of the first model (through its calibration when
     ``calibrated``, a ``CalibratedPaths``, is given)."""

@@ -55,6 +55,9 @@ class SymbolWindowView(Protocol):
     @property
     def last_stored(self) -> np.datetime64: ...  # the last stored candle (after timestamps[-1] when as_of cut)
 
+    @property
+    def held(self) -> int | None: ...  # candles held at or before as_of (None: unknown)
+
 
 @runtime_checkable
 class Windows(Protocol):

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 
 import numpy as np
 
+from kronos_core.lookback import Lookback, choose_lookback
 from service.common.errors import DeadlineExceeded, Overloaded, RequestInvalid
 from service.common.interfaces import CandleStore, Replicas
 from service.common.messages import ReplicaInfo
@@ -23,7 +24,7 @@ from service.common.settings import Settings
 from service.gateway.dispatch import Dispatcher, ShardRun, shard_timeout
 from service.gateway.future import FutureTimestamps
 from service.gateway.gather import Outcome, add_summaries, gather_outcome, public_message
-from service.gateway.prepare import Prepared, check_exchange, prepare
+from service.gateway.prepare import Prepared, check_exchange, check_horizon, prepare
 from service.gateway.record import LedgerRecorder, batch_from_outcome
 from service.gateway.shards import make_shards, memory_model_fit, warm_memory_model
 
@@ -88,8 +89,10 @@ class ForecastPipeline:
         if batch is not None and self.recorder is not None:
             self.recorder.submit(batch)
 
-    def prepare(self, req: ForecastRequest, lookback: int) -> Prepared:
-        return prepare(req, lookback, self.store, self.future, self.settings.min_history_warning)
+    def prepare(self, req: ForecastRequest, lookback: int | Lookback,
+                max_context: int | None = None) -> Prepared:
+        return prepare(req, lookback, self.store, self.future, self.settings.min_history_warning,
+                       max_context)
 
     def warm_up(self, limit: int = 16, scan: int = 5000, lookback: int = 64, horizon: int = 8) -> list[str]:
         """Prepare one stored symbol of each kind (exchange and session clock) before the gateway takes
@@ -152,10 +155,13 @@ class ForecastPipeline:
                         request_id: str | None = None) -> Outcome:
         t0 = time.perf_counter()
         info = await self.info()
-        lookback = max(2, info.max_context - req.horizon) if req.lookback is None else req.lookback
+        check_horizon(req.horizon, info.max_context)  # before any store read: refused at once
+        choice = choose_lookback(req.lookback, req.horizon, info.max_context,
+                                 info.model.get("calibration"))
+        lookback = choice.value
         if req.exchange is not None:
             check_exchange(req.exchange)
-        prep = await asyncio.to_thread(self.prepare, req, lookback)
+        prep = await asyncio.to_thread(self.prepare, req, choice, info.max_context)
         t_read = time.perf_counter()
         # no usable series (inline or store) is still an answer: no forecasts, every series in
         # errors; a series is judged alone, whatever stands beside it (docs/service.md)
@@ -170,6 +176,7 @@ class ForecastPipeline:
         out = gather_outcome(info.model, tuple(req.quantiles), prep, slices, results)
         out.calibrated = bool(shards) and all(s.calibrate for s in shards)  # else: warnings say which, why
         out.request_id = shards[0].request_id if shards else request_id
+        out.lookback = choice.as_dict()
         batch = batch_from_outcome(req, out, out.request_id or "", out.calibration_state,
                                    self.settings.ledger_paths) if record else None
         if out.paths and not (req.return_paths or req.summary):  # asked for the ledger only

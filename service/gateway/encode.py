@@ -46,7 +46,8 @@ def outcome_to_json(out: Outcome) -> dict:
             f["summary"] = out.summaries[i]
         forecasts.append(f)
     return {"model": out.model, "calibrated": out.calibrated, "calibration_state": out.calibration_state,
-            "request_id": out.request_id, "forecasts": forecasts, "errors": out.errors, "timing": out.timing}
+            "request_id": out.request_id, "lookback": out.lookback, "forecasts": forecasts,
+            "errors": out.errors, "timing": out.timing}
 
 
 def summary_columns() -> list[tuple[str, Any]]:
@@ -74,9 +75,10 @@ def outcome_to_arrow(out: Outcome) -> bytes:
     """Long format: one row per (symbol, step). Columns: symbol, step, timestamp, the six
     mean columns, then ``<feature>_q<level>`` per quantile (level as in ``quantile_label``),
     then with ``summary`` the ``summary_<field>`` columns (``summary_columns``; per symbol,
-    the same on each of its rows, null when it has no summary). Errors, model, timing and each series' inputs (``{symbol, history_length, last_timestamp,
-    warnings}``) are JSON in the schema metadata (``kronos.errors``, ``kronos.model``,
-    ``kronos.timing``, ``kronos.inputs``)."""
+    the same on each of its rows, null when it has no summary). Errors, model, timing, lookback
+    and each series' inputs (``{symbol, history_length, last_timestamp, warnings}``) are JSON
+    in the schema metadata (``kronos.errors``, ``kronos.model``, ``kronos.timing``,
+    ``kronos.lookback``, ``kronos.inputs``)."""
     import orjson
     import pyarrow as pa
 
@@ -109,6 +111,7 @@ def outcome_to_arrow(out: Outcome) -> bytes:
         b"kronos.calibrated": orjson.dumps(out.calibrated),
         b"kronos.calibration_state": orjson.dumps(out.calibration_state),
         b"kronos.request_id": orjson.dumps(out.request_id),
+        b"kronos.lookback": orjson.dumps(out.lookback),
         b"kronos.inputs": orjson.dumps([{"symbol": sym, **_inputs(out, i)} for i, sym in enumerate(out.symbols)]),
     }
     table = pa.table(cols).replace_schema_metadata(meta)

@@ -40,6 +40,7 @@ class Outcome:
     summaries: list[dict | None] = field(default_factory=list)  # risk summary per series, with summary
     summary: bool = False  # the request asked for summaries (the Arrow answer then has summary_* columns)
     request_id: str | None = None  # the request's id (its ledger rows carry it)
+    lookback: dict | None = None  # {value, source, note}: the lookback read and why
     calibration_state: dict | None = None  # the adaptive calibration state the replicas applied (version, sha256, ...)
     ledger_batch: Any = field(default=None, repr=False)  # record.ForecastBatch to record once answered (ForecastPipeline.record)
 

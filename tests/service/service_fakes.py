@@ -73,7 +73,8 @@ class FakeStore:
             k = int(s[1:])
             v = np.full((end, 6), 100.0 + k, np.float32)
             ts = self.idx[:end][-lookback:].to_numpy(dtype="datetime64[ns]")
-            windows.append(SymbolWindow(s, v[-lookback:], ts, {"timezone": None}, self.idx[-1].to_datetime64()))
+            windows.append(SymbolWindow(s, v[-lookback:], ts, {"timezone": None},
+                                        self.idx[-1].to_datetime64(), held=end))
         return FakeWindowBatch(windows, errors)
 
 

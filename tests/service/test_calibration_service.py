@@ -136,6 +136,31 @@ def test_gateway_calibrates_per_series_and_says_why_not(tmp_path):
     assert out.calibrated and out.warnings[0] == []
 
 
+def test_with_no_lookback_asked_the_calibrations_fitted_lookback_is_read(tmp_path):
+    """A calibration fitted at lookback 40 and a request with no lookback: the gateway reads 40
+    candles (not max_context - horizon = 61), the series is calibrated, and the answer says
+    where its lookback came from (issue 26, item 6)."""
+    import asyncio
+
+    from kronos_core.eval.calibration import Scope
+    from service.common.schemas import ForecastRequest
+    from service.gateway.encode import outcome_to_json
+
+    gw, _, _ = _calibrated_gateway(tmp_path, Scope((40, 40), ("1d",), None))
+    req = ForecastRequest(series=[_inline("D", 90, "D", 0)], horizon=3, quantiles=[0.1, 0.9],
+                          sample_count=4)
+    out = asyncio.run(gw.forecast(req))
+    assert out.history_length == [40] and out.timing["lookback"] == 40
+    assert out.calibrated and [w["code"] for w in out.warnings[0]] == ["history_cut"]  # 40 of 64
+    assert "calibration's fitted lookback 40" in out.warnings[0][0]["message"]
+    lookback = outcome_to_json(out)["lookback"]
+    assert lookback["value"] == 40 and lookback["source"] == "calibration"
+    assert "fitted lookback 40" in lookback["note"]
+    asked = asyncio.run(gw.forecast(req.model_copy(update={"lookback": 60})))
+    assert asked.history_length == [60] and not asked.calibrated  # asked wins; the warning says why
+    assert "fitted for lookback 40, asked 60" in " ".join(w["message"] for w in asked.warnings[0])
+
+
 def test_calibrated_summaries_agree_with_the_calibrated_bands(tmp_path):
     """The summary comes from the corrected paths: their quantiles match the calibrated close
     quantile (the calibration is fitted at 50% and 80%: the 10% quantile is compared), and P(up)

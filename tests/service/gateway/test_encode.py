@@ -71,7 +71,8 @@ def _with_summaries(out: Outcome, seed: int = 1) -> Outcome:
     rng = np.random.default_rng(seed)
     keys = ("expected_return", "p_up", "volatility", "horizon_volatility", "var_95", "es_95", "realized_volatility")
     out.summary = True
-    out.summaries = [None if i == 1 else {**{k: float(rng.normal()) for k in keys}, "vol_alert": bool(i % 2)}
+    out.summaries = [None if i == 1 else {**{k: float(rng.normal()) for k in keys},
+                                          "vol_alert": bool(i % 2), "sample_paths": 20 + i}
                      for i in range(len(out.symbols))]
     return out
 
@@ -82,7 +83,7 @@ def test_arrow_summary_columns_equal_json(n_symbols):
     js = _wire_json(out)
     assert [("summary" in f) for f in js["forecasts"]] == [i != 1 for i in range(n_symbols)]
     table = assert_arrow_equals_json(outcome_to_arrow(out), js, (0.1, 0.9), compare_timing=True, summary=True)
-    assert table.column_names[-8:] == [name for name, _ in summary_columns()]
+    assert table.column_names[-9:] == [name for name, _ in summary_columns()]
     if n_symbols:
         rows = table.column("summary_var_95").to_pylist()
         assert rows[:3] == [out.summaries[0]["var_95"]] * 3 and rows[3:6] == [None] * 3

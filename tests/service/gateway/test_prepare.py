@@ -100,12 +100,15 @@ def test_as_of_past_the_end_of_the_data_is_a_warning():
     gw, _, _ = fake_gateway()
     store = gw.store  # hourly 2024-01-01 00:00 .. 300 candles
     last = store.idx[-1]
-    inside = asyncio.run(gw.forecast(ForecastRequest(symbols=["S001"], horizon=2, as_of=store.idx[100])))
+    inside = asyncio.run(gw.forecast(ForecastRequest(symbols=["S001"], horizon=2, lookback=40,
+                                                     as_of=store.idx[100])))
     assert inside.warnings == [[]] and inside.last_timestamp[0] == store.idx[100].to_datetime64()
     within_a_candle = asyncio.run(gw.forecast(
-        ForecastRequest(symbols=["S001"], horizon=2, as_of=last + pd.Timedelta("30min"))))
+        ForecastRequest(symbols=["S001"], horizon=2, lookback=40,
+                        as_of=last + pd.Timedelta("30min"))))
     assert within_a_candle.warnings == [[]]
-    late = asyncio.run(gw.forecast(ForecastRequest(symbols=["S001", "S002"], horizon=2, as_of="2025-01-01T00:00")))
+    late = asyncio.run(gw.forecast(ForecastRequest(symbols=["S001", "S002"], horizon=2, lookback=40,
+                                                   as_of="2025-01-01T00:00")))
     assert [[w["code"] for w in ws] for ws in late.warnings] == [["as_of_after_data"]] * 2
     assert str(last) in late.warnings[0][0]["message"]
     assert late.last_timestamp[0] == last.to_datetime64()
