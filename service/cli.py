@@ -254,6 +254,13 @@ def stop(settings=None, deadline: float | None = None) -> None:
             ray.shutdown()
 
 
+def requires(args) -> list:
+    """The ``serve`` extra (checked before Ray starts)."""
+    from kronos_core.cli.requirements import SERVE_MODULES, needs
+
+    return needs(SERVE_MODULES)
+
+
 def _delete_app(app_name: str, deadline: float | None) -> None:
     """``serve.delete(app_name)``, given up on at ``deadline`` (Ray's shutdown then ends it)."""
     from ray import serve

@@ -109,9 +109,10 @@ def test_cli_import_real_files_and_append(tmp_path, capsys, synthetic_cn_5min):
     files = [*(str(real_path(n)) for n in REAL_FILES), str(intraday)]
     assert main(["import", *files, "--store", str(store), "--no-progress"]) == 0
     st = KlineStore(store)
-    assert st.symbols() == ["cn_5min", "eurusd_hourly", "goog_daily", "sp500_daily"]
-    assert st.metadata("cn_5min")["frequency"] == "5min"
-    assert st.metadata("eurusd_hourly")["frequency"] == "1h"
+    # file names become upper-case symbols (the store's case rule), and the import says so
+    assert st.symbols() == ["CN_5MIN", "EURUSD_HOURLY", "GOOG_DAILY", "SP500_DAILY"]
+    assert st.metadata("CN_5MIN")["frequency"] == "5min"
+    assert st.metadata("EURUSD_HOURLY")["frequency"] == "1h"
     assert "imported 4 of 4" in capsys.readouterr().out
 
     # append: first half, then the whole file (overlap identical) -> history kept, no duplicates
@@ -210,6 +211,6 @@ def test_cli_import_exchange_flag_tags_the_metadata(tmp_path, capsys):
     store = tmp_path / "store"
     goog = str(real_path("goog_daily.csv"))
     assert main(["import", goog, "--store", str(store), "--exchange", "xnas", "--no-progress"]) == 0
-    assert KlineStore(store).metadata("goog_daily")["exchange"] == "XNAS"
+    assert KlineStore(store).metadata("GOOG_DAILY")["exchange"] == "XNAS"
     assert main(["import", goog, "--store", str(store), "--exchange", "NOPE", "--no-progress"]) == 2
     assert "unknown exchange 'NOPE'" in capsys.readouterr().err
