@@ -149,15 +149,17 @@ def simulate(fit: GarchFit, var_next: np.ndarray, last: np.ndarray, horizon: int
 
 def garch_samples(closes: Sequence[np.ndarray], fit_ends: Sequence[int], series_index: np.ndarray,
                   origins: np.ndarray, horizon: int, samples: int = GARCH_SAMPLES,
-                  seed: int = 0) -> tuple[np.ndarray, dict[int, GarchFit]]:
+                  seed: int = 0, progress: bool = True) -> tuple[np.ndarray, dict[int, GarchFit]]:
     """GARCH-t samples (N, S, H) of the close for windows (``series_index``, ``origins``: first
     truth row) over series with these ``closes``; series k is fitted on rows before
     ``fit_ends[k]`` (which must be <= each of its window origins). Returns the samples and the
     fit of each series used."""
+    from tqdm.auto import tqdm
+
     require_arch()
     out = np.empty((len(origins), samples, horizon))
     fits: dict[int, GarchFit] = {}
-    for k in np.unique(series_index):
+    for k in tqdm(np.unique(series_index), desc="GARCH fits", unit="series", disable=not progress):
         k = int(k)
         mine = np.flatnonzero(series_index == k)
         rows = np.asarray(origins)[mine]

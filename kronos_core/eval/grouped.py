@@ -6,11 +6,14 @@ steps do not depend on how far it goes on).
 
 Per (hold-out, market, frequency) row, and per hold-out over all its groups, on the close:
 
-* every forecaster's MASE, CRPS, direction accuracy, Brier score of P(up), coverage;
-* each model against the baselines: MASE / last value's, CRPS / the historical-volatility band's,
-  CRPS / GARCH's, as ratios with a verdict (``better`` below 0.98, ``worse`` above 1.02, else
-  ``tie``: within 2% is a tie); direction accuracy against the drift forecast's, Brier against
-  GARCH's and the band's (a coin's, 0.25, for a driftless band);
+* every forecaster's MASE, CRPS, scaled CRPS (``crps_scaled``: each window's CRPS divided by its
+  MASE scale, the in-sample mean absolute one-step change of its context, then averaged; so a
+  high-priced series does not outweigh the others), direction accuracy, Brier score of P(up),
+  coverage;
+* each model against the baselines: MASE / last value's, scaled CRPS / the historical-volatility
+  band's, scaled CRPS / GARCH's, as ratios with a verdict (``better`` below 0.98, ``worse``
+  above 1.02, else ``tie``: within 2% is a tie); direction accuracy against the drift
+  forecast's, Brier against GARCH's and the band's (a coin's, 0.25, for a driftless band);
 * paired tests (``kronos_core.eval.paired``) of each model against each baseline and each other
   model, on the per-window scaled CRPS and absolute error.
 """
@@ -31,8 +34,9 @@ TIE = 0.02  # a ratio within 2% of 1 is a tie
 HOLDOUT_ORDER = (TIME, INSTRUMENT, GIVEN)
 ALL = "all"
 # (label, forecaster, baseline, metric): the model-vs-baseline ratios of every row
-RATIOS = (("mase_vs_last_value", "last_value", "mase"), ("crps_vs_hist_vol", "hist_vol", "crps"),
-          ("crps_vs_garch", "garch", "crps"))
+RATIOS = (("mase_vs_last_value", "last_value", "mase"),
+          ("crps_vs_hist_vol", "hist_vol", "crps_scaled"),
+          ("crps_vs_garch", "garch", "crps_scaled"))
 TESTED_BASELINES = ("last_value", "hist_vol", "garch")
 
 
@@ -73,6 +77,10 @@ def _card(f: Forecaster, w: Windows, idx: np.ndarray, h: int, quantiles, coverag
 
 def _row(w, idx, h, forecasters, losses, quantiles, coverage) -> dict:
     cards = {f.name: _card(f, w, idx, h, quantiles, coverage) for f in forecasters}
+    for f in forecasters:  # CRPS in MASE units: comparable across series and groups
+        scaled = losses[f.name]["crps"][idx]
+        scaled = scaled[np.isfinite(scaled)]
+        cards[f.name]["crps_scaled"] = float(scaled.mean()) if scaled.size else None
     models = {}
     for f in forecasters:
         if not f.is_model:
@@ -159,7 +167,7 @@ HOLDOUT_TITLES = {TIME: "time hold-out (train instruments, evaluation period)",
 def markdown(report: dict) -> str:
     """One table per horizon and hold-out: a row per group and model (module docstring)."""
     head = ["market", "freq", "series", "windows", "model", "MASE", "last value", "MASE ratio",
-            "CRPS", "hist-vol", "CRPS ratio", "GARCH", "CRPS ratio", "dir. acc.", "drift",
+            "sCRPS", "hist-vol", "sCRPS ratio", "GARCH", "sCRPS ratio", "dir. acc.", "drift",
             "Brier", "GARCH", "p CRPS vs hist-vol", "p |err| vs last value", "p CRPS vs GARCH"]
     parts = []
     for h, rows in report["horizons"].items():
@@ -173,9 +181,10 @@ def markdown(report: dict) -> str:
                     cells = [r["market"], r["frequency"], str(r["series"]), str(r["windows"]), name,
                              _f(me["mase"]), _f(fc.get("last_value", {}).get("mase")),
                              _vs(cmp.get("mase_vs_last_value")),
-                             _f(me["crps"]), _f(fc.get("hist_vol", {}).get("crps")),
+                             _f(me["crps_scaled"]), _f(fc.get("hist_vol", {}).get("crps_scaled")),
                              _vs(cmp.get("crps_vs_hist_vol")),
-                             _f(fc.get("garch", {}).get("crps")), _vs(cmp.get("crps_vs_garch")),
+                             _f(fc.get("garch", {}).get("crps_scaled")),
+                             _vs(cmp.get("crps_vs_garch")),
                              _f(me["direction_accuracy"]),
                              _f(fc.get("drift", {}).get("direction_accuracy")),
                              _f(me["brier_up"]), _f(fc.get("garch", {}).get("brier_up")),

@@ -80,6 +80,10 @@ def test_corpus_eval_report_per_group_and_holdout(corpus, tmp_path, capsys):
     cards = us["forecasters"]
     assert ratio == pytest.approx(cards[model]["mase"] / cards["last_value"]["mase"])
     assert cmp["crps_vs_garch"]["verdict"] in ("better", "tie", "worse")
+    # the CRPS ratios are of the scaled CRPS, the paired test's per-window loss
+    assert cards[model]["crps_scaled"] == pytest.approx(cmp["tests"]["hist_vol"]["crps"]["mean_a"])
+    assert cmp["crps_vs_hist_vol"]["ratio"] == pytest.approx(
+        cards[model]["crps_scaled"] / cards["hist_vol"]["crps_scaled"])
     assert set(cmp["tests"]) == {"last_value", "hist_vol", "garch"}
     assert 0 <= cmp["tests"]["hist_vol"]["crps"]["p_value"] <= 1
     # horizon 1 scores the first step of the same windows: its last-value MAE is step 1's
@@ -211,3 +215,21 @@ def test_eval_reports_each_models_tokenizer_fidelity_per_group(corpus, tmp_path,
         assert groups["US/1d"][feature]["windows"] == 12
     assert groups["FX/1h"]["volume"]["windows"] == 3
     assert "### Tokenizer round trip" in text and f"| {name} | US/1d | 12 |" in text
+
+
+def test_calibration_per_frequency_then_eval_scores_each_group_through_its_member(corpus, tmp_path):
+    cal = tmp_path / "cal.json"
+    assert main(["calibrate", "--corpus", str(corpus), "--horizon", "2", "--windows", "10",
+                 "--group-by", "frequency", *EVAL, "--out", str(cal)]) == 0
+    assert set(json.loads(cal.read_text())["groups"]) == {"1d", "1h"}
+    out = tmp_path / "r.json"
+    assert main(["eval", "--corpus", str(corpus), "--horizon", "1", "2", "--windows", "3", *EVAL,
+                 "--calibration", str(cal), "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    model = report["models"][0]
+    calibrated = f"{model['name']} + {model['calibration_method']} calibration"
+    for row in report["groups"]["horizons"]["2"]:
+        assert calibrated in row["models"] and calibrated in row["forecasters"]
+        raw, cal_card = row["forecasters"][model["name"]], row["forecasters"][calibrated]
+        assert raw["windows"] == cal_card["windows"] and raw["crps"] != cal_card["crps"]
+    assert report["metrics"]["crps"] != report["metrics_raw"]["crps"]
