@@ -362,21 +362,6 @@ class RiskSummaryOut(BaseModel):
                               "sample_count): p_up's resolution is 1/sample_paths")
 
 
-class SymbolForecast(BaseModel):
-    symbol: str
-    history_length: int = Field(..., description="candles of history this forecast was made from")
-    last_timestamp: WallClock = Field(..., description="the last input candle's time (wall clock)")
-    warnings: list[SymbolWarning] = Field(
-        default_factory=list, description="short_history, history_cut, missing_sessions, "
-        "as_of_after_data, uncalibrated: the forecast is made anyway"
-    )
-    timestamps: list[WallClock]
-    mean: Candles
-    quantiles: dict[str, Candles] | None = Field(None, description="level (as text) -> candles")
-    paths: list[Candles] | None = None
-    summary: RiskSummaryOut | None = Field(None, description="with summary: true")
-
-
 # exactly the codes a forecast response's ``errors`` can hold (tests/service/test_error_codes.py);
 # the type checker cannot evaluate a Literal built at run time, so it sees the codes (and those below) as text
 if TYPE_CHECKING:
@@ -458,20 +443,6 @@ class LookbackOut(BaseModel):
         "calibration's fitted lookback (so its corrections apply); default: none asked, "
         "max_context - horizon")
     note: str = Field(..., description="the same in words")
-
-
-class ForecastResponse(BaseModel):
-    model: ModelInfo
-    calibrated: bool = Field(False, description="quantiles corrected by the calibration named in model.calibration")
-    calibration_state: CalibrationStateOut | None = Field(
-        None, description="with an adaptive (aci) calibration: the state whose corrections this answer used",
-    )
-    request_id: str | None = Field(None, description="the request's id (its rows in the forecast ledger carry it)")
-    lookback: LookbackOut | None = Field(None, description="the lookback read and where it came "
-                                         "from")
-    forecasts: list[SymbolForecast]
-    errors: list[SymbolErrorOut]
-    timing: dict[str, float]
 
 
 class AccuracyFigures(BaseModel):

@@ -402,13 +402,15 @@ def test_a_new_users_first_requests_are_answered_with_what_happened(live_service
     (warning,) = [w for w in r.json()["forecasts"][0]["warnings"] if w["code"] == "missing_sessions"]
     assert warning["message"].startswith(f"20 of the {len(sessions)} XNYS sessions")
 
-    horizon = mc - 56  # the default lookback is then 56 candles
-    body = c.post("/v1/forecast", json={"symbols": ["GOOG", "goog"], "horizon": horizon,
-                                        "sample_count": 4, "summary": True, "seed": 1}).json()
+    horizon = 8  # the default lookback is then mc - 8 candles (GOOG holds more)
+    r = c.post("/v1/forecast", json={"symbols": ["GOOG", "goog"], "horizon": horizon,
+                                     "sample_count": 4, "summary": True, "seed": 1})
+    assert r.status_code == 200, r.text[:300]
+    body = r.json()
     (f,) = body["forecasts"]
-    assert f["history_length"] == 56 and body["lookback"]["source"] == "default"
+    assert f["history_length"] == mc - horizon and body["lookback"]["source"] == "default"
     (cut,) = [w for w in f["warnings"] if w["code"] == "history_cut"]
-    assert f"56 candles of the {mc} the model could see" in cut["message"]
+    assert f"{mc - horizon} candles of the {mc} the model could see" in cut["message"]
     assert f["summary"]["sample_paths"] == 4
     (err,) = body["errors"]
     assert err["code"] == "unknown_symbol" and "did you mean 'GOOG'?" in err["message"]

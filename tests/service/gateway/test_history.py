@@ -12,7 +12,7 @@ from service_fakes import FakeStore, fake_future, fake_gateway
 
 from service.common.errors import RequestInvalid
 from service.common.schemas import ForecastRequest
-from service.gateway.encode import outcome_to_json
+from service.gateway.encode import answer_to_json
 from service.gateway.future import FutureTimestamps
 
 
@@ -50,7 +50,7 @@ def test_the_default_lookback_cut_is_a_warning_naming_both_lengths():
     assert "24 candles of the 64 the model could see" in msg and "holds 300" in msg
     assert "horizon 40" in msg
     lookback = {"value": 24, "source": "default", "note": out.lookback["note"]}
-    assert outcome_to_json(out)["lookback"] == lookback
+    assert answer_to_json(out)["lookback"] == lookback
 
 
 def test_a_lookback_longer_than_the_series_is_a_warning():
