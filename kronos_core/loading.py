@@ -263,10 +263,16 @@ def load_predictor(cfg: PredictorConfig | None = None) -> KronosPredictor:
 
 
 # ---- command-line flags, shared by every command that loads a predictor --------------------
-def add_predictor_arguments(parser: argparse.ArgumentParser, *, sliding_default: str = "exact") -> None:
+def add_predictor_arguments(parser: argparse.ArgumentParser, *, sliding_default: str = "exact",
+                            several_models: bool = False) -> None:
+    """The model flags; ``several_models``: ``--model`` may be repeated (a list, or None)."""
     g = parser.add_argument_group("model")
-    g.add_argument("--model", help="checkpoint folder, Hub id, alias (" + ", ".join(model_aliases()) + "), or a folder "
-                   "with model/ and tokenizer/ such as a `kronos train` output (default: the bundled model)")
+    g.add_argument("--model", action="append" if several_models else "store",
+                   help="checkpoint folder, Hub id, alias (" + ", ".join(model_aliases())
+                   + "), or a folder with model/ and tokenizer/ such as a `kronos train` output "
+                   "(default: the bundled model)"
+                   + ("; repeat it to compare models on the same windows"
+                      if several_models else ""))
     g.add_argument("--tokenizer", help="tokenizer folder or Hub id (default: the one the model goes with)")
     g.add_argument("--revision", help="Hub revision (branch, tag or commit) of --model")
     g.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda, cuda:N")

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from kronos_core.calibration_policy import correct
 from kronos_core.candles import (
     FEATURES,
     CandleError,
@@ -106,8 +107,9 @@ class ForecastJob:
             if levels
             else np.zeros((0, *path_mean.shape), dtype=np.float32)
         )
-        if calibration is not None and levels:
-            qs = calibration.apply(paths, levels, predictor.identity)  # (Q, B, H, 6)
+        if calibration is not None and levels:  # quantiles and paths, as kronos_core.calibration_policy says
+            corrected, qs = correct(calibration, paths, levels, predictor.identity)  # (B, S, H, 6), (Q, B, H, 6)
+            paths = corrected.astype(np.float32)
         return ForecastResult(paths, path_mean.astype(np.float32), qs, levels, self.generation.stats)
 
 
@@ -232,9 +234,10 @@ class KronosPredictor:
         options: horizon, sampling, quantiles, repair, sliding and calibration
         (``kronos_core.options.ForecastOptions``). With a seed, each series' paths depend
         only on the seed and the series' key (``series_keys[i]``, default a hash of its
-        values), not on the rest of the batch. A calibration corrects the quantiles (the
-        paths and mean stay raw) and is refused (``CalibrationMismatch``) when fitted for
-        another model. Returns ``ForecastResult`` (shapes in its fields).
+        values), not on the rest of the batch. A calibration (with quantile levels asked)
+        corrects the quantiles and maps the sample paths onto the corrected distribution,
+        the mean stays raw (``kronos_core.calibration_policy``); it is refused
+        (``CalibrationMismatch``) when fitted for another model. Returns ``ForecastResult`` (shapes in its fields).
         """
         job = self.start_forecast(
             series, x_timestamps, y_timestamps, options, series_keys=series_keys, verbose=verbose

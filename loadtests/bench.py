@@ -2,8 +2,8 @@
 end to end over HTTP, against ``KronosPredictor.forecast`` called directly on the same
 windows, in the same run.
 
-    kronos bench service                          # 1,000 symbols, bundled model, sample store, 2 CPU replicas
-    kronos bench service --replicas 1 --horizon 120 --json out.json
+    kronos bench service                          # 1,000 symbols, bundled model, sample store, 2
+    CPU replicas kronos bench service --replicas 1 --horizon 120 --json out.json
     python -m loadtests.bench ...                 # the same
 
 The engine side gets all of this machine's cores as torch threads; the service side gets
@@ -45,7 +45,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m loadtests.bench``: ``kronos bench service``, through the same command line (flags, help, logging)."""
+    """``python -m loadtests.bench``: ``kronos bench service``, through the same command line
+    (flags, help, logging)."""
     from kronos_core.cli import main as kronos_main
 
     return kronos_main(["bench", "service", *(sys.argv[1:] if argv is None else argv)])
@@ -96,17 +97,29 @@ def _service_side(args, settings, body: dict, cores: int) -> tuple[dict, float, 
         startup = time.perf_counter() - t0
         client = httpx.Client(base_url=url, timeout=600)
         # warm-up: a small request through every replica, then the timed one
-        warm = client.post("/v1/forecast", json={**body, "symbols": body["symbols"][: 4 * args.replicas]})
+        warm = client.post(
+            "/v1/forecast", json={**body, "symbols": body["symbols"][: 4 * args.replicas]}
+        )
         warm.raise_for_status()
         t0 = time.perf_counter()
         r = client.post("/v1/forecast", json=body)
         service_s = time.perf_counter() - t0
         r.raise_for_status()
         resp = r.json()
-        assert len(resp["forecasts"]) == len(body["symbols"]), (len(resp["forecasts"]), resp["errors"][:3])
+        assert len(resp["forecasts"]) == len(body["symbols"]), (
+            len(resp["forecasts"]),
+            resp["errors"][:3],
+        )
     finally:
         stop()
     return resp, service_s, startup
+
+
+def requires(args: argparse.Namespace) -> list:
+    """The ``serve`` extra: the benchmark starts the service."""
+    from kronos_core.cli.requirements import SERVE_MODULES, needs
+
+    return needs(SERVE_MODULES)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -114,8 +127,12 @@ def run(args: argparse.Namespace) -> int:
     from service.common.settings import Settings
 
     cores = os.cpu_count() or 1
-    overrides = dict(num_replicas=args.replicas, device=args.device, port=_free_port(),
-                     replica_cpus=max(1, cores // args.replicas) if args.device != "cuda" else None)
+    overrides = dict(
+        num_replicas=args.replicas,
+        device=args.device,
+        port=_free_port(),
+        replica_cpus=max(1, cores // args.replicas) if args.device != "cuda" else None,
+    )
     if args.store:
         overrides["store_dir"] = args.store
     settings = Settings().model_copy(update=overrides)
@@ -125,23 +142,42 @@ def run(args: argparse.Namespace) -> int:
     if len(symbols) < args.symbols:
         log.warning("store holds %d symbols, asked for %d", len(symbols), args.symbols)
 
-    res, engine_s, lookback, device = _engine_side(args, settings, store, symbols, args.lookback, cores)
-    body = {"symbols": symbols, "horizon": args.horizon, "lookback": lookback,
-            "sample_count": args.sample_count, "seed": 1234}
+    res, engine_s, lookback, device = _engine_side(
+        args, settings, store, symbols, args.lookback, cores
+    )
+    body = {
+        "symbols": symbols,
+        "horizon": args.horizon,
+        "lookback": lookback,
+        "sample_count": args.sample_count,
+        "seed": 1234,
+    }
     resp, service_s, startup = _service_side(args, settings, body, cores)
 
     svc_close = np.array([f["mean"]["close"] for f in resp["forecasts"]], np.float32)
     same = bool(np.allclose(svc_close, res.mean[:, :, 3], rtol=1e-4, atol=1e-4))
     figures = {
-        "symbols": len(symbols), "horizon": args.horizon, "lookback": lookback,
-        "sample_count": args.sample_count, "replicas": args.replicas, "cores": cores, "device": device,
-        "service_seconds": round(service_s, 3), "engine_seconds": round(engine_s, 3),
-        "ratio": round(service_s / engine_s, 3), "goal_ratio": 1.25,
-        "service_timing_ms": resp["timing"], "startup_seconds": round(startup, 1),
+        "symbols": len(symbols),
+        "horizon": args.horizon,
+        "lookback": lookback,
+        "sample_count": args.sample_count,
+        "replicas": args.replicas,
+        "cores": cores,
+        "device": device,
+        "service_seconds": round(service_s, 3),
+        "engine_seconds": round(engine_s, 3),
+        "ratio": round(service_s / engine_s, 3),
+        "goal_ratio": 1.25,
+        "service_timing_ms": resp["timing"],
+        "startup_seconds": round(startup, 1),
         "same_forecasts": same,
     }
-    publish(figures, args.json, f"service {service_s:.3f} s  engine {engine_s:.3f} s  ratio "
-            f"{service_s / engine_s:.2f} (goal <= 1.25); same forecasts: {same}")
+    publish(
+        figures,
+        args.json,
+        f"service {service_s:.3f} s  engine {engine_s:.3f} s  ratio "
+        f"{service_s / engine_s:.2f} (goal <= 1.25); same forecasts: {same}",
+    )
     return 0 if same else 1  # the service must answer what the engine does
 
 

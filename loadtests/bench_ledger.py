@@ -75,6 +75,13 @@ def _ready(client) -> bool:
         return False
 
 
+def requires(args: argparse.Namespace) -> list:
+    """The ``serve`` extra: the benchmark starts the service."""
+    from kronos_core.cli.requirements import SERVE_MODULES, needs
+
+    return needs(SERVE_MODULES)
+
+
 def run(args: argparse.Namespace) -> int:
     import httpx
     import ray

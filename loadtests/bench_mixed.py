@@ -364,6 +364,13 @@ def table(fig: dict) -> str:
     return "\n".join(out)
 
 
+def requires(args: argparse.Namespace) -> list:
+    """The ``serve`` extra, unless ``--host`` names a running service (then httpx only)."""
+    from kronos_core.cli.requirements import SERVE_MODULES, needs
+
+    return needs(["httpx"]) if args.host else needs(SERVE_MODULES, "the service it starts")
+
+
 def run(args: argparse.Namespace) -> int:
     from kronos_core.data.store import KlineStore
     from loadtests.run import start_service, stop_service

@@ -210,6 +210,14 @@ def _write(summary: dict, out: Path) -> None:
     print(f"\nwrote {out / 'summary.json'} and {out / 'summary.md'}")
 
 
+def requires(args: argparse.Namespace) -> list:
+    """locust (the ``load`` extra), and the ``serve`` extra unless ``--host`` names a running
+    service."""
+    from kronos_core.cli.requirements import SERVE_MODULES, needs
+
+    return needs(["locust"]) + ([] if args.host else needs(SERVE_MODULES, "the service it starts"))
+
+
 def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("GEVENT_SUPPORT", "True")
     if args.api_key:

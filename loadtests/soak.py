@@ -185,6 +185,14 @@ def _soak(args, url: str, root_pid: int, out: Path) -> dict:
     }
 
 
+def requires(args: argparse.Namespace) -> list:
+    """locust (the ``load`` extra), and the ``serve`` extra unless ``--host`` names a running
+    service."""
+    from kronos_core.cli.requirements import SERVE_MODULES, needs
+
+    return needs(["locust"]) + ([] if args.host else needs(SERVE_MODULES, "the service it starts"))
+
+
 def run(args: argparse.Namespace) -> int:
     from loadtests.soak_report import summarise, write, write_samples
 

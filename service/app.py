@@ -22,6 +22,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from kronos_core.errors import ErrorCode
 from service.auth import ApiKeyMiddleware
+from service.common.answer import ForecastResponse
 from service.common.errors import (
     InvalidRequest,
     LedgerOff,
@@ -36,7 +37,6 @@ from service.common.schemas import (
     MAX_HORIZON,
     AccuracyResponse,
     ForecastRequest,
-    ForecastResponse,
     ModelsResponse,
     QueryDateTime,
     Readiness,
@@ -47,7 +47,7 @@ from service.common.settings import Settings, unknown_kronos_variables
 from service.cors import CorsMiddleware
 from service.docs_ui import install_docs
 from service.gateway import ForecastPipeline
-from service.gateway.encode import outcome_to_arrow, outcome_to_json
+from service.gateway.encode import answer_to_arrow, answer_to_json
 from service.lifecycle import DrainMiddleware
 from service.limits import BodyLimitMiddleware
 from service.replica.deployment import Predictor
@@ -186,7 +186,7 @@ class ReadyWatch:
 def cut_answer(out, unanswered: list[str]) -> dict:
     """The 503 body of a request cut at shutdown: the usual answer (the forecasts already
     made, every other symbol in ``errors``) with ``code``, ``detail`` and ``unanswered``."""
-    return {**outcome_to_json(out), "code": ErrorCode.SHUTTING_DOWN,
+    return {**answer_to_json(out), "code": ErrorCode.SHUTTING_DOWN,
             "detail": f"the service shut down before {len(unanswered)} symbol(s) were answered; send them again "
                       "(the forecasts made are in this answer)",
             "unanswered": unanswered}
@@ -328,10 +328,10 @@ class Ingress:
             scope_state["error_code"] = ErrorCode.SHUTTING_DOWN.value
             self.metrics.record_error(ErrorCode.SHUTTING_DOWN)
         elif accept and ARROW_STREAM in accept:
-            response = Response(outcome_to_arrow(out), media_type=ARROW_STREAM,
+            response = Response(answer_to_arrow(out), media_type=ARROW_STREAM,
                                 headers={"X-Kronos-Errors": str(len(out.errors))})
         else:
-            response = _json(outcome_to_json(out))
+            response = _json(answer_to_json(out))
         response.background = BackgroundTask(self.pipeline.record, out)  # to the ledger once the answer is sent
         return response
 

@@ -259,6 +259,13 @@ def stop(settings=None, deadline: float | None = None) -> bool:
     return clean
 
 
+def requires(args) -> list:
+    """The ``serve`` extra (checked before Ray starts)."""
+    from kronos_core.cli.requirements import SERVE_MODULES, needs
+
+    return needs(SERVE_MODULES)
+
+
 def _delete_app(app_name: str, deadline: float | None) -> bool:
     """``serve.delete(app_name)``, given up on at ``deadline`` (Ray's shutdown then ends it).
     False when it was given up on (its thread is still blocked in Serve)."""

@@ -24,15 +24,22 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from service.common.metrics import Metrics
 from service.common.settings import Settings
 from service.replica.calibration import state_path
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from kronos_core.ledger.adaptive import OnlineCalibration
+    from kronos_core.ledger.scoring import WaitingFiles
+
 log = logging.getLogger(__name__)
 
 LOCK_FILE = "scorer.lock"
+INDEX_FILE = "scoring-index.json"  # kronos_core.ledger.scoring.WaitingFiles, saved after each pass
 
 
 @contextlib.contextmanager
@@ -98,9 +105,10 @@ class LiveAccuracy:
         self.adaptive = adaptive
         self.passes = 0  # passes run by this gateway (the lock was ours)
         self.last_scored: datetime | None = None
-        from kronos_core.ledger.scoring import WaitingFiles
-
-        self.waiting = WaitingFiles()  # files not yet due are not read again (kronos_core.ledger.scoring)
+        # files not yet due are not read again (kronos_core.ledger.scoring); this gateway's first
+        # pass resumes from the index the last pass (of any gateway) saved in the ledger folder
+        self.waiting: WaitingFiles | None = None
+        self.index_path = Path(ledger_dir) / INDEX_FILE
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -118,7 +126,9 @@ class LiveAccuracy:
         """Start the background scoring thread (no-op when the interval is 0). A thread, not a
         task: a pass reads files and computes for a while, and must not hold the event loop."""
         if self.settings.score_interval_s > 0 and self._thread is None:
-            self._thread = threading.Thread(target=self._loop, name="kronos-ledger-scorer", daemon=True)
+            self._thread = threading.Thread(
+                target=self._loop, name="kronos-ledger-scorer", daemon=True
+            )
             self._thread.start()
 
     def stop(self) -> None:
@@ -134,13 +144,19 @@ class LiveAccuracy:
     def score_pass(self) -> dict | None:
         """One pass, if the lock is ours: score, update the adaptive state, enforce retention,
         set the gauges. Returns what it did (None: another gateway holds the lock)."""
-        from kronos_core.ledger.scoring import score
+        from kronos_core.ledger.scoring import WaitingFiles, score
 
         with scoring_lock(self.ledger_dir) as mine:
             if not mine:
                 return None
             t0 = time.perf_counter()
+            if self.waiting is None:
+                self.waiting = WaitingFiles.load(self.index_path)
             scored = score(self.ledger, self.store, waiting=self.waiting)
+            try:
+                self.waiting.save(self.index_path)
+            except OSError as exc:  # only a shortcut for the next start: never fails the pass
+                log.warning("scoring index not saved: %s", exc)
             n_new = int(scored.scores.num_rows)
             if n_new:
                 self.last_scored = datetime.now(timezone.utc)
@@ -167,10 +183,14 @@ class LiveAccuracy:
         scores = self.ledger.read_scores()
         if not scores.num_rows:
             return
-        names = dict(zip(scores["model_sha256"].to_pylist(), scores["model_name"].to_pylist(), strict=True))
+        names = dict(
+            zip(scores["model_sha256"].to_pylist(), scores["model_name"].to_pylist(), strict=True)
+        )
         for sha, name in names.items():
             label = model_label(sha, name)
-            res = accuracy(scores.filter(pc.equal(scores["model_sha256"], sha)), window=self.window())
+            res = accuracy(
+                scores.filter(pc.equal(scores["model_sha256"], sha)), window=self.window()
+            )
             rolling, everything = _figures(res.get("rolling")), _figures(res.get("all_time"))
             for level, cov in rolling["coverage"].items():
                 if cov is not None:
@@ -181,15 +201,36 @@ class LiveAccuracy:
             self.metrics.forecasts_scored.labels(model=label).set(everything["scored"])
 
     # ------------------------------------------------------------------ GET /v1/accuracy
-    def answer(self, model: str | None = None, symbol: str | None = None, since: datetime | None = None,
-               horizon_step: int | None = None) -> dict:
+    def answer(
+        self,
+        model: str | None = None,
+        symbol: str | None = None,
+        since: datetime | None = None,
+        horizon_step: int | None = None,
+    ) -> dict:
         """The body of ``GET /v1/accuracy`` (``service.common.schemas.AccuracyResponse``)."""
         from kronos_core.ledger.accuracy import accuracy
 
-        res = accuracy(self.ledger, model=model, symbol=symbol, since=utc_since(since),
-                                  horizon_step=horizon_step, window=self.window())
-        body = _answer(self.settings, model, symbol, since, horizon_step, res.get("rolling"), res.get("all_time"))
-        body["last_scored"] = None if self.last_scored is None else self.last_scored.isoformat(timespec="seconds")
+        res = accuracy(
+            self.ledger,
+            model=model,
+            symbol=symbol,
+            since=utc_since(since),
+            horizon_step=horizon_step,
+            window=self.window(),
+        )
+        body = _answer(
+            self.settings,
+            model,
+            symbol,
+            since,
+            horizon_step,
+            res.get("rolling"),
+            res.get("all_time"),
+        )
+        body["last_scored"] = (
+            None if self.last_scored is None else self.last_scored.isoformat(timespec="seconds")
+        )
         return body
 
 
@@ -205,18 +246,34 @@ def utc_since(since: datetime | None) -> datetime | None:
     return lo if since < lo else hi if since > hi else since.astimezone(timezone.utc)
 
 
-def _answer(settings: Settings, model, symbol, since, horizon_step, rolling, all_time, detail: str = "") -> dict:
+def _answer(
+    settings: Settings, model, symbol, since, horizon_step, rolling, all_time, detail: str = ""
+) -> dict:
     return {
-        "model": model, "symbol": symbol, "since": None if since is None else since.isoformat(),
-        "horizon_step": horizon_step, "window_steps": settings.score_window_steps,
-        "rolling": _figures(rolling), "all_time": _figures(all_time), "last_scored": None, "detail": detail,
+        "model": model,
+        "symbol": symbol,
+        "since": None if since is None else since.isoformat(),
+        "horizon_step": horizon_step,
+        "window_steps": settings.score_window_steps,
+        "rolling": _figures(rolling),
+        "all_time": _figures(all_time),
+        "last_scored": None,
+        "detail": detail,
     }
 
 
 def ledger_off_answer(settings: Settings, model, symbol, since, horizon_step) -> dict:
     """``GET /v1/accuracy`` with the ledger ``off``: nothing recorded, nothing scored."""
-    return _answer(settings, model, symbol, since, horizon_step, None, None,
-                   "the forecast ledger is off (KRONOS_LEDGER_DIR=off): nothing is recorded or scored")
+    return _answer(
+        settings,
+        model,
+        symbol,
+        since,
+        horizon_step,
+        None,
+        None,
+        "the forecast ledger is off (KRONOS_LEDGER_DIR=off): nothing is recorded or scored",
+    )
 
 
 def model_label(sha256: str | None, name: str | None) -> str:
@@ -226,7 +283,8 @@ def model_label(sha256: str | None, name: str | None) -> str:
 
 
 def writer_name(gateway_id: str | None) -> str:
-    """A file-name-safe writer id for this gateway's ledger files (its Serve replica id, else its pid)."""
+    """A file-name-safe writer id for this gateway's ledger files (its Serve replica id, else its
+    pid)."""
     import re
 
     raw = gateway_id or f"pid{os.getpid()}"
@@ -250,13 +308,23 @@ def ledger_service(settings: Settings, store: Any, metrics: Metrics, gateway_id:
     def open_ledger():
         from kronos_core.ledger.ledger import Ledger
 
-        return Ledger(ledger_dir, writer_id=writer, keep_paths=settings.ledger_paths,
-                      retention_days=settings.ledger_retention_days, retention_bytes=settings.ledger_retention_bytes)
+        return Ledger(
+            ledger_dir,
+            writer_id=writer,
+            keep_paths=settings.ledger_paths,
+            retention_days=settings.ledger_retention_days,
+            retention_bytes=settings.ledger_retention_bytes,
+        )
 
     recorder = LedgerRecorder(open_ledger, metrics, settings.ledger_queue)
     adaptive = GatewayAdaptation.for_settings(settings)
     live = LiveAccuracy(settings, ledger_dir, store, metrics, open_ledger, adaptive)
-    log.info("forecast ledger in %s (writer %s), scoring every %g s", ledger_dir, writer, settings.score_interval_s)
+    log.info(
+        "forecast ledger in %s (writer %s), scoring every %g s",
+        ledger_dir,
+        writer,
+        settings.score_interval_s,
+    )
     return recorder, live
 
 
@@ -264,7 +332,7 @@ class GatewayAdaptation:
     """The scorer's side: the scored steps fed to the ACI state (the gateway holding the
     scoring lock only)."""
 
-    def __init__(self, online: Any):
+    def __init__(self, online: OnlineCalibration):
         self.online = online
 
     @classmethod
@@ -284,9 +352,16 @@ class GatewayAdaptation:
         online = OnlineCalibration(cal, path)
         return cls(online) if online.adaptive else None
 
-    def update(self, scored: Any) -> dict:
+    def update(self, scored: pa.Table) -> dict:
         """Feed one scoring pass's ``ScoreResult.scored`` rows; returns what changed."""
         res = self.online.update(scored)
         if res.changed:
-            log.info("adaptive calibration: %d step(s) taken in, version %d", res.steps, res.version)
-        return {"steps": res.steps, "updates": res.updates, "version": res.version, "changed": res.changed}
+            log.info(
+                "adaptive calibration: %d step(s) taken in, version %d", res.steps, res.version
+            )
+        return {
+            "steps": res.steps,
+            "updates": res.updates,
+            "version": res.version,
+            "changed": res.changed,
+        }

@@ -1,18 +1,27 @@
-"""Fixtures shared by the whole suite: the reference fixture checkpoint and real candle data.
+"""Fixtures shared by the whole suite: the reference fixture checkpoints and real candle data.
 
-Everything comes from inside the repository (``tests/fixtures/`` and the bundled
-``kronos_core/data/real/``); see ``tests/fixtures/README.md`` for where each file came from.
+Bundled files come from inside the repository (``tests/fixtures/`` and ``kronos_core/data/real/``;
+``tests/fixtures/README.md`` says where each came from). Data that may not be committed (the
+A-share file, its parity cases) is read from the shared folder beside the repository through
+``fixture_paths.shared_path``: the tests that need it skip, saying why, when it is absent.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from fixture_paths import FIXTURE_DIR
+from fixture_paths import (
+    FIXTURE_DIR,
+    GOOG_PARITY_DIR,
+    SHARED_A_SHARE,
+    SHARED_A_SHARE_CASES,
+    shared_path,
+)
 
 from kronos_core.data.sample_store import REAL_DIR
 
@@ -22,27 +31,69 @@ DATA_DIR = REAL_DIR
 @pytest.fixture(scope="session")
 def fixture_dir() -> Path:
     if not FIXTURE_DIR.is_dir():
-        pytest.fail(f"reference fixture not found at {FIXTURE_DIR} (it is part of the repository: restore it with git)")
+        pytest.fail(f"reference fixture not found at {FIXTURE_DIR} (it is part of the repository: "
+                    "restore it with git)")
     return FIXTURE_DIR
 
 
-@pytest.fixture(scope="session")
-def fixture_cases(fixture_dir) -> dict:
-    return json.loads((fixture_dir / "cases.json").read_text())
+def _checkpoint(folder: Path):
+    """(Kronos, KronosTokenizer) of a fixture checkpoint folder, on CPU."""
+    from kronos_core import Kronos, KronosTokenizer
+
+    model = Kronos.from_pretrained(folder / "model")
+    return model, KronosTokenizer.from_pretrained(folder / "tokenizer")
 
 
 @pytest.fixture(scope="session")
 def tiny(fixture_dir):
-    """(Kronos, KronosTokenizer) of the reference fixture checkpoint, on CPU."""
-    from kronos_core import Kronos, KronosTokenizer
+    """(Kronos, KronosTokenizer) of the random-weight tiny checkpoint, on CPU."""
+    return _checkpoint(fixture_dir)
 
-    return Kronos.from_pretrained(fixture_dir / "model"), KronosTokenizer.from_pretrained(fixture_dir / "tokenizer")
+
+def with_amount(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with ``amount = volume x mean(open, high, low, close)`` when it has no turnover:
+    the fill the reference applies to the whole file before cutting windows."""
+    if "amount" in df.columns:
+        return df
+    return df.assign(amount=df["volume"] * df[["open", "high", "low", "close"]].mean(axis=1))
 
 
 @pytest.fixture(scope="session")
-def a_share() -> pd.DataFrame:
-    """The real 5-minute A-share candles (2,500 rows) with parsed timestamps."""
-    return pd.read_csv(DATA_DIR / "kline_5min_a_share.csv", parse_dates=["timestamps"])
+def goog() -> pd.DataFrame:
+    """The bundled real GOOG daily candles (2,148 rows), parsed timestamps, ``amount`` filled:
+    the real series the predictor and engine tests cut their windows from."""
+    return with_amount(pd.read_csv(DATA_DIR / "goog_daily.csv", parse_dates=["timestamps"]))
+
+
+@dataclass(frozen=True)
+class Parity:
+    """A reference parity fixture: a checkpoint, the reference's greedy forecasts on windows of
+    a real candle file (``cases``: see ``shared/fixtures/README.md``), and that file's candles."""
+
+    name: str
+    model: object
+    tokenizer: object
+    cases: dict
+    candles: pd.DataFrame
+
+
+def _parity(name: str) -> Parity:
+    if name == "goog":  # bundled: always runs
+        cases = json.loads((GOOG_PARITY_DIR / "cases.json").read_text())
+        candles = with_amount(pd.read_csv(DATA_DIR / cases["data_csv"], parse_dates=["timestamps"]))
+        return Parity(name, *_checkpoint(GOOG_PARITY_DIR), cases, candles)
+    # A-share: the cases (their intermediates hold normalized A-share rows) and the candles stay
+    # in the shared folder; the checkpoint is the bundled kronos-tiny (the same files)
+    cases = json.loads(shared_path(SHARED_A_SHARE_CASES).read_text())
+    candles = pd.read_csv(shared_path(SHARED_A_SHARE), parse_dates=["timestamps"])
+    return Parity(name, *_checkpoint(FIXTURE_DIR), cases, candles)
+
+
+@pytest.fixture(scope="session", params=["goog", "a_share"])
+def parity(request) -> Parity:
+    """Each reference parity fixture: GOOG daily (bundled) and the A-share cases (shared folder,
+    skipped when it is absent)."""
+    return _parity(request.param)
 
 
 # ---- running under pytest-xdist (`-n 2`, set in pyproject.toml) --------------------------------
@@ -57,11 +108,12 @@ RAY_GROUP = "ray"
 
 def starts_ray(nodeid: str) -> bool:
     """Tests that start Ray: the integration session and the (slow) Ray Train test."""
-    return nodeid.startswith("tests/integration/") or nodeid.startswith("tests/train/test_ray_train.py")
+    return nodeid.startswith(("tests/integration/", "tests/train/test_ray_train.py"))
 
 
 def pytest_collection_modifyitems(config, items):
-    items.sort(key=lambda item: not starts_ray(item.nodeid))  # stable: the Ray tests first, order kept
+    # stable: the Ray tests first, order kept
+    items.sort(key=lambda item: not starts_ray(item.nodeid))
 
 
 def pytest_xdist_make_scheduler(config, log):

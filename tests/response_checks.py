@@ -11,7 +11,7 @@ import pyarrow as pa
 
 FEATURES = ("open", "high", "low", "close", "volume", "amount")
 SUMMARY_FIELDS = ("expected_return", "p_up", "volatility", "horizon_volatility", "var_95", "es_95",
-                  "realized_volatility", "vol_alert")
+                  "realized_volatility", "vol_alert", "sample_paths")
 
 
 def assert_arrow_equals_json(

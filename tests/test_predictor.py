@@ -1,4 +1,7 @@
-"""KronosPredictor: reference parity on the fixture, ragged batches, seeded sampling, input rules."""
+"""KronosPredictor: reference parity on the fixtures, ragged batches, seeded sampling, input rules.
+
+Parity runs on each fixture of ``parity`` (GOOG daily, bundled; the A-share cases, from the shared
+folder); the other tests cut their windows from the bundled GOOG daily candles (``goog``)."""
 
 from __future__ import annotations
 
@@ -29,11 +32,12 @@ CASES = ["fits_context", "slides_window", "full_context", "batch_of_4"]
 
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("method", ["predict", "predict_batch"])
-def test_reference_parity(tiny, fixture_cases, a_share, case, method):
-    c = fixture_cases["cases"][case]
+def test_reference_parity(parity, case, method):
+    c = parity.cases["cases"][case]
     starts = c.get("start_rows", [c.get("start_row")])
-    dfs, xs, ys = _case_inputs(a_share, starts, c["lookback"], c["horizon"])
-    predictor = KronosPredictor(*tiny, device="cpu", max_context=c["max_context"], clip=fixture_cases["clip"])
+    dfs, xs, ys = _case_inputs(parity.candles, starts, c["lookback"], c["horizon"])
+    predictor = KronosPredictor(parity.model, parity.tokenizer, device="cpu",
+                                max_context=c["max_context"], clip=parity.cases["clip"])
     if method == "predict":
         got = [predictor.predict(d, x, y, c["horizon"], **GREEDY) for d, x, y in zip(dfs, xs, ys)]
     else:
@@ -45,37 +49,39 @@ def test_reference_parity(tiny, fixture_cases, a_share, case, method):
         np.testing.assert_allclose(frame.to_numpy(), exp, rtol=1e-4)
 
 
-def test_recompute_mode_equals_cached(tiny, fixture_cases, a_share):
-    """The reference's algorithm (full recompute each step) gives the same forecast as the cached engine."""
-    c = fixture_cases["cases"]["slides_window"]
-    dfs, xs, ys = _case_inputs(a_share, [c["start_row"]], c["lookback"], c["horizon"])
-    cached = KronosPredictor(*tiny, device="cpu", max_context=c["max_context"])
-    slow = KronosPredictor(*tiny, device="cpu", max_context=c["max_context"], sliding="recompute")
+def test_recompute_mode_equals_cached(parity):
+    """The reference's algorithm (full recompute each step) gives the same forecast as the cached
+    engine."""
+    c = parity.cases["cases"]["slides_window"]
+    dfs, xs, ys = _case_inputs(parity.candles, [c["start_row"]], c["lookback"], c["horizon"])
+    model = (parity.model, parity.tokenizer)
+    cached = KronosPredictor(*model, device="cpu", max_context=c["max_context"])
+    slow = KronosPredictor(*model, device="cpu", max_context=c["max_context"], sliding="recompute")
     a = cached.predict(dfs[0], xs[0], ys[0], c["horizon"], **GREEDY)
     b = slow.predict(dfs[0], xs[0], ys[0], c["horizon"], **GREEDY)
     np.testing.assert_array_equal(a.to_numpy(), b.to_numpy())
 
 
 @pytest.mark.parametrize("max_context", [128, 60])
-def test_ragged_batch_equals_singlewindows(tiny, a_share, max_context):
+def test_ragged_batch_equals_singlewindows(tiny, goog, max_context):
     """Series with different lookbacks in one call: each equals its single-series result (greedy).
 
     With max_context 60 some rows slide and others do not, inside one batch.
     """
     predictor = KronosPredictor(*tiny, device="cpu", max_context=max_context)
     starts, lookbacks, horizon = [0, 300, 900, 1500, 2000], [20, 97, 50, 64, 33], 12
-    values, xs, ys = windows(a_share, starts, lookbacks, horizon)
+    values, xs, ys = windows(goog, starts, lookbacks, horizon)
     together = predictor.forecast(values, xs, ys, ForecastOptions(horizon, top_k=1))
     for i in range(len(values)):
         alone = predictor.forecast(values[i : i + 1], xs[i : i + 1], ys[i : i + 1], ForecastOptions(horizon, top_k=1))
         np.testing.assert_allclose(together.mean[i], alone.mean[0], rtol=1e-5)
 
 
-def test_ragged_batch_through_predict_batch(tiny, a_share):
+def test_ragged_batch_through_predict_batch(tiny, goog):
     predictor = KronosPredictor(*tiny, device="cpu", max_context=128)
     dfs, xs, ys = [], [], []
     for s, lb in [(10, 40), (500, 80)]:
-        d, x, y = _case_inputs(a_share, [s], lb, 8)
+        d, x, y = _case_inputs(goog, [s], lb, 8)
         dfs += d
         xs += x
         ys += y
@@ -84,10 +90,10 @@ def test_ragged_batch_through_predict_batch(tiny, a_share):
     np.testing.assert_allclose(both[0].to_numpy(), single.to_numpy(), rtol=1e-5)
 
 
-def test_seeded_sampling_is_batch_invariant(tiny, a_share):
+def test_seeded_sampling_is_batch_invariant(tiny, goog):
     """A series' seeded sample paths do not depend on what shares the batch or on the batch size."""
     predictor = KronosPredictor(*tiny, device="cpu", max_context=128)
-    values, xs, ys = windows(a_share, [0, 400, 800, 1200], [64, 40, 90, 64], 10)
+    values, xs, ys = windows(goog, [0, 400, 800, 1200], [64, 40, 90, 64], 10)
     kw = dict(sample_count=3, temperature=1.0, top_p=0.9, seed=1234)
     full = predictor.forecast(values, xs, ys, ForecastOptions(10, **kw))
     # the same series alone, and in another order with other company
@@ -101,9 +107,9 @@ def test_seeded_sampling_is_batch_invariant(tiny, a_share):
     assert not np.allclose(other.paths[0], alone.paths[0])
 
 
-def test_same_seed_same_answer_and_unseeded_varies(tiny, a_share):
+def test_same_seed_same_answer_and_unseeded_varies(tiny, goog):
     predictor = KronosPredictor(*tiny, device="cpu", max_context=128)
-    values, xs, ys = windows(a_share, [100], [64], 8)
+    values, xs, ys = windows(goog, [100], [64], 8)
     a = predictor.forecast(values, xs, ys, ForecastOptions(8, sample_count=4, seed=7))
     b = predictor.forecast(values, xs, ys, ForecastOptions(8, sample_count=4, seed=7))
     np.testing.assert_array_equal(a.paths, b.paths)
@@ -112,9 +118,9 @@ def test_same_seed_same_answer_and_unseeded_varies(tiny, a_share):
     assert not np.array_equal(c.paths, d.paths)
 
 
-def test_forecast_shapes_mean_and_quantiles(tiny, a_share):
+def test_forecast_shapes_mean_and_quantiles(tiny, goog):
     predictor = KronosPredictor(*tiny, device="cpu", max_context=128)
-    values, xs, ys = windows(a_share, [0, 600], [64, 48], 6)
+    values, xs, ys = windows(goog, [0, 600], [64, 48], 6)
     res = predictor.forecast(values, xs, ys, ForecastOptions(6, sample_count=5, seed=3, quantiles=(0.1, 0.5, 0.9)))
     assert res.paths.shape == (2, 5, 6, 6)
     assert res.mean.shape == (2, 6, 6)
@@ -125,9 +131,9 @@ def test_forecast_shapes_mean_and_quantiles(tiny, a_share):
     assert res.stats.tokens_generated == 2 * 5 * 6
 
 
-def test_repair_makes_candles_consistent(tiny, a_share):
+def test_repair_makes_candles_consistent(tiny, goog):
     predictor = KronosPredictor(*tiny, device="cpu", max_context=128)
-    values, xs, ys = windows(a_share, [0, 700, 1400], [64, 64, 64], 12)
+    values, xs, ys = windows(goog, [0, 700, 1400], [64, 64, 64], 12)
     raw = predictor.forecast(values, xs, ys, ForecastOptions(12, sample_count=4, seed=5))
     fixed = predictor.forecast(values, xs, ys, ForecastOptions(12, sample_count=4, seed=5, repair=True))
     p = fixed.paths
@@ -138,9 +144,9 @@ def test_repair_makes_candles_consistent(tiny, a_share):
     np.testing.assert_array_equal(p[..., [0, 3]], raw.paths[..., [0, 3]])
 
 
-def test_input_rules_match_reference(tiny, a_share):
+def test_input_rules_match_reference(tiny, goog):
     predictor = KronosPredictor(*tiny, device="cpu", max_context=128)
-    d, x, y = _case_inputs(a_share, [50], 64, 4)
+    d, x, y = _case_inputs(goog, [50], 64, 4)
     prices = d[0][["open", "high", "low", "close"]]
     # no volume: volume = amount = 0, same as passing zeros explicitly
     a = predictor.predict(prices, x[0], y[0], 4, **GREEDY)

@@ -3,7 +3,10 @@
 Each subcommand lives in its own module with two functions:
 
 * ``add_arguments(parser)``: declare the subcommand's flags on an argparse parser;
-* ``run(args) -> int``: do the work and return the process exit code.
+* ``run(args) -> int``: do the work and return the process exit code;
+* optionally ``requires(args) -> list[Need]``: the optional packages these flags need
+  (``kronos_core.cli.requirements``), checked before ``run``, so a missing one is named at
+  once with the line that installs it.
 
 Modules are imported only when their subcommand runs, so ``kronos forecast``
 never pays for importing Ray or FastAPI.
@@ -113,14 +116,21 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     module_path, help_text = commands[name]
+    from kronos_core.cli.requirements import missing_message, module_missing_message
+
     try:
         module = importlib.import_module(module_path)
     except ModuleNotFoundError as exc:
-        print(f"kronos {name}: unavailable ({exc}); is the right extra installed?", file=sys.stderr)
+        print(module_missing_message(name, exc), file=sys.stderr)
         return 2
     parser = argparse.ArgumentParser(prog=f"kronos {name}", description=help_text)
     module.add_arguments(parser)
     args = parser.parse_args(argv[idx + words:])
+    requires = getattr(module, "requires", None)  # optional packages, checked before any work
+    why = missing_message(name, list(requires(args))) if requires is not None else None
+    if why is not None:
+        print(why, file=sys.stderr)
+        return 2
     return int(module.run(args) or 0)
 
 

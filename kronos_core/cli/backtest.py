@@ -15,12 +15,14 @@ from pathlib import Path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from kronos_core.eval.runner import add_file_arguments
+    from kronos_core.eval.runner import add_corpus_arguments, add_file_arguments
     from kronos_core.loading import add_predictor_arguments
 
     g = parser.add_argument_group("backtest")
-    g.add_argument("--data", nargs="+", required=True, help="CSV/Parquet files (one symbol each) or a store folder")
-    g.add_argument("--symbols", nargs="+", help="symbols to take from a store (default: all)")
+    g.add_argument("--data", nargs="+",
+                   help="CSV/Parquet files (one symbol each) or a store folder (or --corpus DIR)")
+    g.add_argument("--symbols", nargs="+",
+                   help="symbols to take from a store or the corpus (default: all)")
     g.add_argument("--lookback", type=int, default=128, help="context candles (default 128)")
     g.add_argument("--horizon", type=int, required=True, help="forecast candles; ranks use the return to the end")
     g.add_argument("--rebalance", type=int, required=True, help="rows between rebalances")
@@ -37,21 +39,47 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--batch-size", type=int, default=512, help="universe symbols per engine call")
     g.add_argument("--out", type=Path, help="folder for backtest.json, backtest.md and equity.png")
     add_file_arguments(parser)
+    add_corpus_arguments(parser)
     add_predictor_arguments(parser)
 
 
+def requires(args) -> list:
+    """``--out`` writes equity.png with matplotlib (the ``eval`` extra)."""
+    from kronos_core.cli.requirements import needs
+
+    return needs(["matplotlib"], "--out (equity.png)") if args.out else []
+
+
+def corpus_start(args, source) -> str | None:
+    """The first rebalance allowed: with a corpus, the latest ``eval_from`` of the universe (every
+    decision and every return it earns inside every series' evaluation period); a ``--start``
+    before it is an error."""
+    import pandas as pd
+
+    if source.corpus is None:
+        return args.start
+    latest = max(source.eval_from)
+    if args.start is not None and pd.Timestamp(args.start) < latest:
+        raise ValueError(f"--start {args.start} is before the evaluation period of the corpus "
+                         f"series (the latest eval_from of the universe is {latest}); a backtest "
+                         "on the corpus trades only inside it")
+    return args.start or str(latest)
+
+
 def run(args) -> int:
-    from kronos_core.eval.data import DataError, load_series
+    from kronos_core.eval.data import DataError
     from kronos_core.eval.portfolio import Universe, markdown, run_backtest
-    from kronos_core.eval.runner import read_options
+    from kronos_core.eval.sources import load_source
     from kronos_core.loading import load_predictor, predictor_config_from_args
     from kronos_core.model import CheckpointError
 
     try:
-        uni = Universe.from_series(load_series(args.data, args.symbols, read_options(args)))
+        source = load_source(args)
+        start = corpus_start(args, source)
+        uni = Universe.from_series(source.series)
         predictor = load_predictor(predictor_config_from_args(args))
         res = run_backtest(predictor, uni, args.lookback, args.horizon, args.rebalance, args.top, args.long_short,
-                           args.cost_bps, args.rank, args.sample_count, args.momentum_window, args.start,
+                           args.cost_bps, args.rank, args.sample_count, args.momentum_window, start,
                            args.end, args.seed, args.batch_size)
     except (DataError, CheckpointError, ValueError) as exc:
         print(f"kronos backtest: {exc}", file=sys.stderr)
@@ -67,9 +95,9 @@ def run(args) -> int:
             "model": predictor.identity.as_dict(),
             "data": {"symbols": uni.names, "rows": len(uni.timestamps), "first": str(uni.timestamps[0]),
                      "last": str(uni.timestamps[-1])},
-            "settings": {k: getattr(args, k) for k in ("lookback", "horizon", "rebalance", "top", "long_short",
-                                                       "rank", "cost_bps", "sample_count", "seed", "start", "end")}
-            | res.extra,
+            "settings": {k: getattr(args, k) for k in (
+                "lookback", "horizon", "rebalance", "top", "long_short", "rank", "cost_bps",
+                "sample_count", "seed", "end")} | {"start": start} | res.extra,
             "performance": res.performance,
             "decisions": res.decisions,
         }

@@ -38,7 +38,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--holdout", type=float,
                         help="fit on windows before the last FRACTION of each series (from --start / --last-fraction on) and "
                              "report coverage before/after calibration on windows in that last part")
-    parser.add_argument("--holdout-windows", type=int, help="held-out windows per series (default: --windows)")
+    parser.add_argument("--holdout-windows", type=int,
+                        help="held-out windows per series (default: --windows); with --corpus, the "
+                             "held-out coverage table (on each series' evaluation period) is shown "
+                             "only when this is given")
     parser.add_argument("--group-by", choices=("none", "frequency", "series"), default="none",
                         help="fit one calibration per bar frequency (1d, 1h, ...) or per series, all in the one "
                              "file; each applies only to its group (default: one for all the series)")
@@ -76,6 +79,15 @@ def _covered(name, cal, samples, truth, issued, resolved) -> dict[str, np.ndarra
     return out
 
 
+def holdout_starts(args, series) -> list:
+    """Per series, where its held-out part begins: the corpus's ``eval_from`` (``args.eval_from``,
+    set by ``run`` with ``--corpus``), else the start of its last ``--holdout`` fraction."""
+    eval_from = getattr(args, "eval_from", None)
+    if eval_from is not None:
+        return [eval_from[s.name] for s in series]
+    return split_times(series, args.holdout)
+
+
 def holdout_report(args, predictor, series, cals: dict) -> list[dict]:
     """Coverage before and after each calibration on each series' held-out last part (windows in
     time order, so ACI walks through them), and over all of them."""
@@ -86,7 +98,7 @@ def holdout_report(args, predictor, series, cals: dict) -> list[dict]:
     levels = next(iter(cals.values())).levels
     rows: list[dict] = []
     pooled: dict[str, list[np.ndarray]] = {}  # column -> its (C, N) array of each series
-    for s, t in zip(series, split_times(series, args.holdout)):
+    for s, t in zip(series, holdout_starts(args, series)):
         wf = walk_forward(args, predictor, [s], start=t, windows=args.holdout_windows or args.windows)
         issued, resolved = window_times(wf)
         truth = wf.windows.truth
@@ -133,9 +145,10 @@ def _fit_group(args, predictor, series) -> tuple[dict, int, float]:
     from kronos_core.eval.calibration import Calibration, Scope, series_frequency
     from kronos_core.eval.runner import walk_forward, window_times
 
-    if args.holdout is not None:  # calibration windows end where each series' held-out part begins
+    if args.holdout is not None or getattr(args, "eval_from", None) is not None:
+        # calibration windows end where each series' held-out part (corpus: eval period) begins
         wfs = [walk_forward(args, predictor, [s], start=args.start, end=t)
-               for s, t in zip(series, split_times(series, args.holdout))]
+               for s, t in zip(series, holdout_starts(args, series))]
     else:
         wfs = [walk_forward(args, predictor, series, start=args.start, end=args.end)]
     paths = np.concatenate([w.paths for w in wfs])
@@ -146,6 +159,9 @@ def _fit_group(args, predictor, series) -> tuple[dict, int, float]:
     info = {"windows": n_windows, "lookback": args.lookback, "sample_count": args.sample_count,
             "seed": args.seed, "step": args.step or args.horizon, "holdout": args.holdout,
             "series": [s.name for s in series], "start": args.start, "end": args.end}
+    if getattr(args, "eval_from", None) is not None:
+        info["fitted_before"] = "each series' eval_from (corpus evaluation period)"
+        info["corpus"] = str(args.corpus)
     frequencies = {f for s in series if (f := series_frequency(s.timestamps)) is not None}
     scope = Scope((args.lookback, args.lookback), tuple(sorted(frequencies)) or None, tuple(s.name for s in series))
     cals = {}
@@ -181,7 +197,7 @@ def fit_calibrations(args, predictor, series) -> tuple[dict, int, float]:
 def run(args) -> int:
     from kronos_core.eval.calibration import METHODS, CalibrationError
     from kronos_core.eval.data import DataError
-    from kronos_core.eval.runner import load_data
+    from kronos_core.eval.sources import load_source
     from kronos_core.loading import load_predictor, predictor_config_from_args
     from kronos_core.model import CheckpointError
 
@@ -192,8 +208,16 @@ def run(args) -> int:
     if unknown:
         print(f"kronos calibrate: --compare {','.join(unknown)}: not a method ({', '.join(METHODS)})", file=sys.stderr)
         return 2
+    if args.corpus is not None and args.holdout is not None:
+        print("kronos calibrate: --holdout is for files; a corpus's hold-out is each series' "
+              "evaluation period (give --holdout-windows N for the held-out coverage table)",
+              file=sys.stderr)
+        return 2
     try:
-        series = load_data(args)
+        source = load_source(args)
+        series = source.series
+        if source.corpus is not None:  # fit on windows before eval_from, never on eval rows
+            args.eval_from = {s.name: i.eval_from for s, i in zip(series, source.info)}
         predictor = load_predictor(predictor_config_from_args(args))
         cals, n_windows, seconds = fit_calibrations(args, predictor, series)
     except (DataError, CalibrationError, CheckpointError, ValueError) as exc:
@@ -211,7 +235,8 @@ def run(args) -> int:
         detail = f" (gamma {cal.info['aci']['gamma']:g}, trailing window {cal.info['aci']['window']})"
     print(f"fitted {cal.method}{detail} on {n_windows} windows ({n_windows / seconds:.2f} windows/s) "
           f"for model {predictor.identity.name}; wrote {args.out}")
-    if args.holdout is not None:
+    corpus_holdout = source.corpus is not None and args.holdout_windows
+    if args.holdout is not None or corpus_holdout:
         rows = holdout_report(args, predictor, series, cals)
         cols = [k for k in rows[0] if k not in ("series", "level", "windows")]
         print("\nheld-out coverage (close), before and after each calibration:\n")

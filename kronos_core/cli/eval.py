@@ -23,11 +23,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from kronos_core.eval.runner import add_window_arguments
     from kronos_core.loading import add_predictor_arguments
 
-    add_window_arguments(parser)
-    add_predictor_arguments(parser)
-    parser.add_argument("--calibration", type=Path, help="calibration JSON (kronos calibrate) for the quantiles")
+    add_window_arguments(parser, several_horizons=True)
+    add_predictor_arguments(parser, several_models=True)
+    parser.add_argument("--calibration", type=Path, action="append",
+                        help="calibration JSON (kronos calibrate): the model it was fitted for is "
+                             "scored raw and calibrated; repeat it for several models")
     parser.add_argument("--all-features", action="store_true", help="also score open/high/low/volume/amount")
-    parser.add_argument("--out", type=Path, help="write the JSON report here")
+    parser.add_argument("--out", type=Path,
+                        help="write the JSON report here (and its tables beside it, as .md)")
     parser.add_argument("--plot", type=Path, metavar="DIR", help="write PNGs (fan charts, coverage, PIT) here")
     parser.add_argument("--plot-series", nargs="+", help="series for fan charts (default: the first)")
     parser.add_argument("--monitor-out", type=Path, default=None,
@@ -35,7 +38,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "else eval-monitor.json")
 
 
-def write_plots(out: Path, report: dict, wf, calibration=None, series_names=None) -> list[Path]:
+def requires(args) -> list:
+    """The GARCH(1,1) baseline of every report needs arch, ``--plot`` matplotlib (both the
+    ``eval`` extra)."""
+    from kronos_core.cli.requirements import needs
+
+    plots = needs(["matplotlib"], "--plot") if args.plot else []
+    return needs(["arch"], "the GARCH(1,1) baseline") + plots
+
+
+def write_plots(out: Path, report: dict, wf, calibrated=None, series_names=None) -> list[Path]:
+    """Coverage and PIT plots and fan charts of the first model (through its calibration when
+    ``calibrated``, a ``CalibratedPaths``, is given)."""
     from kronos_core.eval import plots
     from kronos_core.eval.evaluate import CLOSE
 
@@ -60,7 +74,8 @@ def write_plots(out: Path, report: dict, wf, calibration=None, series_names=None
         bands = {}
         for c in levels:
             lv = [(1 - c) / 2, (1 + c) / 2]
-            q = calibration.quantiles(samples, lv) if calibration else np.quantile(samples, lv, axis=1)
+            q = (calibrated.quantile_fn(np.array([i]))(lv) if calibrated is not None
+                 else np.quantile(samples, lv, axis=1))  # (2, 1, H)
             bands[c] = (q[0, 0], q[1, 0])
         s = wf.series[k]
         o = int(w.origins[i])
@@ -72,76 +87,58 @@ def write_plots(out: Path, report: dict, wf, calibration=None, series_names=None
     return files
 
 
-def calibration_for(cal, series, horizon: int, lookback: int):
-    """The calibration (or the member of a file fitted per group) that applies to every one of
-    ``series``; raises ``CalibrationError`` naming the series and why it does not apply."""
-    from kronos_core.eval.calibration import CalibrationError, series_frequency
+def check_packages(args) -> None:
+    """Every optional package the run needs, before any work: ``arch`` (GARCH baseline, every
+    report) and, with ``--plot``, matplotlib. Raises ``ImportError`` naming what to install."""
+    from kronos_core.eval.garch import require_arch
 
-    chosen = {}
-    for s in series:
-        frequency = series_frequency(s.timestamps)
-        why = cal.covers(horizon, (), lookback, frequency, s.name)
-        if why:
-            raise CalibrationError(f"the calibration does not apply to {s.name}: {why}")
-        member = cal.select(frequency, s.name)
-        chosen[id(member)] = member
-    if len(chosen) > 1:
-        raise CalibrationError(f"the series fall in different groups of this calibration ({cal.group_by}); "
-                               "evaluate each group on its own")
-    return next(iter(chosen.values()))
+    require_arch()
+    if args.plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError as exc:
+            raise ImportError("--plot needs matplotlib: "
+                              "pip install 'kronos-portfolio[eval]'") from exc
 
 
 def run(args) -> int:
-    from kronos_core.eval.calibration import Calibration, CalibrationError
+    from kronos_core.eval.calibration import CalibrationError
     from kronos_core.eval.data import DataError
-    from kronos_core.eval.evaluate import evaluate, markdown
-    from kronos_core.eval.runner import data_section, load_data, walk_forward
-    from kronos_core.loading import load_predictor, predictor_config_from_args
+    from kronos_core.eval.model_runs import evaluate_models
     from kronos_core.model import CheckpointError
-    from kronos_core.monitor import ResourceMonitor
 
     try:
-        series = load_data(args)
-        calibration = Calibration.load(args.calibration) if args.calibration else None
-        predictor = load_predictor(predictor_config_from_args(args))
-        if calibration is not None:
-            calibration.check_model(predictor.identity)
-            calibration = calibration_for(calibration, series, args.horizon, args.lookback)
-        with ResourceMonitor(label="kronos eval") as monitor:
-            wf = walk_forward(args, predictor, series, start=args.start, end=args.end)
-            monitor.step(n_samples=len(wf.windows))
+        check_packages(args)
+    except ImportError as exc:
+        print(f"kronos eval: {exc}", file=sys.stderr)
+        return 2
+    try:
+        result = evaluate_models(args)
     except (DataError, CalibrationError, CheckpointError, ValueError) as exc:
         print(f"kronos eval: {exc}", file=sys.stderr)
         return 2
-    sections = evaluate(wf.windows, wf.paths, wf.seasons(), args.quantiles, args.coverage, calibration,
-                        args.all_features)
-    report = {
-        "model": {**predictor.identity.as_dict(), "max_context": predictor.max_context,
-                  "sliding": predictor.sliding, "calibration": str(args.calibration) if calibration else None},
-        "data": data_section(args, wf),
-        **sections,
-        "throughput": {"windows": len(wf.windows), "seconds": round(wf.seconds, 3),
-                       "windows_per_second": round(wf.windows_per_second, 3),
-                       "sample_count": args.sample_count, "device": str(predictor.device)},
-    }
-    monitor_path = args.monitor_out or (args.out.with_name(args.out.stem + ".monitor.json") if args.out
-                                        else Path("eval-monitor.json"))
-    resources = monitor.report(monitor_path)
-    report["throughput"]["resources"] = str(monitor_path)
-    print(markdown(report, args.coverage))
-    print(f"\n{len(wf.windows)} windows in {wf.seconds:.1f}s: {wf.windows_per_second:.2f} windows/s "
-          f"({args.sample_count} paths, horizon {args.horizon}, lookback {args.lookback}, {predictor.device})")
+    report, text = result.report, result.text
+    monitor_path, resources = result.monitor_path, result.resources
+    print(text)
+    for m in report["models"]:
+        t = m["throughput"]
+        print(f"\n{m['name']}: {t['windows']} windows in {t['seconds']:.1f}s: "
+              f"{t['windows_per_second']:.2f} windows/s ({args.sample_count} paths, horizon "
+              f"{max(args.horizon)}, lookback {args.lookback}, {t['device']})")
+        if m["random_weights"]:
+            print(f"note: {m['name']} has RANDOM weights; its forecasts are not meaningful")
     print(f"resource report written to {monitor_path} (peak RSS "
           f"{resources['summary']['rss_bytes_peak'] / 2**20:.0f} MiB)")
     for warning in resources["warnings"]:
         print(f"  warning: {warning}")
-    if predictor.identity.random_weights:
-        print(f"note: {predictor.identity.name} has RANDOM weights; its forecasts are not meaningful")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(report, indent=1, default=float))
-        print(f"wrote {args.out}")
+        md = args.out.with_suffix(".md")
+        md.write_text(text + "\n")
+        print(f"wrote {args.out} and {md}")
     if args.plot:
-        for f in write_plots(args.plot, report, wf, calibration, args.plot_series):
+        for f in write_plots(args.plot, report, result.first_run(), result.first_calibration(),
+                             args.plot_series):
             print(f"wrote {f}")
     return 0

@@ -27,7 +27,9 @@ log = logging.getLogger(__name__)
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--csv", required=True, type=Path, help="candles (CSV or Parquet): timestamps, open, high, low, close[, volume, amount]; any case")
     parser.add_argument("--horizon", required=True, type=int, help="candles to forecast")
-    parser.add_argument("--lookback", type=int, help="history candles to use (default: what fits max_context with the horizon)")
+    parser.add_argument("--lookback", type=int,
+                        help="history candles to use (default: the --calibration file's fitted "
+                        "lookback, else max_context - horizon; a shorter history is warned about)")
     parser.add_argument("--timestamp-column", dest="time_column", help=argparse.SUPPRESS)  # old spelling
     parser.add_argument("--exchange", metavar="MIC", help="the series' exchange (XNYS, XNAS, XSHG...): future timestamps follow its calendar")
     add_reader_arguments(parser, repair_all="--repair-input")
@@ -80,6 +82,14 @@ def read_input(args) -> tuple[np.ndarray, pd.DatetimeIndex]:
     return candle_array(frame), pd.DatetimeIndex(frame["timestamps"])
 
 
+def requires(args) -> list:
+    """``--out X.xlsx`` writes with openpyxl (the ``xlsx`` extra)."""
+    from kronos_core.cli.requirements import needs
+
+    xlsx = args.out is not None and str(args.out).lower().endswith(".xlsx")
+    return needs(["openpyxl"], "--out .xlsx") if xlsx else []
+
+
 def run(args) -> int:
     from kronos_core.candles import FEATURES, CandleError
     from kronos_core.model import CheckpointError
@@ -106,7 +116,18 @@ def run(args) -> int:
         return 2
     if predictor.identity is not None and predictor.identity.random_weights:
         log.warning("model %s has RANDOM weights: forecasts are not meaningful", predictor.identity.name)
-    lookback = args.lookback or max(1, min(len(values), predictor.max_context - args.horizon))
+    from kronos_core.lookback import choose_lookback, history_cut_message, horizon_limit_message
+
+    too_long = horizon_limit_message(args.horizon, predictor.max_context)
+    if too_long is not None:  # before any work (the engine would refuse it too)
+        print(f"kronos forecast: {too_long}", file=sys.stderr)
+        return 2
+    choice = choose_lookback(args.lookback, args.horizon, predictor.max_context, calibration)
+    lookback = choice.value
+    used = min(lookback, len(values))
+    cut = history_cut_message(used, len(values), choice, predictor.max_context)
+    if cut is not None:
+        log.warning("%s", cut)
     if calibration is not None:  # applied only where it was fitted; elsewhere raw quantiles, and why
         asked = [float(q) for q in str(args.quantiles or "").split(",") if q.strip()]
         calibration, why = calibration.for_series(args.horizon, asked, min(lookback, len(values)),

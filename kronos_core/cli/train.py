@@ -115,6 +115,15 @@ def interrupted_hint(what: str, out, step: int, saved_step: int | None) -> str:
             f"Continue from it with the same command and --resume: kronos train {what} ... {flags}")
 
 
+def requires(args: argparse.Namespace) -> list:
+    """``--backend ray`` runs under Ray Train (the ``train`` extra)."""
+    from kronos_core.cli.requirements import Need
+
+    if getattr(args, "ray", False) or getattr(args, "backend", "local") == "ray":
+        return [Need("ray", "train", "--backend ray")]
+    return []
+
+
 def run(args: argparse.Namespace) -> int:
     from kronos_core.model import CheckpointError
     from kronos_core.train.config import ConfigFileError

@@ -43,6 +43,28 @@ class ImportOutcome:
         return self.error is None
 
 
+def store_symbol(symbol: str) -> str:
+    """The store's case rule: symbols are upper case (tickers' convention). Import upper-cases
+    every symbol it writes (file name, ``--symbol``, ``--symbol-column``); reads are exact and
+    an unknown symbol whose other case is stored gets a "did you mean" hint."""
+    return symbol.upper()
+
+
+def gap_warning(frame: pd.DataFrame, exchange: str | None) -> str | None:
+    """The ``missing_sessions`` message of an imported frame's stamps, when the symbol's
+    exchange is known and the frame skips some of its sessions; else None."""
+    if not exchange:
+        return None
+    from kronos_core.data.calendars import UnknownExchangeError
+    from kronos_core.data.gaps import missing_sessions
+
+    try:
+        gaps = missing_sessions(frame["timestamps"].to_numpy(), exchange)
+    except UnknownExchangeError:
+        return None
+    return None if gaps is None else f"missing sessions: {gaps.message()}"
+
+
 def _symbol_from_file(path: Path) -> str:
     name = path.name
     for suffix in sorted(CSV_SUFFIXES + PARQUET_SUFFIXES, key=len, reverse=True):
@@ -67,8 +89,12 @@ def import_frame(
     row_numbers=None,
     column_map: Mapping[str, str] | None = None,
 ) -> ImportOutcome:
-    """Validate one symbol's candles and merge them into the store (atomically). A failure
-    is returned in the outcome (its message names the file and symbol once), not logged."""
+    """Validate one symbol's candles and merge them into the store (atomically), under its
+    upper-case name (``store_symbol``). A failure is returned in the outcome (its message
+    names the file and symbol once), not logged; warnings (unused columns, a renamed symbol,
+    sessions of its exchange the candles skip) are logged and kept in the outcome."""
+    given = symbol
+    symbol = store_symbol(symbol) if isinstance(symbol, str) else symbol
     out = ImportOutcome(file=source_name, symbol=symbol, rows_in=len(df))
     try:
         validate_symbol(symbol)
@@ -101,7 +127,15 @@ def import_frame(
         out.rows_total = meta["rows"]
         out.first, out.last = meta["first"], meta["last"]
         out.repairs = tuple(report.repairs)
-        out.warnings = tuple(report.warnings)
+        extra = []
+        if symbol != given:
+            extra.append(f"symbol {given!r} stored as {symbol!r} (store symbols are upper case)")
+        gap = gap_warning(frame, meta.get("exchange"))
+        if gap is not None:
+            extra.append(gap)
+        for line in extra:
+            log.warning("%s [%s]: %s", source_name, symbol, line)
+        out.warnings = tuple(report.warnings) + tuple(extra)
     except (CandleError, StoreError, ValueError, OSError) as exc:
         msg = str(exc)
         out.error = msg if msg.startswith(source_name) else f"{source_name} [{symbol}]: {msg}"

@@ -93,6 +93,17 @@ class StoreDirectory:
                         index.setdefault(e.name[: -len(SUFFIX)], []).append(f)
         return index
 
+    def _case_hint(self, symbol: str, frequencies: list[str]) -> str:
+        """``; did you mean 'AAPL'?`` when ``symbol`` in upper (or lower) case is stored at one of
+        ``frequencies`` (symbols are case-sensitive; import stores them upper case), else ""."""
+        for other in dict.fromkeys((symbol.upper(), symbol.lower())):
+            if other == symbol:
+                continue
+            for f in frequencies:
+                if os.path.exists(f"{self._prefix}{f}{os.sep}{other}{SUFFIX}"):
+                    return f"; did you mean {other!r}? (symbols are case-sensitive)"
+        return ""
+
     def _locate(
         self, symbol: str, frequency: str | None, index: dict[str, list[str]] | None = None
     ) -> tuple[str, str, os.stat_result]:
@@ -103,7 +114,8 @@ class StoreDirectory:
             except FileNotFoundError:
                 raise UnknownSymbolError(
                     symbol,
-                    f"unknown symbol {symbol!r} at frequency {frequency!r} in store {self.root}",
+                    f"unknown symbol {symbol!r} at frequency {frequency!r} in store {self.root}"
+                    + self._case_hint(symbol, [frequency]),
                 ) from None
         found = []
         for f in self.frequencies() if index is None else index.get(symbol, ()):
@@ -113,7 +125,8 @@ class StoreDirectory:
             except FileNotFoundError:
                 continue
         if not found:
-            raise UnknownSymbolError(symbol, f"unknown symbol {symbol!r} in store {self.root}")
+            raise UnknownSymbolError(symbol, f"unknown symbol {symbol!r} in store {self.root}"
+                                     + self._case_hint(symbol, self.frequencies()))
         if len(found) > 1:
             raise AmbiguousSymbolError(
                 symbol,

@@ -42,7 +42,8 @@ class SymbolWindow:
     datetime64[ns], naive local wall clock; ``metadata`` the symbol's metadata
     (frequency, timezone, session_timezone, exchange, ...); ``last_stored`` the
     symbol's last stored candle, which is after ``timestamps[-1]`` when ``as_of``
-    cut the window.
+    cut the window; ``held`` the candles the symbol holds at or before ``as_of`` (None:
+    not known, take the window's length), so a caller can tell a lookback cut history.
     """
 
     symbol: str
@@ -50,6 +51,7 @@ class SymbolWindow:
     timestamps: np.ndarray
     metadata: dict
     last_stored: np.datetime64
+    held: int | None = None
 
 
 
@@ -310,4 +312,5 @@ def _window(symbol: str, entry: FileEntry, start: int, end: int) -> SymbolWindow
         timestamps=entry.ts[start:end].astype("datetime64[ns]"),  # (L,), a copy
         metadata=entry.meta,
         last_stored=np.datetime64(int(entry.ts[-1]), "ns"),
+        held=end,
     )

@@ -155,13 +155,50 @@ def _check_columns(df: pd.DataFrame, time_column: str | None, source: str) -> st
     return tcol
 
 
-def _unused_columns(df: pd.DataFrame, tcol: str, ignore: tuple[str, ...]) -> list[str]:
+ADJUSTED_CLOSE_NAMES = ("adj close", "adj_close", "adjclose", "adj. close", "adjusted close",
+                        "adjusted_close")
+
+
+def _unused_hint(name: str, shown: str, present: set[str]) -> str:
+    """Why column ``name`` (lower-cased; ``shown``: as the file spells it) is unused and how
+    to use it: an adjusted close as the close, else an optional feature the file lacks."""
+    if name in ADJUSTED_CLOSE_NAMES:
+        return (f"column {shown!r} is not used: adjusted prices are usually what a model should "
+                "see (a split or dividend otherwise looks like a price move); use it as the close "
+                f"with --column close={shown!r} (open, high and low stay as filed: rows the "
+                "adjustment moves the close outside of are reported)")
+    lacking = [f for f in (VOLUME_COLUMN, AMOUNT_COLUMN) if f not in present]
+    if lacking:
+        return (f"column {shown!r} is not used (if it holds the {lacking[0]}, map it with "
+                f"--column {lacking[0]}={shown!r})")
+    return (f"column {shown!r} is not used (--column NAME={shown!r} would use it as one of "
+            f"{', '.join(FEATURES)})")
+
+
+def _unused_columns(df: pd.DataFrame, tcol: str, ignore: tuple[str, ...],
+                    spelled: Mapping[str, str] | None = None) -> list[str]:
     used = {tcol, *FEATURES, *(c.strip().lower() for c in ignore)}
-    return [
-        f"column {c!r} is not used (map it with --column volume={c}, for example)"
-        for c in df.columns
-        if c not in used
-    ]
+    present = set(df.columns)
+    spelled = spelled or {}
+    return [_unused_hint(c, spelled.get(c, c), present) for c in df.columns if c not in used]
+
+
+def _drop_empty_optional(df: pd.DataFrame, report: ValidationReport) -> pd.DataFrame:
+    """``volume`` / ``amount`` columns with no value at all (every cell null or blank) dropped,
+    so that they are treated exactly as a missing column (the model's rules fill them); a
+    column with some values keeps its nulls, which are reported per row."""
+    empty = []
+    for c in (VOLUME_COLUMN, AMOUNT_COLUMN):
+        if c in df.columns:
+            col = df[c]
+            text = col.astype(str).str.strip()
+            blank = col.isna() | text.isin(("", "nan", "NaN", "None", "null"))
+            if len(col) and bool(blank.all()):
+                empty.append(c)
+    if empty:
+        report.notes.append(f"column(s) {empty} hold no value: treated as absent")
+        df = df.drop(columns=empty)
+    return df
 
 
 # ----------------------------------------------------------------------------- parsing
@@ -294,15 +331,18 @@ def validate_candles(
     ``timezone`` or the zone of tz-aware input stamps (converted to its wall clock).
     Column names are matched case-insensitively; ``column_map`` maps our names to the
     file's (``{"volume": "Vol"}``); columns left unused (not the time, a feature or one of
-    ``ignore_columns``) are listed in ``report.warnings``. Missing ``volume``/``amount``
-    follow the model's rules (``fill_volume_amount``). Raises ``CandleError`` listing every
+    ``ignore_columns``) are listed in ``report.warnings``. Missing ``volume``/``amount``, and
+    those with no value at all (an all-null column is absent), follow the model's rules
+    (``fill_volume_amount``). Raises ``CandleError`` listing every
     problem found, with rows and columns. ``row_numbers``: the 1-based data row numbers of
     ``df``'s rows (default 1..n).
     """
     report = ValidationReport(source=source, rows_in=len(df))
+    spelled = {str(c).strip().lower(): str(c).strip() for c in df.columns}
     df = _normalize_columns(df, column_map, source)
+    df = _drop_empty_optional(df, report)
     tcol = _check_columns(df, time_column, source)
-    report.warnings += _unused_columns(df, tcol, ignore_columns)
+    report.warnings += _unused_columns(df, tcol, ignore_columns, spelled)
     rownums = np.arange(1, len(df) + 1) if row_numbers is None else np.asarray(row_numbers)
     tb, timezone = _parse(df, tcol, timezone, rownums, repairs, report)
     for check in CHECKS:

@@ -8,6 +8,7 @@ import torch
 
 from kronos_core.engine.plan import SLIDING_MODES
 from kronos_core.engine.sampling import SamplingParams
+from kronos_core.lookback import check_horizon
 from kronos_core.options import ForecastOptions
 
 
@@ -31,6 +32,7 @@ class GenerationConfig:
             raise ValueError(f"max_context must be >= 1, got {self.max_context}")
         if self.sliding not in SLIDING_MODES:
             raise ValueError(f"sliding must be one of {SLIDING_MODES}, got {self.sliding!r}")
+        check_horizon(self.horizon, self.max_context)  # the last decode covers max_context tokens
 
     @classmethod
     def from_options(

@@ -34,32 +34,49 @@ def baseline_samples(w: Windows, seasons: Sequence[int | None], horizon: int) ->
     return out
 
 
-def _cards(w: Windows, idx, model_samples, base, quantiles, coverage, calibration) -> tuple[dict, dict]:
+POINT_BY_MEDIAN = ("hist_vol", "garch")  # baselines whose point forecast is their median
+
+
+def baseline_point(name: str, samples: np.ndarray) -> np.ndarray:
+    """A baseline's point forecast (N, H) from its samples (N, S, H)."""
+    return np.median(samples, axis=1) if name in POINT_BY_MEDIAN else samples.mean(axis=1)
+
+
+def _cards(w: Windows, idx, model_samples, base, quantiles, coverage,
+           calibrated) -> tuple[dict, dict]:
     truth = w.truth[idx, :, CLOSE].astype(np.float64)  # (n, H)
     history = w.context[idx, :, CLOSE].astype(np.float64)  # (n, L)
     last = history[:, -1]
-    ms = model_samples[idx]  # (n, S, H)
-    qfn = None
-    if calibration is not None:
-        def qfn(levels):
-            return calibration.quantiles(ms, levels, "close")
+    if calibrated is not None:  # the calibrated distribution: corrected paths and quantiles
+        ms = calibrated.paths[idx, :, :, CLOSE].astype(np.float64)  # (n, S, H)
+        qfn = calibrated.quantile_fn(idx)
+    else:
+        ms, qfn = model_samples[idx], None  # (n, S, H)
     model = score(ms, ms.mean(axis=1), truth, last, history, quantiles, coverage, qfn)
     baselines = {}
     for name, s in base.items():
         bs = s[idx]
-        point = np.median(bs, axis=1) if name == "hist_vol" else bs.mean(axis=1)
-        baselines[name] = score(bs, point, truth, last, history, quantiles, coverage)
+        baselines[name] = score(bs, baseline_point(name, bs), truth, last, history, quantiles,
+                                coverage)
     return model, baselines
 
 
 def evaluate(w: Windows, paths: np.ndarray, seasons: Sequence[int | None], quantiles=DEFAULT_QUANTILES,
-             coverage=DEFAULT_COVERAGE, calibration=None, all_features: bool = False) -> dict:
-    """metrics / baselines / regimes sections from the model's paths (N, S, H, 6) on ``w``."""
+             coverage=DEFAULT_COVERAGE, calibrated=None, all_features: bool = False,
+             extra_baselines: dict[str, np.ndarray] | None = None) -> dict:
+    """metrics / baselines / regimes / series sections from the model's paths (N, S, H, 6) on
+    ``w``. ``calibrated`` (``CalibratedPaths``): ``metrics`` (and the regimes and series) score
+    the calibrated distribution, and ``metrics_raw`` the raw paths. ``extra_baselines``: more
+    baseline samples (N, S, H) of the close, e.g. GARCH."""
     horizon = paths.shape[2]
     model_samples = paths[..., CLOSE].astype(np.float64)  # (N, S, H)
     base = baseline_samples(w, seasons, horizon)
+    base.update(extra_baselines or {})
     everything = np.arange(len(w))
-    metrics, baselines = _cards(w, everything, model_samples, base, quantiles, coverage, calibration)
+    metrics, baselines = _cards(w, everything, model_samples, base, quantiles, coverage, calibrated)
+    raw = None
+    if calibrated is not None:
+        raw, _ = _cards(w, everything, model_samples, {}, quantiles, coverage, None)
     if all_features:
         metrics["features"] = {}
         for fi, f in enumerate(FEATURES):
@@ -78,17 +95,20 @@ def evaluate(w: Windows, paths: np.ndarray, seasons: Sequence[int | None], quant
         if len(idx) == 0:
             regimes[r] = {"windows": 0}
             continue
-        m, b = _cards(w, idx, model_samples, base, quantiles, coverage, calibration)
+        m, b = _cards(w, idx, model_samples, base, quantiles, coverage, calibrated)
         regimes[r] = {"windows": int(len(idx)), "model": headline(m),
                       "baselines": {k: headline(v) for k, v in b.items()}}
     per_series = {}
     for k, name in enumerate(w.names):
         idx = np.flatnonzero(w.series_index == k)
         if len(idx):
-            m, b = _cards(w, idx, model_samples, base, quantiles, coverage, calibration)
+            m, b = _cards(w, idx, model_samples, base, quantiles, coverage, calibrated)
             per_series[name] = {"windows": int(len(idx)), "model": headline(m),
                                 "baselines": {n: headline(v) for n, v in b.items()}}
-    return {"metrics": metrics, "baselines": baselines, "regimes": regimes, "series": per_series}
+    out = {"metrics": metrics, "baselines": baselines, "regimes": regimes, "series": per_series}
+    if raw is not None:
+        out["metrics_raw"] = raw
+    return out
 
 
 def _fmt(v, pct=False) -> str:
@@ -111,10 +131,20 @@ def table(rows: dict[str, dict], coverage=DEFAULT_COVERAGE) -> str:
     return "\n".join(lines)
 
 
-def markdown(report: dict, coverage=DEFAULT_COVERAGE) -> str:
-    """The report's tables: all windows, then per series (when there are several), then per regime."""
+def markdown(report: dict, coverage=DEFAULT_COVERAGE, extra_rows: dict | None = None) -> str:
+    """The report's tables: all windows, then per series (when there are several), then per regime.
+    With a calibration the first model has two rows, raw and calibrated (the per-series and regime
+    tables: calibrated). ``extra_rows``: more forecasters' headline cards (other models)."""
     name = report["model"].get("name", "model")
-    rows = {name: report["metrics"], **report["baselines"]}
+    if "metrics_raw" in report:
+        label = f"{name} + calibration"
+        rows = {f"{name} (raw)": report["metrics_raw"], label: report["metrics"]}
+    else:
+        label = name
+        rows = {name: report["metrics"]}
+    rows.update(extra_rows or {})
+    rows.update(report["baselines"])
+    name = label
     parts = [f"### All windows ({report['metrics']['windows']})", "", table(rows, coverage)]
     per_series = report.get("series") or {}
     if len(per_series) > 1:

@@ -27,6 +27,37 @@ log = logging.getLogger(__name__)
 CLOSE = FEATURES.index("close")
 
 
+def _span(s: Series) -> str:
+    if not len(s):
+        return f"{s.name} (empty)"
+    return f"{s.name} ({s.timestamps[0]} .. {s.timestamps[-1]}, {len(s)} rows)"
+
+
+def no_overlap_message(series: Sequence[Series], shared: int, shown: int = 10) -> str:
+    """Why ``series`` cannot share a calendar: the series that do not overlap, each with its
+    span; when every span overlaps, the window they share and that their stamps differ."""
+    head = (f"the series share fewer than 2 timestamps ({shared} in common); "
+            "a backtest needs one calendar")
+    full = [s for s in series if len(s)]
+    empty = [s.name for s in series if not len(s)]
+    if empty:
+        return f"{head}: no rows in {', '.join(empty)}"
+    late = max(full, key=lambda s: s.timestamps[0])
+    early = min(full, key=lambda s: s.timestamps[-1])
+    if late.timestamps[0] > early.timestamps[-1]:
+        starts_after = [_span(s) for s in full if s.timestamps[0] > early.timestamps[-1]]
+        more = f" and {len(starts_after) - shown} more" if len(starts_after) > shown else ""
+        return (f"{head}: {_span(early)} ends before these start: "
+                f"{'; '.join(starts_after[:shown])}{more}; "
+                "leave out one side, or give series covering the same dates")
+    spans = "; ".join(_span(s) for s in full[:shown])
+    if len(full) > shown:
+        spans += f"; {len(full) - shown} more"
+    return (f"{head}: their spans overlap from {late.timestamps[0]} to {early.timestamps[-1]}, "
+            "but their timestamps differ there (other times of day, or other bar frequencies): "
+            f"{spans}")
+
+
 @dataclass
 class Universe:
     """M symbols on their T common timestamps."""
@@ -41,7 +72,7 @@ class Universe:
         for s in series[1:]:
             common = common.intersection(s.timestamps)
         if len(common) < 2:
-            raise ValueError("the series share fewer than 2 timestamps; a backtest needs one calendar")
+            raise ValueError(no_overlap_message(series, len(common)))
         vals = np.stack([s.values[s.timestamps.get_indexer(common)] for s in series])  # (M, T, 6)
         dropped = {s.name: len(s) - len(common) for s in series if len(s) > len(common)}
         if dropped:

@@ -4,12 +4,17 @@ For each symbol, with ``R`` the simple return of the close from the last observe
 candle to the last forecast step (one value per sample path):
 
 * ``expected_return``: mean of R;
-* ``p_up``: share of paths with R > 0;
+* ``p_up``: share of paths with R > 0; it moves in steps of 1 / ``sample_paths``, so 1.0
+  from 20 paths means "all 20 paths ended up", not certainty;
 * ``volatility``: per-bar forecast volatility, the standard deviation of the one-bar
   log returns of the close along the paths (the first bar from the last observed close);
 * ``horizon_volatility``: standard deviation of log(1 + R);
-* ``var_95``: 95% value-at-risk, the loss -q where q is the 5% quantile of R (positive = a loss);
-* ``es_95``: 95% expected shortfall, minus the mean of R over the paths at or below that quantile;
+* ``var_95``: 95% value-at-risk, -q where q is the 5% quantile of R. Sign: positive is a loss
+  (0.03: the worst 5% of paths lose 3% or more); negative means even that quantile is a gain
+  (-0.01: 95% of paths gain more than 1%), not a loss;
+* ``es_95``: 95% expected shortfall, minus the mean of R over the paths at or below that
+  quantile, with the same sign (positive: a loss);
+* ``sample_paths``: the number of sample paths the figures come from (``p_up``'s resolution);
 * ``realized_volatility``: standard deviation of the last ``realized_window`` one-bar
   log returns of the history (the same units as ``volatility``);
 * ``vol_alert``: volatility > ``vol_factor`` x realized_volatility, an early warning
@@ -45,6 +50,7 @@ class RiskSummary:
     es_95: float
     realized_volatility: float
     vol_alert: bool
+    sample_paths: int
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -61,6 +67,7 @@ RISK_ARROW_SCHEMA = pa.schema([
     ("es_95", pa.float64()),
     ("realized_volatility", pa.float64()),
     ("vol_alert", pa.bool_()),
+    ("sample_paths", pa.int32()),
 ])
 
 
@@ -106,6 +113,7 @@ def risk_summary(
         es_95=float(-tail.mean()),
         realized_volatility=realized,
         vol_alert=alert,
+        sample_paths=int(p.shape[0]),
     )
 
 

@@ -26,15 +26,27 @@ def floats(text: str) -> tuple[float, ...]:
         raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from exc
 
 
-def add_window_arguments(parser: argparse.ArgumentParser) -> None:
-    """Data, windowing and sampling flags (the same for eval and calibrate)."""
+def add_window_arguments(parser: argparse.ArgumentParser, several_horizons: bool = False) -> None:
+    """Data, windowing and sampling flags (the same for eval and calibrate); ``several_horizons``:
+    ``--horizon`` takes one or more values (eval)."""
     g = parser.add_argument_group("data and windows")
-    g.add_argument("--data", nargs="+", required=True, help="CSV/Parquet files (one series each) or store folders")
-    g.add_argument("--symbols", nargs="+", help="symbols to take from a store (default: all)")
+    g.add_argument("--data", nargs="+", help="CSV/Parquet files (one series each) or store folders "
+                   "(or --corpus DIR)")
+    g.add_argument("--symbols", nargs="+",
+                   help="symbols to take from a store or the corpus (default: all)")
     add_file_arguments(parser)
+    add_corpus_arguments(parser)
     g.add_argument("--lookback", type=int, default=256, help="context candles per window (default 256)")
-    g.add_argument("--horizon", type=int, required=True, help="candles forecast per window")
-    g.add_argument("--windows", type=int, default=50, help="windows per series, counted back from the end")
+    if several_horizons:
+        g.add_argument("--horizon", type=int, nargs="+", required=True,
+                       help="candles forecast per window; several (--horizon 1 5): forecast once "
+                            "at the longest, each scored on its first h steps")
+    else:
+        g.add_argument("--horizon", type=int, required=True, help="candles forecast per window")
+    g.add_argument("--windows", "--windows-per-series", dest="windows", type=int, default=50,
+                   help="windows per series: counted back from the end (files), spread over each "
+                        "series' evaluation period (corpus eval), or the last ones before it "
+                        "(corpus calibrate)")
     g.add_argument("--step", type=int, help="rows between origins (default: the horizon, non-overlapping truths)")
     g.add_argument("--start", help="only origins at or after this time")
     g.add_argument("--end", help="only windows whose truth ends before this time")
@@ -48,6 +60,24 @@ def add_window_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--paths-cache", type=Path, metavar="DIR",
                    help="keep the sample paths of each window set in DIR (keyed by model, windows' content, "
                         "sample count, seed) and reuse them on a rerun instead of forecasting again")
+
+
+def add_corpus_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--corpus`` and its filters (``--symbols`` is the data group's own flag); what they
+    select: ``kronos_core.eval.sources``."""
+    g = parser.add_argument_group("corpus (../shared/data/corpus; instead of --data)")
+    g.add_argument("--corpus", type=Path, metavar="DIR",
+                   help="a corpus folder (instruments.csv + Parquet); its hold-out rules apply")
+    g.add_argument("--split", choices=("train", "holdout_instrument"),
+                   help="corpus: only train instruments (scored on their evaluation period) or "
+                        "only held-out instruments (default: both)")
+    g.add_argument("--market", nargs="+", metavar="MARKET",
+                   help="corpus: only these markets (US, CN, FX, crypto, ...)")
+    g.add_argument("--frequency", nargs="+", metavar="FREQ",
+                   help="corpus: only these bar sizes (1d, 1h, 5min, 1min)")
+    g.add_argument("--max-series-per-group", type=int, metavar="N",
+                   help="corpus: at most N series per (market, frequency, hold-out), the first by "
+                        "SHA-256 of the symbol (default: all)")
 
 
 @dataclass
@@ -108,25 +138,35 @@ def cache_key(identity, w: Windows, horizon: int, sample_count: int, seed: int) 
 
 def walk_forward(args, predictor, series: list[Series], start=None, end=None, windows=None) -> WalkForward:
     """Build the windows from ``args`` and forecast them all in batches (or read them from
-    ``args.paths_cache`` when the same windows were forecast before with the same model)."""
+    ``args.paths_cache`` when the same windows were forecast before with the same model).
+    ``start`` / ``end``: a time, or one per series."""
     w = build_windows(series, args.lookback, args.horizon, windows or args.windows, args.step,
                       start=start, end=end, last_fraction=args.last_fraction)
-    log.info("%d windows over %d series, lookback %d, horizon %d, %d sample paths, batches of %d",
-             len(w), len(series), args.lookback, args.horizon, args.sample_count, args.batch_size)
+    paths, secs = forecast_paths(args, predictor, w, args.horizon)
+    return WalkForward(series, w, paths, secs)
+
+
+def forecast_paths(args, predictor, w: Windows, horizon: int) -> tuple[np.ndarray, float]:
+    """Sample paths (N, S, H, 6) of windows ``w`` and the seconds spent, through
+    ``args.paths_cache`` when it is set (keyed by model, windows, horizon, sample count, seed)."""
+    log.info("%d windows, lookback %d, horizon %d, %d sample paths, batches of %d, model %s",
+             len(w), args.lookback, horizon, args.sample_count, args.batch_size,
+             getattr(predictor.identity, "name", "model"))
     cache = getattr(args, "paths_cache", None)
     file = None
     if cache is not None:
-        key = cache_key(predictor.identity, w, args.horizon, args.sample_count, args.seed)
+        key = cache_key(predictor.identity, w, horizon, args.sample_count, args.seed)
         file = Path(cache) / f"paths-{key}.npz"
         if file.is_file():
             log.info("sample paths of these %d windows read from %s", len(w), file)
             with np.load(file) as z:
-                return WalkForward(series, w, z["paths"], float(z["seconds"]))
-    paths, secs = forecast_windows(predictor, w, args.horizon, args.sample_count, args.seed, args.batch_size)
+                return z["paths"], float(z["seconds"])
+    paths, secs = forecast_windows(predictor, w, horizon, args.sample_count, args.seed,
+                                   args.batch_size)
     if file is not None:
         file.parent.mkdir(parents=True, exist_ok=True)
         np.savez(file, paths=paths, seconds=secs)
-    return WalkForward(series, w, paths, secs)
+    return paths, secs
 
 
 def window_times(wf: WalkForward) -> tuple[np.ndarray, np.ndarray]:
@@ -139,15 +179,16 @@ def window_times(wf: WalkForward) -> tuple[np.ndarray, np.ndarray]:
     return issued, resolved
 
 
-def data_section(args, wf: WalkForward) -> dict:
+def data_section(args, wf: WalkForward, horizon: int | None = None) -> dict:
     counts = np.bincount(wf.windows.series_index, minlength=len(wf.series))
     return {
         "series": [{"name": s.name, "source": s.source, "rows": len(s), "windows": int(c),
                     "first": str(s.timestamps[0]), "last": str(s.timestamps[-1]),
                     "season": season_length(s.timestamps)}
                    for s, c in zip(wf.series, counts)],
-        "lookback": args.lookback, "horizon": args.horizon, "windows": len(wf.windows),
-        "step": args.step or args.horizon, "sample_count": args.sample_count, "seed": args.seed,
+        "lookback": args.lookback, "horizon": horizon or args.horizon, "windows": len(wf.windows),
+        "step": args.step or horizon or args.horizon, "sample_count": args.sample_count,
+        "seed": args.seed,
         "start": args.start, "end": args.end, "last_fraction": args.last_fraction, "feature": "close",
         "quantiles": list(args.quantiles), "coverage_levels": list(args.coverage),
     }

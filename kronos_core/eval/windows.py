@@ -64,21 +64,55 @@ def origins_for(n_rows: int, lookback: int, horizon: int, windows: int, step: in
     return np.array(sorted(out), dtype=np.int64)
 
 
-def build_windows(series: Sequence[Series], lookback: int, horizon: int, windows: int, step: int | None = None,
-                  start=None, end=None, last_fraction: float | None = None) -> Windows:
-    """Windows of every series. start: origins at or after this time; end: truths before it;
-    last_fraction: origins only in the last fraction of each series' rows."""
-    step = step or horizon
+def spread_origins(n_rows: int, lookback: int, horizon: int, windows: int, first: int = 0,
+                   stop: int | None = None) -> np.ndarray:
+    """Up to ``windows`` origins spread evenly from the first usable row (``max(lookback,
+    first)``) to the last (truth ending at ``stop``, default ``n_rows``), at least ``horizon``
+    apart (so truths never overlap; fewer windows when the period is short)."""
+    lo = max(lookback, first)
+    hi = min(n_rows, n_rows if stop is None else stop) - horizon
+    if hi < lo:
+        return np.zeros(0, dtype=np.int64)
+    count = min(windows, (hi - lo) // horizon + 1)
+    if count <= 1:
+        return np.array([hi], dtype=np.int64)
+    return np.unique(np.round(np.linspace(lo, hi, count)).astype(np.int64))
+
+
+def _per_series(value, n: int, what: str) -> list:
+    """``value`` (one for all, or a sequence with one entry per series) as a list of ``n``."""
+    if isinstance(value, (list, tuple)):
+        if len(value) != n:
+            raise ValueError(f"{what}: {len(value)} values for {n} series")
+        return list(value)
+    return [value] * n
+
+
+def build_windows(series: Sequence[Series], lookback: int, horizon: int, windows: int,
+                  step: int | None = None, start=None, end=None,
+                  last_fraction: float | None = None, spread: bool = False) -> Windows:
+    """Windows of every series. start: origins at or after this time; end: truths before it
+    (each a time, or a list with one per series, None entries meaning no limit); last_fraction:
+    origins only in the last fraction of each series' rows. spread: instead of ``step`` apart,
+    the windows are spread evenly over the chosen period (``spread_origins``), so a few windows
+    sample a long period."""
     rows: list[tuple[int, int]] = []  # (series, origin row)
+    starts = _per_series(start, len(series), "start")
+    ends = _per_series(end, len(series), "end")
     for k, s in enumerate(series):
-        first = 0 if start is None else int(s.timestamps.searchsorted(pd.Timestamp(start), "left"))
+        stamps = s.timestamps
+        first = 0 if starts[k] is None else int(stamps.searchsorted(pd.Timestamp(starts[k])))
         if last_fraction is not None:
             first = max(first, int(len(s) * (1 - last_fraction)))
-        stop = None if end is None else int(s.timestamps.searchsorted(pd.Timestamp(end), "left"))
-        origins = origins_for(len(s), lookback, horizon, windows, step, first, stop)
+        stop = None if ends[k] is None else int(stamps.searchsorted(pd.Timestamp(ends[k]), "left"))
+        k_step = step or horizon
+        if spread:
+            origins = spread_origins(len(s), lookback, horizon, windows, first, stop)
+        else:
+            origins = origins_for(len(s), lookback, horizon, windows, k_step, first, stop)
         if len(origins) < windows:
             log.warning("%s: %d of %d windows fit (rows %d, lookback %d, horizon %d, step %d)",
-                        s.name, len(origins), windows, len(s), lookback, horizon, step)
+                        s.name, len(origins), windows, len(s), lookback, horizon, k_step)
         rows.extend((k, int(o)) for o in origins)
     if not rows:
         raise ValueError(f"no window fits: series need more than lookback + horizon = {lookback + horizon} rows "

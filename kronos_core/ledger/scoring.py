@@ -25,7 +25,9 @@ persisted and never recomputed, even if the candle is later re-imported with oth
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -37,6 +39,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kronos_core.atomic import write_bytes_atomically
 from kronos_core.candles import FEATURES
 from kronos_core.data.errors import StoreError
 from kronos_core.data.fileformat import SymbolLock
@@ -55,6 +58,7 @@ from kronos_core.options import quantile_label
 
 log = logging.getLogger(__name__)
 
+INDEX_VERSION = 1  # of WaitingFiles.to_json
 KEY = ("request_id", "symbol", "horizon_step")  # one score per forecast step
 CARRIED = ("request_time", "model_sha256", "model_name", "calibration_method", "calibration_version",
            "calibration_hash", "frequency", "source", "origin", "step_time", "horizon")
@@ -106,6 +110,41 @@ class WaitingFiles:
             if last is None or last >= first_step:
                 return True
         return False
+
+    # ---- the persisted index: the first pass after a start resumes from it -----------------------
+    def to_json(self) -> bytes:
+        """The memory as a small JSON document (file -> [[symbol, frequency, first waiting step]])."""
+        files = {key: [[s, f, int(t)] for (s, f), t in sorted(waits.items(), key=lambda kv: (kv[0][0], kv[0][1] or ""))]
+                 for key, waits in sorted(self.waits.items())}
+        return json.dumps({"version": INDEX_VERSION, "files": files}, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> WaitingFiles:
+        """``to_json``'s document back; raises ``ValueError`` on anything else."""
+        doc = json.loads(data)
+        if not isinstance(doc, dict) or doc.get("version") != INDEX_VERSION or not isinstance(doc.get("files"), dict):
+            raise ValueError("not a scoring index of this version")
+        waits: dict[str, dict[tuple[str, str | None], int]] = {}
+        for key, rows in doc["files"].items():
+            waits[str(key)] = {(str(s), None if f is None else str(f)): int(step) for s, f, step in rows}
+        return cls(waits)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> WaitingFiles:
+        """The index saved at ``path``; empty (every file is read once) when there is none or it
+        cannot be read, which costs one full pass, never a wrong score: a file the index does not
+        know is read."""
+        try:
+            return cls.from_json(Path(path).read_bytes())
+        except FileNotFoundError:
+            return cls()
+        except (OSError, ValueError, TypeError) as exc:
+            log.warning("scoring index %s not used (%s); the first pass reads every waiting file", path, exc)
+            return cls()
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the index atomically (a reader sees the old or the new one, never half)."""
+        write_bytes_atomically(Path(path), self.to_json())
 
 
 def _file_key(path: Path) -> str:

@@ -1,10 +1,11 @@
 """``kronos train default``: the bundled default model, trained on the multi-market corpus.
 
-Two phases: the tokenizer is *built* (``kronos_core.train.thermometer``: a residual thermometer
+Three phases: the tokenizer is *built* (``kronos_core.train.thermometer``: a residual thermometer
 code that resolves the close to a tenth of a one-step move; its thresholds and decoder head are
 fitted on 2,000 seeded training windows), then the predictor is trained from
-``configs/default-predictor.yaml`` on that frozen tokenizer, both on the training rows of the
-corpus (``../shared/data/corpus`` beside the repository, ``--corpus DIR`` or ``KRONOS_CORPUS``
+``configs/default-predictor.yaml`` on that frozen tokenizer (early stopping on validation loss),
+and its best checkpoint is annealed at a low learning rate (``configs/default-anneal.yaml``), all
+on the training rows of the corpus (``../shared/data/corpus`` beside the repository, ``--corpus DIR`` or ``KRONOS_CORPUS``
 elsewhere; ``kronos_core.data.corpus`` applies both hold-out rules). The best weights of each are
 copied to ``OUT/tokenizer`` and ``OUT/model`` with ``OUT/kronos.json`` (name, max_context, data,
 steps, losses, wall time).
@@ -145,7 +146,8 @@ def train_default(args: argparse.Namespace) -> dict:
     tok_summary = _build_tokenizer(args, work, corpus)
     tok_dir = work / "tokenizer" / "best" / "tokenizer"
     pred_summary = _phase("predictor", args, work, corpus, {"tokenizer_init": str(tok_dir)})
-    best = work / "predictor" / "best"
+    anneal_summary = _phase("anneal", args, work, corpus, {"init": str(work / "predictor" / "best")})
+    best = work / "anneal" / "best"
     out.mkdir(parents=True, exist_ok=True)
     for part in ("model", "tokenizer"):
         shutil.rmtree(out / part, ignore_errors=True)
@@ -159,8 +161,10 @@ def train_default(args: argparse.Namespace) -> dict:
                  "and outside every evaluation period of the same underlying"},
         "tokenizer": {"kind": tok_summary.get("kind"),
                       "fit_mean_abs_error": tok_summary.get("fit_mean_abs_error")},
-        "predictor_val_loss": pred_summary.get("best_val_loss"),
-        "predictor_steps": pred_summary.get("steps"),
+        "predictor_val_loss": anneal_summary.get("best_val_loss"),
+        "predictor_steps": {"schedule": pred_summary.get("steps"),
+                            "best": (pred_summary.get("best") or {}).get("step"),
+                            "anneal": (anneal_summary.get("best") or {}).get("step")},
         "wall_time_s": {k: round(v, 1) for k, v in times.items()},
     }
     (out / "kronos.json").write_text(json.dumps(info, indent=2))

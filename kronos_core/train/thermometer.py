@@ -36,12 +36,14 @@ the coarse token carries the close to 10/36 = 0.28 window-std and the fine one r
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import numpy as np
 import torch
 
 from kronos_core.model import KronosTokenizer
 from kronos_core.model.config import TokenizerConfig
+from kronos_core.model.layers import SwiGLU, TransformerBlock
 
 CLIP = 5.0
 CONST = 1000.0  # the constant channel: keeps every RMSNorm's scale fixed to 1e-4
@@ -84,7 +86,7 @@ def shape_thresholds(sample: np.ndarray) -> dict[str, list[float]]:
 class _Units:
     """Fills one SwiGLU's hidden units: ``w2(silu(w1 n) * w3 n)`` with ``n`` the normed stream."""
 
-    def __init__(self, ffn: torch.nn.Module):
+    def __init__(self, ffn: SwiGLU):
         self.w1, self.w2, self.w3 = ffn.w1.weight, ffn.w2.weight, ffn.w3.weight
         self.next = 0
 
@@ -109,6 +111,10 @@ class _Units:
                       {t: sign * height for t in targets})
 
 
+def _blocks(blocks: torch.nn.ModuleList) -> list[TransformerBlock]:
+    return [cast(TransformerBlock, b) for b in blocks]
+
+
 @torch.no_grad()
 def build_encoder(tok: KronosTokenizer, shape: dict[str, list[float]]) -> None:
     """Set ``tok``'s encoder (embed, two blocks, quant_embed) to the code of the module docstring."""
@@ -129,7 +135,7 @@ def build_encoder(tok: KronosTokenizer, shape: dict[str, list[float]]) -> None:
     e_w[CH_VOLUME, VOLUME] = 1.0
     scale = CONST / math.sqrt(c.d_model)  # RMSNorm weight that undoes its division
     widths = level_widths()
-    for i, block in enumerate(tok.encoder):
+    for i, block in enumerate(_blocks(tok.encoder)):
         block.norm1.weight.fill_(scale)
         block.norm2.weight.fill_(scale)  # attention is off: its output projection stays zero
         units = _Units(block.ffn)
@@ -166,7 +172,7 @@ def fit_decoder_head(tok: KronosTokenizer, sample: np.ndarray, batch: int = 256)
     for p in (*tok.post_quant_embed.parameters(), *tok.post_quant_embed_pre.parameters(),
               *tok.decoder.parameters(), *tok.head.parameters()):
         p.zero_()
-    for block in tok.decoder:  # identity: attention and feed-forward outputs stay zero
+    for block in _blocks(tok.decoder):  # identity: attention and feed-forward outputs stay zero
         block.norm1.weight.fill_(1.0)
         block.norm2.weight.fill_(1.0)
     bits_scale = math.sqrt(TOTAL_BITS)  # code entries are +-1/sqrt(20): channels become +-1

@@ -30,7 +30,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -297,12 +297,14 @@ class Trainer:
         self.metrics.close()
         check = self._forecast_after(before) if self.dist.is_main and before is not None else None
         shutdown(self.dist)
-        summary = {"steps": self.step, "best_val_loss": None if math.isinf(self.best_val) else self.best_val,
-                   "stopped_early": self.stopped_early, "seconds": elapsed,
-                   "samples_per_s": samples / elapsed if elapsed else None, "out": str(self.out),
-                   "batch_size": self.batch_size, "micro_batch": self.micro_batch_size, "accum": self.accum,
-                   "world_size": self.dist.world, "lr": cfg.optim.lr,
-                   "train_windows": len(self.train_set), "val_windows": len(self.val_set)}
+        best_val = None if math.isinf(self.best_val) else self.best_val
+        summary: dict[str, Any] = {
+            "steps": self.step, "best_val_loss": best_val, "stopped_early": self.stopped_early,
+            "seconds": elapsed, "samples_per_s": samples / elapsed if elapsed else None,
+            "out": str(self.out), "batch_size": self.batch_size,
+            "micro_batch": self.micro_batch_size, "accum": self.accum,
+            "world_size": self.dist.world, "lr": cfg.optim.lr,
+            "train_windows": len(self.train_set), "val_windows": len(self.val_set)}
         if self.dist.is_main:
             summary["best"] = best_checkpoint(self.out)
             summary["forecast_check"] = check

@@ -50,10 +50,15 @@ class SymbolWindowView(Protocol):
     def timestamps(self) -> np.ndarray: ...  # (L,) datetime64[ns], naive local wall clock
 
     @property
-    def metadata(self) -> dict[str, Any]: ...  # frequency, timezone, session_timezone, exchange, ...
+    # frequency, timezone, session_timezone, exchange, ...
+    def metadata(self) -> dict[str, Any]: ...
 
     @property
-    def last_stored(self) -> np.datetime64: ...  # the last stored candle (after timestamps[-1] when as_of cut)
+    # the last stored candle (after timestamps[-1] when as_of cut)
+    def last_stored(self) -> np.datetime64: ...
+
+    @property
+    def held(self) -> int | None: ...  # candles held at or before as_of (None: unknown)
 
 
 @runtime_checkable
@@ -91,8 +96,8 @@ class CandleStore(Protocol):
 
 @runtime_checkable
 class Replicas(Protocol):
-    """The gateway's view of the predictor replicas (``service.replica.deployment.Predictor``, reached
-    through ``service.serve_replicas.ServeReplicas``). ``forecast_shard`` raises
+    """The gateway's view of the predictor replicas (``service.replica.deployment.Predictor``,
+    reached through ``service.serve_replicas.ServeReplicas``). ``forecast_shard`` raises
     ``service.common.errors.ReplicaGone`` when the replica died (the shard may be retried) and
     ``service.common.errors.Overloaded`` when the replicas' queues are full."""
 
@@ -144,13 +149,14 @@ class ForecastJob(Protocol):
 class ForecastEngine(Protocol):
     """A replica's view of the engine (``kronos_core.predictor.KronosPredictor``)."""
 
-    # the model's kronos_core.loading.ModelIdentity (None when not built by the loader); a calibration
-    # checks it before correcting paths
+    # the model's kronos_core.loading.ModelIdentity (None when not built by the loader); a
+    # calibration checks it before correcting paths
     identity: Any
 
     def start_forecast(self, series: Sequence[np.ndarray], x_timestamps: Sequence[Any],
                        y_timestamps: Sequence[Any], options: ForecastOptions, *,
-                       series_keys: Sequence[int] | None = None, verbose: bool = False) -> ForecastJob:
+                       series_keys: Sequence[int] | None = None,
+                       verbose: bool = False) -> ForecastJob:
         """A forecast of ``series`` with every option of the call in ``options``, not yet run:
         the replica's device loop steps it between other jobs' steps."""
         ...

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from kronos_core.calibration_policy import CalibrationDescription
 from kronos_core.errors import ErrorCode
 from kronos_core.options import ForecastOptions
 
@@ -33,15 +34,22 @@ class Shard:
     y_timestamps: list[np.ndarray]  # per series (H,) datetime64[ns]
     options: ForecastOptions  # the request's forecast options; calibration is None on the wire
     return_paths: bool = False  # ship (B, S, H, 6) paths back
-    calibrate: bool = False  # apply the replica's calibration to the quantiles (the gateway checked it covers them)
-    calibration_group: str | None = None  # the member of a calibration fitted per group (None: not grouped)
+    # apply the replica's calibration to the quantiles (the gateway checked it covers them)
+    calibrate: bool = False
+    # the member of a calibration fitted per group (None: not grouped)
+    calibration_group: str | None = None
     tokens: int = 0  # sum_i sample_count * (L_i + H): the shard's share of a token budget
 
     def __post_init__(self) -> None:
-        if self.options.calibration is not None:  # a Calibration is the replica's, never shipped per shard
-            raise ValueError("Shard.options.calibration must be None: set calibrate=True for the replica's")
+        # a Calibration is the replica's, never shipped per shard
+        if self.options.calibration is not None:
+            raise ValueError(
+                "Shard.options.calibration must be None: set calibrate=True for the replica's"
+            )
         if not self.tokens:
-            self.tokens = shard_tokens([len(v) for v in self.values], self.options.horizon, self.options.sample_count)
+            self.tokens = shard_tokens(
+                [len(v) for v in self.values], self.options.horizon, self.options.sample_count
+            )
 
     @property
     def size(self) -> int:
@@ -65,7 +73,8 @@ class BatchReport:
     mem_reserved: int  # bytes, after the batch
     mem_peak: int  # bytes, since the replica started
     # the step scheduler's figures (service.replica.scheduler; zero for a batch run to completion)
-    queue_wait_s: list[float] = field(default_factory=list)  # per shard it admitted: seconds from arrival to start
+    # per shard it admitted: seconds from arrival to start
+    queue_wait_s: list[float] = field(default_factory=list)
     decode_steps: int = 0  # decode steps it ran
     step_rows: int = 0  # rows (series x samples) of each of those steps
     admitted_mid_batch: int = 0  # shards it admitted while another job was mid-decode
@@ -82,9 +91,12 @@ class ShardResult:
     quantiles: np.ndarray | None  # (Q, B, H, 6)
     paths: np.ndarray | None  # (B, S, H, 6) when return_paths
     error: str | None = None  # the whole shard failed: message
-    error_code: ErrorCode | None = None  # set with ``error``: forecast_failed or replica_unavailable
-    reports: list[BatchReport] = field(default_factory=list)  # batches not yet reported to the gateway
-    calibration_state: dict[str, Any] | None = None  # the adaptive calibration state applied (version, sha256, updated_at)
+    # set with ``error``: forecast_failed or replica_unavailable
+    error_code: ErrorCode | None = None
+    # batches not yet reported to the gateway
+    reports: list[BatchReport] = field(default_factory=list)
+    # the adaptive calibration state applied (version, sha256, updated_at)
+    calibration_state: dict[str, Any] | None = None
 
 
 @dataclass
@@ -98,4 +110,6 @@ class ReplicaInfo:
     max_context: int
     model_cfg: Any  # model.config dataclass, for the memory model
     tokenizer_cfg: Any
-    model: dict[str, Any]  # ModelInfo fields
+    model: dict[str, Any]  # ModelInfo fields (its "calibration" block is ``calibration.as_dict()``)
+    # what the replica's calibration covers (None: none)
+    calibration: CalibrationDescription | None = None

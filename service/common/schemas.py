@@ -208,10 +208,14 @@ class ForecastRequest(BaseModel):
     series: Annotated[list[InlineSeries], Field(min_length=1, max_length=MAX_SYMBOLS)] | SkipJsonSchema[None] = Field(
         None, description="inline candles; a series that fails validation is reported in errors, the rest forecast",
     )
-    horizon: int = Field(..., ge=1, le=MAX_HORIZON, description="candles to forecast")
+    horizon: int = Field(..., ge=1, le=MAX_HORIZON,
+                         description="candles to forecast; at most the model's max_context "
+                         "(GET /v1/models), else a 422 naming it")
     lookback: int | None = Field(
         None, ge=2, le=MAX_LOOKBACK,
-        description="candles of history; default: max_context - horizon (no sliding window)",
+        description="candles of history; default: the loaded calibration's fitted lookback, "
+        "else max_context - horizon (no sliding window). Past max_context - horizon the window "
+        "slides (model.sliding says how)",
     )
     as_of: datetime | None = Field(
         None, description="read the store up to this time (inclusive); naive = each symbol's wall clock"
@@ -337,30 +341,25 @@ class SymbolWarning(BaseModel):
 
 
 class RiskSummaryOut(BaseModel):
-    """Per-symbol risk figures from the sample paths (kronos_core.eval.risk; returns as fractions)."""
+    """Per-symbol risk figures from the sample paths (kronos_core.eval.risk; returns as fractions).
+    R is the close at the last step over the last close, minus 1, one value per path. Sign of
+    var_95 and es_95: positive is a loss, negative a gain (even the worst 5% of paths gain)."""
 
     expected_return: float = Field(..., description="mean simple return of the close to the last step")
-    p_up: float = Field(..., description="share of paths ending above the last close")
+    p_up: float = Field(..., description="share of paths ending above the last close; it moves "
+                        "in steps of 1/sample_paths (1.0 from 20 paths: all 20 ended up, not "
+                        "certainty)")
     volatility: float = Field(..., description="std of one-bar log returns along the paths")
     horizon_volatility: float = Field(..., description="std of the horizon log return")
-    var_95: float = Field(..., description="95% value-at-risk of the horizon return (a loss, positive)")
-    es_95: float = Field(..., description="95% expected shortfall of the horizon return (a loss, positive)")
+    var_95: float = Field(..., description="95% value-at-risk of the horizon return: minus the "
+                          "5% quantile of R. Positive: a loss (0.03: the worst 5% of paths lose "
+                          "3% or more); negative: a gain (-0.01: 95% of paths gain more than 1%)")
+    es_95: float = Field(..., description="95% expected shortfall: minus the mean of R over the "
+                         "paths at or below its 5% quantile; positive: a loss, negative: a gain")
     realized_volatility: float = Field(..., description="std of the last 20 one-bar log returns of the history")
     vol_alert: bool = Field(..., description="volatility > vol_alert_factor x realized_volatility")
-
-
-class SymbolForecast(BaseModel):
-    symbol: str
-    history_length: int = Field(..., description="candles of history this forecast was made from")
-    last_timestamp: WallClock = Field(..., description="the last input candle's time (wall clock)")
-    warnings: list[SymbolWarning] = Field(
-        default_factory=list, description="short_history, as_of_after_data: the forecast is made anyway"
-    )
-    timestamps: list[WallClock]
-    mean: Candles
-    quantiles: dict[str, Candles] | None = Field(None, description="level (as text) -> candles")
-    paths: list[Candles] | None = None
-    summary: RiskSummaryOut | None = Field(None, description="with summary: true")
+    sample_paths: int = Field(..., description="sample paths the figures come from (the request's "
+                              "sample_count): p_up's resolution is 1/sample_paths")
 
 
 # exactly the codes a forecast response's ``errors`` can hold (tests/service/test_error_codes.py);
@@ -434,16 +433,16 @@ class CalibrationStateOut(BaseModel):
     updated_at: str | None = Field(None, description="UTC time of its last update (ISO 8601); null: never updated")
 
 
-class ForecastResponse(BaseModel):
-    model: ModelInfo
-    calibrated: bool = Field(False, description="quantiles corrected by the calibration named in model.calibration")
-    calibration_state: CalibrationStateOut | None = Field(
-        None, description="with an adaptive (aci) calibration: the state whose corrections this answer used",
-    )
-    request_id: str | None = Field(None, description="the request's id (its rows in the forecast ledger carry it)")
-    forecasts: list[SymbolForecast]
-    errors: list[SymbolErrorOut]
-    timing: dict[str, float]
+class LookbackOut(BaseModel):
+    """The lookback the answer read (``kronos_core.lookback.choose_lookback``) and why."""
+
+    value: int = Field(..., description="candles of history asked of each series (each one's "
+                       "own: history_length)")
+    source: Literal["request", "calibration", "default"] = Field(
+        ..., description="request: the request's lookback; calibration: none asked, the loaded "
+        "calibration's fitted lookback (so its corrections apply); default: none asked, "
+        "max_context - horizon")
+    note: str = Field(..., description="the same in words")
 
 
 class AccuracyFigures(BaseModel):

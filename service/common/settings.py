@@ -69,6 +69,14 @@ class Settings(BaseSettings):
         None, gt=0, description="token budget of one coalesced device batch; default: from the device budget"
     )
     batch_wait_timeout_s: float = Field(0.005, ge=0, description="how long a replica waits to coalesce shards")
+    max_prefill_tokens: int | None = Field(
+        None, ge=0, description="history tokens (rows x lookback) one device batch prefills at most, since its "
+        "first step cannot be preempted; default: 2,048 on CPU, 32,768 on GPU; 0: no cap",
+    )
+    max_skipped: int = Field(
+        32, ge=0, description="step scheduler: steps of other batches the oldest live batch waits at most, and "
+        "plans a batch that does not fit the memory budget waits before it goes first",
+    )
     gateway_replicas: int = Field(
         1, ge=1,
         description="ingress (gateway) replicas: request parsing, window reads and response encoding scale out "

@@ -10,22 +10,37 @@
 ``core.ForecastPipeline`` walks a request through them. This package's face is the names below.
 """
 
+from service.common.answer import ForecastAnswer
 from service.common.errors import DeadlineExceeded, Overloaded, ReplicaGone, RequestInvalid
 from service.gateway.core import ForecastPipeline
 from service.gateway.dispatch import ShardRun
 from service.gateway.encode import (
-    outcome_to_arrow,
-    outcome_to_json,
+    answer_to_arrow,
+    answer_to_json,
     quantile_label,
     summary_columns,
 )
 from service.gateway.future import FutureTimestamps
-from service.gateway.gather import Outcome, public_message
+from service.gateway.gather import public_message
 from service.gateway.prepare import Prepared, as_of_warning, store_as_of
-from service.gateway.shards import calibration_covers, memory_model_fit
+from service.gateway.shards import memory_model_fit
 
 __all__ = [
-    "DeadlineExceeded", "FutureTimestamps", "ForecastPipeline", "Outcome", "Overloaded", "Prepared", "ReplicaGone",
-    "RequestInvalid", "ShardRun", "as_of_warning", "calibration_covers", "memory_model_fit", "outcome_to_arrow",
-    "outcome_to_json", "public_message", "quantile_label", "store_as_of", "summary_columns",
+    "DeadlineExceeded",
+    "ForecastAnswer",
+    "FutureTimestamps",
+    "ForecastPipeline",
+    "Overloaded",
+    "Prepared",
+    "ReplicaGone",
+    "RequestInvalid",
+    "ShardRun",
+    "as_of_warning",
+    "memory_model_fit",
+    "answer_to_arrow",
+    "answer_to_json",
+    "public_message",
+    "quantile_label",
+    "store_as_of",
+    "summary_columns",
 ]

@@ -14,6 +14,9 @@ from collections.abc import Awaitable, Callable
 
 import numpy as np
 
+from kronos_core.calibration_policy import CalibrationPolicy
+from kronos_core.lookback import Lookback, choose_lookback
+from service.common.answer import ForecastAnswer, LedgerInputs
 from service.common.errors import DeadlineExceeded, Overloaded, RequestInvalid
 from service.common.interfaces import CandleStore, Replicas
 from service.common.messages import ReplicaInfo
@@ -22,9 +25,9 @@ from service.common.schemas import ForecastRequest
 from service.common.settings import Settings
 from service.gateway.dispatch import Dispatcher, ShardRun, shard_timeout
 from service.gateway.future import FutureTimestamps
-from service.gateway.gather import Outcome, add_summaries, gather_outcome, public_message
-from service.gateway.prepare import Prepared, check_exchange, prepare
-from service.gateway.record import LedgerRecorder, batch_from_outcome
+from service.gateway.gather import gather, public_message, risk_summaries
+from service.gateway.prepare import Prepared, check_exchange, check_horizon, prepare
+from service.gateway.record import LedgerRecorder
 from service.gateway.shards import make_shards, memory_model_fit, warm_memory_model
 
 log = logging.getLogger(__name__)
@@ -56,6 +59,8 @@ class ForecastPipeline:
         self._future = future
         self.recorder = recorder  # None: the ledger is off
         self._info: ReplicaInfo | None = None
+        # decides per series; built once, from _info
+        self._calibration: CalibrationPolicy | None = None
         self._inflight = 0
 
     @property
@@ -78,26 +83,33 @@ class ForecastPipeline:
         """Keep a replica description obtained elsewhere (the readiness probe)."""
         if self._info is None:
             self._info = info
+            if info.calibration is not None:
+                self._calibration = CalibrationPolicy.from_description(info.calibration)
             warm_memory_model(info)  # once, before the first request needs it
 
-    def record(self, out: Outcome) -> None:
+    def record(self, answer: ForecastAnswer) -> None:
         """Hand an answered request's forecasts to the ledger writer (a queue: no disk, never
-        raises). The route calls it after the answer is sent, so that the writer thread never
-        competes with encoding the answer; None with the ledger off or ``record: false``."""
-        batch, out.ledger_batch = out.ledger_batch, None
-        if batch is not None and self.recorder is not None:
-            self.recorder.submit(batch)
+        raises). The route calls it once, after the answer is sent, so that the writer thread
+        never competes with encoding the answer; nothing with the ledger off or ``record:
+        false``."""
+        if answer.ledger is not None and self.recorder is not None:
+            self.recorder.submit(answer)
 
-    def prepare(self, req: ForecastRequest, lookback: int) -> Prepared:
-        return prepare(req, lookback, self.store, self.future, self.settings.min_history_warning)
+    def prepare(self, req: ForecastRequest, lookback: int | Lookback,
+                max_context: int | None = None) -> Prepared:
+        return prepare(req, lookback, self.store, self.future, self.settings.min_history_warning,
+                       max_context)
 
-    def warm_up(self, limit: int = 16, scan: int = 5000, lookback: int = 64, horizon: int = 8) -> list[str]:
-        """Prepare one stored symbol of each kind (exchange and session clock) before the gateway takes
-        requests, so that the first user request does not pay for the first window read and for building
-        the exchanges' calendars: in the sample store that was 0.2-0.35 s of a 5-symbol request's first
-        0.3-0.5 s (``read_ms`` 190-356 against 0.7 warm). The kinds are found among the first ``scan``
-        symbols' metadata (2,000 took 57 ms). Returns the symbols prepared; never raises (a store that
-        cannot be read is the requests' error to report, not the start-up's)."""
+    def warm_up(
+        self, limit: int = 16, scan: int = 5000, lookback: int = 64, horizon: int = 8
+    ) -> list[str]:
+        """Prepare one stored symbol of each kind (exchange and session clock) before the gateway
+        takes requests, so that the first user request does not pay for the first window read and
+        for building the exchanges' calendars: in the sample store that was 0.2-0.35 s of a 5-symbol
+        request's first 0.3-0.5 s (``read_ms`` 190-356 against 0.7 warm). The kinds are found among
+        the first ``scan`` symbols' metadata (2,000 took 57 ms). Returns the symbols prepared; never
+        raises (a store that cannot be read is the requests' error to report, not the
+        start-up's)."""
         picked: dict[tuple, str] = {}
         try:
             for symbol in self.store.symbols()[:scan]:
@@ -106,38 +118,57 @@ class ForecastPipeline:
                 if len(picked) >= limit:
                     break
             if picked:
-                self.prepare(ForecastRequest(symbols=list(picked.values()), horizon=horizon, record=False), lookback)
+                self.prepare(
+                    ForecastRequest(symbols=list(picked.values()), horizon=horizon, record=False),
+                    lookback,
+                )
         except Exception as exc:  # noqa: BLE001 - logged; the service starts all the same
-            log.warning("gateway warm-up failed (%s: %s); the first request reads the store cold",
-                        type(exc).__name__, self.public(str(exc)))
+            log.warning(
+                "gateway warm-up failed (%s: %s); the first request reads the store cold",
+                type(exc).__name__,
+                self.public(str(exc)),
+            )
         return list(picked.values())
 
     def shard_timeout(self, request_timeout_s: float) -> float | None:
         """See ``service.gateway.dispatch.shard_timeout``."""
         return shard_timeout(self.settings, self.num_replicas, request_timeout_s)
 
-    async def forecast(self, req: ForecastRequest, timeout_s: float | None = None,
-                       request_id: str | None = None) -> Outcome:
+    async def forecast(
+        self, req: ForecastRequest, timeout_s: float | None = None, request_id: str | None = None
+    ) -> ForecastAnswer:
         """Run ``req``; past ``timeout_s`` (default: the ``request_timeout_s`` setting) raise
         ``DeadlineExceeded`` after cancelling every shard still pending or running.
         ``request_id``: the id its shards, answer and ledger rows carry (default: a new one)."""
         timeout_s = self.settings.request_timeout_s if timeout_s is None else timeout_s
         try:
-            return await asyncio.wait_for(self._admit(req, self.shard_timeout(timeout_s), request_id), timeout_s)
+            return await asyncio.wait_for(
+                self._admit(req, self.shard_timeout(timeout_s), request_id), timeout_s
+            )
         except TimeoutError:
             raise DeadlineExceeded(
-                f"the forecast took longer than its {timeout_s:g} s deadline; its pending shards were cancelled "
+                f"the forecast took longer than its {timeout_s:g} s deadline; its pending shards "
+                "were cancelled "
                 "(ask fewer series, or raise KRONOS_REQUEST_TIMEOUT_S)"
             ) from None
 
-    async def _admit(self, req: ForecastRequest, shard_timeout_s: float | None = None,
-                     request_id: str | None = None) -> Outcome:
+    async def _admit(
+        self,
+        req: ForecastRequest,
+        shard_timeout_s: float | None = None,
+        request_id: str | None = None,
+    ) -> ForecastAnswer:
         if req.n_series > self.settings.max_symbols:
             field_name = "symbols" if req.symbols is not None else "series"
-            raise RequestInvalid(field_name, f"{field_name}: {req.n_series} given, at most {self.settings.max_symbols} per request")
+            raise RequestInvalid(
+                field_name,
+                f"{field_name}: {req.n_series} given, "
+                f"at most {self.settings.max_symbols} per request",
+            )
         if self._inflight >= self.settings.max_inflight_requests:
             raise Overloaded(
-                f"{self._inflight} forecast requests in flight (limit {self.settings.max_inflight_requests})",
+                f"{self._inflight} forecast requests in flight "
+                f"(limit {self.settings.max_inflight_requests})",
                 self.settings.retry_after_s,
             )
         self._inflight += 1
@@ -148,48 +179,93 @@ class ForecastPipeline:
             self._inflight -= 1
             self.metrics.queue_depth.labels(stage="requests").set(self._inflight)
 
-    async def _forecast(self, req: ForecastRequest, shard_timeout_s: float | None = None,
-                        request_id: str | None = None) -> Outcome:
+    async def _forecast(
+        self,
+        req: ForecastRequest,
+        shard_timeout_s: float | None = None,
+        request_id: str | None = None,
+    ) -> ForecastAnswer:
         t0 = time.perf_counter()
         info = await self.info()
-        lookback = max(2, info.max_context - req.horizon) if req.lookback is None else req.lookback
+        check_horizon(req.horizon, info.max_context)  # before any store read: refused at once
+        choice = choose_lookback(req.lookback, req.horizon, info.max_context,
+                                 info.model.get("calibration"))
+        lookback = choice.value
         if req.exchange is not None:
             check_exchange(req.exchange)
-        prep = await asyncio.to_thread(self.prepare, req, lookback)
+        prep = await asyncio.to_thread(self.prepare, req, choice, info.max_context)
         t_read = time.perf_counter()
         # no usable series (inline or store) is still an answer: no forecasts, every series in
         # errors; a series is judged alone, whatever stands beside it (docs/service.md)
         fit = self.fit_factory(info, req.horizon, req.sample_count)
         record = self.recorder is not None and req.record
-        slices, shards = make_shards(req, prep, info, fit, self.num_replicas, self.settings.shards_per_replica,
-                                     want_paths=record and self.settings.ledger_paths,
-                                     min_shard_tokens=self.settings.min_shard_tokens, request_id=request_id)
+        slices, shards = make_shards(
+            req,
+            prep,
+            info,
+            fit,
+            self.num_replicas,
+            self.settings.shards_per_replica,
+            want_paths=record and self.settings.ledger_paths,
+            min_shard_tokens=self.settings.min_shard_tokens,
+            calibration=self._calibration,
+            request_id=request_id,
+        )
         run = ShardRun(shard_timeout_s)
         results = await self.dispatcher.run_all(shards, run)
         t_fc = time.perf_counter()
-        out = gather_outcome(info.model, tuple(req.quantiles), prep, slices, results)
-        out.calibrated = bool(shards) and all(s.calibrate for s in shards)  # else: warnings say which, why
-        out.request_id = shards[0].request_id if shards else request_id
-        batch = batch_from_outcome(req, out, out.request_id or "", out.calibration_state,
-                                   self.settings.ledger_paths) if record else None
-        if out.paths and not (req.return_paths or req.summary):  # asked for the ledger only
-            out.paths = [None] * len(out.paths)
-        if req.summary:
-            out.summary = True
-            add_summaries(out, req.vol_alert_factor, keep_paths=req.return_paths)
-        self.metrics.series_forecast.inc(len(out.symbols))
-        out.errors = [{**e, "message": self.public(e["message"])} for e in out.errors]
-        for e in out.errors:  # per-symbol errors; whole-request ones are counted by the app's handler
+        g = gather(prep, slices, results)
+        n = len(g.symbols)
+        # asked for the ledger only, the paths stay out of the answer
+        paths: list[np.ndarray | None] = g.paths if req.return_paths else [None] * n
+        summaries = (
+            risk_summaries(g.paths, g.histories, req.vol_alert_factor) if req.summary else []
+        )
+        errors = [{**e, "message": self.public(e["message"])} for e in g.errors]
+        self.metrics.series_forecast.inc(n)
+        for e in errors:  # per-symbol errors; whole-request ones are counted by the app's handler
             self.metrics.record_error(e["code"])
-        out.timing = {
-            "read_ms": round((t_read - t0) * 1e3, 3),
-            "forecast_ms": round((t_fc - t_read) * 1e3, 3),
-            "total_ms": round((time.perf_counter() - t0) * 1e3, 3),
-            "series": float(len(out.symbols)),
-            "shards": float(len(shards)),
-            "shard_retries": float(run.retries),  # re-sends: replica gone, or slow (hedged)
-            "shard_timeouts": float(run.timeouts),  # shard calls past their deadline, each hedged
-            "lookback": float(lookback),  # the window asked for; each series' own: history_length
-        }
-        out.ledger_batch = batch  # recorded by ``record`` once the answer is sent (the route's background task)
-        return out
+        ledger = None
+        if record:
+            kept: list[np.ndarray | None] = g.paths if self.settings.ledger_paths else [None] * n
+            ledger = LedgerInputs(
+                source="inline" if req.series is not None else "store",
+                frequency=req.frequency,
+                recorded_at=np.datetime64(time.time_ns(), "ns"),
+                paths=kept,
+            )
+        return ForecastAnswer(
+            model=info.model,
+            # else: warnings say which, why
+            calibrated=bool(shards) and all(s.calibrate for s in shards),
+            calibration_state=g.calibration_state,
+            request_id=shards[0].request_id if shards else request_id,
+            lookback=choice.as_dict(),
+            symbols=g.symbols,
+            history_length=g.history_length,
+            last_timestamp=g.last_timestamp,
+            warnings=g.warnings,
+            timestamps=g.timestamps,
+            mean=g.mean,
+            quantiles=g.quantiles,
+            paths=paths,
+            summaries=summaries,
+            errors=errors,
+            timing={
+                "read_ms": round((t_read - t0) * 1e3, 3),
+                "forecast_ms": round((t_fc - t_read) * 1e3, 3),
+                "total_ms": round((time.perf_counter() - t0) * 1e3, 3),
+                "series": float(n),
+                "shards": float(len(shards)),
+                "shard_retries": float(run.retries),  # re-sends: replica gone, or slow (hedged)
+                # shard calls past their deadline, each hedged
+                "shard_timeouts": float(run.timeouts),
+                # the window asked for; each series' own: history_length
+                "lookback": float(lookback),
+            },
+            quantile_levels=tuple(req.quantiles),
+            summary=req.summary,
+            histories=g.histories,
+            history_timestamps=g.history_timestamps,
+            ledger=ledger,
+        )

@@ -53,3 +53,31 @@ class FutureTimestamps:
                 self._cache.pop(next(iter(self._cache)))
             self._cache[key] = hit
         return hit
+
+
+class SessionGaps:
+    """``kronos_core.data.gaps.missing_sessions`` with a cache keyed by the history and the
+    exchange: a portfolio's symbols mostly share their dates, so 1,000 symbols cost a few
+    checks. Returns the warning message, or None (no gap, no exchange, unknown venue)."""
+
+    def __init__(self, size: int = 4096):
+        self.size = size
+        self._cache: dict[tuple, str | None] = {}
+
+    def __call__(self, history: np.ndarray, exchange: str | None) -> str | None:
+        if not exchange or len(history) < 2:
+            return None
+        from kronos_core.data.calendars import UnknownExchangeError
+        from kronos_core.data.gaps import missing_sessions
+
+        h = np.ascontiguousarray(history.astype("datetime64[ns]"))
+        key = (hashlib.blake2b(h.view(np.int64).tobytes(), digest_size=16).digest(), exchange)
+        if key not in self._cache:
+            try:
+                gaps = missing_sessions(h, exchange)
+            except UnknownExchangeError:  # the future timestamps report it as the series' error
+                gaps = None
+            if len(self._cache) >= self.size:
+                self._cache.pop(next(iter(self._cache)))
+            self._cache[key] = None if gaps is None else gaps.message()
+        return self._cache[key]

@@ -1,4 +1,4 @@
-"""Stage 3, gather: the shards' results back in request order as an ``Outcome`` (a failed
+"""Stage 3, gather: the shards' results back in request order (a failed
 shard's or a non-finite forecast's symbols become errors), risk summaries from the paths,
 and messages stripped of server paths before they reach a client."""
 
@@ -19,39 +19,31 @@ from service.gateway.prepare import Prepared, symbol_error
 
 
 @dataclass
-class Outcome:
-    """A finished request: arrays per successful symbol, request order."""
+class Gathered:
+    """The shards' results in request order, per answered series (the answer's columns, before
+    the answer is built), and the errors so far."""
 
-    model: dict
-    symbols: list[str]
-    timestamps: list[np.ndarray]  # (H,) datetime64[ns]
-    mean: list[np.ndarray]  # (H, 6)
-    quantile_levels: tuple[float, ...]
-    quantiles: list[np.ndarray | None]  # (Q, H, 6)
-    paths: list[np.ndarray | None]  # (S, H, 6)
-    errors: list[dict]
-    timing: dict[str, float]
+    symbols: list[str] = field(default_factory=list)
+    timestamps: list[np.ndarray] = field(default_factory=list)  # (H,) datetime64[ns]
+    mean: list[np.ndarray] = field(default_factory=list)  # (H, 6)
+    quantiles: list[np.ndarray | None] = field(default_factory=list)  # (Q, H, 6)
+    paths: list[np.ndarray | None] = field(default_factory=list)  # (S, H, 6)
     history_length: list[int] = field(default_factory=list)  # candles of history each series used
     last_timestamp: list[np.datetime64] = field(default_factory=list)  # its last input candle
     warnings: list[list[dict]] = field(default_factory=list)  # {code, message} per series
-    calibrated: bool = False  # quantiles corrected by the model's calibration
     histories: list[np.ndarray] = field(default_factory=list)  # (L, 6) input candles per series
-    history_timestamps: list[np.ndarray] = field(default_factory=list)  # (L,) their times (the ledger hashes them)
-    summaries: list[dict | None] = field(default_factory=list)  # risk summary per series, with summary
-    summary: bool = False  # the request asked for summaries (the Arrow answer then has summary_* columns)
-    request_id: str | None = None  # the request's id (its ledger rows carry it)
-    calibration_state: dict | None = None  # the adaptive calibration state the replicas applied (version, sha256, ...)
-    ledger_batch: Any = field(default=None, repr=False)  # record.ForecastBatch to record once answered (ForecastPipeline.record)
+    history_timestamps: list[np.ndarray] = field(default_factory=list)  # (L,) their times
+    errors: list[dict] = field(default_factory=list)
+    calibration_state: dict | None = None  # the adaptive calibration state the replicas applied
 
 
-def gather_outcome(model: dict, levels: tuple[float, ...], prep: Prepared, slices: list[slice],
-                   results: list[ShardResult]) -> Outcome:
+def gather(prep: Prepared, slices: list[slice], results: list[ShardResult]) -> Gathered:
     """The shards' results put back in request order; a failed shard's symbols become errors."""
-    out = Outcome(model=model, symbols=[], timestamps=[], mean=[], quantile_levels=levels,
-                  quantiles=[], paths=[], errors=list(prep.errors), timing={})
+    out = Gathered(errors=list(prep.errors))
     for sl, res in zip(slices, results, strict=True):
         if res.calibration_state is not None and out.calibration_state is None:
-            out.calibration_state = res.calibration_state  # the first shard's: see docs/service.md, "Forecast ledger"
+            # the first shard's: see docs/service.md, "Forecast ledger"
+            out.calibration_state = res.calibration_state
         if res.error is not None:
             code = res.error_code or ErrorCode.FORECAST_FAILED
             out.errors.extend(symbol_error(s, code, res.error) for s in prep.symbols[sl])
@@ -62,10 +54,19 @@ def gather_outcome(model: dict, levels: tuple[float, ...], prep: Prepared, slice
             q = None if res.quantiles is None else res.quantiles[:, j]  # (Q, H, 6)
             p = None if res.paths is None else res.paths[j]  # (S, H, 6)
             if not all(np.isfinite(a).all() for a in (res.mean[j], q, p) if a is not None):
-                # JSON has no NaN: a non-finite forecast is this series' error, not a null in the answer
-                out.errors.append(symbol_error(prep.symbols[i], ErrorCode.FORECAST_FAILED, (
-                    "the forecast holds NaN or infinite values; this series' candles likely span too many "
-                    "orders of magnitude for the model (check its values)")))
+                # JSON has no NaN: a non-finite forecast is this series' error, not a null in the
+                # answer
+                out.errors.append(
+                    symbol_error(
+                        prep.symbols[i],
+                        ErrorCode.FORECAST_FAILED,
+                        (
+                            "the forecast holds NaN or infinite values; this series' candles "
+                            "likely span too many orders of magnitude for the model (check its "
+                            "values)"
+                        ),
+                    )
+                )
                 continue
             out.symbols.append(prep.symbols[i])
             out.timestamps.append(prep.y_ts[i])
@@ -80,24 +81,26 @@ def gather_outcome(model: dict, levels: tuple[float, ...], prep: Prepared, slice
     return out
 
 
-def add_summaries(out: Outcome, vol_factor: float, keep_paths: bool) -> None:
-    """Each forecast's risk summary from its close paths; drops the paths unless asked for."""
+def risk_summaries(
+    paths: list[np.ndarray | None], histories: list[np.ndarray], vol_factor: float
+) -> list[dict | None]:
+    """Each forecast's risk summary from its close paths (None: no paths, or not computable)."""
     from kronos_core.eval.risk import risk_summary
 
     close = FEATURE_NAMES.index("close")
-    for i, p in enumerate(out.paths):
-        hist = out.histories[i][:, close].astype(np.float64)
+    out: list[dict | None] = []
+    for p, history in zip(paths, histories, strict=True):
+        hist = history[:, close].astype(np.float64)
         if p is None:  # no paths: no summary
-            out.summaries.append(None)
+            out.append(None)
             continue
         try:
             summary = risk_summary(p[:, :, close], float(hist[-1]), hist, vol_factor).to_dict()
             finite = all(math.isfinite(v) for v in summary.values() if isinstance(v, float))
-            out.summaries.append(summary if finite else None)  # JSON has no NaN
+            out.append(summary if finite else None)  # JSON has no NaN
         except (ValueError, TypeError, IndexError):  # non-positive prices or no paths: no summary
-            out.summaries.append(None)
-        if not keep_paths:
-            out.paths[i] = None
+            out.append(None)
+    return out
 
 
 _ABS_PATH = re.compile(r"(?<![\w.:/])(?:/[^\s'\"/,;:()\[\]]+)+/?")
@@ -112,5 +115,7 @@ def public_message(message: str, store_root: Any = None) -> str:
     if store_root is not None:
         root = str(store_root).rstrip("/")
         if root:
-            message = message.replace(root + "/", "").replace(root, os.path.basename(root) or "store")
+            message = message.replace(root + "/", "").replace(
+                root, os.path.basename(root) or "store"
+            )
     return _ABS_PATH.sub(lambda m: os.path.basename(m.group(0).rstrip("/")) or "/", message)

@@ -13,10 +13,11 @@ import numpy as np
 import pandas as pd
 
 from kronos_core.errors import ErrorCode, WarningCode
+from kronos_core.lookback import Lookback, history_cut_message, horizon_limit_message
 from service.common.errors import RequestInvalid
 from service.common.interfaces import CandleStore
 from service.common.schemas import ForecastRequest
-from service.gateway.future import to_ns
+from service.gateway.future import SessionGaps, to_ns
 from service.gateway.inline import inline_arrays
 
 
@@ -40,6 +41,7 @@ class _Series:
     session: tuple[str | None, str] | None = None  # (timezone, session_timezone) from metadata
     exchange: str | None = None  # venue whose calendar gives the future timestamps (request or metadata)
     warnings: list[dict] = field(default_factory=list)  # {code, message}
+    held: int | None = None  # candles the series holds (store: up to as_of); None: len(values)
 
 
 @dataclass
@@ -79,6 +81,14 @@ def as_of_warning(as_of: datetime, ts: np.ndarray, last_stored: np.datetime64,
     )
 
 
+def check_horizon(horizon: int, max_context: int) -> None:
+    """``RequestInvalid`` naming ``horizon`` and the model's limit when the horizon is longer
+    than the model's context (``kronos_core.lookback``); checked before any store read."""
+    why = horizon_limit_message(horizon, max_context)
+    if why is not None:
+        raise RequestInvalid("horizon", why)
+
+
 def check_exchange(exchange: str) -> None:
     """``RequestInvalid`` naming ``exchange`` when no calendar of that name exists."""
     from kronos_core.data.calendars import UnknownExchangeError, exchange_sessions
@@ -110,7 +120,7 @@ def _store_series(store: CandleStore, req: ForecastRequest, lookback: int, error
         meta = win.metadata
         session = (meta.get("timezone"), meta["session_timezone"]) if meta.get("session_timezone") else None
         item = _Series(win.symbol, np.asarray(win.values, dtype=np.float32), to_ns(win.timestamps), session,
-                       req.exchange or meta.get("exchange"))
+                       req.exchange or meta.get("exchange"), held=win.held)
         if req.as_of is not None:
             w = as_of_warning(req.as_of, item.ts, win.last_stored, meta.get("timezone"))
             if w is not None:
@@ -133,20 +143,30 @@ def _inline_series(req: ForecastRequest, lookback: int, errors: list[dict]) -> l
         except ValueError as exc:
             errors.append(symbol_error(s.symbol, ErrorCode.INVALID_SERIES, f"series[{j}]: {exc}"))
             continue
-        items.append(_Series(s.symbol, values, ts, exchange=req.exchange))
+        items.append(_Series(s.symbol, values, ts, exchange=req.exchange, held=len(s.candles)))
     return items
 
 
-def prepare(req: ForecastRequest, lookback: int, store: CandleStore, future: Callable[..., np.ndarray],
-            min_history_warning: int) -> Prepared:
+_GAPS = SessionGaps()  # per process: histories repeat across requests
+
+
+def prepare(req: ForecastRequest, lookback: int | Lookback, store: CandleStore,
+            future: Callable[..., np.ndarray], min_history_warning: int,
+            max_context: int | None = None, gaps: Callable[..., str | None] = _GAPS) -> Prepared:
     """The request's usable series with their future timestamps; a series with fewer than
-    ``min_history_warning`` candles is forecast with a ``short_history`` warning."""
+    ``min_history_warning`` candles is forecast with a ``short_history`` warning, one whose
+    history is shorter than the lookback asked or than the model could see (``max_context``)
+    with a ``history_cut`` warning naming both lengths; one that skips sessions of its known
+    exchange with a ``missing_sessions`` warning (``gaps``: how many, the first few)."""
     out = Prepared()
+    if not isinstance(lookback, Lookback):
+        lookback = Lookback(int(lookback), "request", f"lookback {lookback}")
     if req.symbols is not None:
-        items = _store_series(store, req, lookback, out.errors)
+        items = _store_series(store, req, lookback.value, out.errors)
     else:
-        items = _inline_series(req, lookback, out.errors)
+        items = _inline_series(req, lookback.value, out.errors)
     short = min_history_warning
+    reach = max_context or lookback.value
     for it in items:
         try:
             y = future(it.ts, req.horizon, it.session, it.exchange)
@@ -158,6 +178,13 @@ def prepare(req: ForecastRequest, lookback: int, store: CandleStore, future: Cal
                 WarningCode.SHORT_HISTORY,
                 f"{len(it.values)} candles of history, fewer than {short}: the forecast has little to go on",
             ))
+        held = len(it.values) if it.held is None else it.held
+        cut = history_cut_message(len(it.values), held, lookback, reach)
+        if cut is not None:
+            it.warnings.append(symbol_warning(WarningCode.HISTORY_CUT, cut))
+        gap = gaps(it.ts, it.exchange)
+        if gap is not None:
+            it.warnings.append(symbol_warning(WarningCode.MISSING_SESSIONS, gap))
         out.symbols.append(it.symbol)
         out.values.append(it.values)
         out.x_ts.append(it.ts)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
+from kronos_core.calibration_policy import CalibrationPolicy, SeriesCalibration
 from kronos_core.errors import WarningCode
 from kronos_core.options import ForecastOptions
 from service.common.errors import RequestInvalid
@@ -24,51 +24,15 @@ def request_options(req: ForecastRequest) -> ForecastOptions:
     """The request's forecast options: the one place a request's fields map to them (no
     calibration: each replica applies its own, see ``Shard.calibrate``)."""
     return ForecastOptions(
-        horizon=req.horizon, sample_count=req.sample_count, temperature=req.temperature,
-        top_k=req.top_k, top_p=req.top_p, seed=req.seed, quantiles=tuple(req.quantiles), repair=req.repair,
+        horizon=req.horizon,
+        sample_count=req.sample_count,
+        temperature=req.temperature,
+        top_k=req.top_k,
+        top_p=req.top_p,
+        seed=req.seed,
+        quantiles=tuple(req.quantiles),
+        repair=req.repair,
     )
-
-
-def calibration_covers(cal: dict | None, horizon: int, quantiles) -> bool:
-    """Whether the replicas' calibration (``calibration_info``) covers this request's horizon and
-    quantile levels; uncovered requests get the raw sample quantiles and ``calibrated: false``."""
-    if not cal or not quantiles:
-        return False
-    from kronos_core.eval.calibration import Calibration
-
-    calibration = Calibration.from_description(cal)
-    return calibration.covers(horizon, quantiles) is None
-
-
-@dataclass(frozen=True)
-class SeriesCalibration:
-    """The calibration decision for one series: applied (with the group's member, for a file
-    fitted per group), or not, and why (None: nothing asked, no warning)."""
-
-    calibrate: bool = False
-    group: str | None = None
-    reason: str | None = None
-
-
-def calibration_decisions(cal: dict | None, req: ForecastRequest, prep: Prepared) -> list[SeriesCalibration]:
-    """Per usable series of ``prep``: does the replicas' calibration (``calibration_info``) apply
-    to it (``Calibration.covers``: horizon, levels, its history length as lookback, its bar
-    frequency, its group)? A request without quantiles or a deployment without a calibration
-    asks nothing; every other uncalibrated series gets the reason."""
-    if not cal or not req.quantiles:
-        return [SeriesCalibration() for _ in prep.symbols]
-    from kronos_core.eval.calibration import Calibration, series_frequency
-
-    calibration = Calibration.from_description(cal)
-    out = []
-    for symbol, values, ts in zip(prep.symbols, prep.values, prep.x_ts, strict=True):
-        frequency = series_frequency(ts) if len(ts) > 1 else None
-        why = calibration.covers(req.horizon, req.quantiles, len(values), frequency, symbol)
-        if why is None:
-            out.append(SeriesCalibration(True, calibration.member_key(frequency, symbol)))
-        else:
-            out.append(SeriesCalibration(reason=f"quantiles not calibrated: {why}"))
-    return out
 
 
 def split_by_calibration(slices: list[slice], decisions: list[SeriesCalibration]) -> list[slice]:
@@ -78,7 +42,10 @@ def split_by_calibration(slices: list[slice], decisions: list[SeriesCalibration]
     for sl in slices:
         start = sl.start
         for i in range(sl.start + 1, sl.stop):
-            if (decisions[i].calibrate, decisions[i].group) != (decisions[i - 1].calibrate, decisions[i - 1].group):
+            if (decisions[i].calibrate, decisions[i].group) != (
+                decisions[i - 1].calibrate,
+                decisions[i - 1].group,
+            ):
                 out.append(slice(start, i))
                 start = i
         out.append(slice(start, sl.stop))
@@ -112,7 +79,8 @@ def plan_shards(
     cap = int(fit(longest))
     if cap <= 0:
         raise TooLargeError(
-            f"a single series with lookback={longest}, horizon={horizon}, sample_count={sample_count} "
+            f"a single series with lookback={longest}, horizon={horizon}, "
+            f"sample_count={sample_count} "
             "does not fit one replica's device budget"
         )
     if max_batch_tokens:
@@ -127,19 +95,13 @@ def plan_shards(
     target = math.ceil(n / max(1, num_replicas * shards_per_replica))
     least = math.ceil(min_shard_tokens / (sample_count * max(1, longest)))
     size = max(1, min(cap, max(target, least)))
-    # the last shards are half as big: shards are pulled by whichever replica frees up, so a request
-    # ends when its last shard does, and a replica left with a whole shard queued while the others
-    # have none (seen: 1.6 s of a 7-9 s request, one replica idle) holds up the request for less
-    half = max(1, least, math.ceil(size / 2))
-    last = 2 * max(1, num_replicas) * size  # series in the last shards: two per replica, or a bit more
-    head = (n - last) // size * size if half < size and n > last else n
-    return ([slice(i, min(head, i + size)) for i in range(0, head, size)]
-            + [slice(i, min(n, i + half)) for i in range(head, n, half)])
+    return [slice(i, min(n, i + size)) for i in range(0, n, size)]
 
 
 def warm_memory_model(info: ReplicaInfo) -> None:
     """Count the model's parameters once (the memory model's first call builds the model on the meta
-    device, about a second), when a replica is first described, so the first request does not pay it."""
+    device, about a second), when a replica is first described, so the first request does not pay
+    it."""
     from kronos_core.engine.memory import count_parameters
 
     if info.model_cfg is not None and info.tokenizer_cfg is not None:
@@ -157,8 +119,13 @@ def memory_model_fit(info: ReplicaInfo, horizon: int, sample_count: int) -> Call
         if lookback not in cache:
             cache[lookback] = int(
                 max_batch_that_fits(
-                    info.model_cfg, info.tokenizer_cfg, info.budget_bytes, lookback, horizon,
-                    sample_count=sample_count, max_context=info.max_context,
+                    info.model_cfg,
+                    info.tokenizer_cfg,
+                    info.budget_bytes,
+                    lookback,
+                    horizon,
+                    sample_count=sample_count,
+                    max_context=info.max_context,
                 )
             )
         return cache[lookback]
@@ -166,28 +133,68 @@ def memory_model_fit(info: ReplicaInfo, horizon: int, sample_count: int) -> Call
     return fit
 
 
-def make_shards(req: ForecastRequest, prep: Prepared, info: ReplicaInfo, fit: Callable[[int], int],
-                num_replicas: int, shards_per_replica: int, want_paths: bool = False,
-                min_shard_tokens: int = 0, request_id: str | None = None) -> tuple[list[slice], list[Shard]]:
+def calibration_decisions(
+    policy: CalibrationPolicy | None, req: ForecastRequest, prep: Prepared
+) -> list[SeriesCalibration]:
+    """Per usable series of ``prep``: the replicas' calibration policy's decision (none without a
+    calibration)."""
+    if policy is None:
+        return [SeriesCalibration() for _ in prep.symbols]
+    return [
+        policy.decide(req.horizon, req.quantiles, ts, symbol)
+        for symbol, ts in zip(prep.symbols, prep.x_ts, strict=True)
+    ]
+
+
+def make_shards(
+    req: ForecastRequest,
+    prep: Prepared,
+    info: ReplicaInfo,
+    fit: Callable[[int], int],
+    num_replicas: int,
+    shards_per_replica: int,
+    want_paths: bool = False,
+    min_shard_tokens: int = 0,
+    calibration: CalibrationPolicy | None = None,
+    request_id: str | None = None,
+) -> tuple[list[slice], list[Shard]]:
     """The request's shards and the slice of ``prep``'s series each holds; a series too long
     for one replica is a ``RequestInvalid`` naming ``lookback``. Each series the deployment's
     calibration does not apply to gets an ``uncalibrated`` warning saying why. ``want_paths``:
     the paths come back even if the request does not ask for them (the ledger records them).
     ``request_id``: the id the shards carry (the HTTP request's ``X-Request-Id``); default: new."""
     options = request_options(req)
-    decisions = calibration_decisions(info.model.get("calibration"), req, prep)
+    decisions = calibration_decisions(calibration, req, prep)
     for i, d in enumerate(decisions):
         if d.reason is not None:
             prep.warnings[i].append(symbol_warning(WarningCode.UNCALIBRATED, d.reason))
     try:
-        slices = plan_shards([len(v) for v in prep.values], req.horizon, req.sample_count, fit,
-                             num_replicas, shards_per_replica, info.max_batch_tokens, min_shard_tokens)
+        slices = plan_shards(
+            [len(v) for v in prep.values],
+            req.horizon,
+            req.sample_count,
+            fit,
+            num_replicas,
+            shards_per_replica,
+            info.max_batch_tokens,
+            min_shard_tokens,
+        )
     except TooLargeError as exc:
         raise RequestInvalid("lookback", str(exc)) from None
     slices = split_by_calibration(slices, decisions)
     rid = request_id or uuid.uuid4().hex[:12]
-    shards = [Shard(rid, i, prep.values[s], prep.x_ts[s], prep.y_ts[s], options,
-                    return_paths=req.return_paths or req.summary or want_paths, calibrate=decisions[s.start].calibrate,
-                    calibration_group=decisions[s.start].group)
-              for i, s in enumerate(slices)]
+    shards = [
+        Shard(
+            rid,
+            i,
+            prep.values[s],
+            prep.x_ts[s],
+            prep.y_ts[s],
+            options,
+            return_paths=req.return_paths or req.summary or want_paths,
+            calibrate=decisions[s.start].calibrate,
+            calibration_group=decisions[s.start].group,
+        )
+        for i, s in enumerate(slices)
+    ]
     return slices, shards

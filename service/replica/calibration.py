@@ -4,7 +4,8 @@ aci``) whose state follows the scored forecasts (``kronos_core.ledger.OnlineCali
 Who does what:
 
 - the **gateway** whose scoring pass holds the ledger's lock feeds the newly scored steps to
-  ``OnlineCalibration.update`` (``service.live_accuracy.GatewayAdaptation``), which continues the ACI walk and
+  ``OnlineCalibration.update`` (``service.live_accuracy.GatewayAdaptation``), which continues the
+  ACI walk and
   persists the new state atomically in the ledger folder
   (``<ledger>/calibration/<file stem>.state.json``, a version counter, the hash of its
   corrections, the time of the update). The file is the one shared state: every gateway
@@ -29,9 +30,13 @@ ACI calibration is applied as fitted (nothing is scored to update it).
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING
 
+from kronos_core.eval.calibration import Calibration
 from service.common.settings import Settings
+
+if TYPE_CHECKING:
+    from service.replica.step_runner import StepRunner
 
 log = logging.getLogger(__name__)
 
@@ -50,18 +55,22 @@ def state_path(settings: Settings, method: str) -> str | None:
 class ReplicaCalibration:
     """The calibration a replica applies, kept current with the shared state file."""
 
-    def __init__(self, settings: Settings, calibration: Any):
+    def __init__(self, settings: Settings, calibration: Calibration):
         from kronos_core.ledger.adaptive import OnlineCalibration
 
         self.online = OnlineCalibration(calibration, state_path(settings, calibration.method))
         if self.online.adaptive:
-            log.info("adaptive calibration: state %s, version %d", self.online.state_path, self.online.stamp.version)
+            log.info(
+                "adaptive calibration: state %s, version %d",
+                self.online.state_path,
+                self.online.stamp.version,
+            )
 
     @property
-    def calibration(self) -> Any:
+    def calibration(self) -> Calibration:
         return self.online.calibration
 
-    def refresh(self, runner: Any) -> dict:
+    def refresh(self, runner: StepRunner) -> dict:
         """Bring the runner's calibration to the latest persisted state (a ``stat`` when nothing
         changed; ``runner.use_calibration`` sets the calibration and its stamp together, so a
         job names the state it applied); returns that stamp. A state file that cannot be read
@@ -70,8 +79,11 @@ class ReplicaCalibration:
             if self.online.refresh():
                 log.info("adaptive calibration: now version %d", self.online.stamp.version)
         except Exception as exc:  # StateError, OSError: keep applying the state in use
-            log.warning("adaptive calibration: state not refreshed (%s); applying version %d",
-                        exc, self.online.stamp.version)
+            log.warning(
+                "adaptive calibration: state not refreshed (%s); applying version %d",
+                exc,
+                self.online.stamp.version,
+            )
         stamp = self.online.stamp.as_dict()
         runner.use_calibration(self.online.calibration, stamp)
         return stamp

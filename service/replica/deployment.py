@@ -2,8 +2,8 @@
 Shards from concurrent requests go to one device-loop thread (``DeviceLoop``) that coalesces the
 shards arriving together into jobs and runs them one decode step at a time as the step scheduler
 plans (``service.replica.scheduler``; execution, cancellation and out-of-memory splitting in
-``service.replica.step_runner.StepRunner``): small work first, big jobs preempted at step boundaries and
-resumed where they stopped. Before it reports ready a replica runs one small forecast (warm-up).
+``service.replica.step_runner.StepRunner``): small work first, big jobs preempted at step boundaries
+and resumed where they stopped. Before it reports ready a replica runs one small forecast (warm-up).
 """
 
 from __future__ import annotations
@@ -18,31 +18,19 @@ from typing import Any
 
 import numpy as np
 from ray import serve
+from ray.serve.config import RequestRouterConfig
 
+from kronos_core.calibration_policy import CalibrationDescription
 from kronos_core.options import ForecastOptions
 from service.common.messages import ReplicaInfo, Shard, ShardResult
 from service.common.settings import Settings
+from service.replica.calibration import ReplicaCalibration
 from service.replica.memory import memory_model_for
+from service.replica.policy import BatchingPolicy, replica_budget
 from service.replica.step_runner import StepRunner
 from service.replica.weights import ShippedWeights, localize
 
 log = logging.getLogger(__name__)
-
-CPU_DEFAULT_BUDGET = 2 << 30  # bytes a CPU replica plans one batch for
-# History tokens (rows x lookback) one job may prefill in its first step: that step (tokenize and
-# prefill the whole history) cannot be preempted and costs tens of decode steps, so it bounds how long
-# a small request waits. Live-tunable: user_config ``max_prefill_tokens`` (0 or None: a job is a whole
-# coalesced group). CPU: 2,048 (10 series of 200 candles, ~50 ms on one core); on this machine a
-# job of 10 series decodes as fast per row as one of 100, and the small request beside a big one went
-# from 1.86x its idle latency at 4,096 to 1.15x (kronos bench mixed). GPU: 32,768, since small batches
-# waste a GPU and its prefill of that many tokens is milliseconds (an estimate from the model's FLOPs,
-# not yet measured: scripts/gpu-check.sh).
-DEFAULT_MAX_PREFILL_TOKENS = {"cpu": 2048, "cuda": 32768}
-
-
-def default_max_prefill_tokens(device: str) -> int:
-    return DEFAULT_MAX_PREFILL_TOKENS["cuda" if device.startswith("cuda") else "cpu"]
-
 
 @dataclass
 class InjectedFaults:
@@ -56,7 +44,9 @@ class InjectedFaults:
 FAULTS = InjectedFaults()
 
 
-def inject_fault(_actor: Any = None, shard_delay_s: float | None = None, exit_after_s: float | None = None) -> dict:
+def inject_fault(
+    _actor: Any = None, shard_delay_s: float | None = None, exit_after_s: float | None = None
+) -> dict:
     """Test-only hook, run inside one replica's process through Ray's ``__ray_call__`` on its
     actor (``ray.get(actor.__ray_call__.remote(inject_fault, shard_delay_s=30))``); never
     reachable over HTTP. ``exit_after_s``: the process exits that many seconds later, as a crash
@@ -85,7 +75,8 @@ async def _test_delay() -> None:
 
 class DeviceLoop:
     """The one thread that drives the device: ticks ``runner`` while it has work, sleeps on its
-    ``wakeup`` condition otherwise (a shard's arrival, or the end of the coalescing wait, wakes it)."""
+    ``wakeup`` condition otherwise (a shard's arrival, or the end of the coalescing wait, wakes
+    it)."""
 
     def __init__(self, runner: StepRunner):
         self.runner = runner
@@ -116,7 +107,8 @@ class DeviceLoop:
         return self.thread.is_alive()
 
 
-WARMUP_SERIES = 8  # the warm-up forecast: series, their longest lookback and horizon (run once at load)
+# the warm-up forecast: series, their longest lookback and horizon (run once at load)
+WARMUP_SERIES = 8
 WARMUP_LOOKBACK = 256
 WARMUP_HORIZON = 8
 
@@ -133,12 +125,15 @@ def warmup_shard(max_context: int) -> Shard:
     for i in range(WARMUP_SERIES):
         n = max(2, longest - 16 * i)
         close = 100 * np.exp(np.cumsum(rng.normal(0, 0.01, n)))  # (n,)
-        v = np.stack([close, close * 1.01, close * 0.99, close, np.full(n, 1e3), close * 1e3], 1)  # (n, 6)
+        # (n, 6)
+        v = np.stack([close, close * 1.01, close * 0.99, close, np.full(n, 1e3), close * 1e3], 1)
         ts = pd.date_range("2024-01-01", periods=n + WARMUP_HORIZON, freq="h").to_numpy()
         values.append(v.astype(np.float32))
         xts.append(ts[:n])
         yts.append(ts[n:])
-    options = ForecastOptions(horizon=WARMUP_HORIZON, sample_count=2, seed=0, quantiles=(0.1, 0.5, 0.9))
+    options = ForecastOptions(
+        horizon=WARMUP_HORIZON, sample_count=2, seed=0, quantiles=(0.1, 0.5, 0.9)
+    )
     return Shard("warm-up", 0, values, xts, yts, options)
 
 
@@ -151,12 +146,6 @@ def load_calibration(path: str, identity):
     return cal
 
 
-def calibration_info(cal) -> dict[str, Any]:
-    """What answers say about the calibration: the model it was fitted for and what it covers."""
-    # method, levels, horizon, features, scope (and groups): the gateway decides per series with it
-    return {"model_name": cal.model.get("name"), "model_sha256": cal.model.get("sha256"), **cal.describe()}
-
-
 def model_info(identity, max_context: int, cfg) -> dict[str, Any]:
     """The model block of ``/v1/models`` and every forecast response: identity, no server paths."""
     info = identity.as_dict()
@@ -166,12 +155,26 @@ def model_info(identity, max_context: int, cfg) -> dict[str, Any]:
     info["compile"] = cfg.compile
     info["calibration"] = None
     if identity.random_weights:
-        info["note"] = ("RANDOM weights: forecasts are not meaningful; set KRONOS_MODEL_DIR (or --model-dir) "
-                        "to a trained checkpoint")
+        info["note"] = (
+            "RANDOM weights: forecasts are not meaningful; set KRONOS_MODEL_DIR (or --model-dir) "
+            "to a trained checkpoint"
+        )
     return info
 
 
-@serve.deployment(name="Predictor", health_check_period_s=5, health_check_timeout_s=30)
+# placement: each shard to the replica with the least tokens in flight (service.replica.router);
+# the field takes an import path or a class, whatever Ray's annotation says
+LEAST_TOKENS = RequestRouterConfig(
+    request_router_class="service.replica.router.LeastTokensRouter",  # type: ignore[arg-type]
+)
+
+
+@serve.deployment(
+    name="Predictor",
+    health_check_period_s=5,
+    health_check_timeout_s=30,
+    request_router_config=LEAST_TOKENS,
+)
 class Predictor:
     def __init__(self, settings: Settings, shipped: ShippedWeights | None = None):
         import torch
@@ -188,7 +191,9 @@ class Predictor:
             self.device = "cuda:0"  # Ray sets CUDA_VISIBLE_DEVICES to this replica's GPU
         else:
             self.device = "cpu"
-            threads = int(settings.replica_cpus or 0) or int(os.environ.get("OMP_NUM_THREADS", "0") or 0)
+            threads = int(settings.replica_cpus or 0) or int(
+                os.environ.get("OMP_NUM_THREADS", "0") or 0
+            )
             if threads > 0:
                 torch.set_num_threads(threads)
         self.predictor_config = settings.predictor_config(device=self.device)
@@ -197,36 +202,47 @@ class Predictor:
         self.model_cfg = self.predictor.model.config
         self.tokenizer_cfg = self.predictor.tokenizer.config
         self.model = model_info(self.predictor.identity, self.max_context, self.predictor_config)
-        if settings.device_budget_bytes:
-            self.budget = int(settings.device_budget_bytes)
-        elif self.device.startswith("cuda"):
-            free, _total = torch.cuda.mem_get_info()
-            self.budget = int(free * 0.9)
-        else:
-            self.budget = CPU_DEFAULT_BUDGET
+        free = torch.cuda.mem_get_info()[0] if self.device.startswith("cuda") else None
+        self.budget = replica_budget(settings, self.device, free)
         self.runner = StepRunner(
-            self.predictor, self.replica_id, self.device, budget_bytes=self.budget - self._weight_bytes(),
-            memory_model=memory_model_for(self.model_cfg, self.tokenizer_cfg, self.max_context,
-                                          self.predictor_config.sliding),
+            self.predictor,
+            self.replica_id,
+            self.device,
+            policy=self._policy({}),
+            memory_model=memory_model_for(
+                self.model_cfg, self.tokenizer_cfg, self.max_context, self.predictor_config.sliding
+            ),
         )
-        self.adaptive = None  # service.replica.calibration.ReplicaCalibration: the calibration kept current (aci: online)
+        # the calibration kept current (aci: online)
+        self.adaptive: ReplicaCalibration | None = None
+        # what it covers, as answers and the gateway see it
+        self.calibration: CalibrationDescription | None = None
         if settings.calibration:
-            from service.replica.calibration import ReplicaCalibration
-
-            self.adaptive = ReplicaCalibration(settings, load_calibration(settings.calibration, self.predictor.identity))
+            self.adaptive = ReplicaCalibration(
+                settings, load_calibration(settings.calibration, self.predictor.identity)
+            )
             self.adaptive.refresh(self.runner)  # the calibration and its stamp
-            self.model["calibration"] = calibration_info(self.runner.calibration)
+            self.calibration = CalibrationDescription.of(self.adaptive.calibration)
+            self.model["calibration"] = self.calibration.as_dict()
         self.max_batch_tokens = 0
         self.reconfigure({})
         self.warmup_seconds = self._warm_up()
         self.loop = DeviceLoop(self.runner)
-        log.info("replica %s ready on %s, budget %d bytes, batch tokens %d, warm-up %.2f s",
-                 self.replica_id, self.device, self.budget, self.max_batch_tokens, self.warmup_seconds)
+        log.info(
+            "replica %s ready on %s, budget %d bytes, batch tokens %d, warm-up %.2f s",
+            self.replica_id,
+            self.device,
+            self.budget,
+            self.max_batch_tokens,
+            self.warmup_seconds,
+        )
 
     def _weight_bytes(self) -> int:
         from kronos_core.engine.memory import memory_breakdown
 
-        return memory_breakdown(self.model_cfg, self.tokenizer_cfg, 1, 1, 1, max_context=self.max_context).weights
+        return memory_breakdown(
+            self.model_cfg, self.tokenizer_cfg, 1, 1, 1, max_context=self.max_context
+        ).weights
 
     def _warm_up(self) -> float:
         """One small forecast through the replica's own path, before the replica reports ready."""
@@ -243,26 +259,46 @@ class Predictor:
         from kronos_core.engine.memory import max_batch_that_fits
 
         half = self.max_context // 2
-        n = max_batch_that_fits(self.model_cfg, self.tokenizer_cfg, self.budget, half, half,
-                                sample_count=1, max_context=self.max_context)
+        n = max_batch_that_fits(
+            self.model_cfg,
+            self.tokenizer_cfg,
+            self.budget,
+            half,
+            half,
+            sample_count=1,
+            max_context=self.max_context,
+        )
         return max(1, int(n)) * self.max_context
 
+    def _policy(self, user_config: dict) -> BatchingPolicy:
+        """The batching policy of this replica (``service.replica.policy``): its memory is the
+        budget less the weights, which are loaded once and counted once."""
+        return BatchingPolicy.for_replica(
+            self.settings,
+            self.device,
+            self.budget - self._weight_bytes(),
+            self._default_batch_tokens(),
+            user_config,
+        )
+
     def reconfigure(self, user_config: dict) -> None:
-        """Live-tunable batching: ``max_batch_tokens``, ``batch_wait_timeout_s``, ``max_prefill_tokens``."""
-        user_config = user_config or {}
-        tokens = user_config.get("max_batch_tokens") or self.settings.max_batch_tokens or self._default_batch_tokens()
-        self.max_batch_tokens = int(tokens)
-        self.runner.max_batch_tokens = self.max_batch_tokens  # the most tokens one coalesced job holds
-        wait = user_config.get("batch_wait_timeout_s", self.settings.batch_wait_timeout_s)
-        self.runner.batch_wait_timeout_s = float(wait)  # how long the first shard waits for others to join it
-        prefill = user_config.get("max_prefill_tokens", default_max_prefill_tokens(self.device))
-        self.runner.max_prefill_tokens = int(prefill) if prefill else None
+        """Live-tunable batching: ``max_batch_tokens``, ``batch_wait_timeout_s``,
+        ``max_prefill_tokens``."""
+        policy = self._policy(user_config or {})
+        self.max_batch_tokens = policy.max_batch_tokens
+        self.runner.use_policy(policy)
 
     async def describe(self) -> ReplicaInfo:
         return ReplicaInfo(
-            replica_id=self.replica_id, device=self.device, budget_bytes=self.budget,
-            max_batch_tokens=self.max_batch_tokens, max_context=self.max_context,
-            model_cfg=self.model_cfg, tokenizer_cfg=self.tokenizer_cfg, model=self.model,
+            replica_id=self.replica_id,
+            device=self.device,
+            budget_bytes=self.budget,
+            max_batch_tokens=self.max_batch_tokens,
+            max_context=self.max_context,
+            model_cfg=self.model_cfg,
+            tokenizer_cfg=self.tokenizer_cfg,
+            model=self.model,
+            calibration=self.calibration,
         )
 
     async def forecast_shard(self, shard: Shard) -> ShardResult:
@@ -277,7 +313,8 @@ class Predictor:
             loop.call_soon_threadsafe(_resolve, answer, res)
 
         if self.adaptive is not None and shard.calibrate:
-            self.adaptive.refresh(self.runner)  # the latest persisted state, for the jobs that start next
+            # the latest persisted state, for the jobs that start next
+            self.adaptive.refresh(self.runner)
         pending = self.runner.submit(shard, deliver)
         try:
             res = await answer

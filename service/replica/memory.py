@@ -11,7 +11,8 @@ from typing import Any
 
 from kronos_core.options import ForecastOptions
 
-MemoryModel = Callable[[ForecastOptions, list[int]], tuple[int, int]]  # (options, lengths) -> (resident, transient)
+# (options, lengths) -> (resident, transient)
+MemoryModel = Callable[[ForecastOptions, list[int]], tuple[int, int]]
 
 # torch raises no dedicated type when the CPU allocator fails: ``torch.empty(2**62)`` on CPU gives a
 # plain RuntimeError "[enforce fail at alloc_cpu.cpp:...] ... DefaultCPUAllocator: can't allocate
@@ -50,15 +51,27 @@ def device_memory(device: str) -> tuple[int, int, int]:
     return rss, rss, max(peak, rss)
 
 
-def memory_model_for(model_cfg: Any, tokenizer_cfg: Any, max_context: int, sliding: str) -> MemoryModel:
-    """The memory model's (resident, transient) bytes of one job: what it holds while admitted (inputs
-    and key/value caches) and what one of its steps adds; weights are the replica's, counted once."""
+def memory_model_for(
+    model_cfg: Any, tokenizer_cfg: Any, max_context: int, sliding: str
+) -> MemoryModel:
+    """The memory model's (resident, transient) bytes of one job: what it holds while admitted
+    (inputs
+    and key/value caches) and what one of its steps adds; weights are the replica's, counted
+    once."""
     from kronos_core.engine.memory import SAFETY, memory_breakdown
 
     def estimate(options: ForecastOptions, lengths: list[int]) -> tuple[int, int]:
-        est = memory_breakdown(model_cfg, tokenizer_cfg, len(lengths), max(lengths), options.horizon,
-                               options.sample_count, max_context=max_context, include_weights=False,
-                               sliding=options.sliding or sliding)
+        est = memory_breakdown(
+            model_cfg,
+            tokenizer_cfg,
+            len(lengths),
+            max(lengths),
+            options.horizon,
+            options.sample_count,
+            max_context=max_context,
+            include_weights=False,
+            sliding=options.sliding or sliding,
+        )
         resident = est.inputs + est.caches
         return int(resident * SAFETY), int(max(0, est.transient - est.caches) * SAFETY)
 

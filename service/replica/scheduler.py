@@ -2,38 +2,45 @@
 
 A pure object (no model, no Ray, no torch, no clock of its own): the replica tells it which jobs
 arrived (``submit``), which finished or were cancelled, and after every decode step asks it for the
-next ``plan``: which queued jobs to admit (start: tokenize and prefill), which live job runs the next
-decode step, which jobs leave (cancelled: their memory is freed). The replica carries the plan out
-(``service.replica.step_runner.StepRunner``).
+next ``plan``: which queued jobs to admit (start: tokenize and prefill), which live job runs the
+next decode step, which jobs leave (cancelled: their memory is freed). The replica carries the plan
+out (``service.replica.step_runner.StepRunner``).
 
 Policy:
 
-* **Smallest remaining work first.** A job's remaining work is ``rows x steps_left`` (row-steps). The
-  live job with the least runs the next step, so a 5-symbol request admitted while a 1,000-symbol job
-  decodes finishes after its own few steps, waiting at most one step of the big job. The big job keeps
-  its state (caches, tokens) and resumes where it stopped: preemption costs nothing but the wait.
+* **Smallest remaining work first.** A job's remaining work is ``rows x steps_left`` (row-steps).
+The
+  live job with the least runs the next step, so a 5-symbol request admitted while a 1,000-symbol
+  job decodes finishes after its own few steps, waiting at most one step of the big job. The big job
+  keeps its state (caches, tokens) and resumes where it stopped: preemption costs nothing but the
+  wait.
 * **Aging.** The oldest live job runs next, whatever its size, once other jobs have run
   ``max_skipped`` steps since it last ran, so a stream of small jobs slows a big one down but never
-  starves it: the oldest live job gets at least one step in every ``max_skipped + 1``, and since every
-  job becomes the oldest once the jobs before it finish, every job's wait is bounded by the jobs older
-  than it. Only the oldest ages: when every waiting job aged, the parts of one big request (the replica
-  cuts it into jobs) all became "starved" together behind a small job that came later and each pushed a
-  step (often its prefill, tens of decode steps long) ahead of it; one forced step per ``max_skipped``
-  keeps the bound and costs a small job at most that one step.
-* **Admission within the memory budget.** Jobs are admitted in priority order (least work first, then
-  arrival) while ``resident`` bytes of all live jobs together, plus the largest ``transient`` bytes of any
-  one step (steps run one at a time), stay within ``budget``. A job that does not fit waits; once it
-  has waited ``max_skipped`` plans it is considered first and nothing is admitted before it (the live
-  jobs drain until it fits), so a big queued job is not starved by small ones either. A job is always admitted onto an empty device, fitting or not: out-of-memory
-  splitting (the replica's) is the answer to a job the model says is too big.
-* **Determinism.** Ties break by arrival order; the plan depends only on the calls made, never on time.
+  starves it: the oldest live job gets at least one step in every ``max_skipped + 1``, and since
+  every job becomes the oldest once the jobs before it finish, every job's wait is bounded by the
+  jobs older than it. Only the oldest ages: when every waiting job aged, the parts of one big
+  request (the replica cuts it into jobs) all became "starved" together behind a small job that came
+  later and each pushed a step (often its prefill, tens of decode steps long) ahead of it; one
+  forced step per ``max_skipped`` keeps the bound and costs a small job at most that one step.
+* **Admission within the memory budget.** Jobs are admitted in priority order (least work first,
+then
+  arrival) while ``resident`` bytes of all live jobs together, plus the largest ``transient`` bytes
+  of any one step (steps run one at a time), stay within ``budget``. A job that does not fit waits;
+  once it has waited ``max_skipped`` plans it is considered first and nothing is admitted before it
+  (the live jobs drain until it fits), so a big queued job is not starved by small ones either. A
+  job is always admitted onto an empty device, fitting or not: out-of-memory splitting (the
+  replica's) is the answer to a job the model says is too big.
+* **Determinism.** Ties break by arrival order; the plan depends only on the calls made, never on
+time.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-DEFAULT_MAX_SKIPPED = 32  # a live job waits at most this many steps of other jobs (a small job of horizon <= 32 runs uninterrupted)
+# a live job waits at most this many steps of other jobs (a small job of horizon <= 32 runs
+# uninterrupted)
+DEFAULT_MAX_SKIPPED = 32
 
 
 @dataclass
@@ -48,7 +55,8 @@ class BatchTicket:
     steps_left: int = -1  # -1: ``steps``
     cancelled: bool = False
     started: bool = False  # admitted (prefilled)
-    skipped: int = 0  # the oldest live job: steps of others since it last ran; queued: plans it waited
+    # the oldest live job: steps of others since it last ran; queued: plans it waited
+    skipped: int = 0
     arrival: int = field(default=0, compare=False)  # order of submission
 
     def __post_init__(self) -> None:
@@ -127,7 +135,8 @@ class Scheduler:
         return sum(t.resident_bytes for t in ts) + max(t.transient_bytes for t in ts)
 
     def next_step(self) -> NextStep:
-        leave = [j for j, t in self.live.items() if t.cancelled] + [j for j, t in self.queued.items() if t.cancelled]
+        leave = [j for j, t in self.live.items() if t.cancelled]
+        leave += [j for j, t in self.queued.items() if t.cancelled]
         for j in leave:
             self.discard(j)
         mid_batch = bool(self.live)
@@ -139,9 +148,14 @@ class Scheduler:
         admitted: list[int] = []
         live = list(self.live.values())
         # jobs that waited too long go first, by arrival; then the rest, least work first
-        order = sorted(self.queued.values(),
-                       key=lambda t: (t.skipped < self.max_skipped, t.arrival if t.skipped >= self.max_skipped
-                                      else t.work, t.arrival))
+        order = sorted(
+            self.queued.values(),
+            key=lambda t: (
+                t.skipped < self.max_skipped,
+                t.arrival if t.skipped >= self.max_skipped else t.work,
+                t.arrival,
+            ),
+        )
         for t in order:
             if not live or self.memory_in_use([*live, t]) <= self.budget_bytes:
                 live.append(t)

@@ -1,7 +1,8 @@
 """The replica's batch execution, without Ray: ``StepRunner`` coalesces the shards that arrive
 together into jobs (one per options group), runs them one decode step at a time as
-``service.replica.scheduler`` plans, halves a job and queues both halves on out-of-memory, and puts each
-shard's answer back together from the jobs that carried its series. Unit-tested with fake engines.
+``service.replica.scheduler`` plans, halves a job and queues both halves on out-of-memory, and puts
+each shard's answer back together from the jobs that carried its series. Unit-tested with fake
+engines.
 """
 
 from __future__ import annotations
@@ -15,20 +16,24 @@ from typing import Any
 
 import numpy as np
 
+from kronos_core.calibration_policy import CalibrationPolicy
 from kronos_core.errors import ErrorCode
+from kronos_core.eval.calibration import Calibration
 from kronos_core.options import ForecastOptions
 from service.common.interfaces import ForecastEngine, ForecastJob
 from service.common.messages import BatchReport, Shard, ShardResult
 from service.replica.memory import MemoryModel, device_memory, is_out_of_memory
-from service.replica.scheduler import DEFAULT_MAX_SKIPPED, BatchTicket, Scheduler
+from service.replica.policy import BatchingPolicy
+from service.replica.scheduler import BatchTicket, Scheduler
 
 log = logging.getLogger(__name__)
 
-# ---- step-at-a-time execution (the replica's device loop) -------------------------------------------
-# The replica runs every shard through ``StepRunner``, the one execution path (tests drive the same path
-# with ``submit`` + ``run_until_idle``): shards arriving together are coalesced into jobs (one per options
-# group, at most ``max_batch_tokens`` each), the ``service.replica.scheduler.Scheduler`` picks which job runs each
-# decode step, and a job's rows keep their state between its steps.
+# ---- step-at-a-time execution (the replica's device loop) ----------------------------------------
+# The replica runs every shard through ``StepRunner``, the one execution path (tests drive the
+# same path with ``submit`` + ``run_until_idle``): shards arriving together are coalesced into jobs
+# (one per options group, at most ``max_batch_tokens`` each), the
+# ``service.replica.scheduler.Scheduler`` picks which job runs each decode step, and a job's rows
+# keep their state between its steps.
 
 GroupKey = tuple[ForecastOptions, bool, "str | None"]  # (options, calibrate, calibration group)
 
@@ -46,9 +51,18 @@ class PendingShard:
         self._covered = 0
         self.calibration_state: dict | None = None  # the calibration stamp its parts applied
 
-    def add_part(self, lo: int, hi: int, mean: np.ndarray, q: np.ndarray | None, paths: np.ndarray | None,
-                 replica_id: str, calibration_state: dict | None = None) -> None:
-        """Series ``lo:hi`` of the shard are forecast: mean (n, H, 6), q (Q, n, H, 6), paths (n, S, H, 6)."""
+    def add_part(
+        self,
+        lo: int,
+        hi: int,
+        mean: np.ndarray,
+        q: np.ndarray | None,
+        paths: np.ndarray | None,
+        replica_id: str,
+        calibration_state: dict | None = None,
+    ) -> None:
+        """Series ``lo:hi`` of the shard are forecast: mean (n, H, 6), q (Q, n, H, 6), paths (n, S,
+        H, 6)."""
         if self.done:
             return
         self._parts[lo] = (hi, mean, q, paths)
@@ -59,18 +73,32 @@ class PendingShard:
             return
         parts = [self._parts[k] for k in sorted(self._parts)]
         s = self.shard
-        self._finish(ShardResult(
-            s.request_id, s.index, replica_id,
-            np.concatenate([p[1] for p in parts], axis=0),
-            None if parts[0][2] is None else np.concatenate([p[2] for p in parts], axis=1),
-            np.concatenate([p[3] for p in parts], axis=0) if s.return_paths else None,
-            calibration_state=self.calibration_state,
-        ))
+        self._finish(
+            ShardResult(
+                s.request_id,
+                s.index,
+                replica_id,
+                np.concatenate([p[1] for p in parts], axis=0),
+                None if parts[0][2] is None else np.concatenate([p[2] for p in parts], axis=1),
+                np.concatenate([p[3] for p in parts], axis=0) if s.return_paths else None,
+                calibration_state=self.calibration_state,
+            )
+        )
 
     def fail(self, message: str, replica_id: str) -> None:
         s = self.shard
-        self._finish(ShardResult(s.request_id, s.index, replica_id, None, None, None,
-                                 error=message, error_code=ErrorCode.FORECAST_FAILED))
+        self._finish(
+            ShardResult(
+                s.request_id,
+                s.index,
+                replica_id,
+                None,
+                None,
+                None,
+                error=message,
+                error_code=ErrorCode.FORECAST_FAILED,
+            )
+        )
 
     def _finish(self, result: ShardResult) -> None:
         if not self.done:
@@ -102,7 +130,8 @@ class DeviceBatch:
     queue_wait_s: list[float] = field(default_factory=list)  # shards whose first series it admitted
     admitted_mid_batch: int = 0  # of those, shards admitted while another job was mid-decode
     options: ForecastOptions | None = None  # what it runs with, its calibration chosen at its start
-    calibration_state: dict | None = None  # the stamp of that calibration (adaptive: version, hash, updated_at)
+    # the stamp of that calibration (adaptive: version, hash, updated_at)
+    calibration_state: dict | None = None
 
     @property
     def series(self) -> int:
@@ -112,9 +141,9 @@ class DeviceBatch:
         values, xts, yts = [], [], []
         for g in self.segments:
             s = g.pending.shard
-            values += s.values[g.lo:g.hi]
-            xts += s.x_timestamps[g.lo:g.hi]
-            yts += s.y_timestamps[g.lo:g.hi]
+            values += s.values[g.lo : g.hi]
+            xts += s.x_timestamps[g.lo : g.hi]
+            yts += s.y_timestamps[g.lo : g.hi]
         return values, xts, yts
 
     def halves(self) -> tuple[list[Segment], list[Segment]]:
@@ -140,38 +169,44 @@ class DeviceBatch:
 
 
 class StepRunner:
-    """The replica's device loop body: shards in (``submit``, any thread), one ``tick`` at a time on the
-    device thread: coalesce shards that arrived together, carry out the scheduler's plan (close the jobs
-    that leave, start the admitted ones, run one decode step), deliver finished shards. An out-of-memory
-    error at a job's start or step discards the job and queues its two halves as new jobs (nothing is
-    lost; a single series that does not fit fails its shard). Reports (one ``BatchReport`` per job) wait in
+    """The replica's device loop body: shards in (``submit``, any thread), one ``tick`` at a time on
+    the device thread: coalesce shards that arrived together, carry out the scheduler's plan (close
+    the jobs that leave, start the admitted ones, run one decode step), deliver finished shards. An
+    out-of-memory error at a job's start or step discards the job and queues its two halves as new
+    jobs (nothing is lost; a single series that does not fit fails its shard). Reports (one
+    ``BatchReport`` per job) wait in
     ``take_reports`` for the replica to hand them to the gateway."""
 
-    def __init__(self, predictor: ForecastEngine, replica_id: str, device: str, *, budget_bytes: int = 1 << 62,
-                 memory_model: MemoryModel | None = None, max_batch_tokens: int = 1 << 62,
-                 batch_wait_timeout_s: float = 0.0, max_skipped: int = DEFAULT_MAX_SKIPPED,
-                 max_prefill_tokens: int | None = None,
-                 clock: Callable[[], float] = time.monotonic, min_split: int = 1):
+    def __init__(
+        self,
+        predictor: ForecastEngine,
+        replica_id: str,
+        device: str,
+        *,
+        policy: BatchingPolicy | None = None,
+        memory_model: MemoryModel | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        **limits: Any,
+    ):
+        """``policy``: the batching policy (default: ``BatchingPolicy(**limits)``, for tests that
+        set a few of its limits by name)."""
         self.predictor = predictor
         self.replica_id = replica_id
         self.device = device
-        self.min_split = min_split  # a job of this many series or fewer is not halved on out-of-memory
-        self.calibration = None  # kronos_core.eval.calibration.Calibration for this model, when configured
-        self.calibration_state: dict | None = None  # its stamp (adaptive calibration: version, hash, updated_at)
-        self.scheduler = Scheduler(budget_bytes, max_skipped=max_skipped)
+        self.policy = policy if policy is not None else BatchingPolicy(**limits)
+        self.calibration: Calibration | None = None  # this model's calibration, when configured
+        # its stamp (adaptive calibration: version, hash, updated_at)
+        self.calibration_state: dict | None = None
+        self.scheduler = Scheduler(self.policy.budget_bytes, max_skipped=self.policy.max_skipped)
         self.memory_model = memory_model
-        self.max_batch_tokens = max_batch_tokens
-        self.batch_wait_timeout_s = batch_wait_timeout_s
-        # A job's first step tokenizes and prefills its whole history at once and cannot be preempted:
-        # jobs are cut to at most this many history tokens (rows x lookback) so that step stays short.
-        self.max_prefill_tokens = max_prefill_tokens
         self.clock = clock
         self.jobs: dict[int, DeviceBatch] = {}
         self._inbox: list[PendingShard] = []
         self._reports: list[BatchReport] = []
         self._next_id = 0
         self._lock = threading.RLock()
-        self.wakeup = threading.Condition(self._lock)  # notified when a shard arrives or is cancelled
+        # notified when a shard arrives or is cancelled
+        self.wakeup = threading.Condition(self._lock)
 
     # ---- any thread ----------------------------------------------------------------------------
     def submit(self, shard: Shard, on_done: Callable[[ShardResult], None]) -> PendingShard:
@@ -188,6 +223,13 @@ class StepRunner:
             pending.cancelled = True
             self.wakeup.notify_all()
 
+    def use_policy(self, policy: BatchingPolicy) -> None:
+        """Batch by ``policy`` from the next tick on (the replica's live ``reconfigure``)."""
+        with self._lock:
+            self.policy = policy
+            self.scheduler.budget_bytes = policy.budget_bytes
+            self.scheduler.max_skipped = policy.max_skipped
+
     def take_reports(self) -> list[BatchReport]:
         with self._lock:
             reports, self._reports = self._reports, []
@@ -200,9 +242,11 @@ class StepRunner:
                 return 0.0
             if not self._inbox:
                 return None
-            if sum(p.shard.tokens for p in self._inbox) >= self.max_batch_tokens:
+            if sum(p.shard.tokens for p in self._inbox) >= self.policy.max_batch_tokens:
                 return 0.0
-            return max(0.0, self._inbox[0].arrived + self.batch_wait_timeout_s - self.clock())
+            return max(
+                0.0, self._inbox[0].arrived + self.policy.batch_wait_timeout_s - self.clock()
+            )
 
     @property
     def waiting_shards(self) -> int:
@@ -236,19 +280,20 @@ class StepRunner:
                 return
             self.tick()
 
-    def use_calibration(self, calibration: Any, state: dict | None) -> None:
+    def use_calibration(self, calibration: Calibration, state: dict | None) -> None:
         """Apply ``calibration`` (and name it by ``state``) to the jobs that start from now on;
         jobs already running keep the one they started with."""
         with self._lock:
             self.calibration, self.calibration_state = calibration, state
 
-    def _options(self, options: ForecastOptions, calibrate: bool, group: str | None = None) -> ForecastOptions:
+    def _options(
+        self, options: ForecastOptions, calibrate: bool, group: str | None = None
+    ) -> ForecastOptions:
         """The shard's options with this replica's calibration (the ``group``'s member of a file
         fitted per group) when the shard asks for it."""
         if not calibrate or self.calibration is None:
             return options
-        chosen = self.calibration.select(group=group) if self.calibration.members else self.calibration
-        return options.with_(calibration=chosen)
+        return options.with_(calibration=CalibrationPolicy(self.calibration).member(group))
 
     def _empty_cache(self) -> None:
         if self.device.startswith("cuda"):
@@ -261,8 +306,8 @@ class StepRunner:
         with self._lock:
             if not self._inbox:
                 return
-            due = self._inbox[0].arrived + self.batch_wait_timeout_s <= self.clock()
-            if not due and sum(p.shard.tokens for p in self._inbox) < self.max_batch_tokens:
+            due = self._inbox[0].arrived + self.policy.batch_wait_timeout_s <= self.clock()
+            if not due and sum(p.shard.tokens for p in self._inbox) < self.policy.max_batch_tokens:
                 return
             inbox, self._inbox = self._inbox, []
         groups: dict[GroupKey, list[list[PendingShard]]] = {}
@@ -271,18 +316,26 @@ class StepRunner:
                 continue
             s = p.shard
             chunks = groups.setdefault((s.options, s.calibrate, s.calibration_group), [[]])
-            if chunks[-1] and sum(q.shard.tokens for q in chunks[-1]) + s.tokens > self.max_batch_tokens:
+            if (
+                chunks[-1]
+                and sum(q.shard.tokens for q in chunks[-1]) + s.tokens
+                > self.policy.max_batch_tokens
+            ):
                 chunks.append([])
             chunks[-1].append(p)
         for key, chunks in groups.items():
             for chunk in chunks:
-                for segments in self._prefill_sized([Segment(p, 0, p.shard.size) for p in chunk], key[0]):
+                for segments in self._prefill_sized(
+                    [Segment(p, 0, p.shard.size) for p in chunk], key[0]
+                ):
                     self._queue(key, segments)
 
-    def _prefill_sized(self, segments: list[Segment], options: ForecastOptions) -> list[list[Segment]]:
-        """``segments`` cut into jobs of at most ``max_prefill_tokens`` history tokens (a shard may be
-        cut; its parts are put back together by ``PendingShard``); one series is never cut."""
-        cap = self.max_prefill_tokens
+    def _prefill_sized(
+        self, segments: list[Segment], options: ForecastOptions
+    ) -> list[list[Segment]]:
+        """``segments`` cut into jobs of at most ``max_prefill_tokens`` history tokens (a shard may
+        be cut; its parts are put back together by ``PendingShard``); one series is never cut."""
+        cap = self.policy.max_prefill_tokens
         if not cap:
             return [segments]
         jobs: list[list[Segment]] = [[]]
@@ -290,7 +343,9 @@ class StepRunner:
         for g in segments:
             lo = g.lo
             for i in range(g.lo, g.hi):
-                cost = len(g.pending.shard.values[i]) * options.sample_count
+                cost = self.policy.prefill_cost(
+                    len(g.pending.shard.values[i]), options.sample_count
+                )
                 if used and used + cost > cap:
                     if i > lo:
                         jobs[-1].append(Segment(g.pending, lo, i))
@@ -307,9 +362,15 @@ class StepRunner:
         options = key[0]
         lengths = [len(g.pending.shard.values[i]) for g in segments for i in range(g.lo, g.hi)]
         resident, transient = self.memory_model(options, lengths) if self.memory_model else (0, 0)
-        self.scheduler.submit(BatchTicket(job.job_id, rows=len(lengths) * options.sample_count,
-                                        steps=options.horizon, resident_bytes=resident,
-                                        transient_bytes=transient))
+        self.scheduler.submit(
+            BatchTicket(
+                job.job_id,
+                rows=len(lengths) * options.sample_count,
+                steps=options.horizon,
+                resident_bytes=resident,
+                transient_bytes=transient,
+            )
+        )
 
     def _start(self, job_id: int, mid_batch: bool) -> None:
         job = self.jobs[job_id]
@@ -325,7 +386,9 @@ class StepRunner:
         try:
             with self._lock:  # the calibration and its stamp change together (use_calibration)
                 chosen = self._options(options, calibrate, group)
-                job.calibration_state = self.calibration_state if chosen.calibration is not None else None
+                job.calibration_state = (
+                    self.calibration_state if chosen.calibration is not None else None
+                )
             job.options = chosen
             job.engine = self.predictor.start_forecast(values, xts, yts, chosen)
         except Exception as exc:
@@ -353,17 +416,23 @@ class StepRunner:
         res = engine.result()
         engine.close()
         q = np.asarray(res.quantiles, dtype=np.float32) if options.quantiles else None
-        paths = np.asarray(res.paths, dtype=np.float32)  # (B, S, H, 6)
-        if options.calibration is not None:  # the paths of the corrected distribution: summaries agree with the bands
-            paths = options.calibration.correct_paths(paths, getattr(self.predictor, "identity", None))
+        # (B, S, H, 6), corrected by the engine when calibrated
+        paths = np.asarray(res.paths, dtype=np.float32)
         mean = np.asarray(res.mean, dtype=np.float32)  # (B, H, 6)
         self._report(job, tokens=int(res.stats.tokens_generated))
         del self.jobs[job.job_id]
         start = 0
         for g in job.segments:
             end = start + g.hi - g.lo
-            g.pending.add_part(g.lo, g.hi, mean[start:end], None if q is None else q[:, start:end],
-                               paths[start:end], self.replica_id, job.calibration_state)
+            g.pending.add_part(
+                g.lo,
+                g.hi,
+                mean[start:end],
+                None if q is None else q[:, start:end],
+                paths[start:end],
+                self.replica_id,
+                job.calibration_state,
+            )
             start = end
 
     def _failed(self, job: DeviceBatch, exc: BaseException) -> None:
@@ -375,9 +444,12 @@ class StepRunner:
         del self.jobs[job.job_id]
         n = job.series
         oom = is_out_of_memory(exc)
-        self._report(job, tokens=0, oom_split=oom and n > self.min_split)
-        if oom and n > self.min_split:
-            log.warning("replica %s: out of memory on %d series, splitting in half", self.replica_id, n)
+        split = self.policy.splits(n, oom)
+        self._report(job, tokens=0, oom_split=split)
+        if split:
+            log.warning(
+                "replica %s: out of memory on %d series, splitting in half", self.replica_id, n
+            )
             self._empty_cache()
             for half in job.halves():
                 self._queue(job.key, half)
@@ -397,13 +469,22 @@ class StepRunner:
     def _report(self, job: DeviceBatch, tokens: int, oom_split: bool = False) -> None:
         alloc, reserved, peak = device_memory(self.device)
         report = BatchReport(
-            replica_id=self.replica_id, device=self.device, series=job.series,
-            shards=len({id(g.pending) for g in job.segments}), engine_calls=1 if job.started_at else 0,
-            oom_splits=int(oom_split), tokens_generated=tokens,
+            replica_id=self.replica_id,
+            device=self.device,
+            series=job.series,
+            shards=len({id(g.pending) for g in job.segments}),
+            engine_calls=1 if job.started_at else 0,
+            oom_splits=int(oom_split),
+            tokens_generated=tokens,
             seconds=self.clock() - job.started_at if job.started_at else 0.0,
-            queue_depth=self.waiting_shards, mem_allocated=alloc, mem_reserved=reserved, mem_peak=peak,
-            queue_wait_s=list(job.queue_wait_s), decode_steps=job.decode_steps,
-            step_rows=job.series * job.key[0].sample_count, admitted_mid_batch=job.admitted_mid_batch,
+            queue_depth=self.waiting_shards,
+            mem_allocated=alloc,
+            mem_reserved=reserved,
+            mem_peak=peak,
+            queue_wait_s=list(job.queue_wait_s),
+            decode_steps=job.decode_steps,
+            step_rows=job.series * job.key[0].sample_count,
+            admitted_mid_batch=job.admitted_mid_batch,
         )
         with self._lock:
             self._reports.append(report)

@@ -49,13 +49,16 @@ class ShippedWeights:
 
 
 def cache_root() -> Path:
-    """This node's cache of shipped weights (``$KRONOS_WEIGHTS_CACHE``, else ``<tmp>/kronos-weights``)."""
-    return Path(os.environ.get("KRONOS_WEIGHTS_CACHE") or Path(tempfile.gettempdir()) / "kronos-weights")
+    """This node's cache of shipped weights (``$KRONOS_WEIGHTS_CACHE``, else
+    ``<tmp>/kronos-weights``)."""
+    return Path(
+        os.environ.get("KRONOS_WEIGHTS_CACHE") or Path(tempfile.gettempdir()) / "kronos-weights"
+    )
 
 
 def collect_files(model_dir: Path, tokenizer_dir: Path) -> dict[str, bytes]:
-    """The regular files of both checkpoint folders, as ``{"model/<name>" | "tokenizer/<name>": bytes}``
-    (symlinks followed: a Hub snapshot links to its blobs)."""
+    """The regular files of both checkpoint folders, as ``{"model/<name>" | "tokenizer/<name>":
+    bytes}`` (symlinks followed: a Hub snapshot links to its blobs)."""
     files: dict[str, bytes] = {}
     for part, folder in (("model", model_dir), ("tokenizer", tokenizer_dir)):
         for file in sorted(folder.iterdir()):
@@ -71,24 +74,31 @@ def _sha256(data: bytes) -> str:
 
 
 def is_cached(folder: Path, shipped: ShippedWeights) -> bool:
-    """A complete copy of ``shipped`` in ``folder`` (both weight files there, with their SHA-256)."""
+    """A complete copy of ``shipped`` in ``folder`` (both weight files there, with their
+    SHA-256)."""
     from kronos_core.loading import file_sha256
 
     try:
-        return (file_sha256(folder / "model" / WEIGHTS_NAME) == shipped.model_sha256
-                and file_sha256(folder / "tokenizer" / WEIGHTS_NAME) == shipped.tokenizer_sha256)
+        return (
+            file_sha256(folder / "model" / WEIGHTS_NAME) == shipped.model_sha256
+            and file_sha256(folder / "tokenizer" / WEIGHTS_NAME) == shipped.tokenizer_sha256
+        )
     except OSError:
         return False
 
 
-def write_cache(files: dict[str, bytes], shipped: ShippedWeights, root: Path, node: str = "this node") -> Path:
+def write_cache(
+    files: dict[str, bytes], shipped: ShippedWeights, root: Path, node: str = "this node"
+) -> Path:
     """Check the weight files' SHA-256, then write the files as a bundle folder ``root/<sha256>``
     (with a ``kronos.json`` that keeps the model's name and context). Returns the folder."""
     for part, want in (("model", shipped.model_sha256), ("tokenizer", shipped.tokenizer_sha256)):
         got = _sha256(files.get(f"{part}/{WEIGHTS_NAME}", b""))
         if got != want:
-            raise WeightsError(f"{node}: the {part} weights shipped from {shipped.origin} have SHA-256 "
-                               f"{got[:12]}, expected {want[:12]}; not cached")
+            raise WeightsError(
+                f"{node}: the {part} weights shipped from {shipped.origin} have SHA-256 "
+                f"{got[:12]}, expected {want[:12]}; not cached"
+            )
     dest = root / shipped.sha256
     if is_cached(dest, shipped):
         return dest
@@ -98,8 +108,15 @@ def write_cache(files: dict[str, bytes], shipped: ShippedWeights, root: Path, no
         for rel, data in files.items():
             (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
             (tmp / rel).write_bytes(data)
-        (tmp / "kronos.json").write_text(json.dumps(
-            {"name": shipped.name, "max_context": shipped.max_context, "random_weights": shipped.random_weights}))
+        (tmp / "kronos.json").write_text(
+            json.dumps(
+                {
+                    "name": shipped.name,
+                    "max_context": shipped.max_context,
+                    "random_weights": shipped.random_weights,
+                }
+            )
+        )
         shutil.rmtree(dest, ignore_errors=True)  # an incomplete copy left by a replica that died
         try:
             os.replace(tmp, dest)
@@ -130,9 +147,11 @@ def _fetch(shipped: ShippedWeights) -> dict[str, bytes]:
         (ref,) = ray.get(store.files.remote(), timeout=120)
         return ray.get(ref, timeout=600)
     except Exception as exc:
-        raise WeightsError(f"node {_node_id()}: model {shipped.name!r} is not cached here and its weight "
-                           f"store ({shipped.actor}, holding {shipped.origin}) did not answer: "
-                           f"{type(exc).__name__}: {exc}") from exc
+        raise WeightsError(
+            f"node {_node_id()}: model {shipped.name!r} is not cached here and its weight "
+            f"store ({shipped.actor}, holding {shipped.origin}) did not answer: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
 
 
 def localize(settings, shipped: ShippedWeights | None):
@@ -146,13 +165,22 @@ def localize(settings, shipped: ShippedWeights | None):
         try:
             files = _fetch(shipped)
         except WeightsError:
-            if same_files_here(settings, shipped):  # the store died with its node (the head): a shared
+            # the store died with its node (the head): a shared
+            if same_files_here(settings, shipped):
                 return settings  # volume mounted here too holds the very same weights
             raise
         write_cache(files, shipped, cache_root(), node)
-        log.info("%s: weights %s (sha256 %s) fetched from %s into %s", node, shipped.name, shipped.sha256[:12],
-                 shipped.origin, dest)
-    return settings.model_copy(update={"model_dir": str(dest), "tokenizer_dir": None, "model_revision": None})
+        log.info(
+            "%s: weights %s (sha256 %s) fetched from %s into %s",
+            node,
+            shipped.name,
+            shipped.sha256[:12],
+            shipped.origin,
+            dest,
+        )
+    return settings.model_copy(
+        update={"model_dir": str(dest), "tokenizer_dir": None, "model_revision": None}
+    )
 
 
 def same_files_here(settings, shipped: ShippedWeights) -> bool:
@@ -160,7 +188,10 @@ def same_files_here(settings, shipped: ShippedWeights) -> bool:
     from kronos_core.loading import model_identity, resolve_source
 
     try:
-        return model_identity(resolve_source(settings.predictor_config(device="cpu"))).sha256 == shipped.sha256
+        return (
+            model_identity(resolve_source(settings.predictor_config(device="cpu"))).sha256
+            == shipped.sha256
+        )
     except Exception:  # not here (the usual case on another machine), or unreadable
         return False
 
@@ -170,7 +201,8 @@ def _store_class():
 
     @ray.remote(num_cpus=0)
     class WeightStore:
-        """Owns the checkpoint's bytes in the object store (put once here; replicas read the ref)."""
+        """Owns the checkpoint's bytes in the object store (put once here; replicas read the
+        ref)."""
 
         def __init__(self, boxed):
             files = ray.get(boxed[0])  # boxed: so that the driver's ref reaches here unresolved
@@ -202,7 +234,12 @@ def ship(settings, namespace: str | None = None) -> ShippedWeights | None:
     ctx = ray.get_runtime_context()
     namespace = namespace or ctx.namespace
     name = f"{ACTOR_PREFIX}{identity.sha256[:16]}"
-    opts: dict = {"name": name, "namespace": namespace, "lifetime": "detached", "get_if_exists": True}
+    opts: dict = {
+        "name": name,
+        "namespace": namespace,
+        "lifetime": "detached",
+        "get_if_exists": True,
+    }
     if settings.gateway_resource:  # beside the gateways (the head), which a GPU node's loss spares
         opts["resources"] = {settings.gateway_resource: 0.001}
     else:
@@ -212,12 +249,29 @@ def ship(settings, namespace: str | None = None) -> ShippedWeights | None:
     files = collect_files(source.model_dir, source.tokenizer_dir)
     store = _store_class().options(**opts).remote([ray.put(files)])
     nbytes = ray.get(store.size.remote(), timeout=300)
-    origin = f"{source.model_dir.parent if source.model_dir.name == 'model' else source.model_dir} on node " \
-             f"{ctx.get_node_id()}"
-    log.info("weights %s (%d bytes, sha256 %s) shipped through the object store (%s)", identity.name, nbytes,
-             identity.sha256[:12], name)
-    shipped = ShippedWeights(identity.name, identity.sha256, identity.model_sha256, identity.tokenizer_sha256,
-                             source.max_context, source.random_weights, name, namespace, origin)
+    origin = (
+        f"{source.model_dir.parent if source.model_dir.name == 'model' else source.model_dir}"
+        " on node "
+        f"{ctx.get_node_id()}"
+    )
+    log.info(
+        "weights %s (%d bytes, sha256 %s) shipped through the object store (%s)",
+        identity.name,
+        nbytes,
+        identity.sha256[:12],
+        name,
+    )
+    shipped = ShippedWeights(
+        identity.name,
+        identity.sha256,
+        identity.model_sha256,
+        identity.tokenizer_sha256,
+        source.max_context,
+        source.random_weights,
+        name,
+        namespace,
+        origin,
+    )
     _SHIPPED.append(shipped)
     return shipped
 

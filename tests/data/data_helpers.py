@@ -6,8 +6,13 @@ from pathlib import Path
 
 from kronos_core.data.sample_store import REAL_DIR
 
-REAL_FILES = ("kline_5min_a_share.csv", "goog_daily.csv", "eurusd_hourly.csv", "sp500_daily.csv")
-A_SHARE, GOOG, EURUSD, SPX = REAL_FILES
+# the real files bundled in kronos_core/data/real (the A-share 5-minute file stays in the shared
+# folder: the ``a_share_stamps`` fixture reads it there, or skips)
+REAL_FILES = ("goog_daily.csv", "eurusd_hourly.csv", "sp500_daily.csv")
+GOOG, EURUSD, SPX = REAL_FILES
+# one synthetic Shanghai-style 5-minute series (the sample store's generator): the store tests'
+# intraday series with a lunch break (``synthetic_cn_5min`` fixture)
+SYNTHETIC_CN = "synthetic_cn_5min"
 # spot FX: stamps in UTC, sessions on the New York clock
 FX_CLOCK = dict(timezone="UTC", session_timezone="America/New_York")
 
@@ -45,13 +50,14 @@ def metadata(batch) -> list[dict]:
     return [w.metadata for w in batch.windows]
 
 
-# the real files in the store tests' ``real_store`` (tests/data/conftest.py): symbol, frequency
+# the series in the store tests' ``real_store`` (tests/data/conftest.py, ``store_frames``): symbol,
+# frequency
 SYMBOLS = {
-    "kline_5min_a_share.csv": "ASHARE",
+    SYNTHETIC_CN: "SYNCN",
     "goog_daily.csv": "GOOG",
     "eurusd_hourly.csv": "EURUSD",
 }
-FREQ = {"ASHARE": "5min", "GOOG": "1d", "EURUSD": "1h"}
+FREQ = {"SYNCN": "5min", "GOOG": "1d", "EURUSD": "1h"}
 
 
 def clean_candles(df):

@@ -9,7 +9,7 @@ import pytest
 from kronos_core.data.calendars import UnknownExchangeError
 from kronos_core.data.timestamps import future_timestamps
 
-A_SHARE, GOOG = "kline_5min_a_share.csv", "goog_daily.csv"
+GOOG = "goog_daily.csv"
 
 
 def _us_30min_left(days: list[str], early: dict[str, str] | None = None) -> pd.DatetimeIndex:
@@ -33,8 +33,9 @@ def test_daily_us_holidays_and_special_closures_without_a_list(real_stamps):
     assert future_timestamps(upto, 1)[0] == pd.Timestamp("2012-10-29")
 
 
-def test_intraday_lunch_break_and_weekend_on_xshg(real_stamps):
-    ts = real_stamps[A_SHARE]
+def test_intraday_lunch_break_and_weekend_on_xshg(a_share_stamps):
+    """The real A-share 5-minute stamps (shared folder): the exchange's grid is the file's."""
+    ts = a_share_stamps
     upto = ts[ts <= "2024-07-19 11:30"][-200:]  # Friday, morning close
     out = future_timestamps(upto, 48 + 24 + 1, exchange="XSHG")
     assert out[0] == pd.Timestamp("2024-07-19 13:05")  # stamped at the bar's end, after lunch

@@ -102,18 +102,21 @@ def test_tz_aware_input_kept_as_wall_clock(real_frames):
     )  # 00:00 UTC, EDT wall clock
 
 
-def test_cli_import_real_files_and_append(tmp_path, capsys):
+def test_cli_import_real_files_and_append(tmp_path, capsys, synthetic_cn_5min):
     store = tmp_path / "store"
-    files = [str(real_path(n)) for n in REAL_FILES]
+    intraday = tmp_path / "cn_5min.csv"  # a 5-minute file with amount (synthetic, Shanghai-style)
+    synthetic_cn_5min.to_csv(intraday, index=False)
+    files = [*(str(real_path(n)) for n in REAL_FILES), str(intraday)]
     assert main(["import", *files, "--store", str(store), "--no-progress"]) == 0
     st = KlineStore(store)
-    assert st.symbols() == ["eurusd_hourly", "goog_daily", "kline_5min_a_share", "sp500_daily"]
-    assert st.metadata("kline_5min_a_share")["frequency"] == "5min"
-    assert st.metadata("eurusd_hourly")["frequency"] == "1h"
+    # file names become upper-case symbols (the store's case rule), and the import says so
+    assert st.symbols() == ["CN_5MIN", "EURUSD_HOURLY", "GOOG_DAILY", "SP500_DAILY"]
+    assert st.metadata("CN_5MIN")["frequency"] == "5min"
+    assert st.metadata("EURUSD_HOURLY")["frequency"] == "1h"
     assert "imported 4 of 4" in capsys.readouterr().out
 
     # append: first half, then the whole file (overlap identical) -> history kept, no duplicates
-    df = pd.read_csv(real_path("kline_5min_a_share.csv"))
+    df = pd.read_csv(intraday)
     half = tmp_path / "half.csv"
     df.iloc[:1200].to_csv(half, index=False)
     assert (
@@ -132,8 +135,7 @@ def test_cli_import_real_files_and_append(tmp_path, capsys):
         == 0
     )
     assert KlineStore(store).metadata("A")["rows"] == 1200
-    full = real_path("kline_5min_a_share.csv")
-    assert main(["import", str(full), "--store", str(store), "--symbol", "A"]) == 0
+    assert main(["import", str(intraday), "--store", str(store), "--symbol", "A"]) == 0
     meta = KlineStore(store).metadata("A")
     assert meta["rows"] == 2500 and meta["timezone"] == "Asia/Shanghai"
 
@@ -209,6 +211,6 @@ def test_cli_import_exchange_flag_tags_the_metadata(tmp_path, capsys):
     store = tmp_path / "store"
     goog = str(real_path("goog_daily.csv"))
     assert main(["import", goog, "--store", str(store), "--exchange", "xnas", "--no-progress"]) == 0
-    assert KlineStore(store).metadata("goog_daily")["exchange"] == "XNAS"
+    assert KlineStore(store).metadata("GOOG_DAILY")["exchange"] == "XNAS"
     assert main(["import", goog, "--store", str(store), "--exchange", "NOPE", "--no-progress"]) == 2
     assert "unknown exchange 'NOPE'" in capsys.readouterr().err

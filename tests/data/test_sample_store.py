@@ -60,7 +60,10 @@ def test_real_series_included_with_source(small_store):
         )
     assert len(st.symbols()) == 300 + len(ss.REAL_SERIES)
     assert {s: st.metadata(s)["exchange"] for s in ss.REAL_SERIES} == {
-        "ASHARE.SH": "XSHG", "GOOG": "XNAS", "EURUSD": None, "SPX": "XNYS"}
+        "GOOG": "XNAS", "EURUSD": None, "SPX": "XNYS"}
+    # only bundled files: the real symbols are exactly those of kronos_core/data/real/
+    assert sorted(real.file for real in ss.REAL_SERIES.values()) == sorted(REAL_FILES)
+    assert sorted(p.name for p in ss.REAL_DIR.glob("*.csv")) == sorted(REAL_FILES)
 
 
 def test_bundled_copies_match_the_hashes_in_their_readme():
@@ -117,7 +120,7 @@ def test_realistic_features(small_store):
 def test_cli_sample_store(tmp_path, capsys):
     out = tmp_path / "cli"
     assert main(["sample-store", "--symbols", "25", "--out", str(out), "--candles", "200"]) == 0
-    assert "wrote 29 symbols (25 synthetic)" in capsys.readouterr().out
+    assert "wrote 28 symbols (25 synthetic)" in capsys.readouterr().out
     assert KlineStore(out).metadata("SYN0024")["rows"] <= 200
 
 
@@ -144,7 +147,7 @@ def test_default_store_built_once_atomically_by_racing_processes(tmp_path):
     assert len(paths) == 1
     root = paths.pop()
     assert (tmp_path / "home").exists() and root.startswith(home)
-    assert len(KlineStore(root).symbols()) == 54
+    assert len(KlineStore(root).symbols()) == 53
     leftovers = [
         p.name for p in (tmp_path / "home").iterdir() if p.name.endswith((".tmp", ".trash"))
     ]
@@ -157,7 +160,8 @@ def test_default_sample_store_2000_symbols_built_once(tmp_path, monkeypatch):
     root = ss.default_sample_store()
     st = KlineStore(root)
     syms = st.symbols()
-    assert len(syms) == 2004 and {"ASHARE.SH", "EURUSD", "GOOG", "SPX", "SYN1999"} <= set(syms)
+    assert len(syms) == 2003 and {"EURUSD", "GOOG", "SPX", "SYN1999"} <= set(syms)
+    assert [s for s in syms if not s.startswith("SYN")] == ["EURUSD", "GOOG", "SPX"]
     manifest = Path(root) / ss.MANIFEST
     stamp = manifest.stat().st_mtime_ns, manifest.stat().st_ino
 

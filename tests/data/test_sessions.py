@@ -1,25 +1,31 @@
 """The learned session template (``kronos_core.data.sessions``): frequencies, lunch breaks,
-nights, weekends, FX's New York clock and monthly steps, on the real files."""
+nights, weekends, FX's New York clock and monthly steps, on the real files (the A-share one from
+the shared folder) and the sample store's synthetic Shanghai-style calendar."""
 
 from __future__ import annotations
 
 import pandas as pd
-from data_helpers import A_SHARE, EURUSD, FX_CLOCK, GOOG
+from data_helpers import EURUSD, FX_CLOCK, GOOG
 
 from kronos_core.data.sessions import infer_frequency, learn_sessions
 from kronos_core.data.timestamps import future_timestamps
 
 
-def test_infer_frequency(real_stamps):
-    assert infer_frequency(real_stamps[A_SHARE]) == "5min"
+def _stamps(frame) -> pd.DatetimeIndex:
+    return pd.DatetimeIndex(pd.to_datetime(frame["timestamps"])).as_unit("ns")
+
+
+def test_infer_frequency(real_stamps, synthetic_cn_5min):
+    assert infer_frequency(_stamps(synthetic_cn_5min)) == "5min"
     assert infer_frequency(real_stamps[EURUSD]) == "1h"
     assert infer_frequency(real_stamps[GOOG]) == "1d"
     assert infer_frequency(pd.date_range("2020-01-31", periods=12, freq="ME")) == "1mo"
     assert infer_frequency(pd.date_range("2020-01-03", periods=12, freq="W-FRI")) == "1w"
 
 
-def test_a_share_lunch_night_and_weekend(real_stamps):
-    ts = real_stamps[A_SHARE]
+def test_a_share_lunch_night_and_weekend(a_share_stamps):
+    ts = a_share_stamps
+    assert infer_frequency(ts) == "5min"
     # history ending at the morning close (Monday 2024-07-15 11:30)
     upto = ts[ts <= "2024-07-15 11:30"]
     nxt = future_timestamps(upto[-500:], 3)
@@ -52,11 +58,16 @@ def test_fx_week_and_daily_holidays(real_stamps):
     assert list(with_cal) == list(goog[goog > "2012-11-21"][:2])
 
 
-def test_learned_template(real_stamps):
-    tpl = learn_sessions(real_stamps[A_SHARE].asi8)
+def test_learned_template(real_stamps, synthetic_cn_5min):
+    tpl = learn_sessions(_stamps(synthetic_cn_5min).asi8)  # 09:35-11:30, 13:05-15:00: 48 a day
     assert tpl.traded_weekdays == (0, 1, 2, 3, 4) and len(tpl.offsets) == 5 * 48
     tpl = learn_sessions(real_stamps[GOOG].asi8)
     assert tpl.traded_weekdays == (0, 1, 2, 3, 4) and len(tpl.offsets) == 5
+
+
+def test_learned_template_of_the_a_share_file(a_share_stamps):
+    tpl = learn_sessions(a_share_stamps.asi8)
+    assert tpl.traded_weekdays == (0, 1, 2, 3, 4) and len(tpl.offsets) == 5 * 48
 
 
 def test_monthly():

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 import pytest
-from data_helpers import COMMON_DAMAGE, lengths, metadata, series
+from data_helpers import COMMON_DAMAGE, SYNTHETIC_CN, lengths, metadata, series
 
 from kronos_core.candles import FEATURES
 from kronos_core.cli import main
@@ -22,13 +22,13 @@ from kronos_core.data.importer import import_files
 from kronos_core.data.store import SNAPSHOT_NAME, KlineStore, WindowBatch
 from kronos_core.data.validate import validate_candles
 
-REAL = {  # file -> (symbol, frequency, timezone)
-    "kline_5min_a_share.csv": ("ASHARE", "5min", "Asia/Shanghai"),
+REAL = {  # file -> (symbol, frequency, timezone); SYNCN: a synthetic Shanghai-style 5-min series
+    SYNTHETIC_CN: ("SYNCN", "5min", "Asia/Shanghai"),
     "goog_daily.csv": ("GOOG", "1d", "America/New_York"),
     "sp500_daily.csv": ("SPX", "1d", "America/New_York"),
     "eurusd_hourly.csv": ("EURUSD", "1h", "UTC"),
 }
-ALL = ["ASHARE", "GOOG", "SPX", "EURUSD"] + [f"G{i:02d}" for i in range(20)]
+ALL = ["SYNCN", "GOOG", "SPX", "EURUSD"] + [f"G{i:02d}" for i in range(20)]
 
 
 def _clean(df):
@@ -36,12 +36,13 @@ def _clean(df):
 
 
 @pytest.fixture()
-def store(tmp_path, real_frames):
-    """The real series from the shared data folder, plus 20 daily slices of GOOG, compacted."""
+def store(tmp_path, store_frames):
+    """The bundled real series and the synthetic 5-minute one, plus 20 daily slices of GOOG,
+    compacted."""
     st = KlineStore(tmp_path / "store")
     for name, (sym, freq, tz) in REAL.items():
-        st.write(sym, _clean(real_frames[name]), frequency=freq, timezone=tz, fsync=False)
-    goog = _clean(real_frames["goog_daily.csv"])
+        st.write(sym, _clean(store_frames[name]), frequency=freq, timezone=tz, fsync=False)
+    goog = _clean(store_frames["goog_daily.csv"])
     for i in range(20):
         st.write(f"G{i:02d}", goog.iloc[i * 50 : i * 50 + 300 + i], frequency="1d", fsync=False)
     report = st.compact(fsync=False)
@@ -64,11 +65,11 @@ def _reads(root, **kw):
     st = KlineStore(root, **kw)
     out = [
         st.read_windows(ALL, 512),  # >= 16 symbols, no frequency: one listing per call
-        st.read_windows(["EURUSD", "ASHARE", "GOOG"], 1000, as_of="2018-01-05 12:00"),
+        st.read_windows(["EURUSD", "SYNCN", "GOOG"], 1000, as_of="2018-01-05 12:00"),
         st.read_windows(["GOOG", "SPX", "EURUSD"], 64, as_of="2010-06-01 00:00+00:00"),
         st.read_windows(["G03", "G17"], 2000),  # whole short histories
     ]
-    metas = [st.metadata(s) for s in ("ASHARE", "GOOG", "EURUSD", "G05")]
+    metas = [st.metadata(s) for s in ("SYNCN", "GOOG", "EURUSD", "G05")]
     frames = [st.read(s, start="2012-01-01", end="2013-01-01") for s in ("GOOG", "SPX")]
     return st, out, metas, frames
 
@@ -288,8 +289,8 @@ def test_per_symbol_errors_with_snapshot_present(store):
     data = eurusd.read_bytes()
     eurusd.write_bytes(data[: len(data) // 2])  # corrupted in place after compaction
     st = KlineStore(store.root)
-    batch = st.read_windows(["GOOG", "EURUSD", "NOPE", "../x", "ASHARE"], 10)
-    assert batch.symbols == ["GOOG", "ASHARE"]
+    batch = st.read_windows(["GOOG", "EURUSD", "NOPE", "../x", "SYNCN"], 10)
+    assert batch.symbols == ["GOOG", "SYNCN"]
     assert [(e.symbol, e.code) for e in batch.errors] == [
         ("EURUSD", "corrupt_file"),
         ("NOPE", "unknown_symbol"),
@@ -382,7 +383,7 @@ def test_import_and_sample_store_compact(tmp_path, real_frames):
     assert main(["sample-store", "--symbols", "20", "--out", str(out), "--candles", "200"]) == 0
     st = KlineStore(out)
     assert st.read_windows(st.symbols(), 100).errors == []
-    assert st.opened == {"snapshot": 24, "file": 0}
+    assert st.opened == {"snapshot": 23, "file": 0}
 
 
 def test_default_store_without_snapshot_is_compacted_once(tmp_path, monkeypatch):
@@ -396,4 +397,4 @@ def test_default_store_without_snapshot_is_compacted_once(tmp_path, monkeypatch)
     assert snap.is_file()
     st = KlineStore(root)
     st.read_windows(st.symbols(frequency="5min"), 50, frequency="5min")
-    assert st.opened == {"snapshot": 11, "file": 0}
+    assert st.opened == {"snapshot": 10, "file": 0}  # the synthetic symbols

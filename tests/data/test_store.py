@@ -22,9 +22,9 @@ def test_layout_and_metadata(real_store, real_frames):
     assert sorted(p.relative_to(root).as_posix() for p in root.rglob("*.arrow")) == [
         "1d/GOOG.arrow",
         "1h/EURUSD.arrow",
-        "5min/ASHARE.arrow",
+        "5min/SYNCN.arrow",
     ]
-    assert real_store.symbols() == ["ASHARE", "EURUSD", "GOOG"]
+    assert real_store.symbols() == ["EURUSD", "GOOG", "SYNCN"]
     assert real_store.frequencies() == ["1d", "1h", "5min"]
     meta = real_store.metadata("EURUSD")
     assert (

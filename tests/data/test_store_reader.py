@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
-from data_helpers import COMMON_DAMAGE, FREQ, SYMBOLS, clean_candles, lengths, series
+from data_helpers import COMMON_DAMAGE, FREQ, SYMBOLS, SYNTHETIC_CN, clean_candles, lengths, series
 
 from kronos_core.candles import FEATURES
 from kronos_core.data import fileformat
@@ -19,9 +19,9 @@ from kronos_core.data.store import AmbiguousSymbolError, KlineStore, UnknownSymb
 from kronos_core.data.store_reader import KlineReader
 
 
-def test_full_read_equals_csv(real_store, real_frames):
+def test_full_read_equals_csv(real_store, store_frames):
     for name, sym in SYMBOLS.items():
-        df = real_frames[name]
+        df = store_frames[name]
         got = real_store.read(sym)
         np.testing.assert_array_equal(got["close"].to_numpy(), df["close"].to_numpy(dtype=float))
         np.testing.assert_array_equal(got["volume"].to_numpy(), df["volume"].to_numpy(dtype=float))
@@ -32,16 +32,16 @@ def test_full_read_equals_csv(real_store, real_frames):
     np.testing.assert_allclose(goog["amount"], goog["volume"] * mean_price)
 
 
-def test_read_windows_tail_and_order(real_store, real_frames):
-    batch = real_store.read_windows(["GOOG", "ASHARE", "EURUSD"], lookback=600)
-    assert batch.symbols == ["GOOG", "ASHARE", "EURUSD"] and len(batch) == 3
+def test_read_windows_tail_and_order(real_store, store_frames):
+    batch = real_store.read_windows(["GOOG", "SYNCN", "EURUSD"], lookback=600)
+    assert batch.symbols == ["GOOG", "SYNCN", "EURUSD"] and len(batch) == 3
     for w in batch.windows:
         assert w.values.shape == (600, 6) and w.values.dtype == np.float32
         assert w.timestamps.dtype == np.dtype("datetime64[ns]")
     assert lengths(batch) == [600, 600, 600]
     assert batch.errors == []
-    for i, name in enumerate(["goog_daily.csv", "kline_5min_a_share.csv", "eurusd_hourly.csv"]):
-        df = real_frames[name].tail(600)
+    for i, name in enumerate(["goog_daily.csv", SYNTHETIC_CN, "eurusd_hourly.csv"]):
+        df = store_frames[name].tail(600)
         values, stamps = series(batch, i)
         np.testing.assert_array_equal(values[:, 3], df["close"].to_numpy(dtype=np.float32))
         assert (stamps == pd.DatetimeIndex(pd.to_datetime(df["timestamps"]))).all()
@@ -62,16 +62,16 @@ def test_shorter_history_is_shorter_not_invented(tmp_path, real_frames):
     assert short.values.shape == (100, 6) and not np.isnat(short.timestamps).any()
 
 
-def test_as_of_naive_and_aware(real_store, real_frames):
-    df = real_frames["kline_5min_a_share.csv"]
+def test_as_of_naive_and_aware(real_store, store_frames):
+    df = store_frames[SYNTHETIC_CN]
     ts = pd.to_datetime(df["timestamps"])
     as_of = "2024-07-15 13:02:00"  # inside the lunch break: last candle is 11:30
-    batch = real_store.read_windows(["ASHARE"], lookback=50, as_of=as_of)
+    batch = real_store.read_windows(["SYNCN"], lookback=50, as_of=as_of)
     expected = df[ts <= pd.Timestamp(as_of)].tail(50)
     values, stamps = series(batch, 0)
     assert stamps[-1] == pd.Timestamp("2024-07-15 11:30")
     # the window was cut by as_of; its last stored candle is still the file's last
-    assert batch.windows[0].last_stored == pd.Timestamp(real_store.metadata("ASHARE")["last"])
+    assert batch.windows[0].last_stored == pd.Timestamp(real_store.metadata("SYNCN")["last"])
     np.testing.assert_array_equal(values[:, 3], expected["close"].to_numpy(dtype=np.float32))
     # an aware as_of is converted to the symbol's zone: EURUSD is UTC
     aware = pd.Timestamp("2017-06-01 12:00", tz="Europe/Berlin")  # 10:00 UTC
@@ -81,14 +81,14 @@ def test_as_of_naive_and_aware(real_store, real_frames):
 
 def test_errors_per_symbol_others_still_come_back(real_store):
     batch = real_store.read_windows(
-        ["GOOG", "NOPE", "../etc/passwd", "ASHARE", "EURUSD"], lookback=10, as_of="2018-01-01"
+        ["GOOG", "NOPE", "../etc/passwd", "SYNCN", "EURUSD"], lookback=10, as_of="2018-01-01"
     )
-    assert batch.symbols == ["GOOG", "EURUSD"]  # ASHARE has nothing before 2018
+    assert batch.symbols == ["GOOG", "EURUSD"]  # SYNCN (2024) has nothing before 2018
     codes = {e.symbol: e.code for e in batch.errors}
     assert codes == {
         "NOPE": "unknown_symbol",
         "../etc/passwd": "invalid_symbol",
-        "ASHARE": "no_data",
+        "SYNCN": "no_data",
     }
     assert all(e.message for e in batch.errors)
     assert [w.values.shape for w in batch.windows] == [(10, 6), (10, 6)]
@@ -121,8 +121,8 @@ def _copy_with(tmp_path, real_store, sym, mutate):
 def test_corrupt_or_truncated_file_is_that_symbols_error(tmp_path, real_store, mutate, what):
     _copy_with(tmp_path, real_store, "EURUSD", mutate)
     fresh = KlineReader(real_store.root)
-    batch = fresh.read_windows(["GOOG", "EURUSD", "ASHARE"], lookback=20)
-    assert batch.symbols == ["GOOG", "ASHARE"], what
+    batch = fresh.read_windows(["GOOG", "EURUSD", "SYNCN"], lookback=20)
+    assert batch.symbols == ["GOOG", "SYNCN"], what
     assert [(e.symbol, e.code) for e in batch.errors] == [("EURUSD", "corrupt_file")], what
     with pytest.raises(store_mod.CorruptFileError):
         fresh.metadata("EURUSD")
@@ -158,7 +158,7 @@ def test_wrong_schema_unsorted_and_bad_metadata_are_corrupt(tmp_path):
 
 
 def test_reads_are_memory_mapped_views(real_store):
-    entry = real_store._entry("ASHARE", None)
+    entry = real_store._entry("SYNCN", None)
     # the columns are views into the mapping, not copies of the file
     for arr in [entry.ts, *entry.cols]:
         assert not arr.flags.owndata and not arr.flags.writeable

@@ -15,8 +15,8 @@ from kronos_core.data import fileformat
 from kronos_core.data.store import KlineStore
 
 
-def test_append_keeps_history_and_cached_readers_see_it(tmp_path, real_frames):
-    full = clean_candles(real_frames["kline_5min_a_share.csv"])
+def test_append_keeps_history_and_cached_readers_see_it(tmp_path, synthetic_cn_5min):
+    full = clean_candles(synthetic_cn_5min)
     st = KlineStore(tmp_path, frequency="5min")
     st.write("A", full.iloc[:1500])
     first = st.read_windows(["A"], lookback=10)

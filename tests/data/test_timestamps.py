@@ -9,8 +9,6 @@ import pytest
 
 from kronos_core.data.timestamps import future_timestamps
 
-A_SHARE = "kline_5min_a_share.csv"
-
 
 def test_tz_aware_history_and_errors():
     idx = pd.date_range("2024-03-04 09:30", periods=40, freq="30min", tz="America/New_York")
@@ -26,9 +24,9 @@ def test_tz_aware_history_and_errors():
     assert len(future_timestamps(idx, 0)) == 0
 
 
-def test_future_stamps_increase_after_the_history(real_stamps):
+def test_future_stamps_increase_after_the_history(synthetic_cn_5min):
     """(Speed is a benchmark figure, not a test: ``kronos timestamps-holdout`` shows cuts/s.)"""
-    hist = real_stamps[A_SHARE][-512:]
+    hist = pd.DatetimeIndex(pd.to_datetime(synthetic_cn_5min["timestamps"]))[-512:]
     for exchange in (None, "XSHG"):
         out = future_timestamps(hist, 48, exchange=exchange)
         assert out[0] > hist[-1] and np.all(np.diff(out.asi8) > 0)

@@ -42,14 +42,14 @@ def test_service_setting_reaches_the_predictor_config(monkeypatch):
     assert settings.Settings().predictor_config(device="cpu").cuda_graphs is True
 
 
-def test_on_cpu_the_flag_reaches_the_engine_is_logged_and_changes_nothing(tiny, a_share, caplog):
+def test_on_cpu_the_flag_reaches_the_engine_is_logged_and_changes_nothing(tiny, goog, caplog):
     plain = build_predictor(*tiny, PredictorConfig(device="cpu", max_context=128))
     with caplog.at_level(logging.WARNING, logger="kronos_core.engine.generate"):
         graphed = build_predictor(*tiny, PredictorConfig(device="cpu", max_context=128, cuda_graphs=True))
     assert graphed.cuda_graphs is True
     assert [r.getMessage() for r in caplog.records] == [generate_module.CPU_GRAPHS_IGNORED.format(device="cpu")]
     options = ForecastOptions(6, sample_count=2, seed=5)
-    job = graphed.start_forecast(*_series(a_share, 6), options)
+    job = graphed.start_forecast(*_series(goog, 6), options)
     assert job.generation.cfg.cuda_graphs is True  # the engine got the flag
     assert graphed.generator.decode_fn(job.generation.cfg, graphed.device) is decode_step  # eager on a CPU
     caplog.clear()
@@ -57,7 +57,7 @@ def test_on_cpu_the_flag_reaches_the_engine_is_logged_and_changes_nothing(tiny, 
         while not job.done:
             job.step()
     assert not caplog.records  # logged once, at load
-    np.testing.assert_array_equal(job.result().paths, plain.forecast(*_series(a_share, 6), options).paths)
+    np.testing.assert_array_equal(job.result().paths, plain.forecast(*_series(goog, 6), options).paths)
 
 
 def test_on_cuda_the_decode_step_is_compiled_for_cuda_graphs(tiny, monkeypatch):

@@ -22,9 +22,9 @@ def _batch(df, starts, lookbacks, horizon, sample_count=1):
     return assemble(xs, xst, yst, sample_count)
 
 
-def test_left_padded_tokenizer_matches_unpadded(tiny, a_share):
+def test_left_padded_tokenizer_matches_unpadded(tiny, goog):
     _, tok = tiny
-    batch = _batch(a_share, [0, 500], [30, 70], 1)
+    batch = _batch(goog, [0, 500], [30, 70], 1)
     with torch.inference_mode():
         s1, s2 = tok.encode(batch.x, batch.pad)
         a1, a2 = tok.encode(batch.x[:1, 40:])  # row 0 alone, without its padding
@@ -36,9 +36,9 @@ def test_left_padded_tokenizer_matches_unpadded(tiny, a_share):
 
 
 @pytest.mark.parametrize("max_context", [200, 50])
-def test_exact_mode_tokens_equal_recompute(tiny, a_share, max_context):
+def test_exact_mode_tokens_equal_recompute(tiny, goog, max_context):
     gen = Generator(*tiny)
-    batch = _batch(a_share, [0, 300, 900], [40, 64, 25], 30)
+    batch = _batch(goog, [0, 300, 900], [40, 64, 25], 30)
     exact = gen.generate(batch, GenerationConfig(30, max_context, GREEDY, "exact"))
     slow = gen.generate(batch, GenerationConfig(30, max_context, GREEDY, "recompute"))
     assert torch.equal(exact.s1, slow.s1) and torch.equal(exact.s2, slow.s2)
@@ -50,9 +50,9 @@ def test_exact_mode_tokens_equal_recompute(tiny, a_share, max_context):
         assert exact.stats.recomputed_row_steps == 0
 
 
-def test_rolling_mode_equals_exact_until_the_window_slides(tiny, a_share):
+def test_rolling_mode_equals_exact_until_the_window_slides(tiny, goog):
     gen = Generator(*tiny)
-    batch = _batch(a_share, [1000], [60], 20)
+    batch = _batch(goog, [1000], [60], 20)
     exact = gen.generate(batch, GenerationConfig(20, 64, GREEDY, "exact"))
     rolling = gen.generate(batch, GenerationConfig(20, 64, GREEDY, "rolling"))
     # steps 0..4 see at most 64 tokens: identical; later steps may differ (approximation)
@@ -68,10 +68,10 @@ def test_config_validation():
 
 
 @pytest.mark.slow
-def test_compiled_decode_step_gives_the_same_tokens(tiny, a_share):
+def test_compiled_decode_step_gives_the_same_tokens(tiny, goog):
     """torch.compile of the decode step (inductor on CPU here; meant for GPUs) changes nothing."""
     gen = Generator(*tiny)
-    batch = _batch(a_share, [0, 300], [64, 40], 10)
+    batch = _batch(goog, [0, 300], [64, 40], 10)
     eager = gen.generate(batch, GenerationConfig(10, 128, GREEDY))
     compiled = gen.generate(batch, GenerationConfig(10, 128, GREEDY, compile=True))
     assert torch.equal(eager.s1, compiled.s1) and torch.equal(eager.s2, compiled.s2)
@@ -83,11 +83,11 @@ def _assert_same_forecast(a, b):
     torch.testing.assert_close(a.candles, b.candles, rtol=0, atol=0)
 
 
-def test_bfloat16_autocast_runs_every_mode(tiny, a_share):
+def test_bfloat16_autocast_runs_every_mode(tiny, goog):
     """The GPU option (bf16 autocast) exercised on CPU: finite forecasts; the cached engine equals full
     recompute in that precision (tokens and decoded candles), with a row whose window slides."""
     gen = Generator(*tiny)
-    batch = _batch(a_share, [0, 300], [64, 40], 8)
+    batch = _batch(goog, [0, 300], [64, 40], 8)
     out = {
         mode: gen.generate(batch, GenerationConfig(8, 48, GREEDY, mode, autocast_dtype=torch.bfloat16))
         for mode in ("exact", "rolling", "recompute")
@@ -99,10 +99,10 @@ def test_bfloat16_autocast_runs_every_mode(tiny, a_share):
 
 
 @pytest.mark.parametrize("dtype", [None, torch.bfloat16])
-def test_rolling_equals_exact_when_nothing_slides(tiny, a_share, dtype):
+def test_rolling_equals_exact_when_nothing_slides(tiny, goog, dtype):
     """With every window inside max_context the rolling cache is exact: same tokens, same candles."""
     gen = Generator(*tiny)
-    batch = _batch(a_share, [0, 300, 900], [64, 40, 25], 12)
+    batch = _batch(goog, [0, 300, 900], [64, 40, 25], 12)
     exact = gen.generate(batch, GenerationConfig(12, 128, GREEDY, "exact", autocast_dtype=dtype))
     rolling = gen.generate(batch, GenerationConfig(12, 128, GREEDY, "rolling", autocast_dtype=dtype))
     _assert_same_forecast(exact, rolling)

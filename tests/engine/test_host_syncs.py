@@ -54,10 +54,10 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_steady_decode_steps_do_not_synchronise(tiny, a_share, case):
+def test_steady_decode_steps_do_not_synchronise(tiny, goog, case):
     lookbacks, mc, sliding, options = CASES[case]
     predictor = KronosPredictor(*tiny, device="cpu", max_context=mc, sliding=sliding)
-    values, xs, ys = windows(a_share, [0, 500, 1000][: len(lookbacks)], lookbacks, options.horizon)
+    values, xs, ys = windows(goog, [0, 500, 1000][: len(lookbacks)], lookbacks, options.horizon)
     job = predictor.start_forecast(values, xs, ys, options)
     plans = job.generation.plans
     counts = syncs_per_step(job)

@@ -30,11 +30,11 @@ GREEDY = ForecastOptions(12, top_k=1, top_p=1.0)
 
 @pytest.mark.parametrize("options", [SEEDED, GREEDY], ids=["seeded", "greedy"])
 @pytest.mark.parametrize("sliding", ["exact", "rolling"])
-def test_interleaved_jobs_give_what_each_gives_alone(tiny, a_share, options, sliding):
+def test_interleaved_jobs_give_what_each_gives_alone(tiny, goog, options, sliding):
     """Two forecasts stepped in turn on one predictor: each equals its forecast() alone, exactly."""
     predictor = KronosPredictor(*tiny, device="cpu", max_context=80, sliding=sliding)
-    a = windows(a_share, [0, 400, 800], [64, 40, 75], 12)  # 75 + 12 > 80: a window slides mid-way
-    b = windows(a_share, [1200, 1600], [30, 50], 12)
+    a = windows(goog, [0, 400, 800], [64, 40, 75], 12)  # 75 + 12 > 80: a window slides mid-way
+    b = windows(goog, [1200, 1600], [30, 50], 12)
     b_options = options.with_(horizon=12, sample_count=2) if options.seed is not None else options
     alone_a = predictor.forecast(*a, options)
     alone_b = predictor.forecast(*b, b_options)
@@ -50,12 +50,12 @@ def test_interleaved_jobs_give_what_each_gives_alone(tiny, a_share, options, sli
     assert job_a.steps_left == 0 and job_a.done
 
 
-def test_generate_is_a_job_run_to_the_end(tiny, a_share):
+def test_generate_is_a_job_run_to_the_end(tiny, goog):
     """Generator.generate and a Generation stepped by hand give the same tokens and candles."""
     from kronos_core.candles import normalize, time_features
 
     gen = Generator(*tiny)
-    values, xs, ys = windows(a_share, [0, 300], [64, 40], 8)
+    values, xs, ys = windows(goog, [0, 300], [64, 40], 8)
     batch = assemble(
         [normalize(v)[0] for v in values], [time_features(x) for x in xs], [time_features(y) for y in ys],
         sample_count=2, row_keys=row_keys(5, [1, 2], 2),
@@ -75,10 +75,10 @@ def test_generate_is_a_job_run_to_the_end(tiny, a_share):
         job.step()
 
 
-def test_close_mid_way_frees_the_caches(tiny, a_share):
+def test_close_mid_way_frees_the_caches(tiny, goog):
     """close() after a few steps drops every cache tensor; the job refuses further steps and results."""
     predictor = KronosPredictor(*tiny, device="cpu", max_context=128)
-    job = predictor.start_forecast(*windows(a_share, [0, 500], [64, 40], 10), ForecastOptions(10, seed=3))
+    job = predictor.start_forecast(*windows(goog, [0, 500], [64, 40], 10), ForecastOptions(10, seed=3))
     with pytest.raises(RuntimeError, match="not done"):
         job.result()
     assert job.generation.cache_tensors() == []  # nothing before the prefill
@@ -99,9 +99,9 @@ def test_close_mid_way_frees_the_caches(tiny, a_share):
         job.result()
 
 
-def test_a_finished_job_holds_no_caches(tiny, a_share):
+def test_a_finished_job_holds_no_caches(tiny, goog):
     predictor = KronosPredictor(*tiny, device="cpu", max_context=128)
-    job = predictor.start_forecast(*windows(a_share, [0], [64], 4), ForecastOptions(4, top_k=1))
+    job = predictor.start_forecast(*windows(goog, [0], [64], 4), ForecastOptions(4, top_k=1))
     while not job.done:
         job.step()
     assert job.generation.cache_tensors() == [] and job.result().paths.shape == (1, 1, 4, 6)

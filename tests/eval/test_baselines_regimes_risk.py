@@ -76,6 +76,20 @@ def test_risk_summary_against_numpy():
     assert table.schema == RISK_ARROW_SCHEMA and table.column("var_95")[0].as_py() == pytest.approx(-q)
 
 
+def test_risk_summary_gives_p_ups_resolution_and_a_signed_var():
+    """p_up comes with the number of paths it was counted from, and a VaR of paths that all
+    gain is negative (a gain), as the schema documents (issue 26, item 11)."""
+    from service.common.schemas import RiskSummaryOut
+
+    up = 100.0 * np.exp(np.cumsum(np.full((20, 3), 0.01), axis=1))  # (S, H): 20 paths, all rising
+    s = risk_summary(up, 100.0)
+    assert s.p_up == 1.0 and s.sample_paths == 20 and s.var_95 < 0 and s.es_95 < 0
+    assert risk_table(["X"], [s]).column("sample_paths")[0].as_py() == 20
+    fields = RiskSummaryOut.model_fields
+    assert "1/sample_paths" in fields["p_up"].description
+    assert "negative" in fields["var_95"].description and "gain" in fields["var_95"].description
+
+
 def test_risk_summary_refuses_non_positive_prices():
     with pytest.raises(ValueError, match="positive"):
         risk_summary(np.array([[1.0, -1.0]]), 1.0)

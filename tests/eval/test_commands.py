@@ -30,7 +30,8 @@ def test_eval_on_real_and_unseen_data(real_dir, unseen_csv, tmp_path, capsys):
     assert {"model", "data", "metrics", "baselines", "regimes"} <= set(report)
     assert KEYS <= set(report["metrics"])
     assert set(report["metrics"]["coverage"]) == {"0.5", "0.8", "0.9"}
-    assert set(report["baselines"]) == {"last_value", "drift", "seasonal_naive", "hist_vol"}
+    assert set(report["baselines"]) == {"last_value", "drift", "seasonal_naive", "hist_vol",
+                                        "garch"}
     for card in report["baselines"].values():
         assert KEYS <= set(card)
         assert all(0 <= v <= 1 for v in card["coverage"].values())

@@ -89,13 +89,9 @@ class LiveService:
         before = {i: self.metric("kronos_batch_shards_total", {"replica": i}) for i in ids}
         bodies = []
         # 64 symbols x lookback 128: four shards (min_shard_tokens keeps smaller requests whole, on one
-        # replica, and Serve's router may send one-shard requests to the same replica every time)
+        # replica); the router places each on the replica with the fewest tokens in flight
         symbols = self.store.symbols()[:64]
-        for k in range(20):
-            if k in (6, 13):
-                # Serve's router keeps a replica's queue length for up to 10 s (RAY_SERVE_QUEUE_LENGTH_CACHE_
-                # TIMEOUT_S): one left full by cancelled calls (an earlier test) is skipped until it expires
-                time.sleep(10.5)
+        for _ in range(20):
             r = self.client.post("/v1/forecast", json={"symbols": symbols, "lookback": 128, "horizon": 2, "seed": 0})
             assert r.status_code == 200, r.text[:300]
             bodies.append(r.json())

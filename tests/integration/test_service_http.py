@@ -373,3 +373,44 @@ def test_fx_future_timestamps_follow_the_new_york_session(live_service):
     assert list(want) != list(plain)  # precondition: the session clock matters for this as_of
     assert list(got) == list(want)
     assert pd.Timestamp("2017-11-05 22:00") in got and pd.Timestamp("2017-11-05 21:00") not in got
+
+
+def test_a_new_users_first_requests_are_answered_with_what_happened(live_service):
+    """Issue 26 over HTTP: a horizon past the model's context is a 422 naming the limit (before
+    any read); the default lookback's cut and a gapped series of a known exchange are warned
+    about, naming the figures; a lowercase symbol gets a "did you mean"; p_up comes with its
+    number of paths."""
+    c = live_service.client
+    mc = c.get("/v1/models").json()["models"][0]["max_context"]
+    r = c.post("/v1/forecast", json={"symbols": ["GOOG"], "horizon": mc + 1})
+    assert r.status_code == 422, r.text[:300]
+    assert r.json()["detail"][0]["loc"][-1] == "horizon" and f"max_context {mc}" in r.text
+
+    sessions = pd.bdate_range("2024-02-01", "2024-04-30")  # with XNYS holidays removed below
+    from kronos_core.data.calendars import exchange_sessions
+
+    cal = exchange_sessions("XNYS")
+    days = pd.DatetimeIndex((cal.day * 24 * 3600 * 10**9).astype("datetime64[ns]"))
+    sessions = sessions[sessions.isin(days)]
+    kept = sessions.delete(range(10, 30))  # 20 sessions missing
+    rng = np.random.default_rng(0)
+    close = 100 * np.exp(np.cumsum(rng.normal(0, 0.01, len(kept))))
+    gappy = {"symbol": "GAPPY", "candles": [[t.isoformat(), c_, c_ * 1.01, c_ * 0.99, c_, 1e6]
+                                            for t, c_ in zip(kept, close)]}
+    r = c.post("/v1/forecast", json={"series": [gappy], "horizon": 3, "exchange": "XNYS"})
+    assert r.status_code == 200, r.text[:300]
+    (warning,) = [w for w in r.json()["forecasts"][0]["warnings"] if w["code"] == "missing_sessions"]
+    assert warning["message"].startswith(f"20 of the {len(sessions)} XNYS sessions")
+
+    horizon = 8  # the default lookback is then mc - 8 candles (GOOG holds more)
+    r = c.post("/v1/forecast", json={"symbols": ["GOOG", "goog"], "horizon": horizon,
+                                     "sample_count": 4, "summary": True, "seed": 1})
+    assert r.status_code == 200, r.text[:300]
+    body = r.json()
+    (f,) = body["forecasts"]
+    assert f["history_length"] == mc - horizon and body["lookback"]["source"] == "default"
+    (cut,) = [w for w in f["warnings"] if w["code"] == "history_cut"]
+    assert f"{mc - horizon} candles of the {mc} the model could see" in cut["message"]
+    assert f["summary"]["sample_paths"] == 4
+    (err,) = body["errors"]
+    assert err["code"] == "unknown_symbol" and "did you mean 'GOOG'?" in err["message"]

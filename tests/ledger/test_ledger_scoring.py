@@ -267,6 +267,28 @@ def test_files_waiting_for_truth_are_not_read_again_until_the_store_reaches_them
     assert len(keys) == 12 and not keys.duplicated().any()
 
 
+def test_a_new_process_resumes_from_the_saved_index_and_reads_no_file_not_due(tmp_path, monkeypatch):
+    """The first pass after a start: the memory saved by the last pass (a small JSON index), so the
+    files still waiting are not read again; a missing or corrupt index costs one full read."""
+    from kronos_core.ledger.scoring import WaitingFiles
+
+    store, led, full, _, origin = _setup(tmp_path)  # AAA and BBB, 5 steps each, none due yet
+    read = _spy_reads(monkeypatch)
+    memo = WaitingFiles()
+    score(led, store, waiting=memo)
+    index = tmp_path / "scoring-index.json"
+    memo.save(index)
+    assert index.stat().st_size < 1000
+    resumed = WaitingFiles.load(index)  # a new process
+    assert resumed.waits == memo.waits
+    assert score(led, store, waiting=resumed).waiting == 0 and read[-1] == []  # nothing due: not read
+    append(store, "AAA", full["AAA"].iloc[30:32])  # now due: read, and scored as without the index
+    assert score(led, store, waiting=resumed).scores.num_rows == 2 and len(read[-1]) == 1
+    index.write_text("{not json")
+    assert WaitingFiles.load(index).waits == {}  # unusable: every waiting file is read once more
+    assert WaitingFiles.load(tmp_path / "absent.json").waits == {}
+
+
 def test_a_symbol_the_store_cannot_tell_the_last_candle_of_is_read_every_pass(tmp_path, monkeypatch):
     from kronos_core.ledger.scoring import WaitingFiles
 

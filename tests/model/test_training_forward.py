@@ -10,12 +10,13 @@ from kronos_core.model.bsq import bsq_loss, quantize_ste
 from kronos_core.model.layers import KVCache, padded_positions_and_mask
 
 
-def _reference_window(fixture_cases, a_share):
-    """The first fixture case's history: ids (1, L), stamps (1, L, 5), and the reference intermediates."""
-    inter = fixture_cases["intermediates"]
-    case = fixture_cases["cases"][inter["case"]]
+def _reference_window(parity):
+    """The parity fixture's first case history: ids (1, L), stamps (1, L, 5), and the reference
+    intermediates."""
+    inter = parity.cases["intermediates"]
+    case = parity.cases["cases"][inter["case"]]
     start, lookback = int(case["start_row"]), int(case["lookback"])
-    stamps = time_features(a_share["timestamps"].iloc[start : start + lookback])  # (L, 5)
+    stamps = time_features(parity.candles["timestamps"].iloc[start : start + lookback])  # (L, 5)
     s1 = torch.tensor([inter["s1_ids"]])  # (1, L)
     s2 = torch.tensor([inter["s2_ids"]])  # (1, L)
     return s1, s2, torch.from_numpy(np.asarray(stamps, dtype=np.float32))[None], inter
@@ -29,9 +30,9 @@ def _prefill_hidden(model, s1, s2, stamp):
     return model.trunk(model.embed(s1, s2, stamp), positions, mask, caches, 0)  # (B, L, d)
 
 
-def test_last_s1_logits_equal_engine_prefill_and_reference(tiny, fixture_cases, a_share):
-    model, _ = tiny
-    s1, s2, stamp, inter = _reference_window(fixture_cases, a_share)
+def test_last_s1_logits_equal_engine_prefill_and_reference(parity):
+    model = parity.model
+    s1, s2, stamp, inter = _reference_window(parity)
     with torch.no_grad():
         s1_logits, s2_logits = model(s1, s2, stamp, s1)
         engine = model.s1_logits(_prefill_hidden(model, s1, s2, stamp)[:, -1])  # (1, V1)
@@ -40,10 +41,10 @@ def test_last_s1_logits_equal_engine_prefill_and_reference(tiny, fixture_cases, 
     np.testing.assert_allclose(s1_logits[0, -1].numpy(), inter["last_s1_logits"], rtol=1e-4, atol=1e-5)
 
 
-def test_s2_logits_equal_engine_at_position_zero(tiny, fixture_cases, a_share):
+def test_s2_logits_equal_engine_at_position_zero(parity):
     """A length-1 window: position 0 makes the training head (rotary, causal) the inference head."""
-    model, _ = tiny
-    s1, s2, stamp, _ = _reference_window(fixture_cases, a_share)
+    model = parity.model
+    s1, s2, stamp, _ = _reference_window(parity)
     s1, s2, stamp = s1[:, 10:11], s2[:, 10:11], stamp[:, 10:11]
     target = torch.tensor([[77]])
     with torch.no_grad():
@@ -54,9 +55,9 @@ def test_s2_logits_equal_engine_at_position_zero(tiny, fixture_cases, a_share):
     torch.testing.assert_close(s2_logits[:, 0], engine, rtol=1e-5, atol=1e-5)
 
 
-def test_forward_is_causal_and_padding_invariant(tiny, fixture_cases, a_share):
-    model, _ = tiny
-    s1, s2, stamp, _ = _reference_window(fixture_cases, a_share)
+def test_forward_is_causal_and_padding_invariant(parity):
+    model = parity.model
+    s1, s2, stamp, _ = _reference_window(parity)
     s1, s2, stamp = s1[:, :20], s2[:, :20], stamp[:, :20]
     target = torch.roll(s1, -1, dims=1)
     with torch.no_grad():
@@ -81,10 +82,10 @@ def test_forward_is_causal_and_padding_invariant(tiny, fixture_cases, a_share):
     torch.testing.assert_close(p2[:, 6:], a2, rtol=1e-5, atol=1e-5)
 
 
-def test_forward_trains(tiny, fixture_cases, a_share):
+def test_forward_trains(parity):
     """Gradients reach the trunk and the s2 head from the teacher-forced losses."""
-    model, _ = tiny
-    s1, s2, stamp, _ = _reference_window(fixture_cases, a_share)
+    model = parity.model
+    s1, s2, stamp, _ = _reference_window(parity)
     model.zero_grad()
     l1, l2 = model(s1[:, :-1], s2[:, :-1], stamp[:, :-1], s1[:, 1:])
     loss = torch.nn.functional.cross_entropy(l1.flatten(0, 1), s1[:, 1:].flatten())
@@ -95,9 +96,9 @@ def test_forward_trains(tiny, fixture_cases, a_share):
     model.zero_grad()
 
 
-def test_tokenizer_training_forward_matches_inference(tiny, fixture_cases):
-    _, tok = tiny
-    x = torch.tensor([fixture_cases["intermediates"]["normalized_input"]], dtype=torch.float32)  # (1, L, 6)
+def test_tokenizer_training_forward_matches_inference(parity):
+    tok = parity.tokenizer
+    x = torch.tensor([parity.cases["intermediates"]["normalized_input"]], dtype=torch.float32)  # (1, L, 6)
     with torch.no_grad():
         out = tok.training_forward(x)
         s1, s2 = tok.encode(x)
@@ -109,9 +110,9 @@ def test_tokenizer_training_forward_matches_inference(tiny, fixture_cases):
     assert out.quant.commitment > 0 and out.quant.sample_entropy > 0 and out.quant.codebook_entropy > 0
 
 
-def test_tokenizer_gradients_pass_the_quantizer(tiny, fixture_cases):
-    _, tok = tiny
-    x = torch.tensor([fixture_cases["intermediates"]["normalized_input"]], dtype=torch.float32)
+def test_tokenizer_gradients_pass_the_quantizer(parity):
+    tok = parity.tokenizer
+    x = torch.tensor([parity.cases["intermediates"]["normalized_input"]], dtype=torch.float32)
     tok.zero_grad()
     out = tok.training_forward(x)
     loss = ((out.full - x) ** 2).mean() + ((out.coarse - x) ** 2).mean() + out.quant.total

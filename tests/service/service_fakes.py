@@ -73,7 +73,8 @@ class FakeStore:
             k = int(s[1:])
             v = np.full((end, 6), 100.0 + k, np.float32)
             ts = self.idx[:end][-lookback:].to_numpy(dtype="datetime64[ns]")
-            windows.append(SymbolWindow(s, v[-lookback:], ts, {"timezone": None}, self.idx[-1].to_datetime64()))
+            windows.append(SymbolWindow(s, v[-lookback:], ts, {"timezone": None},
+                                        self.idx[-1].to_datetime64(), held=end))
         return FakeWindowBatch(windows, errors)
 
 
@@ -174,7 +175,7 @@ def run_shards(runner: StepRunner, shards: list[Shard]) -> tuple[list[ShardResul
     """Run ``shards`` through ``runner`` as the replica does (submitted together: with no batch wait
     they coalesce at the first tick), until it is idle: (their results in shard order, the reports
     taken, one ``BatchReport`` per job it ran)."""
-    assert runner.batch_wait_timeout_s == 0, "shards submitted together must coalesce at one tick"
+    assert runner.policy.batch_wait_timeout_s == 0, "shards submitted together must coalesce at one tick"
     results: list[ShardResult | None] = [None] * len(shards)
     for i, shard in enumerate(shards):
         runner.submit(shard, lambda res, i=i: results.__setitem__(i, res))

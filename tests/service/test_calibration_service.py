@@ -10,11 +10,11 @@ import pytest
 from fixture_paths import TINY
 from service_fakes import make_options, make_shard, run_shards
 
+from kronos_core.calibration_policy import CalibrationDescription, CalibrationPolicy
 from kronos_core.eval.calibration import Calibration, CalibrationMismatch
 from kronos_core.loading import PredictorConfig, load_predictor
 from service.common.settings import Settings
-from service.gateway.shards import calibration_covers
-from service.replica.deployment import Predictor, calibration_info, load_calibration
+from service.replica.deployment import Predictor, load_calibration
 from service.replica.step_runner import StepRunner
 
 
@@ -30,13 +30,12 @@ def _calibration(identity: dict, path, method: str = "cqr") -> Calibration:
 
 
 def test_covers_only_what_the_calibration_was_fitted_for():
-    info = {"levels": [0.5, 0.8], "horizon": 3}
-    assert calibration_covers(info, 3, [0.1, 0.5, 0.9])
-    assert calibration_covers(info, 2, [0.25, 0.75])
-    assert not calibration_covers(info, 4, [0.1, 0.9])  # horizon beyond the fitted one
-    assert not calibration_covers(info, 3, [0.01, 0.99])  # 98% interval: not fitted
-    assert not calibration_covers(info, 3, [])  # nothing to correct
-    assert not calibration_covers(None, 3, [0.1, 0.9])
+    policy = CalibrationPolicy.from_description(CalibrationDescription(None, None, {"levels": [0.5, 0.8], "horizon": 3}))
+    assert policy.covers(3, [0.1, 0.5, 0.9])
+    assert policy.covers(2, [0.25, 0.75])
+    assert not policy.covers(4, [0.1, 0.9])  # horizon beyond the fitted one
+    assert not policy.covers(3, [0.01, 0.99])  # 98% interval: not fitted
+    assert not policy.covers(3, [])  # nothing to correct
 
 
 @pytest.mark.parametrize("method", ["cqr", "aci", "select"])
@@ -79,7 +78,8 @@ def test_replica_reports_its_calibration(tmp_path):
     cal = _calibration(predictor.identity.as_dict(), path)
     replica = Predictor.func_or_class(Settings(model_dir=TINY, device="cpu", calibration=str(path)))
     assert replica.runner.calibration is not None
-    assert replica.model["calibration"] == calibration_info(cal)
+    assert replica.calibration == CalibrationDescription.of(cal)  # typed, in its ReplicaInfo too
+    assert replica.model["calibration"] == replica.calibration.as_dict()
     assert replica.model["calibration"]["model_sha256"] == replica.model["sha256"]
     ts = pd.date_range("2024-01-02", periods=3, freq="D")
     assert len(ts) == replica.model["calibration"]["horizon"]
@@ -105,7 +105,8 @@ def _calibrated_gateway(tmp_path, scope):
     replicas = FakeReplicas(info=fake_info())
     replicas.runner = StepRunner(predictor, "r", "cpu")
     replicas.runner.calibration = cal
-    replicas.info.model = {**predictor.identity.as_dict(), "calibration": calibration_info(cal)}
+    replicas.info.calibration = CalibrationDescription.of(cal)
+    replicas.info.model = {**predictor.identity.as_dict(), "calibration": replicas.info.calibration.as_dict()}
     gw, _, _ = fake_gateway(replicas)
     return gw, cal, predictor
 
@@ -134,6 +135,31 @@ def test_gateway_calibrates_per_series_and_says_why_not(tmp_path):
     out = asyncio.run(gw.forecast(ForecastRequest(series=series[:1], horizon=3, quantiles=[0.1, 0.9],
                                                   sample_count=4, lookback=40)))
     assert out.calibrated and out.warnings[0] == []
+
+
+def test_with_no_lookback_asked_the_calibrations_fitted_lookback_is_read(tmp_path):
+    """A calibration fitted at lookback 40 and a request with no lookback: the gateway reads 40
+    candles (not max_context - horizon = 61), the series is calibrated, and the answer says
+    where its lookback came from (issue 26, item 6)."""
+    import asyncio
+
+    from kronos_core.eval.calibration import Scope
+    from service.common.schemas import ForecastRequest
+    from service.gateway.encode import answer_to_json
+
+    gw, _, _ = _calibrated_gateway(tmp_path, Scope((40, 40), ("1d",), None))
+    req = ForecastRequest(series=[_inline("D", 90, "D", 0)], horizon=3, quantiles=[0.1, 0.9],
+                          sample_count=4)
+    out = asyncio.run(gw.forecast(req))
+    assert out.history_length == [40] and out.timing["lookback"] == 40
+    assert out.calibrated and [w["code"] for w in out.warnings[0]] == ["history_cut"]  # 40 of 64
+    assert "calibration's fitted lookback 40" in out.warnings[0][0]["message"]
+    lookback = answer_to_json(out)["lookback"]
+    assert lookback["value"] == 40 and lookback["source"] == "calibration"
+    assert "fitted lookback 40" in lookback["note"]
+    asked = asyncio.run(gw.forecast(req.model_copy(update={"lookback": 60})))
+    assert asked.history_length == [60] and not asked.calibrated  # asked wins; the warning says why
+    assert "fitted for lookback 40, asked 60" in " ".join(w["message"] for w in asked.warnings[0])
 
 
 def test_calibrated_summaries_agree_with_the_calibrated_bands(tmp_path):
@@ -179,7 +205,8 @@ def test_gateway_picks_each_series_group_of_a_calibration_fitted_per_frequency(t
     replicas = FakeReplicas(info=fake_info())
     replicas.runner = StepRunner(predictor, "r", "cpu")
     replicas.runner.calibration = cal
-    replicas.info.model = {**predictor.identity.as_dict(), "calibration": calibration_info(cal)}
+    replicas.info.calibration = CalibrationDescription.of(cal)
+    replicas.info.model = {**predictor.identity.as_dict(), "calibration": replicas.info.calibration.as_dict()}
     gw, _, _ = fake_gateway(replicas)
     series = [_inline("D", 40, "D", 0), _inline("H", 40, "h", 1), _inline("M", 40, "5min", 2)]
     req = ForecastRequest(series=series, horizon=3, quantiles=[0.1, 0.9], sample_count=8, seed=1, return_paths=True)
@@ -192,3 +219,33 @@ def test_gateway_picks_each_series_group_of_a_calibration_fitted_per_frequency(t
     for i, member in ((0, daily), (1, hourly)):
         want = member.apply(raw.paths[i][None], (0.1, 0.9), predictor.identity)[:, 0]  # (Q, H, 6)
         np.testing.assert_allclose(out.quantiles[i], want, rtol=1e-5)
+
+
+@pytest.mark.parametrize("levels, calibrated", [((0.1, 0.5, 0.9), True), ((0.01, 0.99), False)])
+def test_the_library_and_the_service_give_the_same_seeded_paths_and_quantiles(tmp_path, levels, calibrated):
+    """``KronosPredictor.forecast`` with the request's options (and, where the policy applies, the
+    calibration) on the gateway's own inputs, against the service's answer: the same paths,
+    quantiles and means. 98% bands are outside the calibration: the uncalibrated case. The service
+    may run a series in another batch than the library's one call; the draws are the same, and the
+    decoded values agree to float32 rounding (rtol 1e-6: a few ulps; a calibration applied on one
+    side only moves them by whole price units)."""
+    import asyncio
+
+    from kronos_core.eval.calibration import Scope
+    from service.common.schemas import ForecastRequest
+    from service.gateway.shards import request_options
+
+    gw, cal, predictor = _calibrated_gateway(tmp_path, Scope())
+    series = [_inline("D", 40, "D", 0), _inline("E", 33, "D", 3), _inline("F", 40, "D", 4)]
+    req = ForecastRequest(series=series, horizon=3, quantiles=list(levels), sample_count=8, seed=5,
+                          return_paths=True, lookback=40)
+    out = asyncio.run(gw.forecast(req))
+    assert out.symbols == ["D", "E", "F"] and out.calibrated is calibrated
+    prep = gw.prepare(req, 40)
+    options = request_options(req)
+    res = predictor.forecast(prep.values, prep.x_ts, prep.y_ts,
+                             options.with_(calibration=cal) if calibrated else options)
+    for i in range(3):
+        np.testing.assert_allclose(out.paths[i], res.paths[i], rtol=1e-6, atol=0)
+        np.testing.assert_allclose(out.quantiles[i], res.quantiles[:, i], rtol=1e-6, atol=0)
+        np.testing.assert_allclose(out.mean[i], res.mean[i], rtol=1e-6, atol=0)

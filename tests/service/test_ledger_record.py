@@ -82,11 +82,11 @@ def test_inline_series_are_recorded_with_their_candles_hash(tmp_path):
 
 
 def test_answer_names_its_request_id(tmp_path):
-    from service.common.schemas import ForecastResponse
-    from service.gateway.encode import outcome_to_json
+    from service.common.answer import ForecastResponse
+    from service.gateway.encode import answer_to_json
 
     gw, _ = recording_gateway(tmp_path)
-    body = outcome_to_json(forecast(gw, symbols=["S000"]))
+    body = answer_to_json(forecast(gw, symbols=["S000"]))
     assert {"request_id", "calibration_state"} <= set(ForecastResponse.model_fields) & set(body)
     assert body["request_id"] and body["calibration_state"] is None  # no calibration configured
 
@@ -152,12 +152,14 @@ def test_the_answer_never_waits_for_a_slow_disk(tmp_path):
 def test_the_calibration_state_the_replicas_applied_is_answered_and_recorded(tmp_path):
     from service_fakes import FakeReplicas, fake_info
 
+    from kronos_core.calibration_policy import CalibrationDescription
     from kronos_core.eval.calibration import Calibration
-    from service.gateway.encode import outcome_to_json
+    from service.gateway.encode import answer_to_json
 
     cal = Calibration.from_description({"method": "aci", "levels": [0.8], "horizon": 8})
     info = fake_info()
-    info.model["calibration"] = {"model_name": "fake", "model_sha256": "x", **cal.describe()}
+    info.calibration = CalibrationDescription("fake", "x", cal.describe())
+    info.model["calibration"] = info.calibration.as_dict()
     stamp = {"method": "aci", "version": 3, "hash": "c0ffee", "updated_at": "2026-01-05T10:00:00+00:00"}
 
     class StampingReplicas(FakeReplicas):
@@ -169,7 +171,7 @@ def test_the_calibration_state_the_replicas_applied_is_answered_and_recorded(tmp
     gw, m, _ = fake_gateway(replicas=StampingReplicas(info=info))
     gw.recorder = LedgerRecorder(lambda: Ledger(tmp_path, writer_id="gw-test"), m)
     out = forecast(gw, symbols=["S000", "S001"])
-    body = outcome_to_json(out)
+    body = answer_to_json(out)
     assert body["calibrated"] is True and body["calibration_state"] == stamp
     assert gw.recorder.flush()
     rows = Ledger(tmp_path).read().to_pandas()

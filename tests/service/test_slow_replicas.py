@@ -17,7 +17,7 @@ from service.common.schemas import ForecastRequest
 from service.gateway import ForecastPipeline
 from service.gateway.dispatch import ShardRun
 
-SYMBOLS = [f"S{i:03d}" for i in range(20)]  # 9 shards: 3, 3, then the last 14 series in halves of 2 (plan_shards)
+SYMBOLS = [f"S{i:03d}" for i in range(20)]  # 7 shards: six of 3, then the last 2 (plan_shards)
 
 
 def _gateway(replicas, num_replicas: int = 2, **settings) -> tuple[ForecastPipeline, Metrics]:
@@ -41,7 +41,7 @@ def test_shards_stuck_on_a_slow_replica_are_answered_by_the_other():
     assert [float(a[0, 3]) for a in out.mean] == [100.0 + i for i in range(20)]  # each its own symbol
     stuck = [sent for sent in reps.sent if sent[1] == "slow"]
     assert stuck, "precondition: the router sent some shards to the slow replica"
-    assert {i for i, _ in reps.answered} == set(range(9)) and {n for _, n in reps.answered} == {"fast"}
+    assert {i for i, _ in reps.answered} == set(range(7)) and {n for _, n in reps.answered} == {"fast"}
     assert sorted(reps.cancelled) == sorted(stuck)  # every call left on the slow replica was cancelled
     assert reps.ongoing == {"slow": 0, "fast": 0}
     assert out.timing["shard_timeouts"] == len(stuck)  # each stuck call was hedged once, onto "fast"
@@ -50,7 +50,7 @@ def test_shards_stuck_on_a_slow_replica_are_answered_by_the_other():
     assert _sample(m, "kronos_shard_retries_total") == out.timing["shard_retries"]
     assert _sample(m, "kronos_errors_total") == 0
     assert m.registry.get_sample_value("kronos_queue_depth", {"stage": "shards"}) == 0
-    assert m.registry.get_sample_value("kronos_batch_shards_total", {"replica": "fake-replica"}) == 9
+    assert m.registry.get_sample_value("kronos_batch_shards_total", {"replica": "fake-replica"}) == 7
 
 
 def test_a_service_slow_everywhere_is_not_hedged():
@@ -60,7 +60,7 @@ def test_a_service_slow_everywhere_is_not_hedged():
     out = _forecast(gw, SYMBOLS)
     assert out.symbols == SYMBOLS and out.errors == []
     assert out.timing["shard_timeouts"] == 0 and out.timing["shard_retries"] == 0
-    assert reps.calls == out.timing["shards"] == 9
+    assert reps.calls == out.timing["shards"] == 7
     assert _sample(m, "kronos_shard_timeouts_total") == 0
 
 
@@ -73,7 +73,7 @@ def test_the_deadline_follows_the_requests_own_answer_times():
     assert out.symbols == SYMBOLS and out.errors == []
     on_slow = [k for k, (_, name) in enumerate(reps.sent) if name == "slow"]
     assert on_slow, "precondition: the router sent some shards to the slow replica"
-    assert {n for _, n in reps.answered} == {"fast"} and len(reps.answered) == 9
+    assert {n for _, n in reps.answered} == {"fast"} and len(reps.answered) == 7
     assert out.timing["shard_timeouts"] == len(on_slow) == out.timing["shard_retries"]
     for k in on_slow:  # its copy: the next call of the same shard
         index = reps.sent[k][0]

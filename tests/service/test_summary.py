@@ -8,8 +8,9 @@ from response_checks import assert_arrow_equals_json
 from service_fakes import fake_gateway
 
 from kronos_core.eval.risk import risk_summary
-from service.common.schemas import ForecastRequest, SymbolForecast
-from service.gateway.encode import outcome_to_arrow, outcome_to_json
+from service.common.answer import SymbolForecast
+from service.common.schemas import ForecastRequest
+from service.gateway.encode import answer_to_arrow, answer_to_json
 
 
 def _gateway():
@@ -22,7 +23,7 @@ def test_summary_matches_numpy_on_the_forecast_paths(return_paths):
     req = ForecastRequest(symbols=["S003", "S007"], horizon=3, sample_count=4, summary=True,
                           return_paths=return_paths, vol_alert_factor=3.0)
     out = asyncio.run(gw.forecast(req))
-    body = outcome_to_json(out)
+    body = answer_to_json(out)
     assert [f["symbol"] for f in body["forecasts"]] == ["S003", "S007"]
     for f, hist in zip(body["forecasts"], out.histories):
         SymbolForecast.model_validate(f)  # the schema accepts it
@@ -36,13 +37,13 @@ def test_summary_matches_numpy_on_the_forecast_paths(return_paths):
 
 def test_no_summary_unless_asked():
     out = asyncio.run(_gateway().forecast(ForecastRequest(symbols=["S001"], horizon=2)))
-    assert "summary" not in outcome_to_json(out)["forecasts"][0]
+    assert "summary" not in answer_to_json(out)["forecasts"][0]
 
 
 def test_arrow_summary_columns_hold_the_gateways_summaries():
     out = asyncio.run(_gateway().forecast(ForecastRequest(symbols=["S003", "S007"], horizon=3, sample_count=4,
                                                           quantiles=[0.25, 0.75], summary=True)))
     assert out.summary and all(s is not None for s in out.summaries)
-    table = assert_arrow_equals_json(outcome_to_arrow(out), outcome_to_json(out), (0.25, 0.75), summary=True)
+    table = assert_arrow_equals_json(answer_to_arrow(out), answer_to_json(out), (0.25, 0.75), summary=True)
     assert table.column("summary_realized_volatility").to_pylist()[::3] == [
         s["realized_volatility"] for s in out.summaries]

@@ -25,7 +25,6 @@ import pandas as pd
 ID_BASE = 10_000
 DAILY_ROWS = 300
 EVAL_FRACTION = 0.15
-REAL_CORPUS = Path(__file__).resolve().parents[3] / "shared" / "data" / "corpus"
 
 
 def _daily(n: int, start: str = "2020-01-01") -> pd.DatetimeIndex:

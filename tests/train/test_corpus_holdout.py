@@ -11,12 +11,12 @@ import numpy as np
 import pandas as pd
 import pytest
 from corpus_helpers import (
-    REAL_CORPUS,
     allowed_by_the_rules,
     read_table,
     row_of,
     write_synthetic_corpus,
 )
+from fixture_paths import SHARED_CORPUS, shared_path
 from train_helpers import tiny_overrides
 
 from kronos_core.train.data import corpus_series
@@ -115,13 +115,13 @@ def test_market_and_frequency_filters_apply(corpus):
     assert names == {"AAA@1h"}
 
 
-@pytest.mark.skipif(not (REAL_CORPUS / "instruments.csv").is_file(),
-                    reason=f"the corpus is not beside the repository ({REAL_CORPUS} absent)")
 def test_the_real_corpus_training_rows_obey_both_rules():
-    """Every training segment of ../shared/data/corpus, row by row, against the rules."""
+    """Every training segment of ../shared/data/corpus, row by row, against the rules (skips
+    when the shared folder is absent)."""
+    corpus = shared_path(f"{SHARED_CORPUS}/instruments.csv").parent
     started = time.perf_counter()
-    table = read_table(REAL_CORPUS)
-    series = corpus_series(_data_config(REAL_CORPUS, window=64))
+    table = read_table(corpus)
+    series = corpus_series(_data_config(corpus, window=64))
     held_out = set(table.loc[table["split"] != "train", "symbol"])
     by_symbol: dict[str, list] = {}
     for s in series:

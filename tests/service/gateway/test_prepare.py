@@ -15,7 +15,7 @@ from service.common.metrics import Metrics
 from service.common.schemas import ForecastRequest
 from service.common.settings import Settings
 from service.gateway import ForecastPipeline
-from service.gateway.encode import outcome_to_arrow, outcome_to_json
+from service.gateway.encode import answer_to_arrow, answer_to_json
 from service.gateway.future import FutureTimestamps
 
 
@@ -31,11 +31,11 @@ def test_inline_series_and_json_arrow_encoders():
     assert out.symbols == ["MINE"]
     assert float(out.mean[0][0, 3]) == 7.0
     assert float(out.mean[0][0, 5]) > 0  # amount filled from volume x mean price
-    js = outcome_to_json(out)
+    js = answer_to_json(out)
     f = js["forecasts"][0]
     assert f["timestamps"] == ["2024-01-01T06:00:00", "2024-01-01T07:00:00", "2024-01-01T08:00:00"]
     assert set(f["quantiles"]) == {"0.1", "0.9"}
-    table = pa.ipc.open_stream(outcome_to_arrow(out)).read_all()
+    table = pa.ipc.open_stream(answer_to_arrow(out)).read_all()
     assert table.num_rows == 3
     assert table.column("step").to_pylist() == [1, 2, 3]
     assert "close_q0.9" in table.column_names
@@ -86,10 +86,10 @@ def test_each_forecast_says_what_history_it_used():
     )
     out = asyncio.run(gw.forecast(req))
     assert out.timing["lookback"] == 62 and out.history_length == [6]
-    f = outcome_to_json(out)["forecasts"][0]
+    f = answer_to_json(out)["forecasts"][0]
     assert f["history_length"] == 6 and f["last_timestamp"] == "2024-01-01T05:00:00"
     assert [w["code"] for w in f["warnings"]] == ["short_history"] and "6 candles" in f["warnings"][0]["message"]
-    inputs = pa.ipc.open_stream(outcome_to_arrow(out)).read_all().schema.metadata[b"kronos.inputs"]
+    inputs = pa.ipc.open_stream(answer_to_arrow(out)).read_all().schema.metadata[b"kronos.inputs"]
     assert b'"history_length":6' in inputs and b"short_history" in inputs
     # a long enough store series carries no warning
     out = asyncio.run(gw.forecast(ForecastRequest(symbols=["S001"], horizon=2, lookback=40)))
@@ -100,12 +100,15 @@ def test_as_of_past_the_end_of_the_data_is_a_warning():
     gw, _, _ = fake_gateway()
     store = gw.store  # hourly 2024-01-01 00:00 .. 300 candles
     last = store.idx[-1]
-    inside = asyncio.run(gw.forecast(ForecastRequest(symbols=["S001"], horizon=2, as_of=store.idx[100])))
+    inside = asyncio.run(gw.forecast(ForecastRequest(symbols=["S001"], horizon=2, lookback=40,
+                                                     as_of=store.idx[100])))
     assert inside.warnings == [[]] and inside.last_timestamp[0] == store.idx[100].to_datetime64()
     within_a_candle = asyncio.run(gw.forecast(
-        ForecastRequest(symbols=["S001"], horizon=2, as_of=last + pd.Timedelta("30min"))))
+        ForecastRequest(symbols=["S001"], horizon=2, lookback=40,
+                        as_of=last + pd.Timedelta("30min"))))
     assert within_a_candle.warnings == [[]]
-    late = asyncio.run(gw.forecast(ForecastRequest(symbols=["S001", "S002"], horizon=2, as_of="2025-01-01T00:00")))
+    late = asyncio.run(gw.forecast(ForecastRequest(symbols=["S001", "S002"], horizon=2, lookback=40,
+                                                   as_of="2025-01-01T00:00")))
     assert [[w["code"] for w in ws] for ws in late.warnings] == [["as_of_after_data"]] * 2
     assert str(last) in late.warnings[0][0]["message"]
     assert late.last_timestamp[0] == last.to_datetime64()

@@ -47,7 +47,7 @@ def test_plan_capped_by_memory_model_of_longest_series():
 def test_plan_capped_by_token_budget():
     # each series: 2 samples x (10 + 5) = 30 tokens; 100 tokens -> 3 series per shard
     slices = plan_shards([10] * 10, 5, 2, fit=lambda L: 1000, num_replicas=1, shards_per_replica=1, max_batch_tokens=100)
-    assert _sizes(slices) == [3, 2, 2, 2, 1]  # shards of 3; the last two shards' worth (6 series and more) in halves
+    assert _sizes(slices) == [3, 3, 3, 1]  # shards of 3
 
 
 def test_plan_rejects_a_series_that_cannot_fit():
@@ -81,8 +81,8 @@ def test_plan_one_replica_one_shard_and_the_default_split():
 def test_shards_sized_by_memory_model():
     gw, m, reps = fake_gateway()
     out = asyncio.run(gw.forecast(ForecastRequest(symbols=[f"S{i:03d}" for i in range(20)], horizon=2)))
-    assert out.timing["shards"] == 9  # fit() = 3 series per shard: 3, 3, then the last 14 in shards of 2
-    assert reps.calls == 9 and len(out.symbols) == 20
+    assert out.timing["shards"] == 7  # fit() = 3 series per shard: six of 3, then the last 2
+    assert reps.calls == 7 and len(out.symbols) == 20
 
 
 def _tiny_info(tiny, budget: int, max_context: int = 64) -> ReplicaInfo:
@@ -140,14 +140,13 @@ def test_a_small_request_is_not_cut_into_slivers_below_min_shard_tokens():
     assert _sizes(plan_shards([200] * 5, 24, 1, fit=lambda L: 2, num_replicas=2, min_shard_tokens=2048)) == [2, 2, 1]
 
 
-def test_the_last_shards_are_half_as_big_so_the_request_ends_together():
-    # 1,000 series, 2 replicas x 8 shards: shards of 63; the last 4 x 63 (and the rest) in halves of 32,
-    # so a replica left holding the request's last shard holds half as much work
+def test_shards_are_cut_even_and_placement_is_the_router_s():
+    # 1,000 series, 2 replicas x 8 shards: shards of 63, the remainder last; no shard is halved to
+    # even out the end of a request: the least-tokens router places each shard (service.replica.router)
     sizes = _sizes(plan_shards([200] * 1000, 24, 1, fit=lambda L: 10_000, num_replicas=2, shards_per_replica=8,
                                min_shard_tokens=2048))
-    assert sizes[:11] == [63] * 11 and sum(sizes) == 1000
-    assert max(sizes[11:]) == 32 and sum(sizes[11:]) == 1000 - 11 * 63 >= 4 * 63
-    # not below the floor of min_shard_tokens, and nothing to halve when the request is small
+    assert sizes == [63] * 15 + [55]
+    # not below the floor of min_shard_tokens
     assert set(_sizes(plan_shards([200] * 100, 24, 1, fit=lambda L: 10_000, num_replicas=2, shards_per_replica=2,
                                   min_shard_tokens=4000))) == {25}
     assert _sizes(plan_shards([10] * 12, 4, 1, fit=lambda L: 99, num_replicas=2)) == [3, 3, 3, 3]

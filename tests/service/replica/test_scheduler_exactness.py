@@ -1,6 +1,8 @@
-"""Exactness under the replica's step scheduler, on the reference fixture checkpoint: a seeded series'
-paths are identical whatever it shared the device with and whenever it joined, and greedy forecasts
-still equal the reference's, with other jobs interleaved step by step (``service.replica.step_runner.StepRunner``)."""
+"""Exactness under the replica's step scheduler, on the reference fixture checkpoints: a seeded
+series' paths are identical whatever it shared the device with and whenever it joined (windows of
+the bundled GOOG daily candles), and greedy forecasts still equal the reference's, with other jobs
+interleaved step by step (``service.replica.step_runner.StepRunner``), on each parity fixture
+(GOOG bundled, A-share from the shared folder)."""
 
 from __future__ import annotations
 
@@ -54,19 +56,19 @@ SEEDED = ForecastOptions(horizon=6, sample_count=3, seed=42, top_p=0.9)
 
 @pytest.mark.parametrize("joined_at", [0, 3])
 @pytest.mark.parametrize("company", ["alone", "coalesced"])
-def test_seeded_paths_do_not_depend_on_company_or_joining_time(predictor, a_share, joined_at, company):
+def test_seeded_paths_do_not_depend_on_company_or_joining_time(predictor, goog, joined_at, company):
     starts, lookbacks = [300, 900], [90, 40]
-    lone = predictor.forecast(*(_shard(a_share, starts, lookbacks, SEEDED, "x").__dict__[k]
+    lone = predictor.forecast(*(_shard(goog, starts, lookbacks, SEEDED, "x").__dict__[k]
                                 for k in ("values", "x_timestamps", "y_timestamps")), SEEDED).paths
     runner = StepRunner(predictor, "r", "cpu", max_skipped=2)
-    big = _shard(a_share, range(0, 2000, 250), [120] * 8, ForecastOptions(horizon=8, sample_count=2, seed=7), "big")
-    other = _shard(a_share, [1500, 1700], [70, 128], ForecastOptions(horizon=3, sample_count=1, seed=1), "other")
+    big = _shard(goog, range(0, 2000, 250), [120] * 8, ForecastOptions(horizon=8, sample_count=2, seed=7), "big")
+    other = _shard(goog, [1500, 1700], [70, 128], ForecastOptions(horizon=3, sample_count=1, seed=1), "other")
     if company == "coalesced":  # the series share one job with others of the same options (no longer
         # than they are: a longer series pads the job wider, which moves floats at 1e-7, tokens stay)
-        mine = _shard(a_share, [1200, *starts, 2100], [60, *lookbacks, 90], SEEDED, "mine")
+        mine = _shard(goog, [1200, *starts, 2000], [60, *lookbacks, 90], SEEDED, "mine")
         pick = slice(1, 3)
     else:
-        mine = _shard(a_share, starts, lookbacks, SEEDED, "mine")
+        mine = _shard(goog, starts, lookbacks, SEEDED, "mine")
         pick = slice(0, 2)
     out = _run(runner, [(0, big), (joined_at, mine), (joined_at + 1, other)])
     np.testing.assert_array_equal(out["mine"].paths[pick], lone)
@@ -76,14 +78,15 @@ CASES = ["fits_context", "slides_window", "full_context", "batch_of_4"]
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_greedy_forecasts_equal_the_reference_with_other_jobs_interleaved(tiny, fixture_cases, a_share, case):
-    c = fixture_cases["cases"][case]
+def test_greedy_forecasts_equal_the_reference_with_other_jobs_interleaved(parity, case):
+    c = parity.cases["cases"][case]
     starts = c.get("start_rows", [c.get("start_row")])
-    predictor = KronosPredictor(*tiny, device="cpu", max_context=c["max_context"], clip=fixture_cases["clip"])
+    predictor = KronosPredictor(parity.model, parity.tokenizer, device="cpu",
+                                max_context=c["max_context"], clip=parity.cases["clip"])
     runner = StepRunner(predictor, "r", "cpu", max_skipped=1)
     options = ForecastOptions(horizon=c["horizon"], **GREEDY)
-    ref = _shard(a_share, starts, [c["lookback"]] * len(starts), options, "ref")
-    big = _shard(a_share, range(0, 1500, 250), [100] * 6, ForecastOptions(horizon=12, sample_count=2, seed=3), "big")
+    ref = _shard(parity.candles, starts, [c["lookback"]] * len(starts), options, "ref")
+    big = _shard(parity.candles, range(0, 1500, 250), [100] * 6, ForecastOptions(horizon=12, sample_count=2, seed=3), "big")
     out = _run(runner, [(0, big), (2, ref)])
     expected = np.array(c["expected"]).reshape(len(starts), c["horizon"], 6)
     np.testing.assert_allclose(out["ref"].mean, expected, rtol=1e-4)

@@ -1,0 +1,106 @@
+"""The replica's batching policy: every "how big, and when" decision about the work on one device,
+in one place. The step runner (``service.replica.step_runner``) carries it out; the step scheduler
+(``service.replica.scheduler``) is built from it.
+
+- **Merging**: shards that arrive within ``batch_wait_timeout_s`` of the first waiting one, with
+  the same options (and calibration), form one batch of at most ``max_batch_tokens`` tokens.
+- **Prefill cap**: a batch holds at most ``max_prefill_tokens`` history tokens (rows x lookback),
+  because its first step (tokenize and prefill the whole history) cannot be preempted.
+- **Admission**: batches start while the memory model says they fit ``budget_bytes`` together;
+  a waiting one is first after ``max_skipped`` plans, and the oldest live one runs at least one
+  step in every ``max_skipped + 1`` (the scheduler's aging).
+- **Out-of-memory splitting**: a batch that runs out of memory is halved and both halves queued,
+  down to one series; one series that does not fit fails its shard.
+
+Every knob is a ``Settings`` field (docs/service.md, "Configuration", has the CPU and GPU
+defaults); ``max_batch_tokens``, ``batch_wait_timeout_s`` and ``max_prefill_tokens`` can also be
+changed live through the Serve ``user_config`` (``Predictor.reconfigure``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from service.common.settings import Settings
+from service.replica.scheduler import DEFAULT_MAX_SKIPPED
+
+# History tokens one batch may prefill, per device kind, when the setting is unset. CPU: a prefill
+# of
+# 2,048 tokens is about 50 ms on one core, so a small request waits for at most that; GPU: small
+# batches waste a GPU, and its prefill of 32,768 tokens is milliseconds (an estimate from the
+# model's
+# FLOPs). The measurements behind the CPU figure: docs/service.md, "Scheduling".
+DEFAULT_MAX_PREFILL_TOKENS = {"cpu": 2048, "cuda": 32768}
+CPU_DEFAULT_BUDGET = 2 << 30  # bytes a CPU replica plans its batches for, when the setting is unset
+GPU_BUDGET_SHARE = 0.9  # of the free GPU memory at start, when the setting is unset
+# a batch of this many series or fewer is not halved on out-of-memory: its shard fails
+MIN_SPLIT = 1
+
+
+def device_kind(device: str) -> str:
+    return "cuda" if device.startswith("cuda") else "cpu"
+
+
+def default_max_prefill_tokens(device: str) -> int:
+    return DEFAULT_MAX_PREFILL_TOKENS[device_kind(device)]
+
+
+@dataclass(frozen=True)
+class BatchingPolicy:
+    """The limits one replica batches by (see the module docstring)."""
+
+    max_batch_tokens: int = 1 << 62  # merging: tokens (rows x (lookback + horizon)) of one batch
+    batch_wait_timeout_s: float = 0.0  # merging: how long the first waiting shard waits for others
+    max_prefill_tokens: int | None = None  # prefill cap: history tokens of one batch (None: no cap)
+    budget_bytes: int = 1 << 62  # admission: device memory the live batches may hold together
+    # admission and aging: steps (or plans) a batch waits at most for others
+    max_skipped: int = DEFAULT_MAX_SKIPPED
+    min_split: int = MIN_SPLIT  # out-of-memory: batches of at most this many series are not halved
+
+    @classmethod
+    def for_replica(
+        cls,
+        settings: Settings,
+        device: str,
+        budget_bytes: int,
+        default_batch_tokens: int,
+        user_config: Mapping[str, Any] | None = None,
+    ) -> BatchingPolicy:
+        """The policy of a replica on ``device``: the settings, the device's defaults where a
+        setting is unset, and the live ``user_config`` over both."""
+        live = dict(user_config or {})
+        tokens = live.get("max_batch_tokens") or settings.max_batch_tokens or default_batch_tokens
+        wait = live.get("batch_wait_timeout_s", settings.batch_wait_timeout_s)
+        if "max_prefill_tokens" in live:  # live: 0 or None, no cap
+            prefill = live["max_prefill_tokens"]
+        else:  # the setting: None, the device's default; 0, no cap
+            prefill = settings.max_prefill_tokens
+            prefill = default_max_prefill_tokens(device) if prefill is None else prefill
+        return cls(
+            max_batch_tokens=int(tokens),
+            batch_wait_timeout_s=float(wait),
+            max_prefill_tokens=int(prefill or 0) or None,
+            budget_bytes=int(budget_bytes),
+            max_skipped=settings.max_skipped,
+        )
+
+    def prefill_cost(self, lookback: int, sample_count: int) -> int:
+        """History tokens one series adds to a batch's prefill."""
+        return lookback * sample_count
+
+    def splits(self, series: int, out_of_memory: bool) -> bool:
+        """Whether a batch of ``series`` that failed is halved and retried (else its shards
+        fail)."""
+        return out_of_memory and series > self.min_split
+
+
+def replica_budget(settings: Settings, device: str, free_gpu_bytes: int | None = None) -> int:
+    """Bytes one replica plans its batches for: the setting, else 90% of the free GPU memory, else
+    2 GiB on a CPU."""
+    if settings.device_budget_bytes:
+        return int(settings.device_budget_bytes)
+    if device_kind(device) == "cuda" and free_gpu_bytes is not None:
+        return int(free_gpu_bytes * GPU_BUDGET_SHARE)
+    return CPU_DEFAULT_BUDGET
