@@ -155,7 +155,7 @@ def run(args) -> int:
         from kronos_core.eval.risk import risk_summary
 
         close = FEATURES.index("close")
-        paths = res.paths if calibration is None else calibration.correct_paths(res.paths, predictor.identity)
+        paths = res.paths  # with a calibration, the predictor already mapped them onto its bands
         summary = risk_summary(paths[0, :, :, close], float(values[-1, close]), values[:, close])  # as the bands
         print("risk summary: " + ", ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}"
                                            for k, v in summary.to_dict().items()))

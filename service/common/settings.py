@@ -273,6 +273,8 @@ OTHER_KRONOS_VARIABLES = {
     "KRONOS_LOAD_TIMEOUT_S": "load test (locustfile): client timeout",
     "KRONOS_API_KEY": "kronos loadtest / kronos soak: the API key they send (--api-key)",
     "KRONOS_WEIGHTS_CACHE": "each node's cache of shipped model weights (service/replica/weights.py)",
+    "KRONOS_CORPUS": "kronos train default: the training corpus folder (--corpus)",
+    "KRONOS_CORPUS_EXTRACT": "scripts/gpu-train.sh: the corpus extract to train from",
 }
 
 

@@ -122,5 +122,9 @@ def test_forecast_applies_a_calibration_only_in_its_scope_and_summarises_as_the_
     last = float(frame["close"].iloc[-1])
     assert var_95 == pytest.approx(1 - q05 / last, abs=0.01)  # the summary agrees with the bands
     with caplog.at_level(logging.WARNING):
-        assert main(args) == 0  # default lookback: all 160 rows, not the calibration's 32
+        assert main([*args, "--lookback", "160"]) == 0  # all 160 rows, not the calibration's 32
     assert "not applied: fitted for lookback 32, asked 160" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):  # no lookback asked: the calibration's own (issue 26)
+        assert main(args) == 0
+    assert "not applied" not in caplog.text
