@@ -58,7 +58,8 @@ def test_any_case_columns_mapping_and_unused_warning(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="kronos_core.data.reader"):
         frame, _, report = read_candles(path)
     assert (frame["volume"] == 0).all()  # no 'volume' column: the model's rule
-    assert report.warnings == ["column 'vol' is not used (map it with --column volume=vol, for example)"]
+    assert report.warnings == [
+        "column 'Vol' is not used (if it holds the volume, map it with --column volume='Vol')"]
     assert [r.getMessage() for r in caplog.records].count(f"{path}: {report.warnings[0]}") == 1
     frame, _, report = read_candles(path, ReadOptions(column_map={"volume": "Vol"}))
     np.testing.assert_array_equal(frame["volume"], df["Vol"].to_numpy(float))
@@ -107,18 +108,19 @@ def test_import_numbers_rows_like_forecast_and_says_each_message_once(tmp_path, 
     err = capsys.readouterr().err
     logged = " ".join(r.getMessage() for r in caplog.records)
     assert err.count("row 5") == 1 and "row 5" not in logged  # printed once, not also logged
-    assert err.count(f"{path} [bad]:") == 1 and f"{path} [bad]: {path}" not in err  # no doubled prefix
+    # no doubled prefix; import names the symbol in upper case (one case rule, issue 26)
+    assert err.count(f"{path} [BAD]:") == 1 and f"{path} [BAD]: {path}" not in err
     assert "row 10" in err and "row 12" in err
     assert main(["import", str(path), "--store", str(tmp_path / "s"), "--no-progress", "--sort",
                  "--drop-nan", "--fix-high-low"]) == 0
-    assert KlineStore(tmp_path / "s").metadata("bad")["rows"] == 29
+    assert KlineStore(tmp_path / "s").metadata("BAD")["rows"] == 29
 
 
 def test_import_any_case_and_column_flag(tmp_path):
     path, df = _vendor_csv(tmp_path)
     assert main(["import", str(path), "--store", str(tmp_path / "s"), "--no-progress",
                  "--column", "volume=VOL", "--time-column", "date"]) == 0
-    stored = KlineStore(tmp_path / "s").read("vendor")
+    stored = KlineStore(tmp_path / "s").read("VENDOR")  # import upper-cases symbols
     np.testing.assert_array_equal(stored["volume"].to_numpy(), df["Vol"].to_numpy(float))
 
 
