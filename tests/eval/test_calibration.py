@@ -105,7 +105,9 @@ def test_forecast_applies_calibration_for_its_model(predictor):
     cal = Calibration.fit(paths, np.repeat(fake_truth, 10, axis=0), (0.8,), predictor.identity.as_dict())
     res = predictor.forecast(series, xts, yts, ForecastOptions(3, sample_count=8, seed=1, quantiles=(0.1, 0.9),
                                                                  calibration=cal))
-    np.testing.assert_array_equal(res.paths, raw.paths)  # paths stay raw
+    # the paths are mapped onto the corrected bands, as the service does (issue 27)
+    np.testing.assert_allclose(res.paths, cal.correct_paths(raw.paths, predictor.identity), rtol=1e-5)
+    assert not np.allclose(res.paths[..., 3], raw.paths[..., 3])
     np.testing.assert_allclose(res.quantiles, cal.apply(raw.paths, (0.1, 0.9), predictor.identity), rtol=1e-6)
     assert not np.allclose(res.quantiles[..., 3], raw.quantiles[..., 3])
     np.testing.assert_allclose(res.quantiles[..., 4], raw.quantiles[..., 4])  # volume not calibrated
