@@ -42,7 +42,7 @@ def test_normalisation_uses_lookback_statistics():
 def test_split_by_time_without_overlap():
     cfg = DataConfig(paths=[str(REAL)], lookback=64, horizon=16, stride=8, val_fraction=0.2)
     series = load_series(cfg)
-    assert len(series) == 4
+    assert len(series) == 3  # the bundled real series: GOOG, EUR/USD, S&P 500
     train, val = split_windows(series, cfg)
     assert train and val
     for sid in range(len(series)):
