@@ -55,7 +55,8 @@ def test_cached_copy_loads_as_the_same_model(checkpoint, tmp_path):
 def test_bytes_that_do_not_match_are_refused(checkpoint, tmp_path):
     shipped = _shipped(checkpoint)
     files = W.collect_files(checkpoint / "model", checkpoint / "tokenizer")
-    files["tokenizer/model.safetensors"] = files["tokenizer/model.safetensors"][:-1] + b"\0"
+    data = files["tokenizer/model.safetensors"]
+    files["tokenizer/model.safetensors"] = data[:-1] + bytes([data[-1] ^ 0xFF])  # one byte flipped
     with pytest.raises(W.WeightsError, match=r"node n1: the tokenizer weights shipped from .*my-model on node "
                                               r"driver have SHA-256"):
         W.write_cache(files, shipped, tmp_path / "cache", "node n1")
