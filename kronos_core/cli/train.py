@@ -38,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="YAML training config (see docs/training.md); flags override it")
     parser.add_argument("--data", nargs="+", help="CSV/Parquet files or folders of them")
     parser.add_argument("--store", help="Arrow store root (with --frequency, optional --symbols)")
-    parser.add_argument("--corpus", help="corpus folder (instruments.csv + Parquet, e.g. ../shared/data/corpus): "
+    parser.add_argument("--corpus", help="corpus folder (instruments.csv + Parquet files): "
                         "only split=train instruments' training rows are read (both hold-outs respected)")
     parser.add_argument("--markets", nargs="+", help="corpus markets to train on (US, CN, FX, crypto, ...)")
     parser.add_argument("--frequencies", nargs="+", help="corpus frequencies to train on (1d, 1h, 5min, 1min)")

@@ -1,4 +1,4 @@
-"""The multi-market candle corpus (``../shared/data/corpus/``) as a data source, with its hold-outs.
+"""A multi-market candle corpus folder as a data source, with its hold-outs.
 
 The corpus is a folder of long-format Parquet files (``symbol, timestamps, open, high, low, close,
 volume, amount``) and ``instruments.csv``, one row per instrument (market, frequency, time zone,
@@ -158,7 +158,7 @@ class Corpus:
         table = self.root / INSTRUMENTS_FILE
         if not table.is_file():
             raise CorpusError(f"{self.root}: no {INSTRUMENTS_FILE}; a corpus folder holds it and "
-                              "its Parquet files (see ../shared/data/corpus/README.md)")
+                              "its Parquet files (the corpus README describes the layout)")
         inst = pd.read_csv(table)
         needed = {"symbol", "underlying", "market", "frequency", "file", "split", "eval_from",
                   "last"}

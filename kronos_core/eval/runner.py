@@ -65,7 +65,7 @@ def add_window_arguments(parser: argparse.ArgumentParser, several_horizons: bool
 def add_corpus_arguments(parser: argparse.ArgumentParser) -> None:
     """``--corpus`` and its filters (``--symbols`` is the data group's own flag); what they
     select: ``kronos_core.eval.sources``."""
-    g = parser.add_argument_group("corpus (../shared/data/corpus; instead of --data)")
+    g = parser.add_argument_group("corpus (a folder of instruments.csv + Parquet files; instead of --data)")
     g.add_argument("--corpus", type=Path, metavar="DIR",
                    help="a corpus folder (instruments.csv + Parquet); its hold-out rules apply")
     g.add_argument("--split", choices=("train", "holdout_instrument"),

@@ -5,8 +5,8 @@ code that resolves the close to a tenth of a one-step move; its thresholds and d
 fitted on 2,000 seeded training windows), then the predictor is trained from
 ``configs/default-predictor.yaml`` on that frozen tokenizer (early stopping on validation loss),
 and its best checkpoint is annealed at a low learning rate (``configs/default-anneal.yaml``), all
-on the training rows of the corpus (``../shared/data/corpus`` beside the repository, ``--corpus DIR`` or ``KRONOS_CORPUS``
-elsewhere; ``kronos_core.data.corpus`` applies both hold-out rules). The best weights of each are
+on the training rows of the corpus (``--corpus DIR`` or ``KRONOS_CORPUS``;
+``kronos_core.data.corpus`` applies both hold-out rules). The best weights of each are
 copied to ``OUT/tokenizer`` and ``OUT/model`` with ``OUT/kronos.json`` (name, max_context, data,
 steps, losses, wall time).
 
@@ -37,7 +37,8 @@ DEFAULT_OUT = HERE.parent / "assets" / "models" / "kronos-default"
 DEFAULT_WORK = Path.home() / ".cache" / "kronos" / "train" / "kronos-default"
 SUMMARY = "summary.json"
 WALL_TIME = "wall_time.json"
-COMMAND = "kronos train default --out kronos_core/assets/models/kronos-default"
+COMMAND = ("kronos train default --corpus ../shared/data/corpus "
+           "--out kronos_core/assets/models/kronos-default")
 
 
 class CorpusNotFound(FileNotFoundError):
@@ -45,15 +46,15 @@ class CorpusNotFound(FileNotFoundError):
 
 
 def find_corpus(given: str | None) -> Path:
-    """``given``, else ``$KRONOS_CORPUS``, else ``../shared/data/corpus`` beside the repository."""
-    candidates = [given, os.environ.get("KRONOS_CORPUS"),
-                  str(HERE.parents[2] / "shared" / "data" / "corpus")]
+    """``given`` (``--corpus``), else ``$KRONOS_CORPUS``. The package never looks for a corpus
+    beside itself: an installed package has no repository around it."""
+    candidates = [given, os.environ.get("KRONOS_CORPUS")]
     for c in candidates:
         if c and (Path(c) / "instruments.csv").is_file():
             return Path(c)
-    tried = ", ".join(c for c in candidates if c)
-    raise CorpusNotFound(f"no training corpus found (looked in: {tried}); pass --corpus DIR, a "
-                         "folder with instruments.csv and its Parquet files")
+    tried = ", ".join(c for c in candidates if c) or "nothing given"
+    raise CorpusNotFound(f"no training corpus found ({tried}); pass --corpus DIR or set "
+                         "KRONOS_CORPUS: a folder with instruments.csv and its Parquet files")
 
 
 def _add_wall_time(work: Path, kind: str, seconds: float) -> dict:

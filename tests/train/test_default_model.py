@@ -54,9 +54,8 @@ def _resume(tmp_path, corpus) -> argparse.Namespace:
 
 
 def test_no_corpus_is_a_clear_error(tmp_path, monkeypatch):
-    import kronos_core.train.default as default
-
     monkeypatch.delenv("KRONOS_CORPUS", raising=False)
-    monkeypatch.setattr(default, "HERE", tmp_path / "repo" / "kronos_core" / "train")  # no shared/
     with pytest.raises(CorpusNotFound, match="--corpus DIR"):
         find_corpus(str(tmp_path / "nowhere"))
+    with pytest.raises(CorpusNotFound, match="nothing given"):  # never a folder beside the package
+        find_corpus(None)
