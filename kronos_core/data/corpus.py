@@ -16,8 +16,8 @@ Two hold-out rules, applied here so that every command obeys them the same way:
    daily evaluation period's last day are removed with it.
 2. **Instruments.** ``split == "holdout_instrument"`` series are evaluation-only in full.
 
-``Corpus.training_mask`` gives, per row, whether training may read it; ``Corpus.evaluation_mask``
-the rows evaluation scores (by rule 1, or every row of a hold-out instrument).
+``Corpus.training_mask`` gives, per row, whether training may read it; evaluation picks its
+rows in ``kronos_core.eval.sources`` (at or after ``eval_from``).
 
 Data handling (the corpus's own gaps, treated as a user's data would be):
 
@@ -57,12 +57,6 @@ EQUITY_CLASSES = ("equity", "etf")
 
 class CorpusError(ValueError):
     """A corpus folder or filter that cannot be used; the message names the fix."""
-
-
-def looks_like_corpus(path: str | Path) -> bool:
-    """True for a folder holding ``instruments.csv`` and Parquet files (a corpus, not a store)."""
-    p = Path(path)
-    return p.is_dir() and (p / INSTRUMENTS_FILE).is_file() and any(p.glob("*.parquet"))
 
 
 @dataclass(frozen=True)
@@ -260,12 +254,6 @@ class Corpus:
         for start, end in self.evaluation_periods(str(info["underlying"]), exclude=symbol):
             allowed &= ~np.asarray((lo < end) & (hi > start))
         return allowed
-
-    def evaluation_mask(self, symbol: str, timestamps: pd.DatetimeIndex) -> np.ndarray:
-        """(T,) bool: rows evaluation scores. A hold-out instrument: every row from its own
-        ``eval_from`` on as well, so both hold-outs are judged on the same late period."""
-        info = self.instruments.loc[symbol]
-        return np.asarray(timestamps >= info["eval_from"])
 
 
 def bar_length(frequency: str) -> pd.Timedelta:

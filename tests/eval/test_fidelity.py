@@ -73,3 +73,25 @@ def test_windows_are_counted_back_from_the_end():
 def test_bad_shapes_are_refused():
     with pytest.raises(ValueError, match=r"\(N, L, 6\)"):
         tokenizer_fidelity(HalfGrid(), np.zeros((4, 6)))
+
+
+def test_the_fidelity_script_prints_every_group_of_both_hold_outs(tmp_path, capsys, fixture_dir):
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    from tests.train.corpus_helpers import write_synthetic_corpus
+
+    corpus = write_synthetic_corpus(tmp_path / "corpus")
+    path = Path(__file__).resolve().parents[2] / "scripts" / "tokenizer-fidelity.py"
+    spec = importlib.util.spec_from_file_location("tokenizer_fidelity_script", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    out = tmp_path / "fid.json"
+    assert script.main(["--corpus", str(corpus), "--tokenizer", str(fixture_dir / "tokenizer"),
+                        "--windows", "2", "--length", "16", "--json", str(out)]) == 0
+    table = capsys.readouterr().out
+    figures = json.loads(out.read_text())
+    assert set(figures) == {"train", "holdout_instrument"}
+    assert "US/1d" in figures["holdout_instrument"] and "all" in figures["train"]
+    assert "| instrument | US/1d |" in table and "| time | all |" in table

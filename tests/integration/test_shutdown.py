@@ -33,13 +33,14 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _wait_ready(url: str, proc: subprocess.Popen, timeout: float = 420) -> None:
+def _wait_ready(url: str, proc: subprocess.Popen, timeout: float = 420, replicas: int = 2) -> None:
+    """Until /readyz says ready with ``replicas`` predictor replicas running."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert proc.poll() is None, f"kronos serve exited early with {proc.returncode}"
         try:
             r = httpx.get(f"{url}/readyz", timeout=15)
-            if r.status_code == 200 and r.json()["replicas_ready"] >= 2:
+            if r.status_code == 200 and r.json()["replicas_ready"] >= replicas:
                 return
         except httpx.HTTPError:
             pass

@@ -16,7 +16,7 @@ import time
 
 import httpx
 import pytest
-from test_shutdown import BIG, ROOT, _free_port
+from test_shutdown import BIG, ROOT, _free_port, _wait_ready
 
 from service.auth import hash_key
 
@@ -24,20 +24,6 @@ pytestmark = pytest.mark.integration
 
 
 GRACE_S = 20  # short: the request below outlives it
-
-
-def _wait_ready(url: str, proc: subprocess.Popen, timeout: float = 780) -> None:
-    """Until /readyz says ready (one replica: the lightest service a loaded machine starts)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, f"kronos serve exited early with {proc.returncode}"
-        try:
-            if httpx.get(f"{url}/readyz", timeout=15).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise TimeoutError("kronos serve not ready")
 
 
 def test_sigterm_past_the_grace_answers_503_naming_the_unanswered_and_exits_in_time(tmp_path):
@@ -56,7 +42,7 @@ def test_sigterm_past_the_grace_answers_503_naming_the_unanswered_and_exits_in_t
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
     )
     try:
-        _wait_ready(url, proc)
+        _wait_ready(url, proc, timeout=780, replicas=1)  # one replica: the lightest service to start
         # the ledger is off: /v1/accuracy is a coded error, never a 500
         acc = httpx.get(f"{url}/v1/accuracy", headers={"X-API-Key": BIG}, timeout=60)
         assert acc.status_code == 404 and acc.json()["code"] == "ledger_off", acc.text
