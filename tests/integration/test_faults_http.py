@@ -34,10 +34,6 @@ def _inject(live_service, replica_id: str, **faults) -> dict:
     return ray.get(_actor(live_service, replica_id).__ray_call__.remote(inject_fault, **faults), timeout=60)
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "known broken: failed in the session's last CI run after issue 27 replaced Serve's placement "
-    "with the least-tokens router and removed settle()'s router-cache wait; not yet diagnosed "
-    "(issue 27 stays open)"))
 def test_slow_replica_its_shards_are_answered_by_the_other(live_service):
     """One replica holds every shard it gets (until the fault is cleared): each of them passes
     its shard deadline, a copy is answered by the other replica, and the request completes."""
