@@ -5,6 +5,7 @@ app builder used by ``kronos serve`` and the Serve config files
 
 
 import asyncio
+import copy
 import logging
 import math
 import os
@@ -69,6 +70,28 @@ api = FastAPI(
     redoc_url=None,
 )
 install_docs(api)
+_openapi_template = api.openapi  # FastAPI's own: builds the schema once and caches it
+
+
+def _served_openapi() -> dict[str, Any]:
+    """The OpenAPI schema with the loaded model's limits: a request's ``horizon`` is at most the
+    model's ``max_context`` (a longer one is a 422), so the schema says so once a replica has
+    described the model; before that it gives the static ceiling, ``MAX_HORIZON``."""
+    schema = _openapi_template()
+    limit = current().max_horizon
+    if limit is None:
+        return schema
+    schema = copy.deepcopy(schema)
+    horizon = schema["components"]["schemas"]["ForecastRequest"]["properties"]["horizon"]
+    horizon["maximum"] = min(float(horizon.get("maximum", limit)), float(limit))
+    return schema
+
+
+def _note_model_limits(info: Any) -> None:
+    current().max_horizon = int(info.max_context)
+
+
+api.openapi = _served_openapi  # type: ignore[method-assign]
 
 
 MAX_SYMBOL_OFFSET = 2**31 - 1  # /v1/symbols offset ceiling: bounded so that no answer holds a >64-bit int
@@ -239,7 +262,8 @@ class Ingress:
         self.recorder, self.live = ledger_service(settings, self.store, self.metrics, _replica_id())
         # cut: at the end of the shutdown grace, requests in flight answer what they have (503)
         self.pipeline = ForecastPipeline(settings, self.store, self.replicas, self.metrics, num_replicas,
-                                         recorder=self.recorder, cut=lambda: current().lifecycle.wait_cut())
+                                         recorder=self.recorder, cut=lambda: current().lifecycle.wait_cut(),
+                                         on_info=_note_model_limits)
         warmed = self.pipeline.warm_up()  # before Serve routes a request here: the first one is not the slow one
         log.info("gateway warm-up: prepared %d symbol(s), one of each exchange and session clock", len(warmed))
         self._symbols: list[str] | None = None

@@ -29,6 +29,7 @@ class ProcessState:
     lifecycle: Lifecycle = field(default_factory=Lifecycle)  # draining, requests in flight
     keyring: KeyRing = field(default_factory=lambda: KeyRing([]))  # API keys and their rate buckets
     cors_origins: frozenset[str] = frozenset()  # KRONOS_CORS_ORIGINS; empty: CORS off
+    max_horizon: int | None = None  # the loaded model's max_context once a replica described itself
 
     def start(self, settings: Settings, metrics: Metrics, gateway_id: str | None) -> None:
         """Configure this process for an ingress built from ``settings``."""

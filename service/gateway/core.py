@@ -47,6 +47,7 @@ class ForecastPipeline:
         future: Callable[..., np.ndarray] | None = None,
         recorder: LedgerRecorder | None = None,
         cut: Callable[[], Awaitable[None]] | None = None,
+        on_info: Callable[[ReplicaInfo], None] | None = None,
     ):
         self.settings = settings
         self.store = store
@@ -59,6 +60,7 @@ class ForecastPipeline:
         self._future = future
         self.recorder = recorder  # None: the ledger is off
         self._info: ReplicaInfo | None = None
+        self._on_info = on_info  # told the model's description once (the served schema's limits)
         # decides per series; built once, from _info
         self._calibration: CalibrationPolicy | None = None
         self._inflight = 0
@@ -86,6 +88,8 @@ class ForecastPipeline:
             if info.calibration is not None:
                 self._calibration = CalibrationPolicy.from_description(info.calibration)
             warm_memory_model(info)  # once, before the first request needs it
+            if self._on_info is not None:
+                self._on_info(info)
 
     def record(self, answer: ForecastAnswer) -> None:
         """Hand an answered request's forecasts to the ledger writer (a queue: no disk, never

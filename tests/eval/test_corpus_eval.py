@@ -10,11 +10,11 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 import pytest
-from corpus_helpers import INSTRUMENTS, write_corpus
 from fixture_paths import TINY
 
 from kronos_core.cli import main
 from kronos_core.loading import DEFAULT_MODEL_DIR
+from tests.eval.eval_corpus import INSTRUMENTS, write_corpus
 
 EVAL = ["--lookback", "32", "--sample-count", "4", "--model", TINY, "--device", "cpu"]
 

@@ -385,6 +385,9 @@ def test_a_new_users_first_requests_are_answered_with_what_happened(live_service
     r = c.post("/v1/forecast", json={"symbols": ["GOOG"], "horizon": mc + 1})
     assert r.status_code == 422, r.text[:300]
     assert r.json()["detail"][0]["loc"][-1] == "horizon" and f"max_context {mc}" in r.text
+    # and the served schema says so: a schema-valid horizon is one the model can forecast
+    schema = c.get("/openapi.json").json()
+    assert schema["components"]["schemas"]["ForecastRequest"]["properties"]["horizon"]["maximum"] == mc
 
     sessions = pd.bdate_range("2024-02-01", "2024-04-30")  # with XNYS holidays removed below
     from kronos_core.data.calendars import exchange_sessions

@@ -10,16 +10,16 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 import pytest
-from corpus_helpers import (
+from fixture_paths import SHARED_CORPUS, shared_path
+from train_helpers import tiny_overrides
+
+from kronos_core.train.data import corpus_series
+from tests.train.corpus_helpers import (
     allowed_by_the_rules,
     read_table,
     row_of,
     write_synthetic_corpus,
 )
-from fixture_paths import SHARED_CORPUS, shared_path
-from train_helpers import tiny_overrides
-
-from kronos_core.train.data import corpus_series
 
 
 def _data_config(root, window: int = 12, **extra):

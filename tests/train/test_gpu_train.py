@@ -14,8 +14,14 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from corpus_helpers import allowed_by_the_rules, read_table, row_of, write_synthetic_corpus
 from train_helpers import REPO, tiny_overrides, write_config_yaml
+
+from tests.train.corpus_helpers import (
+    allowed_by_the_rules,
+    read_table,
+    row_of,
+    write_synthetic_corpus,
+)
 
 SCRIPT = REPO / "scripts" / "gpu-train.sh"
 EXTRACTOR = REPO / "scripts" / "make-corpus-extract.py"
