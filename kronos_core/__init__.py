@@ -12,6 +12,6 @@ from kronos_core.predictor import ForecastResult, KronosPredictor
 __version__ = "0.1.0"
 
 __all__ = [
-    "CheckpointError", "ModelIdentity", "PredictorConfig", "load_predictor", "ForecastResult", "Kronos",
-    "KronosPredictor", "KronosTokenizer",
+    "CheckpointError", "ModelIdentity", "PredictorConfig", "load_predictor", "ForecastResult",
+    "Kronos", "KronosPredictor", "KronosTokenizer",
 ]

@@ -83,7 +83,8 @@ def denormalize(x_norm: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.nda
 
 
 def repair_candles(x: np.ndarray) -> np.ndarray:
-    """Make candles self-consistent: volume, amount >= 0; high >= max(open, close); low <= min(open, close).
+    """Make candles self-consistent: volume, amount >= 0; high >= max(open, close); low <= min(open,
+    close).
 
     x: (..., 6). Returns a repaired copy.
     """

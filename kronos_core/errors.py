@@ -79,7 +79,8 @@ class WarningCode(str, Enum):
 
     SHORT_HISTORY = "short_history"  # fewer candles than the deployment's min_history_warning
     AS_OF_AFTER_DATA = "as_of_after_data"  # as_of is past the symbol's last stored candle
-    UNCALIBRATED = "uncalibrated"  # the deployment's calibration does not apply here; the message says why
+    # the deployment's calibration does not apply here; the message says why
+    UNCALIBRATED = "uncalibrated"
     HISTORY_CUT = "history_cut"  # history shorter than the lookback asked, or the model could see
     MISSING_SESSIONS = "missing_sessions"  # the history skips sessions its exchange held (gaps)
 

@@ -65,7 +65,9 @@ def model_aliases() -> list[str]:
     return [BUNDLED_ALIAS, *ALIASES]
 
 
-DTYPES: dict[str, torch.dtype | None] = {"float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES: dict[str, torch.dtype | None] = {
+    "float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16,
+}
 DTYPE_SPELLINGS = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16"}
 
 
@@ -78,7 +80,8 @@ class PredictorConfig:
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     dtype: str = "float32"  # float32 | bfloat16 | float16 (autocast); fp32/bf16/fp16 accepted
     compile: bool = False  # torch.compile the single-token decode step
-    cuda_graphs: bool = False  # CUDA: torch.compile(mode="reduce-overhead") the decode step; CPU: ignored (logged)
+    # CUDA: torch.compile(mode="reduce-overhead") the decode step; CPU: ignored (logged)
+    cuda_graphs: bool = False
     sliding: str = "exact"  # exact | rolling | recompute
     max_context: int | None = None  # None: the alias's / bundle's / 512
     revision: str | None = None  # Hub revision (branch, tag or commit)
@@ -86,7 +89,9 @@ class PredictorConfig:
     def __post_init__(self):
         dtype = DTYPE_SPELLINGS.get(str(self.dtype).lower(), str(self.dtype).lower())
         if dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {sorted(DTYPES)} (or fp32/bf16/fp16), got {self.dtype!r}")
+            raise ValueError(
+                f"dtype must be one of {sorted(DTYPES)} (or fp32/bf16/fp16), got {self.dtype!r}"
+            )
         object.__setattr__(self, "dtype", dtype)
         if self.sliding not in SLIDING_MODES:
             raise ValueError(f"sliding must be one of {SLIDING_MODES}, got {self.sliding!r}")
@@ -176,8 +181,10 @@ def resolve_source(cfg: PredictorConfig) -> ResolvedSource:
         bundle = default_bundle()
         if bundle is None:
             raise CheckpointError(
-                f"the embedded default model is missing from this install ({DEFAULT_MODEL_DIR}); reinstall the "
-                "package or pass --model (a folder, a Hub id or an alias: " + ", ".join(ALIASES) + ")"
+                f"the embedded default model is missing from this install ({DEFAULT_MODEL_DIR}); "
+                "reinstall the package or pass --model (a folder, a Hub id or an alias: "
+                + ", ".join(ALIASES)
+                + ")"
             )
         return _bundle_source(bundle, cfg, bundled=True)
     if spec in ALIASES:
@@ -193,11 +200,14 @@ def resolve_source(cfg: PredictorConfig) -> ResolvedSource:
     if cfg.tokenizer is None:
         known = ", ".join(model_aliases())
         raise CheckpointError(
-            f"{spec} is a model checkpoint without a tokenizer: pass the tokenizer it was trained with "
-            f"(--tokenizer DIR_OR_HUB_ID), or use an alias ({known}) or a folder with model/ and tokenizer/"
+            f"{spec} is a model checkpoint without a tokenizer: pass the tokenizer it was trained "
+            f"with (--tokenizer DIR_OR_HUB_ID), or use an alias ({known}) or a folder with model/ "
+            "and tokenizer/"
         )
     tdir = resolve_checkpoint(cfg.tokenizer, None)
-    return ResolvedSource(mdir, tdir, mdir.name, cfg.max_context or 512, False, False, _hub_revision(mdir))
+    return ResolvedSource(
+        mdir, tdir, mdir.name, cfg.max_context or 512, False, False, _hub_revision(mdir)
+    )
 
 
 def _bundle_source(folder: Path, cfg: PredictorConfig, bundled: bool) -> ResolvedSource:
@@ -230,7 +240,9 @@ def model_identity(source: ResolvedSource) -> ModelIdentity:
     m = file_sha256(source.model_dir / WEIGHTS_NAME)
     t = file_sha256(source.tokenizer_dir / WEIGHTS_NAME)
     both = hashlib.sha256(bytes.fromhex(m) + bytes.fromhex(t)).hexdigest()
-    return ModelIdentity(source.name, both, m, t, source.revision, source.bundled, source.random_weights)
+    return ModelIdentity(
+        source.name, both, m, t, source.revision, source.bundled, source.random_weights
+    )
 
 
 def load_checkpoints(cfg: PredictorConfig | None = None) -> LoadedModel:
@@ -242,13 +254,17 @@ def load_checkpoints(cfg: PredictorConfig | None = None) -> LoadedModel:
     return LoadedModel(model, tokenizer, model_identity(source), source.max_context)
 
 
-def build_predictor(model: Kronos, tokenizer: KronosTokenizer, cfg: PredictorConfig | None = None,
-                    identity: ModelIdentity | None = None, max_context: int | None = None) -> KronosPredictor:
-    """A predictor over modules already built (benchmarks build random ones) with ``cfg``'s options."""
+def build_predictor(
+    model: Kronos, tokenizer: KronosTokenizer, cfg: PredictorConfig | None = None,
+    identity: ModelIdentity | None = None, max_context: int | None = None,
+) -> KronosPredictor:
+    """A predictor over modules already built (benchmarks build random ones) with ``cfg``'s
+    options."""
     cfg = cfg or PredictorConfig()
     predictor = KronosPredictor(
-        model, tokenizer, device=cfg.torch_device(), max_context=max_context or cfg.max_context or 512,
-        sliding=cfg.sliding, dtype=cfg.torch_dtype(), compile=cfg.compile, cuda_graphs=cfg.cuda_graphs,
+        model, tokenizer, device=cfg.torch_device(),
+        max_context=max_context or cfg.max_context or 512, sliding=cfg.sliding,
+        dtype=cfg.torch_dtype(), compile=cfg.compile, cuda_graphs=cfg.cuda_graphs,
     )
     predictor.identity = identity
     predictor.config = cfg
@@ -273,25 +289,37 @@ def add_predictor_arguments(parser: argparse.ArgumentParser, *, sliding_default:
                    "(default: the bundled model)"
                    + ("; repeat it to compare models on the same windows"
                       if several_models else ""))
-    g.add_argument("--tokenizer", help="tokenizer folder or Hub id (default: the one the model goes with)")
+    g.add_argument(
+        "--tokenizer", help="tokenizer folder or Hub id (default: the one the model goes with)"
+    )
     g.add_argument("--revision", help="Hub revision (branch, tag or commit) of --model")
     g.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda, cuda:N")
-    g.add_argument("--dtype", default="float32", help="float32 | bfloat16 | float16 (autocast precision)")
+    g.add_argument(
+        "--dtype", default="float32", help="float32 | bfloat16 | float16 (autocast precision)"
+    )
     g.add_argument("--compile", action="store_true", help="torch.compile the decode step")
-    g.add_argument("--cuda-graphs", action="store_true",
-                   help="CUDA: capture the decode step as CUDA graphs (torch.compile mode=reduce-overhead); "
-                   "ignored on a CPU (logged)")
-    g.add_argument("--sliding", default=sliding_default, choices=list(SLIDING_MODES),
-                   help="how the window slides past max_context: exact (reference results), rolling "
-                   "(faster, approximate), recompute (reference algorithm)")
-    g.add_argument("--max-context", type=int, help="model context (default: the model's own, else 512)")
+    g.add_argument(
+        "--cuda-graphs", action="store_true",
+        help="CUDA: capture the decode step as CUDA graphs (torch.compile mode=reduce-overhead); "
+        "ignored on a CPU (logged)",
+    )
+    g.add_argument(
+        "--sliding", default=sliding_default, choices=list(SLIDING_MODES),
+        help="how the window slides past max_context: exact (reference results), rolling "
+        "(faster, approximate), recompute (reference algorithm)",
+    )
+    g.add_argument(
+        "--max-context", type=int, help="model context (default: the model's own, else 512)"
+    )
 
 
 def predictor_config_from_args(args: argparse.Namespace, **overrides) -> PredictorConfig:
     cfg = PredictorConfig(
         model=getattr(args, "model", None), tokenizer=getattr(args, "tokenizer", None),
-        device=getattr(args, "device", None) or "auto", dtype=getattr(args, "dtype", None) or "float32",
-        compile=bool(getattr(args, "compile", False)), cuda_graphs=bool(getattr(args, "cuda_graphs", False)),
+        device=getattr(args, "device", None) or "auto",
+        dtype=getattr(args, "dtype", None) or "float32",
+        compile=bool(getattr(args, "compile", False)),
+        cuda_graphs=bool(getattr(args, "cuda_graphs", False)),
         sliding=getattr(args, "sliding", None) or "exact",
         max_context=getattr(args, "max_context", None), revision=getattr(args, "revision", None),
     )
@@ -300,6 +328,7 @@ def predictor_config_from_args(args: argparse.Namespace, **overrides) -> Predict
 
 def describe_sources() -> str:
     """One line per alias, for help texts and docs."""
-    bundled = f"{BUNDLED_ALIAS}: the embedded default model ({DEFAULT_MODEL_DIR.name}, shipped in the package)"
+    bundled = (f"{BUNDLED_ALIAS}: the embedded default model ({DEFAULT_MODEL_DIR.name}, shipped in "
+               "the package)")
     return os.linesep.join([bundled, *(f"{k}: {a.model} + {a.tokenizer}, context {a.max_context}"
                                        for k, a in ALIASES.items())])

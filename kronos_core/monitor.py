@@ -34,7 +34,8 @@ MEMORY_HIGH = 90.0  # % of host or GPU memory above which the report warns
 
 
 def load_nvml():
-    """The ``pynvml`` module (package ``nvidia-ml-py``) initialised, or None when absent or no driver."""
+    """The ``pynvml`` module (package ``nvidia-ml-py``) initialised, or None when absent or no
+    driver."""
     try:
         import pynvml
     except ImportError:
@@ -116,7 +117,8 @@ class ResourceMonitor:
             self._sample()
 
     def _sample(self) -> None:
-        assert self._t0 is not None, "sampled before __enter__"  # only __enter__'s thread and __exit__ sample
+        # only __enter__'s thread and __exit__ sample
+        assert self._t0 is not None, "sampled before __enter__"
         row: dict[str, float | int | None] = {
             "t": round(time.perf_counter() - self._t0, 4),
             "cpu_percent": self._proc.cpu_percent(None),
@@ -142,7 +144,8 @@ class ResourceMonitor:
 
     # ---- counting --------------------------------------------------------------------
     def step(self, n_samples: int = 0) -> None:
-        """Mark the end of one step (optimizer step, batch, request) that processed ``n_samples``."""
+        """Mark the end of one step (optimizer step, batch, request) that processed
+        ``n_samples``."""
         now = time.perf_counter()
         if self._last_step is not None:
             self._steps.append(now - self._last_step)
@@ -184,13 +187,18 @@ class ResourceMonitor:
         notes = []
         if s["gpu_util_percent_mean"] is not None and s["gpu_util_percent_mean"] < GPU_BUSY_MIN:
             notes.append(
-                f"GPU busy only {s['gpu_util_percent_mean']:.0f}% of the time on average (< {GPU_BUSY_MIN:.0f}%):"
-                " the device waits, usually on data loading; raise DataLoader num_workers, prefetch,"
-                " or the batch size"
+                f"GPU busy only {s['gpu_util_percent_mean']:.0f}% of the time on average (< "
+                f"{GPU_BUSY_MIN:.0f}%): the device waits, usually on data loading; raise "
+                "DataLoader num_workers, prefetch, or the batch size"
             )
-        if s["rss_bytes_peak"] is not None and s["rss_bytes_peak"] > MEMORY_HIGH / 100 * self._host_total:
-            notes.append(f"host memory peaked at {100 * s['rss_bytes_peak'] / self._host_total:.0f}% of RAM "
-                         f"(> {MEMORY_HIGH:.0f}%): lower the batch size or window")
+        if (
+            s["rss_bytes_peak"] is not None
+            and s["rss_bytes_peak"] > MEMORY_HIGH / 100 * self._host_total
+        ):
+            notes.append(
+                f"host memory peaked at {100 * s['rss_bytes_peak'] / self._host_total:.0f}% of RAM "
+                f"(> {MEMORY_HIGH:.0f}%): lower the batch size or window"
+            )
         if s["gpu_mem_used_bytes_peak"] is not None and s["gpu_mem_total_bytes"]:
             share = 100 * s["gpu_mem_used_bytes_peak"] / s["gpu_mem_total_bytes"]
             if share > MEMORY_HIGH:

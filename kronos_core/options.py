@@ -60,7 +60,8 @@ class ForecastOptions:
     top_p: float = 0.9  # nucleus mass; 1.0: off
     seed: int | None = None  # None: unseeded; int: batch-invariant seeded sampling
     quantiles: tuple[float, ...] = ()  # levels in (0, 1)
-    repair: bool | None = None  # candle repair (high/low consistent, volume/amount >= 0); None: predictor's
+    # candle repair (high/low consistent, volume/amount >= 0); None: predictor's
+    repair: bool | None = None
     sliding: str | None = None  # "exact" | "rolling" | "recompute"; None: predictor's
     calibration: Calibration | None = None  # quantile correction fitted for this model
 

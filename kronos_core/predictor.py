@@ -78,7 +78,8 @@ class ForecastJob:
         return self.generation.steps_left
 
     def step(self) -> None:
-        """One decode step of the engine (the first also tokenizes and prefills; the last detokenizes)."""
+        """One decode step of the engine (the first also tokenizes and prefills; the last
+        detokenizes)."""
         self.generation.step()
 
     def close(self) -> None:
@@ -88,29 +89,39 @@ class ForecastJob:
         """(B, S, H, 6) float32 normalized sample paths; only when ``done``."""
         out = self.generation.result()
         o = self.options
-        return out.candles.cpu().numpy().reshape(self.n_series, o.sample_count, o.horizon, len(FEATURES))
+        return (
+            out.candles.cpu()
+            .numpy()
+            .reshape(self.n_series, o.sample_count, o.horizon, len(FEATURES))
+        )
 
     def result(self) -> ForecastResult:
         """Sample paths, mean and quantiles, raw scale; only when ``done``."""
         norm, mean, std = self.normalized_paths(), self.means, self.stds
         options, predictor = self.options, self.predictor
         levels, calibration = options.quantiles, options.calibration
-        paths = denormalize(norm, mean[:, None, None, :], std[:, None, None, :]).astype(np.float32)  # (B, S, H, 6)
+        # (B, S, H, 6)
+        paths = denormalize(norm, mean[:, None, None, :], std[:, None, None, :]).astype(np.float32)
         repair = predictor.repair if options.repair is None else options.repair
         if repair:
             paths = repair_candles(paths)
             path_mean = paths.mean(axis=1)
         else:
-            path_mean = denormalize(norm.mean(axis=1), mean[:, None, :], std[:, None, :])  # (B, H, 6)
+            # (B, H, 6)
+            path_mean = denormalize(norm.mean(axis=1), mean[:, None, :], std[:, None, :])
         qs = (
             np.quantile(paths, levels, axis=1).astype(np.float32)
             if levels
             else np.zeros((0, *path_mean.shape), dtype=np.float32)
         )
-        if calibration is not None and levels:  # quantiles and paths, as kronos_core.calibration_policy says
-            corrected, qs = correct(calibration, paths, levels, predictor.identity)  # (B, S, H, 6), (Q, B, H, 6)
+        # quantiles and paths, as kronos_core.calibration_policy says
+        if calibration is not None and levels:
+            # (B, S, H, 6), (Q, B, H, 6)
+            corrected, qs = correct(calibration, paths, levels, predictor.identity)
             paths = corrected.astype(np.float32)
-        return ForecastResult(paths, path_mean.astype(np.float32), qs, levels, self.generation.stats)
+        return ForecastResult(
+            paths, path_mean.astype(np.float32), qs, levels, self.generation.stats
+        )
 
 
 def default_device() -> torch.device:
@@ -119,7 +130,9 @@ def default_device() -> torch.device:
 
 def series_key(values: np.ndarray) -> int:
     """A stable 64-bit key of a series' content, used to seed its sampling."""
-    return int.from_bytes(hashlib.blake2b(np.ascontiguousarray(values).tobytes(), digest_size=8).digest(), "little")
+    return int.from_bytes(
+        hashlib.blake2b(np.ascontiguousarray(values).tobytes(), digest_size=8).digest(), "little"
+    )
 
 
 class KronosPredictor:
@@ -168,14 +181,19 @@ class KronosPredictor:
         self.repair = repair
         # Any: kronos_core.loading (which imports this module) defines both types
         self.identity: Any = None  # ModelIdentity when built by kronos_core.loading
-        self.config: Any = None  # the PredictorConfig it was built from, when built by kronos_core.loading
+        # the PredictorConfig it was built from, when built by kronos_core.loading
+        self.config: Any = None
 
     # ---- reference-compatible DataFrame API -----------------------------------------
     def predict(
-        self, df, x_timestamp, y_timestamp, pred_len, T=1.0, top_k=0, top_p=0.9, sample_count=1, verbose=True
+        self, df, x_timestamp, y_timestamp, pred_len, T=1.0, top_k=0, top_p=0.9, sample_count=1,
+        verbose=True,
     ) -> pd.DataFrame:
-        """Forecast one series; returns a DataFrame indexed by ``y_timestamp`` (mean over sample paths)."""
-        return self.predict_batch([df], [x_timestamp], [y_timestamp], pred_len, T, top_k, top_p, sample_count, verbose)[0]
+        """Forecast one series; returns a DataFrame indexed by ``y_timestamp`` (mean over sample
+        paths)."""
+        return self.predict_batch(
+            [df], [x_timestamp], [y_timestamp], pred_len, T, top_k, top_p, sample_count, verbose
+        )[0]
 
     def predict_batch(
         self,
@@ -203,7 +221,9 @@ class KronosPredictor:
                 arrays.append(candle_array(df))
             except CandleError as exc:
                 raise ValueError(f"series {i}: {exc}") from exc
-        options = ForecastOptions(horizon=pred_len, sample_count=sample_count, temperature=T, top_k=top_k, top_p=top_p)
+        options = ForecastOptions(
+            horizon=pred_len, sample_count=sample_count, temperature=T, top_k=top_k, top_p=top_p
+        )
         job = self._start(arrays, x_timestamp_list, y_timestamp_list, options, None, verbose)
         while not job.done:
             job.step()
@@ -237,7 +257,8 @@ class KronosPredictor:
         values), not on the rest of the batch. A calibration (with quantile levels asked)
         corrects the quantiles and maps the sample paths onto the corrected distribution,
         the mean stays raw (``kronos_core.calibration_policy``); it is refused
-        (``CalibrationMismatch``) when fitted for another model. Returns ``ForecastResult`` (shapes in its fields).
+        (``CalibrationMismatch``) when fitted for another model. Returns ``ForecastResult`` (shapes
+        in its fields).
         """
         job = self.start_forecast(
             series, x_timestamps, y_timestamps, options, series_keys=series_keys, verbose=verbose
@@ -262,7 +283,10 @@ class KronosPredictor:
         ``forecast`` returns (``forecast`` is this, run to the end).
         """
         if not isinstance(options, ForecastOptions):
-            raise TypeError(f"options must be a kronos_core.options.ForecastOptions, got {type(options).__name__}")
+            raise TypeError(
+                "options must be a kronos_core.options.ForecastOptions, got "
+                f"{type(options).__name__}"
+            )
         if options.calibration is not None:
             options.calibration.check_model(self.identity)  # before spending time on the forecast
         arrays = [self._check_array(i, a) for i, a in enumerate(series)]
@@ -279,12 +303,16 @@ class KronosPredictor:
             raise CandleError(f"series {i}: non-finite values in rows {rows[:5].tolist()}")
         return a
 
-    def _start(self, arrays, x_ts_list, y_ts_list, options: ForecastOptions, keys, verbose) -> ForecastJob:
-        """Normalize, assemble the engine batch -> a job not started yet (means, stds (B, 6) kept)."""
+    def _start(
+        self, arrays, x_ts_list, y_ts_list, options: ForecastOptions, keys, verbose
+    ) -> ForecastJob:
+        """Normalize, assemble the engine batch -> a job not started yet (means, stds (B, 6)
+        kept)."""
         horizon, sample_count = options.horizon, options.sample_count
         if len(x_ts_list) != len(arrays) or len(y_ts_list) != len(arrays):
             raise ValueError(
-                f"got {len(arrays)} series but {len(x_ts_list)} history and {len(y_ts_list)} future timestamp lists"
+                f"got {len(arrays)} series but {len(x_ts_list)} history and {len(y_ts_list)} "
+                "future timestamp lists"
             )
         cfg = GenerationConfig.from_options(
             options,
@@ -300,7 +328,9 @@ class KronosPredictor:
             if len(xt) != len(a):
                 raise ValueError(f"series {i}: {len(a)} candles but {len(xt)} history timestamps")
             if len(yt) != horizon:
-                raise ValueError(f"series {i}: {len(yt)} future timestamps but pred_len is {horizon}")
+                raise ValueError(
+                    f"series {i}: {len(yt)} future timestamps but pred_len is {horizon}"
+                )
             xn, mu, sd = normalize(a, self.clip)
             x_norm.append(xn)
             means.append(mu)

@@ -37,7 +37,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--horizon", type=int, default=24)
     p.add_argument("--lookback", type=int, default=128)
     p.add_argument("--sample-count", type=int, default=4)
-    p.add_argument("--rounds", type=int, default=3, help="ABBA rounds: each is 2 requests recorded, 2 not")
+    p.add_argument(
+        "--rounds", type=int, default=3, help="ABBA rounds: each is 2 requests recorded, 2 not"
+    )
     p.add_argument("--replicas", type=int, default=2)
     p.add_argument("--device", default="auto")
     p.add_argument("--store", default=None, help="default: the bundled sample store")
@@ -93,9 +95,11 @@ def run(args: argparse.Namespace) -> int:
 
     cores = os.cpu_count() or 1
     ledger = Path(tempfile.mkdtemp(prefix="kronos-bench-ledger-"))
-    overrides = dict(num_replicas=args.replicas, device=args.device, port=_free_port(), ledger_dir=str(ledger),
-                     score_interval_s=0.0, request_timeout_s=3600.0,
-                     replica_cpus=max(1, cores // args.replicas) if args.device != "cuda" else None)
+    overrides = dict(
+        num_replicas=args.replicas, device=args.device, port=_free_port(), ledger_dir=str(ledger),
+        score_interval_s=0.0, request_timeout_s=3600.0,
+        replica_cpus=max(1, cores // args.replicas) if args.device != "cuda" else None,
+    )
     if args.store:
         overrides["store_dir"] = args.store
     settings = Settings().model_copy(update=overrides)
@@ -116,7 +120,9 @@ def run(args: argparse.Namespace) -> int:
                 raise TimeoutError("service not ready")
             time.sleep(0.5)
         for record in (False, True):  # warm-up, both paths, every replica
-            client.post("/v1/forecast", json={**body, "symbols": symbols[:64], "record": record}).raise_for_status()
+            client.post(
+                "/v1/forecast", json={**body, "symbols": symbols[:64], "record": record}
+            ).raise_for_status()
         _wait_written(ledger, 1)
         files = 1
         for _ in range(args.rounds):
@@ -129,7 +135,8 @@ def run(args: argparse.Namespace) -> int:
                 if record:
                     files += 1
                     recorded += n
-                    writer_s.append(_wait_written(ledger, files))  # the append, after the answer went out
+                    # the append, after the answer went out
+                    writer_s.append(_wait_written(ledger, files))
         client.close()
     finally:
         stop()
@@ -138,24 +145,31 @@ def run(args: argparse.Namespace) -> int:
     on, off = statistics.median(times[True]), statistics.median(times[False])
     figures = {
         "symbols": len(symbols), "horizon": args.horizon, "lookback": args.lookback,
-        "sample_count": args.sample_count, "quantiles": body["quantiles"], "replicas": args.replicas,
-        "cores": cores, "device": args.device, "rounds": args.rounds,
+        "sample_count": args.sample_count, "quantiles": body["quantiles"],
+        "replicas": args.replicas, "cores": cores, "device": args.device, "rounds": args.rounds,
         "seconds_recorded": [round(t, 3) for t in times[True]],
         "seconds_not_recorded": [round(t, 3) for t in times[False]],
         "median_recorded_s": round(on, 3), "median_not_recorded_s": round(off, 3),
         "overhead": round(on / off - 1, 4), "goal_overhead": 0.05,
-        "writer_seconds_after_answer_median": round(statistics.median(writer_s), 3) if writer_s else None,
-        # the writer thread's work after each answer, as a share of the request: the most it could take
-        # from a request that followed at once (the ABBA runs wait for it, so "overhead" excludes it)
-        "writer_share_of_request": round(statistics.median(writer_s) / off, 4) if writer_s else None,
+        "writer_seconds_after_answer_median": round(statistics.median(writer_s), 3)
+        if writer_s
+        else None,
+        # the writer thread's work after each answer, as a share of the request: the most it could
+        # take from a request that followed at once (the ABBA runs wait for it, so "overhead"
+        # excludes it)
+        "writer_share_of_request": round(statistics.median(writer_s) / off, 4)
+        if writer_s
+        else None,
         "ledger_bytes_per_1000_forecasts": round(size_per_file / max(1, len(symbols)) * 1000),
         "ledger_bytes_per_request_file": round(size_per_file),
         "ledger_files": nfiles,
     }
-    publish(figures, args.json,
-            f"recorded {on:.3f} s, not recorded {off:.3f} s: overhead {100 * (on / off - 1):+.1f} % (goal <= 5 %); "
-            f"disk {figures['ledger_bytes_per_1000_forecasts'] / 1024:.1f} KiB per 1,000 forecasts "
-            f"(horizon {args.horizon}, 3 quantiles)")
+    publish(
+        figures, args.json,
+        f"recorded {on:.3f} s, not recorded {off:.3f} s: overhead {100 * (on / off - 1):+.1f} % "
+        f"(goal <= 5 %); disk {figures['ledger_bytes_per_1000_forecasts'] / 1024:.1f} KiB per "
+        f"1,000 forecasts (horizon {args.horizon}, 3 quantiles)",
+    )
     return 0
 
 

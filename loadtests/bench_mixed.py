@@ -1,8 +1,8 @@
 """``kronos bench mixed``: small requests beside big ones, through the service under its defaults.
 
-    kronos bench mixed                       # starts `kronos serve --replicas 2` on the sample store
+    kronos bench mixed # starts `kronos serve --replicas 2` on the sample store
     kronos bench mixed --quick               # small sizes (a smoke test, ~1 min)
-    kronos bench mixed --host http://127.0.0.1:8000 --json out.json    # a running service (loopback)
+    kronos bench mixed --host http://127.0.0.1:8000 --json out.json # a running service (loopback)
 
 Measures, in one run (ratios are within the run):
 
@@ -10,19 +10,20 @@ Measures, in one run (ratios are within the run):
   ``small_beside_big``: the same while a 1,000-symbol request runs (median and worst).
   Goal: beside big <= 2x idle.
 * ``big_alone`` / ``big_with_small``: the big request's time alone and while small ones keep coming
-  (and beside a single small one), in rounds of the three run back to back and one more alone run: each
-  ratio is the median over rounds of a run against the mean of the alone runs before and after it (the
-  machine's speed drifts); times are medians, every run is in the JSON. Goal: <= 10% slower.
+  (and beside a single small one), in rounds of the three run back to back and one more alone run:
+  each ratio is the median over rounds of a run against the mean of the alone runs before and after
+  it (the machine's speed drifts); times are medians, every run is in the JSON. Goal: <= 10% slower.
 * ``mixed``: concurrent clients with different horizons, lookbacks and sample counts for a while, in
   row-steps/s (series x sample paths x horizon steps answered per second), against the engine's
-  single-batch throughput on the same work, measured in this process beforehand: each shape's row-steps
-  at that shape's single-batch rate (a row-step past the model's context recomputes the whole window and
-  costs ~13x one within it, so one rate for every shape would measure the mix, not the service).
+  single-batch throughput on the same work, measured in this process beforehand: each shape's
+  row-steps at that shape's single-batch rate (a row-step past the model's context recomputes the
+  whole window and costs ~13x one within it, so one rate for every shape would measure the mix, not
+  the service).
   Goal: >= 80%. ``mixed_over_engine_one_shape`` (no goal) is the plain ratio against the big
   request's shape.
 * ``first`` / ``warm``: the first request after the service reports ready against the median of the
-  next few (only when the bench starts the service), on ``first_starts`` (3) fresh starts: the ratio is
-  the median of theirs. Goal: <= 1.2x.
+  next few (only when the bench starts the service), on ``first_starts`` (3) fresh starts: the ratio
+  is the median of theirs. Goal: <= 1.2x.
 
 Prints a table and writes the figures as JSON (``--json``).
 """
@@ -57,18 +58,24 @@ class Sizes:
     mix_series: int = 128  # the engine's single batch of each mixed shape (the same-work baseline)
     small_every_s: float = 1.0  # beside the big request: a small one this often (one after another)
     big_rounds: int = 3  # rounds of (big alone, big with small ones, big with one small one)
-    first_starts: int = 3  # fresh service starts whose first request is timed (the bench's own and more)
+    # fresh service starts whose first request is timed (the bench's own and more)
+    first_starts: int = 3
 
 
-QUICK = Sizes(small=3, big=60, horizon=8, lookback=64, repeats=3, mixed_s=6.0, mixed_clients=3, engine_series=32,
-              mix_series=16, small_every_s=0.2, big_rounds=1, first_starts=1)
+QUICK = Sizes(
+    small=3, big=60, horizon=8, lookback=64, repeats=3, mixed_s=6.0, mixed_clients=3,
+    engine_series=32, mix_series=16, small_every_s=0.2, big_rounds=1, first_starts=1,
+)
 MIXED_SHAPES = [  # (symbols, horizon, lookback, sample_count) the mixed clients cycle through
-    (5, 24, 200, 1), (50, 12, 400, 1), (20, 48, 100, 2), (100, 24, 256, 1), (10, 6, 64, 4), (200, 24, 200, 1),
+    (5, 24, 200, 1), (50, 12, 400, 1), (20, 48, 100, 2), (100, 24, 256, 1), (10, 6, 64, 4),
+    (200, 24, 200, 1),
 ]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--host", default=None, help="running service (loopback only); default: start one")
+    p.add_argument(
+        "--host", default=None, help="running service (loopback only); default: start one"
+    )
     p.add_argument("--replicas", type=int, default=2, help="when starting the service")
     p.add_argument("--quick", action="store_true", help="small sizes: a smoke test")
     p.add_argument("--mixed-seconds", type=float, default=None, help="duration of the mixed load")
@@ -76,19 +83,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _post(client, body: dict, timings: list | None = None) -> float:
-    """Seconds one POST /v1/forecast took end to end; the service's own ``timing`` appended to ``timings``."""
+    """Seconds one POST /v1/forecast took end to end; the service's own ``timing`` appended to
+    ``timings``."""
     t0 = time.perf_counter()
     r = client.post("/v1/forecast", json=body)
     elapsed = time.perf_counter() - t0
     if r.status_code != 200:
         raise RuntimeError(f"POST /v1/forecast answered {r.status_code}: {r.text[:300]}")
     if timings is not None:
-        timings.append({k: r.json()["timing"].get(k) for k in ("read_ms", "forecast_ms", "total_ms")})
+        timings.append(
+            {k: r.json()["timing"].get(k) for k in ("read_ms", "forecast_ms", "total_ms")}
+        )
     return elapsed
 
 
 def _body(symbols: list[str], horizon: int, lookback: int, sample_count: int = 1) -> dict:
-    return {"symbols": symbols, "horizon": horizon, "lookback": lookback, "sample_count": sample_count, "seed": 1234}
+    return {
+        "symbols": symbols, "horizon": horizon, "lookback": lookback, "sample_count": sample_count,
+        "seed": 1234,
+    }
 
 
 class _Engine:
@@ -131,12 +144,15 @@ class _Engine:
         return time.perf_counter() - t0
 
 
-def _engine_throughput(sizes: Sizes, symbols: list[str], shapes: list[tuple[int, int, int, int]]) -> dict:
+def _engine_throughput(
+    sizes: Sizes, symbols: list[str], shapes: list[tuple[int, int, int, int]]
+) -> dict:
     """The engine's single-batch throughput in row-steps/s, in this process, all cores: for the big
-    request's shape (``series`` of lookback/horizon as the bench's requests), and for each mixed shape
-    (``mix_series`` series of that horizon, lookback and sample count): the same-work baseline of the
-    mixed load, since a row-step's cost depends on the shape (past the model's context every step
-    recomputes the whole window: at lookback 256 and above a row-step costs ~13x one at 200 here)."""
+    request's shape (``series`` of lookback/horizon as the bench's requests), and for each mixed
+    shape (``mix_series`` series of that horizon, lookback and sample count): the same-work baseline
+    of the mixed load, since a row-step's cost depends on the shape (past the model's context every
+    step recomputes the whole window: at lookback 256 and above a row-step costs ~13x one at 200
+    here)."""
     engine = _Engine(symbols)
     n = min(sizes.engine_series, len(symbols))
     seconds = engine.seconds(n, sizes.horizon, sizes.lookback)
@@ -150,17 +166,22 @@ def _engine_throughput(sizes: Sizes, symbols: list[str], shapes: list[tuple[int,
 
 
 def mixed_shapes(sizes: Sizes) -> list[tuple[int, int, int, int]]:
-    """(symbols, horizon, lookback, sample_count) the mixed clients cycle through (scaled down with --quick)."""
+    """(symbols, horizon, lookback, sample_count) the mixed clients cycle through (scaled down with
+    --quick)."""
     if sizes != QUICK:
         return list(MIXED_SHAPES)
-    return [(max(1, n // 10), max(2, h // 4), max(16, lb // 8), sc) for n, h, lb, sc in MIXED_SHAPES]
+    return [
+        (max(1, n // 10), max(2, h // 4), max(16, lb // 8), sc) for n, h, lb, sc in MIXED_SHAPES
+    ]
 
 
 def bracketed_ratio(runs: list[float], alone: list[float]) -> float:
-    """Median over rounds of ``runs[i]`` against the mean of ``alone[i]`` and ``alone[i + 1]`` (the alone
-    runs just before and after it)."""
+    """Median over rounds of ``runs[i]`` against the mean of ``alone[i]`` and ``alone[i + 1]`` (the
+    alone runs just before and after it)."""
     if len(alone) != len(runs) + 1:
-        raise ValueError(f"{len(runs)} runs need {len(runs) + 1} alone runs around them, got {len(alone)}")
+        raise ValueError(
+            f"{len(runs)} runs need {len(runs) + 1} alone runs around them, got {len(alone)}"
+        )
     return statistics.median(r / ((a + b) / 2) for r, a, b in zip(runs, alone, alone[1:]))
 
 
@@ -174,9 +195,11 @@ def _rounded(xs: list[float]) -> list[float]:
     return [round(x, 3) for x in xs]
 
 
-def _big_with_smalls(client_factory, big: dict, small: dict, every_s: float) -> tuple[float, list[float]]:
-    """The big request's time while a small one is sent every ``every_s`` seconds (the next one once the
-    last is answered); the small ones' latencies."""
+def _big_with_smalls(
+    client_factory, big: dict, small: dict, every_s: float
+) -> tuple[float, list[float]]:
+    """The big request's time while a small one is sent every ``every_s`` seconds (the next one once
+    the last is answered); the small ones' latencies."""
     smalls: list[float] = []
     done = threading.Event()
     out: dict[str, float] = {}
@@ -193,14 +216,16 @@ def _big_with_smalls(client_factory, big: dict, small: dict, every_s: float) -> 
         while not done.is_set():
             t0 = time.perf_counter()
             smalls.append(_post(c, small))
-            done.wait(None if every_s == float("inf") else max(0.0, every_s - (time.perf_counter() - t0)))
+            done.wait(
+                None if every_s == float("inf") else max(0.0, every_s - (time.perf_counter() - t0))
+            )
     t.join()
     return out["big"], smalls
 
 
 def _mixed(client_factory, symbols: list[str], sizes: Sizes, seconds: float) -> dict:
-    """Concurrent clients cycling through ``mixed_shapes`` for ``seconds``; row-steps answered in all and
-    of each shape."""
+    """Concurrent clients cycling through ``mixed_shapes`` for ``seconds``; row-steps answered in
+    all and of each shape."""
     shapes = mixed_shapes(sizes)
     lock = threading.Lock()
     totals = {"requests": 0, "row_steps": 0, "failures": 0}
@@ -233,14 +258,18 @@ def _mixed(client_factory, symbols: list[str], sizes: Sizes, seconds: float) -> 
     for t in threads:
         t.join()
     elapsed = time.perf_counter() - t0
-    return {**totals, "seconds": round(elapsed, 1), "row_steps_per_s": round(totals["row_steps"] / elapsed, 1),
-            "shape_row_steps": per_shape}
+    return {
+        **totals, "seconds": round(elapsed, 1),
+        "row_steps_per_s": round(totals["row_steps"] / elapsed, 1), "shape_row_steps": per_shape,
+    }
 
 
 def same_work_ratio(mixed: dict, engine: dict) -> float:
     """The engine's time for the row-steps the mixed load got answered, each shape at that shape's
     single-batch rate, over the time the service took: 1.0 is the engine's own speed."""
-    engine_s = sum(rs / rate for rs, rate in zip(mixed["shape_row_steps"], engine["shape_row_steps_per_s"]))
+    engine_s = sum(
+        rs / rate for rs, rate in zip(mixed["shape_row_steps"], engine["shape_row_steps_per_s"])
+    )
     return engine_s / (mixed["seconds"] or float("nan"))
 
 
@@ -253,8 +282,9 @@ def first_and_warm(client, small: dict, repeats: int, timings: list | None = Non
 
 
 def extra_starts(sizes: Sizes, symbols: list[str], replicas: int) -> list[dict]:
-    """``first_and_warm`` on ``first_starts - 1`` more fresh starts of the service (one sample a start,
-    and the first request's time moves with the machine's load like any other: ~80-140 ms here)."""
+    """``first_and_warm`` on ``first_starts - 1`` more fresh starts of the service (one sample a
+    start, and the first request's time moves with the machine's load like any other: ~80-140 ms
+    here)."""
     import httpx
 
     from loadtests.run import start_service, stop_service
@@ -283,14 +313,16 @@ def measure(host: str, sizes: Sizes, symbols: list[str], engine: dict, fresh: bo
     fig: dict = {"sizes": sizes.__dict__, "engine": engine}
     with client_factory() as c:
         timings: list[dict] = []
-        own = first_and_warm(c, small, sizes.repeats, timings)  # the first the service answers, when just started
+        # the first the service answers, when just started
+        own = first_and_warm(c, small, sizes.repeats, timings)
         first, small_idle = own["first_s"], own["warm_s"]
         starts = [own, *(other_starts or [])] if fresh else []
         _post(c, big)  # unmeasured: the first big request may still warm the big shapes
-    # rounds of (alone, with small ones, with one small one) run back to back, and one more alone run at
-    # the end: each "with" run is compared with the mean of the alone runs just before and after it, and
-    # the ratio is the median of the rounds' ratios. The machine's speed drifts (identical 1,000-symbol
-    # requests took 5.7 to 10 s within minutes here); bracketing cancels a drift slower than a round.
+    # rounds of (alone, with small ones, with one small one) run back to back, and one more alone
+    # run at the end: each "with" run is compared with the mean of the alone runs just before and
+    # after it, and the ratio is the median of the rounds' ratios. The machine's speed drifts
+    # (identical 1,000-symbol requests took 5.7 to 10 s within minutes here); bracketing cancels a
+    # drift slower than a round.
     alone_s, with_s, with_one_s, smalls, one = [], [], [], [], []
     for _ in range(sizes.big_rounds):
         with client_factory() as c:
@@ -303,23 +335,38 @@ def measure(host: str, sizes: Sizes, symbols: list[str], engine: dict, fresh: bo
         one += s
     with client_factory() as c:
         alone_s.append(_post(c, big))
-    log.info("first %.3f s, small idle %.3f s, big alone %s, with small ones %s (%d small ones), with one %s",
-             first, small_idle, _rounded(alone_s), _rounded(with_s), len(smalls), _rounded(with_one_s))
-    big_alone, big_with, big_with_one = (statistics.median(x) for x in (alone_s, with_s, with_one_s))
+    log.info(
+        "first %.3f s, small idle %.3f s, big alone %s, with small ones %s (%d small ones), with "
+        "one %s",
+        first, small_idle, _rounded(alone_s), _rounded(with_s), len(smalls), _rounded(with_one_s),
+    )
+    big_alone, big_with, big_with_one = (
+        statistics.median(x) for x in (alone_s, with_s, with_one_s)
+    )
     mixed = _mixed(client_factory, symbols, sizes, mixed_s)
-    fig.update({
-        "small_idle_s": round(small_idle, 4),
-        "small_beside_big_s": {"median": round(statistics.median(smalls), 4), "max": round(max(smalls), 4),
-                               "n": len(smalls)} if smalls else None,
-        "big_alone_s": round(big_alone, 3), "big_with_small_s": round(big_with, 3),
-        "small_requests_beside_big": len(smalls), "big_with_one_small_s": round(big_with_one, 3),
-        "one_small_beside_big_s": round(statistics.median(one), 4) if one else None,
-        "big_rounds_s": {"alone": _rounded(alone_s), "with_small": _rounded(with_s), "with_one_small": _rounded(with_one_s)},
-        "mixed": mixed,
-        "first_after_ready_s": round(first, 4) if fresh else None, "warm_s": round(small_idle, 4),
-        "service_timing_first_then_warm": timings,  # the gateway's read / forecast / total ms of each
-        "first_after_ready_starts": starts,  # one per fresh start: first, median warm, ratio
-    })
+    fig.update(
+        {
+            "small_idle_s": round(small_idle, 4),
+            "small_beside_big_s": {
+                "median": round(statistics.median(smalls), 4), "max": round(max(smalls), 4),
+                "n": len(smalls),
+            }
+            if smalls
+            else None, "big_alone_s": round(big_alone, 3), "big_with_small_s": round(big_with, 3),
+            "small_requests_beside_big": len(smalls),
+            "big_with_one_small_s": round(big_with_one, 3),
+            "one_small_beside_big_s": round(statistics.median(one), 4) if one else None,
+            "big_rounds_s": {
+                "alone": _rounded(alone_s), "with_small": _rounded(with_s),
+                "with_one_small": _rounded(with_one_s),
+            },
+            "mixed": mixed, "first_after_ready_s": round(first, 4) if fresh else None,
+            "warm_s": round(small_idle, 4),
+            # the gateway's read / forecast / total ms of each
+            "service_timing_first_then_warm": timings,
+            "first_after_ready_starts": starts,  # one per fresh start: first, median warm, ratio
+        }
+    )
     ratios: dict[str, float | None] = {
         "small_beside_big_over_idle": (statistics.median(smalls) / small_idle) if smalls else None,
         "big_with_small_over_alone": bracketed_ratio(with_s, alone_s),
@@ -327,12 +374,19 @@ def measure(host: str, sizes: Sizes, symbols: list[str], engine: dict, fresh: bo
         "mixed_over_engine": same_work_ratio(mixed, engine),
         "first_over_warm": statistics.median(x["ratio"] for x in starts) if starts else None,
     }
-    goals = {"small_beside_big_over_idle": ("<=", 2.0), "big_with_small_over_alone": ("<=", 1.10),
-             "big_with_one_small_over_alone": ("<=", 1.10), "mixed_over_engine": (">=", 0.80), "first_over_warm": ("<=", 1.20)}
+    goals = {
+        "small_beside_big_over_idle": ("<=", 2.0), "big_with_small_over_alone": ("<=", 1.10),
+        "big_with_one_small_over_alone": ("<=", 1.10), "mixed_over_engine": (">=", 0.80),
+        "first_over_warm": ("<=", 1.20),
+    }
     fig["ratios"] = {k: None if v is None else round(v, 3) for k, v in ratios.items()}
     # no goal: the mix against the big request's shape alone (see the module docstring)
-    fig["mixed_over_engine_one_shape"] = round(mixed["row_steps_per_s"] / engine["row_steps_per_s"], 3)
-    fig["goals"] = {k: {"goal": f"{op} {g}", "met": _met(ratios[k], op, g)} for k, (op, g) in goals.items()}
+    fig["mixed_over_engine_one_shape"] = round(
+        mixed["row_steps_per_s"] / engine["row_steps_per_s"], 3
+    )
+    fig["goals"] = {
+        k: {"goal": f"{op} {g}", "met": _met(ratios[k], op, g)} for k, (op, g) in goals.items()
+    }
     return fig
 
 
@@ -340,27 +394,53 @@ def table(fig: dict) -> str:
     sb = fig["small_beside_big_s"] or {}
     rows = [
         ("small request alone (median)", f"{fig['small_idle_s']:.3f} s", ""),
-        ("small beside the big one (median / max)", f"{sb.get('median', float('nan')):.3f} / "
-         f"{sb.get('max', float('nan')):.3f} s", "small_beside_big_over_idle"),
-        (f"big request alone (median of {fig['sizes']['big_rounds'] + 1})", f"{fig['big_alone_s']:.2f} s", ""),
-        (f"big request with a small one every {fig['sizes']['small_every_s']:g} s "
-         f"({fig['small_requests_beside_big']})", f"{fig['big_with_small_s']:.2f} s", "big_with_small_over_alone"),
-        ("big request with one small one", f"{fig['big_with_one_small_s']:.2f} s", "big_with_one_small_over_alone"),
-        ("mixed load (row-steps/s), against the engine on the same shapes", f"{fig['mixed']['row_steps_per_s']:.0f}",
-         "mixed_over_engine"),
-        ("engine single batch, the big request's shape (row-steps/s)", f"{fig['engine']['row_steps_per_s']:.0f}", ""),
-        ("engine single batch of each mixed shape (row-steps/s)",
-         " / ".join(f"{x:.0f}" for x in fig["engine"]["shape_row_steps_per_s"]), ""),
-        (f"first request after ready (median ratio of {len(fig['first_after_ready_starts'])} starts)",
-         "-" if fig["first_after_ready_s"] is None else
-         " / ".join(f"{x['first_s']:.3f}" for x in fig["first_after_ready_starts"]) + " s", "first_over_warm"),
+        (
+            "small beside the big one (median / max)",
+            f"{sb.get('median', float('nan')):.3f} / {sb.get('max', float('nan')):.3f} s",
+            "small_beside_big_over_idle",
+        ),
+        (
+            f"big request alone (median of {fig['sizes']['big_rounds'] + 1})",
+            f"{fig['big_alone_s']:.2f} s", "",
+        ),
+        (
+            f"big request with a small one every {fig['sizes']['small_every_s']:g} s "
+            f"({fig['small_requests_beside_big']})", f"{fig['big_with_small_s']:.2f} s",
+            "big_with_small_over_alone",
+        ),
+        (
+            "big request with one small one", f"{fig['big_with_one_small_s']:.2f} s",
+            "big_with_one_small_over_alone",
+        ),
+        (
+            "mixed load (row-steps/s), against the engine on the same shapes",
+            f"{fig['mixed']['row_steps_per_s']:.0f}", "mixed_over_engine",
+        ),
+        (
+            "engine single batch, the big request's shape (row-steps/s)",
+            f"{fig['engine']['row_steps_per_s']:.0f}", "",
+        ),
+        (
+            "engine single batch of each mixed shape (row-steps/s)",
+            " / ".join(f"{x:.0f}" for x in fig["engine"]["shape_row_steps_per_s"]), "",
+        ),
+        (
+            f"first request after ready (median ratio of {len(fig['first_after_ready_starts'])} "
+            "starts)",
+            "-"
+            if fig["first_after_ready_s"] is None
+            else " / ".join(f"{x['first_s']:.3f}" for x in fig["first_after_ready_starts"]) + " s",
+            "first_over_warm",
+        ),
     ]
     out = ["| measure | value | ratio | goal | met |", "|---|---|---|---|---|"]
     for name, value, key in rows:
         ratio = fig["ratios"].get(key) if key else None
         goal = fig["goals"][key] if key else {"goal": "", "met": None}
         met = "" if goal["met"] is None else ("yes" if goal["met"] else "NO")
-        out.append(f"| {name} | {value} | {'' if ratio is None else ratio} | {goal['goal']} | {met} |")
+        out.append(
+            f"| {name} | {value} | {'' if ratio is None else ratio} | {goal['goal']} | {met} |"
+        )
     return "\n".join(out)
 
 
@@ -377,21 +457,30 @@ def run(args: argparse.Namespace) -> int:
     from service.common.settings import Settings
 
     if args.host and urlparse(args.host).hostname not in LOOPBACK:
-        print(f"kronos bench mixed: --host must be a loopback address, got {args.host}", file=sys.stderr)
+        print(
+            f"kronos bench mixed: --host must be a loopback address, got {args.host}",
+            file=sys.stderr,
+        )
         return 2
     sizes = QUICK if args.quick else Sizes()
     mixed_s = args.mixed_seconds if args.mixed_seconds is not None else sizes.mixed_s
     symbols = KlineStore(Settings().resolved_store_dir()).symbols()
     if len(symbols) < sizes.small + sizes.big:
-        log.warning("store holds %d symbols; the big request gets fewer than %d", len(symbols), sizes.big)
-    engine = _engine_throughput(sizes, symbols, mixed_shapes(sizes))  # first: nothing of the service runs meanwhile
+        log.warning(
+            "store holds %d symbols; the big request gets fewer than %d", len(symbols), sizes.big
+        )
+    # first: nothing of the service runs meanwhile
+    engine = _engine_throughput(sizes, symbols, mixed_shapes(sizes))
     server = None
     host = args.host
     others = [] if host else extra_starts(sizes, symbols, args.replicas)
     if not host:
         host, server = start_service(args.replicas)
     try:
-        fig = measure(host, sizes, symbols, engine, fresh=server is not None, mixed_s=mixed_s, other_starts=others)
+        fig = measure(
+            host, sizes, symbols, engine, fresh=server is not None, mixed_s=mixed_s,
+            other_starts=others,
+        )
     finally:
         if server is not None:
             stop_service(server)

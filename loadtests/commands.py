@@ -1,16 +1,29 @@
 """The load-testing tools' ``kronos`` subcommands, registered with the core's command line through
-the entry point ``[project.entry-points."kronos.commands"] loadtests = "loadtests.commands:COMMANDS"``
-(pyproject.toml). Same shape as ``kronos_core.cli.COMMANDS``: name -> (module, one-line help);
-each module has ``add_arguments(parser)`` and ``run(args)``. Importing this module imports
-nothing else."""
+the entry point ``[project.entry-points."kronos.commands"] loadtests =
+"loadtests.commands:COMMANDS"`` (pyproject.toml). Same shape as ``kronos_core.cli.COMMANDS``: name
+-> (module, one-line help); each module has ``add_arguments(parser)`` and ``run(args)``. Importing
+this module imports nothing else."""
 
 COMMANDS: dict[str, tuple[str, str]] = {
-    "bench service": ("loadtests.bench", "benchmark the service over HTTP against the engine called directly"),
-    "bench mixed": ("loadtests.bench_mixed", "small requests beside big ones, mixed load and the first request "
-                    "after ready, through the service (step scheduler goals)"),
-    "bench ledger": ("loadtests.bench_ledger", "forecast-ledger overhead on a large request (recorded vs not, "
-                     "same run) and its disk per 1,000 forecasts"),
-    "loadtest": ("loadtests.run", "headless locust load test against a local service (loopback only)"),
-    "soak": ("loadtests.soak", "long steady load test: memory/FD trends of every service process, optional "
-             "replica-kill chaos (loopback only)"),
+    "bench service": (
+        "loadtests.bench", "benchmark the service over HTTP against the engine called directly",
+    ),
+    "bench mixed": (
+        "loadtests.bench_mixed",
+        "small requests beside big ones, mixed load and the first request "
+        "after ready, through the service (step scheduler goals)",
+    ),
+    "bench ledger": (
+        "loadtests.bench_ledger",
+        "forecast-ledger overhead on a large request (recorded vs not, "
+        "same run) and its disk per 1,000 forecasts",
+    ),
+    "loadtest": (
+        "loadtests.run", "headless locust load test against a local service (loopback only)",
+    ),
+    "soak": (
+        "loadtests.soak",
+        "long steady load test: memory/FD trends of every service process, optional "
+        "replica-kill chaos (loopback only)",
+    ),
 }

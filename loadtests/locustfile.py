@@ -29,14 +29,17 @@ PORTFOLIO = int(os.environ.get("KRONOS_LOAD_SYMBOLS", "50"))
 HORIZON = int(os.environ.get("KRONOS_LOAD_HORIZON", "8"))
 LOOKBACK = int(os.environ.get("KRONOS_LOAD_LOOKBACK", "128"))
 WAIT_S = tuple(float(x) for x in os.environ.get("KRONOS_LOAD_WAIT_S", "0.05,0.2").split(","))
-TIMEOUT_S = float(os.environ.get("KRONOS_LOAD_TIMEOUT_S", "330"))  # past the service's 300 s deadline
-LOST_CODES = (ErrorCode.REPLICA_UNAVAILABLE.value,)  # a series the service had to give up on: a failed request
+# past the service's 300 s deadline
+TIMEOUT_S = float(os.environ.get("KRONOS_LOAD_TIMEOUT_S", "330"))
+# a series the service had to give up on: a failed request
+LOST_CODES = (ErrorCode.REPLICA_UNAVAILABLE.value,)
 
 API_KEY_VARIABLE = "KRONOS_API_KEY"
 
 _universe: list[str] = []
 outcomes = {"ok": 0, "shed": 0}
-auth_failure: dict[str, str] = {}  # {"status", "detail"} of the first 401/403: the run stopped on it
+# {"status", "detail"} of the first 401/403: the run stopped on it
+auth_failure: dict[str, str] = {}
 SHED_PREFIX = "shed: "  # failure messages of shed requests start with it
 
 
@@ -54,12 +57,15 @@ def _reset_counts(environment, **_kw):
 
 class PortfolioUser(HttpUser):
     wait_time = between(*WAIT_S)
-    network_timeout = TIMEOUT_S  # a request that hangs becomes a failure, not a silent loss at the end
+    # a request that hangs becomes a failure, not a silent loss at the end
+    network_timeout = TIMEOUT_S
 
     def on_start(self):
         global _universe
         if not _universe:
-            r = self.client.get("/v1/symbols", params={"limit": 5000}, name="/v1/symbols", headers=key_headers())
+            r = self.client.get(
+                "/v1/symbols", params={"limit": 5000}, name="/v1/symbols", headers=key_headers()
+            )
             if self._refused(r):
                 return
             _universe = r.json()["symbols"]
@@ -81,18 +87,29 @@ class PortfolioUser(HttpUser):
         if not _universe:  # on_start was refused: the run is stopping
             return
         headers = {"Accept": accept, **key_headers()} if accept else key_headers()
-        with self.client.post("/v1/forecast", json=body, headers=headers, name=name, catch_response=True) as r:
+        with self.client.post(
+            "/v1/forecast", json=body, headers=headers, name=name, catch_response=True
+        ) as r:
             if self._refused(r):
                 r.failure(f"HTTP {r.status_code}: API key refused")
             elif r.status_code in (429, 503) and "Retry-After" in r.headers:
                 outcomes["shed"] += 1
-                r.failure(f"{SHED_PREFIX}HTTP {r.status_code}, Retry-After {r.headers['Retry-After']}")
+                r.failure(
+                    f"{SHED_PREFIX}HTTP {r.status_code}, Retry-After {r.headers['Retry-After']}"
+                )
             elif r.status_code != 200:
                 r.failure(f"HTTP {r.status_code}: {r.text[:200]}")
-            elif accept is None and len(r.json()["forecasts"]) + len(r.json()["errors"]) != body_size(body):
+            elif accept is None and len(r.json()["forecasts"]) + len(
+                r.json()["errors"]
+            ) != body_size(body):
                 r.failure("forecasts + errors != symbols asked")
-            elif accept is None and (lost := [e for e in r.json()["errors"] if e.get("code") in LOST_CODES]):
-                r.failure(f"{len(lost)} series lost: {lost[0]['code']}: {lost[0].get('message', '')[:120]}")
+            elif accept is None and (
+                lost := [e for e in r.json()["errors"] if e.get("code") in LOST_CODES]
+            ):
+                r.failure(
+                    f"{len(lost)} series lost: {lost[0]['code']}: "
+                    f"{lost[0].get('message', '')[:120]}"
+                )
             else:
                 outcomes["ok"] += 1
 

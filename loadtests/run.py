@@ -64,20 +64,26 @@ def _wait_ready(host: str, server: subprocess.Popen, timeout: float = 180.0) -> 
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--host", default=None, help="running service (loopback only); default: start one")
+    p.add_argument(
+        "--host", default=None, help="running service (loopback only); default: start one"
+    )
     p.add_argument("--users", type=int, default=8)
     p.add_argument("--spawn-rate", type=float, default=4)
     p.add_argument("--run-time", default=RUN_TIME_DEFAULT, help="e.g. 30s, 2m (at most 10 min)")
     p.add_argument("--replicas", type=int, default=1, help="when starting the service")
     p.add_argument("--out", default="loadtest-results", help="folder for summary.json / summary.md")
-    p.add_argument("--stop-timeout", type=float, default=0,
-                   help="at the end, let users finish the request in flight for up to this many seconds "
-                   "(0: abort them, as locust does by default)")
+    p.add_argument(
+        "--stop-timeout", type=float, default=0,
+        help="at the end, let users finish the request in flight for up to this many seconds "
+        "(0: abort them, as locust does by default)",
+    )
     p.add_argument("--min-ok", type=int, default=1,
                    help="fail (exit 1) unless at least this many forecast requests answered 200")
-    p.add_argument("--requests", type=int, default=None,
-                   help="end the run once this many forecast requests are answered (any status); --run-time "
-                   "then only caps it (default 10 min)")
+    p.add_argument(
+        "--requests", type=int, default=None,
+        help="end the run once this many forecast requests are answered (any status); --run-time "
+        "then only caps it (default 10 min)",
+    )
     add_key_argument(p)
 
 
@@ -105,8 +111,10 @@ def check_key(host: str, api_key: str | None, command: str) -> str | None:
         except ValueError:
             detail = ""
         given = "no API key was given" if not api_key else "the API key given was refused"
-        return (f"{command}: the service answered {exc.code} ({detail}): {given}; pass --api-key or set "
-                "KRONOS_API_KEY to a key with access to forecast and symbols")
+        return (
+            f"{command}: the service answered {exc.code} ({detail}): {given}; pass --api-key or "
+            "set KRONOS_API_KEY to a key with access to forecast and symbols"
+        )
 
 
 def start_service(replicas: int | None, extra_args: list[str] | tuple = (),
@@ -118,8 +126,10 @@ def start_service(replicas: int | None, extra_args: list[str] | tuple = (),
     host = f"http://127.0.0.1:{port}"
     replica_args = [] if replicas is None else ["--replicas", str(replicas)]
     server = subprocess.Popen(
-        [sys.executable, "-m", "kronos_core.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
-         *replica_args, *extra_args],
+        [
+            sys.executable, "-m", "kronos_core.cli", "serve", "--host", "127.0.0.1", "--port",
+            str(port), *replica_args, *extra_args,
+        ],
     )
     try:
         _wait_ready(host, server, timeout)
@@ -139,7 +149,11 @@ def stop_service(server: subprocess.Popen) -> None:
 
 def _answered(env) -> int:
     """Forecast requests answered so far (any status)."""
-    return sum(e.num_requests for (name, _m), e in env.stats.entries.items() if name.startswith("/v1/forecast"))
+    return sum(
+        e.num_requests
+        for (name, _m), e in env.stats.entries.items()
+        if name.startswith("/v1/forecast")
+    )
 
 
 def _drive(host: str, users: int, spawn_rate: float, run_s: float, stop_timeout: float = 0,
@@ -172,22 +186,28 @@ def _drive(host: str, users: int, spawn_rate: float, run_s: float, stop_timeout:
     total = env.stats.total
     rows = []
     for (name, method), e in sorted(env.stats.entries.items()):
-        rows.append({
-            "name": name, "method": method, "requests": e.num_requests, "failures": e.num_failures,
-            "rps": round(e.num_requests / elapsed, 3),
-            "p50_ms": e.get_response_time_percentile(0.5), "p95_ms": e.get_response_time_percentile(0.95),
-            "p99_ms": e.get_response_time_percentile(0.99), "max_ms": e.max_response_time,
-        })
+        rows.append(
+            {
+                "name": name, "method": method, "requests": e.num_requests,
+                "failures": e.num_failures, "rps": round(e.num_requests / elapsed, 3),
+                "p50_ms": e.get_response_time_percentile(0.5),
+                "p95_ms": e.get_response_time_percentile(0.95),
+                "p99_ms": e.get_response_time_percentile(0.99), "max_ms": e.max_response_time,
+            }
+        )
     return {
         "host": host, "users": users, "run_time_s": round(elapsed, 1),
         "portfolio_symbols": locustfile.PORTFOLIO, "horizon": locustfile.HORIZON,
         "requests": total.num_requests,
         "ok_200": locustfile.outcomes["ok"],
         "shed_503_429": locustfile.outcomes["shed"],  # load shed with Retry-After: not a success
-        "failures": total.num_failures - locustfile.outcomes["shed"],  # everything else that went wrong
+        # everything else that went wrong
+        "failures": total.num_failures - locustfile.outcomes["shed"],
         "rps": round(total.num_requests / elapsed, 3),
-        "series_per_s": round(locustfile.outcomes["ok"] * locustfile.PORTFOLIO / elapsed, 1),  # answered only
-        "p50_ms": total.get_response_time_percentile(0.5), "p95_ms": total.get_response_time_percentile(0.95),
+        # answered only
+        "series_per_s": round(locustfile.outcomes["ok"] * locustfile.PORTFOLIO / elapsed, 1),
+        "p50_ms": total.get_response_time_percentile(0.5),
+        "p95_ms": total.get_response_time_percentile(0.95),
         "p99_ms": total.get_response_time_percentile(0.99), "max_ms": total.max_response_time,
         "endpoints": rows,
         "auth_failure": dict(locustfile.auth_failure) or None,
@@ -197,14 +217,25 @@ def _drive(host: str, users: int, spawn_rate: float, run_s: float, stop_timeout:
 def _write(summary: dict, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    md = [f"# Load test: {summary['users']} users, {summary['run_time_s']} s against {summary['host']}", "",
-          f"requests {summary['requests']}: {summary['ok_200']} answered 200, {summary['shed_503_429']} shed "
-          f"(503/429), {summary['failures']} failed; {summary['rps']} req/s, ~{summary['series_per_s']} series/s", "",
-]
+    md = [
+        f"# Load test: {summary['users']} users, {summary['run_time_s']} s against "
+        f"{summary['host']}",
+        "",
+        f"requests {summary['requests']}: {summary['ok_200']} answered 200, "
+        f"{summary['shed_503_429']} shed (503/429), {summary['failures']} failed; {summary['rps']} "
+        f"req/s, ~{summary['series_per_s']} series/s",
+        "",
+    ]
     md += markdown_table(
         ["endpoint", "requests", "failures", "req/s", "p50 ms", "p95 ms", "p99 ms", "max ms"],
-        [[f"{r['method']} {r['name']}", r["requests"], r["failures"], r["rps"], r["p50_ms"], r["p95_ms"],
-          r["p99_ms"], round(r["max_ms"] or 0)] for r in summary["endpoints"]])
+        [
+            [
+                f"{r['method']} {r['name']}", r["requests"], r["failures"], r["rps"], r["p50_ms"],
+                r["p95_ms"], r["p99_ms"], round(r["max_ms"] or 0),
+            ]
+            for r in summary["endpoints"]
+        ],
+    )
     (out / "summary.md").write_text("\n".join(md) + "\n")
     print("\n".join(md))
     print(f"\nwrote {out / 'summary.json'} and {out / 'summary.md'}")
@@ -222,9 +253,15 @@ def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("GEVENT_SUPPORT", "True")
     if args.api_key:
         os.environ["KRONOS_API_KEY"] = args.api_key  # the locust users read it
-    run_s = 600.0 if args.requests and args.run_time == RUN_TIME_DEFAULT else min(_seconds(args.run_time), 600.0)
+    run_s = (
+        600.0
+        if args.requests and args.run_time == RUN_TIME_DEFAULT
+        else min(_seconds(args.run_time), 600.0)
+    )
     if args.host and urlparse(args.host).hostname not in LOOPBACK:
-        print(f"kronos loadtest: --host must be a loopback address, got {args.host}", file=sys.stderr)
+        print(
+            f"kronos loadtest: --host must be a loopback address, got {args.host}", file=sys.stderr
+        )
         return 2
     server: subprocess.Popen | None = None
     host = args.host
@@ -242,8 +279,10 @@ def run(args: argparse.Namespace) -> int:
     _write(summary, Path(args.out))
     if summary["auth_failure"]:
         failure = summary["auth_failure"]
-        print(f"kronos loadtest: stopped: the service answered {failure['status']} ({failure['detail']}); "
-              "pass --api-key or set KRONOS_API_KEY", file=sys.stderr)
+        print(
+            f"kronos loadtest: stopped: the service answered {failure['status']} "
+            f"({failure['detail']}); pass --api-key or set KRONOS_API_KEY", file=sys.stderr,
+        )
         return 2
     if summary["ok_200"] < args.min_ok:
         print(f"only {summary['ok_200']} forecast requests answered 200 (--min-ok {args.min_ok})")
@@ -252,7 +291,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m loadtests.run``: ``kronos loadtest``, through the same command line (flags, help, logging)."""
+    """``python -m loadtests.run``: ``kronos loadtest``, through the same command line (flags, help,
+    logging)."""
     from kronos_core.cli import main as kronos_main
 
     return kronos_main(["loadtest", *(sys.argv[1:] if argv is None else argv)])

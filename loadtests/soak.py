@@ -3,9 +3,9 @@ samples the resident memory and open file descriptors of every service process, 
 kills a random predictor replica every N seconds, and writes a JSON and Markdown summary.
 
     kronos soak --duration 600 --users 3 --symbols 100 --out loadtests/results/soak-plain
-    kronos soak --duration 600 --users 3 --symbols 100 --chaos-every 60 --out loadtests/results/soak-chaos
-    kronos soak --host http://127.0.0.1:8000 ...     # attach to a running service (loopback only)
-    python -m loadtests.soak ...                     # the same
+    kronos soak --duration 600 --users 3 --symbols 100 --chaos-every 60 --out
+    loadtests/results/soak-chaos kronos soak --host http://127.0.0.1:8000 ... # attach to a running
+    service (loopback only) python -m loadtests.soak ... # the same
 
 Passes (exit 0) when no request failed (503/429 with Retry-After are counted apart, as shed),
 no series was lost to an unavailable replica, every process alive from warm-up to the end kept
@@ -37,28 +37,45 @@ log = logging.getLogger(__name__)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--host", default=None, help="running service (loopback only); default: start `kronos serve`")
-    p.add_argument("--root-pid", type=int, default=None,
-                   help="with --host: the pid that started the service's Ray (default: found from the port)")
+    p.add_argument(
+        "--host", default=None,
+        help="running service (loopback only); default: start `kronos serve`",
+    )
+    p.add_argument(
+        "--root-pid", type=int, default=None,
+        help="with --host: the pid that started the service's Ray (default: found from the port)",
+    )
     p.add_argument("--duration", type=float, default=600.0, help="seconds of load (at most 600)")
     p.add_argument("--warmup", type=float, default=60.0,
                    help="seconds of load before memory and FDs count as the baseline")
-    p.add_argument("--users", type=int, default=3, help="locust users (closed loop: each waits for its answer)")
+    p.add_argument(
+        "--users", type=int, default=3, help="locust users (closed loop: each waits for its answer)"
+    )
     p.add_argument("--spawn-rate", type=float, default=1.0)
     p.add_argument("--symbols", type=int, default=100, help="symbols per forecast request")
     p.add_argument("--horizon", type=int, default=8)
     p.add_argument("--lookback", type=int, default=128)
-    p.add_argument("--wait", default="0.5,1.5", help="each user's pause between requests: 'min,max' seconds")
+    p.add_argument(
+        "--wait", default="0.5,1.5", help="each user's pause between requests: 'min,max' seconds"
+    )
     p.add_argument("--request-timeout", type=float, default=120.0,
                    help="client-side timeout of one request: a request that hangs longer fails")
     p.add_argument("--chaos-every", type=float, default=0.0,
                    help="kill a random predictor replica every this many seconds (0: no chaos)")
     p.add_argument("--seed", type=int, default=0, help="which replica the chaos kills")
-    p.add_argument("--sample-every", type=float, default=5.0, help="seconds between memory/FD samples")
-    p.add_argument("--rss-tolerance", type=float, default=10.0, help="percent RSS growth allowed after warm-up")
-    p.add_argument("--replicas", type=int, default=None, help="when starting the service (default: its own)")
+    p.add_argument(
+        "--sample-every", type=float, default=5.0, help="seconds between memory/FD samples"
+    )
+    p.add_argument(
+        "--rss-tolerance", type=float, default=10.0, help="percent RSS growth allowed after warm-up"
+    )
+    p.add_argument(
+        "--replicas", type=int, default=None, help="when starting the service (default: its own)"
+    )
     p.add_argument("--app", default="kronos", help="Serve application name of the service")
-    p.add_argument("--out", default="soak-results", help="folder for summary.json / summary.md / locust/")
+    p.add_argument(
+        "--out", default="soak-results", help="folder for summary.json / summary.md / locust/"
+    )
     add_key_argument(p)
 
 
@@ -72,7 +89,9 @@ def service_counts(url: str) -> dict:
     answers by HTTP status, series forecast."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    out: dict[str, Any] = {"shard_retries": 0.0, "series_forecast": 0.0, "errors": {}, "forecast_status": {}}
+    out: dict[str, Any] = {
+        "shard_retries": 0.0, "series_forecast": 0.0, "errors": {}, "forecast_status": {},
+    }
     for fam in text_string_to_metric_families(_get(url + "/metrics").decode()):
         for s in fam.samples:
             if s.name == "kronos_shard_retries_total":
@@ -81,7 +100,10 @@ def service_counts(url: str) -> dict:
                 out["series_forecast"] += s.value
             elif s.name == "kronos_errors_total":
                 out["errors"][s.labels["code"]] = out["errors"].get(s.labels["code"], 0.0) + s.value
-            elif s.name == "kronos_request_duration_seconds_count" and s.labels.get("route") == "/v1/forecast":
+            elif (
+                s.name == "kronos_request_duration_seconds_count"
+                and s.labels.get("route") == "/v1/forecast"
+            ):
                 st = s.labels.get("status", "?")
                 out["forecast_status"][st] = out["forecast_status"].get(st, 0.0) + s.value
     return out
@@ -100,9 +122,11 @@ def counts_delta(before: dict, after: dict) -> dict:
 
 def _start_locust(args, url: str, out: Path) -> subprocess.Popen:
     """``kronos loadtest`` in a child process (locust's gevent patches its whole process)."""
-    env = dict(os.environ, KRONOS_LOAD_SYMBOLS=str(args.symbols), KRONOS_LOAD_HORIZON=str(args.horizon),
-               KRONOS_LOAD_LOOKBACK=str(args.lookback), KRONOS_LOAD_WAIT_S=args.wait, KRONOS_LOAD_TIMEOUT_S=str(args.request_timeout),
-               GEVENT_SUPPORT="True")
+    env = dict(
+        os.environ, KRONOS_LOAD_SYMBOLS=str(args.symbols), KRONOS_LOAD_HORIZON=str(args.horizon),
+        KRONOS_LOAD_LOOKBACK=str(args.lookback), KRONOS_LOAD_WAIT_S=args.wait,
+        KRONOS_LOAD_TIMEOUT_S=str(args.request_timeout), GEVENT_SUPPORT="True",
+    )
     log_file = open(out / "locust.log", "w")  # noqa: SIM115 (closed with the process by the OS)
     return subprocess.Popen(
         [sys.executable, "-m", "loadtests.run", "--host", url, "--users", str(args.users),
@@ -119,11 +143,16 @@ def _watch(args, root_pid: int, locust: subprocess.Popen) -> list[soak_probe.Sam
     processes (this one, locust) are left out; a service this soak started is its child."""
     from tqdm import tqdm
 
-    own = {os.getpid()} if os.getpid() in {p.pid for p in psutil.Process(root_pid).children(recursive=True)} else set()
+    own = (
+        {os.getpid()}
+        if os.getpid() in {p.pid for p in psutil.Process(root_pid).children(recursive=True)}
+        else set()
+    )
 
     samples: list[soak_probe.Sample] = []
     t0 = time.monotonic()
-    grace = args.request_timeout + 120  # the last requests, locust's own start and stop on a loaded machine
+    # the last requests, locust's own start and stop on a loaded machine
+    grace = args.request_timeout + 120
     deadline = t0 + args.duration + grace
     next_sample = t0
     with tqdm(total=int(args.duration), desc="soak", unit="s", mininterval=5) as bar:
@@ -137,7 +166,9 @@ def _watch(args, root_pid: int, locust: subprocess.Popen) -> list[soak_probe.Sam
             time.sleep(min(1.0, max(0.05, next_sample - time.monotonic())))
     if locust.poll() is None:
         locust.kill()
-        raise TimeoutError(f"locust still running {args.duration + grace:g} s after it started; killed")
+        raise TimeoutError(
+            f"locust still running {args.duration + grace:g} s after it started; killed"
+        )
     samples.append(soak_probe.sample_tree(root_pid, time.monotonic() - t0, exclude=own))
     return samples
 
@@ -149,7 +180,8 @@ def _attach_or_start(args) -> tuple[str, subprocess.Popen | None, int]:
     if args.host:
         port = urlparse(args.host).port or 80
         return args.host.rstrip("/"), None, args.root_pid or soak_probe.find_root(port)
-    url, server = start_service(args.replicas, timeout=600)  # a shared, loaded machine starts Ray slowly
+    # a shared, loaded machine starts Ray slowly
+    url, server = start_service(args.replicas, timeout=600)
     deadline = time.monotonic() + 300
     while args.replicas and replicas_ready(url) < args.replicas and time.monotonic() < deadline:
         time.sleep(1)
@@ -200,7 +232,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"kronos soak: --host must be a loopback address, got {args.host}", file=sys.stderr)
         return 2
     if not 0 < args.duration <= 600 or not 0 <= args.warmup < args.duration:
-        print("kronos soak: need 0 < --duration <= 600 and 0 <= --warmup < --duration", file=sys.stderr)
+        print(
+            "kronos soak: need 0 < --duration <= 600 and 0 <= --warmup < --duration",
+            file=sys.stderr,
+        )
         return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -225,7 +260,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m loadtests.soak``: ``kronos soak``, through the same command line (flags, help, logging)."""
+    """``python -m loadtests.soak``: ``kronos soak``, through the same command line (flags, help,
+    logging)."""
     from kronos_core.cli import main as kronos_main
 
     return kronos_main(["soak", *(sys.argv[1:] if argv is None else argv)])

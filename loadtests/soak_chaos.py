@@ -41,10 +41,13 @@ def gcs_address(root_pid: int) -> str:
         ip = re.search(r"--node-ip-address[= ](\S+)", cmd)
         if port and ip:
             return f"{ip.group(1)}:{port.group(1)}"
-    raise RuntimeError(f"no Ray GCS in the process tree of pid {root_pid}: is it the service's root?")
+    raise RuntimeError(
+        f"no Ray GCS in the process tree of pid {root_pid}: is it the service's root?"
+    )
 
 
-AUTH_SETTINGS = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH")  # how a client must talk to the cluster (no secrets)
+# how a client must talk to the cluster (no secrets)
+AUTH_SETTINGS = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH")
 
 
 def ray_auth_settings(root_pid: int) -> dict[str, str]:
@@ -103,7 +106,8 @@ class ChaosMonkey(threading.Thread):
                 if a["name"].startswith(prefix)]
 
     def run(self) -> None:
-        os.environ.update(self.auth)  # before Ray reads its config: this process talks as the cluster expects
+        # before Ray reads its config: this process talks as the cluster expects
+        os.environ.update(self.auth)
         import ray
 
         try:
@@ -111,7 +115,9 @@ class ChaosMonkey(threading.Thread):
                      logging_level=logging.WARNING)
             self.target = len(self._replicas())
         except Exception as exc:
-            self.errors.append(f"cannot connect to the service's Ray at {self.gcs}: {type(exc).__name__}: {exc}")
+            self.errors.append(
+                f"cannot connect to the service's Ray at {self.gcs}: {type(exc).__name__}: {exc}"
+            )
             return
         self._t0 = time.monotonic()
         n = 1
@@ -130,7 +136,9 @@ class ChaosMonkey(threading.Thread):
 
         alive = self._replicas()
         if not alive:
-            self.errors.append(f"t={time.monotonic() - self._t0:.0f}s: no predictor replica alive to kill")
+            self.errors.append(
+                f"t={time.monotonic() - self._t0:.0f}s: no predictor replica alive to kill"
+            )
             return
         namespace, name = self.rng.choice(alive)
         t = time.monotonic()
@@ -148,7 +156,11 @@ class ChaosMonkey(threading.Thread):
         """A replacement of ``killed`` exists and every replica runs (Serve notices a death only
         at its next health check, so ``/readyz`` alone would count the dead one a while)."""
         names = [n for _, n in self._replicas()]
-        return killed not in names and len(names) >= self.target and replicas_ready(self.url) >= self.target
+        return (
+            killed not in names
+            and len(names) >= self.target
+            and replicas_ready(self.url) >= self.target
+        )
 
     def finish(self, recover_timeout_s: float = 180.0) -> bool:
         """Stop killing; wait until every replica runs again (the last kill's recovery is
@@ -169,7 +181,8 @@ class ChaosMonkey(threading.Thread):
                 break
             time.sleep(0.5)
         last = self.events[-1] if self.events else None
-        if ok and last is not None and last["recovered_after_s"] is None:  # earlier ones: the next kill came first
+        # earlier ones: the next kill came first
+        if ok and last is not None and last["recovered_after_s"] is None:
             last["recovered_after_s"] = round(time.monotonic() - self._t0 - last["t_s"], 1)
         if ray.is_initialized():
             ray.shutdown()  # disconnects this driver; the service's cluster runs on

@@ -126,9 +126,11 @@ class ProcessTrend:
         mib = 1024 * 1024
         return {
             "pid": self.pid, "role": self.role, "samples": self.samples,
-            "rss_start_mib": round(self.rss_start / mib, 1), "rss_end_mib": round(self.rss_end / mib, 1),
-            "rss_max_mib": round(self.rss_max / mib, 1), "rss_growth_pct": round(self.rss_growth_pct, 2),
-            "fds_start": self.fds_start, "fds_end": self.fds_end, "fds_max": self.fds_max,
+            "rss_start_mib": round(self.rss_start / mib, 1),
+            "rss_end_mib": round(self.rss_end / mib, 1),
+            "rss_max_mib": round(self.rss_max / mib, 1),
+            "rss_growth_pct": round(self.rss_growth_pct, 2), "fds_start": self.fds_start,
+            "fds_end": self.fds_end, "fds_max": self.fds_max,
             "fd_growth": self.fd_growth,
         }
 
@@ -138,7 +140,8 @@ class TreeReport:
     """Trends of the processes alive from warm-up to the end, and what came and went."""
     steady: list[ProcessTrend]
     gone: list[dict] = field(default_factory=list)  # died after warm-up (e.g. killed replicas)
-    late: list[dict] = field(default_factory=list)  # started after warm-up (e.g. their replacements)
+    # started after warm-up (e.g. their replacements)
+    late: list[dict] = field(default_factory=list)
     rss_tolerance_pct: float = 10.0
 
     @property
@@ -162,8 +165,9 @@ class TreeReport:
         return {
             "memory_flat": self.memory_flat, "fds_flat": self.fds_flat,
             "rss_tolerance_pct": self.rss_tolerance_pct,
-            "max_rss_growth_pct": round(self.max_rss_growth_pct, 2), "max_fd_growth": self.max_fd_growth,
-            "total_rss_start_mib": round(total[0] / 2**20, 1), "total_rss_end_mib": round(total[1] / 2**20, 1),
+            "max_rss_growth_pct": round(self.max_rss_growth_pct, 2),
+            "max_fd_growth": self.max_fd_growth, "total_rss_start_mib": round(total[0] / 2**20, 1),
+            "total_rss_end_mib": round(total[1] / 2**20, 1),
             "processes": [p.as_dict() for p in self.steady], "gone_after_warmup": self.gone,
             "started_after_warmup": self.late,
         }
@@ -184,18 +188,24 @@ def analyse(samples: list[Sample], warmup_s: float, window: int = 3,
         series = [s.procs[pid] for s in after if pid in s.procs]
         rss = [r for _, r, _ in series]
         fds = [f for _, _, f in series]
-        steady.append(ProcessTrend(
-            pid, last[pid][0], int(statistics.median(rss[:window])), int(statistics.median(rss[-window:])),
-            max(rss), int(statistics.median(fds[:window])), int(statistics.median(fds[-window:])), max(fds),
-            len(series),
-        ))
+        steady.append(
+            ProcessTrend(
+                pid, last[pid][0], int(statistics.median(rss[:window])),
+                int(statistics.median(rss[-window:])), max(rss),
+                int(statistics.median(fds[:window])), int(statistics.median(fds[-window:])),
+                max(fds), len(series),
+            )
+        )
     seen_late: dict[int, str] = {}
     for s in after[1:]:
         for pid, (role, _, _) in s.procs.items():
             if pid not in first:
                 seen_late[pid] = role
     gone = [{"pid": pid, "role": first[pid][0]} for pid in sorted(set(first) - set(last))]
-    late = [{"pid": pid, "role": role, "alive_at_end": pid in last} for pid, role in sorted(seen_late.items())]
+    late = [
+        {"pid": pid, "role": role, "alive_at_end": pid in last}
+        for pid, role in sorted(seen_late.items())
+    ]
     steady.sort(key=lambda p: (p.role, p.pid))
     return TreeReport(steady, gone, late, rss_tolerance_pct)
 

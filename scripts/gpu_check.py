@@ -62,16 +62,23 @@ def _device(name: str) -> torch.device:
 
 def _models(tiny: bool, seed: int) -> tuple[Kronos, KronosTokenizer]:
     if tiny:
-        return Kronos.from_pretrained(TINY / "model").eval(), KronosTokenizer.from_pretrained(TINY / "tokenizer").eval()
+        return Kronos.from_pretrained(TINY / "model").eval(), KronosTokenizer.from_pretrained(
+            TINY / "tokenizer"
+        ).eval()
     return random_small(seed)
 
 
 def _workloads(tiny: bool) -> dict[str, Any]:
     """(series, lookback, horizon) of each workload; context of the sliding one."""
     if tiny:
-        return {"fits": (4, 48, 8), "slides": (4, 64, 8), "slide_context": 64, "large": (16, 48, 16), "steps": (8, 48, 12)}
-    return {"fits": (8, 400, 24), "slides": (8, 512, 24), "slide_context": 512, "large": (1000, 400, 120),
-            "steps": (64, 400, 48)}
+        return {
+            "fits": (4, 48, 8), "slides": (4, 64, 8), "slide_context": 64, "large": (16, 48, 16),
+            "steps": (8, 48, 12),
+        }
+    return {
+        "fits": (8, 400, 24), "slides": (8, 512, 24), "slide_context": 512,
+        "large": (1000, 400, 120), "steps": (64, 400, 48),
+    }
 
 
 Data = tuple[list[np.ndarray], list[Any], list[Any]]  # values, history stamps, future stamps
@@ -133,11 +140,14 @@ def engine_figures(model, tok, device, tiny: bool, seed: int) -> dict:
 
 
 def sync_figures(model, tok, device, tiny: bool) -> dict:
-    """Synchronising ops of each step of a few workloads; steady = decode steps that evict nothing."""
+    """Synchronising ops of each step of a few workloads; steady = decode steps that evict
+    nothing."""
     horizon = 8 if tiny else 16
     cases = {
         "greedy": (_greedy(horizon), "exact", 512, [48, 40, 30]),
-        "seeded": (ForecastOptions(horizon, sample_count=2, top_p=0.9, seed=7), "exact", 512, [48, 40, 30]),
+        "seeded": (
+            ForecastOptions(horizon, sample_count=2, top_p=0.9, seed=7), "exact", 512, [48, 40, 30],
+        ),
         "rolling_slides": (ForecastOptions(horizon, seed=3), "rolling", 50, [48, 40]),
         "exact_slides": (ForecastOptions(horizon, seed=3), "exact", 50, [46, 30]),
     }
@@ -157,12 +167,16 @@ def sync_figures(model, tok, device, tiny: bool) -> dict:
         counts = syncs_per_step(job, counter)
         steady = [counts[s] for s in range(1, horizon - 1) if not plans[s].evict]
         steady_max = max(steady_max, max(steady))
-        out["cases"][name] = {"per_step": counts, "steady_steps": len(steady), "steady_max": max(steady)}
+        out["cases"][name] = {
+            "per_step": counts, "steady_steps": len(steady), "steady_max": max(steady),
+        }
     out["steady_max"] = steady_max
     return out
 
 
-def _step_times(predictor: KronosPredictor, data: Data, options: ForecastOptions) -> tuple[np.ndarray, list[float]]:
+def _step_times(
+    predictor: KronosPredictor, data: Data, options: ForecastOptions
+) -> tuple[np.ndarray, list[float]]:
     job = predictor.start_forecast(data[0], data[1], data[2], options)
     times = []
     while not job.done:
@@ -171,7 +185,8 @@ def _step_times(predictor: KronosPredictor, data: Data, options: ForecastOptions
         job.step()
         _sync(predictor.device)
         times.append(time.perf_counter() - t0)
-    return job.result().paths, times[1:-1]  # steady decode steps: not the prefill, not the detokenize
+    # steady decode steps: not the prefill, not the detokenize
+    return job.result().paths, times[1:-1]
 
 
 def step_figures(model, tok, device, tiny: bool, seed: int) -> dict:
@@ -184,16 +199,20 @@ def step_figures(model, tok, device, tiny: bool, seed: int) -> dict:
     paths, times = _step_times(eager, data, options)
     out["eager"] = {"median_ms": 1e3 * statistics.median(times), "max_ms": 1e3 * max(times)}
     if device.type != "cuda":
-        out["cuda_graphs"] = {"skipped": f"device {device}: cuda_graphs is ignored off CUDA (logged)"}
+        out["cuda_graphs"] = {
+            "skipped": f"device {device}: cuda_graphs is ignored off CUDA (logged)"
+        }
         return out
     graphs = KronosPredictor(model, tok, device=device, max_context=512, cuda_graphs=True)
     t0 = time.perf_counter()
     _step_times(graphs, data, options)  # compile + capture
     warm = time.perf_counter() - t0
     g_paths, g_times = _step_times(graphs, data, options)
-    out["cuda_graphs"] = {"median_ms": 1e3 * statistics.median(g_times), "max_ms": 1e3 * max(g_times),
-                          "first_run_s": warm, "identical_to_eager": bool(np.array_equal(paths, g_paths)),
-                          "max_abs_diff": float(np.max(np.abs(paths - g_paths)))}
+    out["cuda_graphs"] = {
+        "median_ms": 1e3 * statistics.median(g_times), "max_ms": 1e3 * max(g_times),
+        "first_run_s": warm, "identical_to_eager": bool(np.array_equal(paths, g_paths)),
+        "max_abs_diff": float(np.max(np.abs(paths - g_paths))),
+    }
     out["speedup"] = out["eager"]["median_ms"] / out["cuda_graphs"]["median_ms"]
     return out
 
@@ -225,16 +244,24 @@ def interleave_figures(model, tok, device, tiny: bool, seed: int) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
     parser.add_argument("out", type=Path, help="folder for the JSON files")
-    parser.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda, cuda:N")
-    parser.add_argument("--tiny", action="store_true", help="the reference fixture and small workloads (CPU dry run)")
+    parser.add_argument(
+        "--device", default="auto", help="auto (CUDA if available), cpu, cuda, cuda:N"
+    )
+    parser.add_argument(
+        "--tiny", action="store_true",
+        help="the reference fixture and small workloads (CPU dry run)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     t_start = time.perf_counter()
     device = _device(args.device)
     args.out.mkdir(parents=True, exist_ok=True)
     model, tok = _models(args.tiny, args.seed)
-    env = {"device": str(device), "torch": torch.__version__, "threads": torch.get_num_threads(),
-           "tiny": args.tiny, "model": "kronos-tiny fixture" if args.tiny else f"random, Kronos-small dims {SMALL}"}
+    env = {
+        "device": str(device), "torch": torch.__version__, "threads": torch.get_num_threads(),
+        "tiny": args.tiny,
+        "model": "kronos-tiny fixture" if args.tiny else f"random, Kronos-small dims {SMALL}",
+    }
     if device.type == "cuda":
         env["gpu"] = torch.cuda.get_device_name(device)
     figures = {

@@ -41,87 +41,147 @@ class Plant:
 
 SVC = "tests/service"
 PLANTS: list[Plant] = [
-    Plant("bug 1: CPU out-of-memory (RuntimeError) not split, only torch.OutOfMemoryError",
-          "service/replica/step_runner.py", "oom = is_out_of_memory(exc)",
-          "oom = isinstance(exc, __import__('torch').OutOfMemoryError)",
-          (f"{SVC}/replica/test_step_runner.py",)),
-    Plant("OOM split retries every error (shape bugs too)",
-          "service/replica/step_runner.py", "oom = is_out_of_memory(exc)", "oom = True",
-          (f"{SVC}/replica/test_scheduler_runner.py",)),
-    Plant("bug 2: Arrow quantile columns named with :g (0.1234567 == 0.1234568)",
-          "service/gateway/encode.py", 'cols[f"{name}_q{quantile_label(lv)}"]', 'cols[f"{name}_q{lv:g}"]',
-          (f"{SVC}/gateway",)),
-    Plant("bug 3: unknown settings keys silently ignored",
-          "service/common/settings.py", 'SettingsConfigDict(env_prefix="KRONOS_", extra="forbid")',
-          'SettingsConfigDict(env_prefix="KRONOS_", extra="ignore")',
-          (f"{SVC}/test_metrics_settings.py::test_unknown_settings_keys_are_refused",)),
-    Plant("client gone: the ingress no longer cancels the Ray call of a pending shard",
-          "service/serve_replicas.py", "resp.cancel()  # client gone", "pass  # client gone",
-          (f"{SVC}/test_app.py",)),
-    Plant("a failing shard no longer cancels the request's other shards",
-          "service/gateway/dispatch.py", "            for t in tasks:\n                t.cancel()\n",
-          "            for t in tasks:\n                pass\n", (f"{SVC}/gateway",)),
-    Plant("memory model bypassed: memory_model_fit says 10**9 series fit",
-          "service/gateway/shards.py", "    def fit(lookback: int) -> int:\n        if lookback not in cache:",
-          "    def fit(lookback: int) -> int:\n        return 10**9\n        if lookback not in cache:",
-          (f"{SVC}/gateway",)),
-    Plant("Arrow output swaps the open and low columns",
-          "service/gateway/encode.py", "cols[name] = pa.array(np.ascontiguousarray(mean[:, k]), pa.float32())",
-          "cols[name] = pa.array(np.ascontiguousarray(mean[:, {0: 2, 2: 0}.get(k, k)]), pa.float32())",
-          (f"{SVC}/gateway",)),
-    Plant("session clock forced off in the gateway (EURUSD on UTC sessions)",
-          "service/gateway/prepare.py",
-          'session = (meta.get("timezone"), meta["session_timezone"]) if meta.get("session_timezone") else None',
-          "session = None", (f"{SVC}/gateway",)),
-    Plant("full replica queue (BackPressureError) not translated to 503",
-          "service/serve_replicas.py", "except BackPressureError as exc:", "except ZeroDivisionError as exc:",
-          (f"{SVC}/test_app.py",)),
-    Plant("dead replica (RayActorError) not translated to a retry",
-          "service/serve_replicas.py", "except RayActorError as exc:\n            first_line",
-          "except ZeroDivisionError as exc:\n            first_line", (f"{SVC}/test_app.py",)),
-    Plant("503 without Retry-After",
-          "service/common/errors.py", '{"Retry-After": str(self.retry_after_s)}', "{}",
-          (f"{SVC}/test_app.py",)),
-    Plant("load test counts shed requests (503) as answered",
-          "loadtests/locustfile.py", 'outcomes["shed"] += 1\n                r.failure(',
-          'outcomes["ok"] += 1\n                r.success() or (',
-          ("tests/loadtests/test_run.py",)),
-    Plant("gateway records each batch report twice",
-          "service/gateway/dispatch.py", "for rep in res.reports:\n                        self.metrics.record_batch(rep)",
-          "for rep in res.reports + res.reports:\n                        self.metrics.record_batch(rep)",
-          (f"{SVC}/gateway",)),
-    Plant("client gone: the gateway keeps running the request's shards (shielded)",
-          "service/gateway/dispatch.py",
-          "        try:\n            return list(await asyncio.gather(*tasks))\n        except BaseException:",
-          "        try:\n            return list(await asyncio.shield(asyncio.gather(*tasks)))\n        except ZeroDivisionError:",
-          (f"{SVC}/gateway",)),
-    Plant("client gone over HTTP: the replicas keep running the request (shielded gateway)",
-          "service/gateway/dispatch.py",
-          "        try:\n            return list(await asyncio.gather(*tasks))\n        except BaseException:",
-          "        try:\n            return list(await asyncio.shield(asyncio.gather(*tasks)))\n        except ZeroDivisionError:",
-          ("tests/integration/test_service_http.py::test_client_disconnect_stops_the_replicas_working_for_it",),
-          integration=True),
-    Plant("replica hands its batch reports over twice (tokens counted twice)",
-          "service/replica/deployment.py", "res.reports, self._reports = self._reports, []",
-          "res.reports = list(self._reports)",
-          ("tests/integration/test_prometheus.py::test_prometheus_scrapes_service_metrics",), integration=True),
-    Plant("Arrow over HTTP swaps the open and low columns",
-          "service/gateway/encode.py", "cols[name] = pa.array(np.ascontiguousarray(mean[:, k]), pa.float32())",
-          "cols[name] = pa.array(np.ascontiguousarray(mean[:, {0: 2, 2: 0}.get(k, k)]), pa.float32())",
-          ("tests/integration/test_service_http.py::test_arrow_stream_matches_json",), integration=True),
-    Plant("session clock forced off, seen over HTTP with the sample store's EURUSD",
-          "service/gateway/prepare.py",
-          'session = (meta.get("timezone"), meta["session_timezone"]) if meta.get("session_timezone") else None',
-          "session = None",
-          ("tests/integration/test_service_http.py::test_fx_future_timestamps_follow_the_new_york_session",),
-          integration=True),
+    Plant(
+        "bug 1: CPU out-of-memory (RuntimeError) not split, only torch.OutOfMemoryError",
+        "service/replica/step_runner.py", "oom = is_out_of_memory(exc)",
+        "oom = isinstance(exc, __import__('torch').OutOfMemoryError)",
+        (f"{SVC}/replica/test_step_runner.py",),
+    ),
+    Plant(
+        "OOM split retries every error (shape bugs too)", "service/replica/step_runner.py",
+        "oom = is_out_of_memory(exc)", "oom = True", (f"{SVC}/replica/test_scheduler_runner.py",),
+    ),
+    Plant(
+        "bug 2: Arrow quantile columns named with :g (0.1234567 == 0.1234568)",
+        "service/gateway/encode.py", 'cols[f"{name}_q{quantile_label(lv)}"]',
+        'cols[f"{name}_q{lv:g}"]', (f"{SVC}/gateway",),
+    ),
+    Plant(
+        "bug 3: unknown settings keys silently ignored", "service/common/settings.py",
+        'SettingsConfigDict(env_prefix="KRONOS_", extra="forbid")',
+        'SettingsConfigDict(env_prefix="KRONOS_", extra="ignore")',
+        (f"{SVC}/test_metrics_settings.py::test_unknown_settings_keys_are_refused",),
+    ),
+    Plant(
+        "client gone: the ingress no longer cancels the Ray call of a pending shard",
+        "service/serve_replicas.py",
+        "resp.cancel()  # client gone",
+        "pass  # client gone",
+        (f"{SVC}/test_app.py",),
+    ),
+    Plant(
+        "a failing shard no longer cancels the request's other shards",
+        "service/gateway/dispatch.py", "            for t in tasks:\n                t.cancel()\n",
+        "            for t in tasks:\n                pass\n", (f"{SVC}/gateway",),
+    ),
+    Plant(
+        "memory model bypassed: memory_model_fit says 10**9 series fit",
+        "service/gateway/shards.py",
+        "    def fit(lookback: int) -> int:\n        if lookback not in cache:",
+        "    def fit(lookback: int) -> int:\n        return 10**9\n        if lookback not in "
+        "cache:",
+        (f"{SVC}/gateway",),
+    ),
+    Plant(
+        "Arrow output swaps the open and low columns", "service/gateway/encode.py",
+        "cols[name] = pa.array(np.ascontiguousarray(mean[:, k]), pa.float32())",
+        "cols[name] = pa.array(np.ascontiguousarray(mean[:, {0: 2, 2: 0}.get(k, k)]), "
+        "pa.float32())",
+        (f"{SVC}/gateway",),
+    ),
+    Plant(
+        "session clock forced off in the gateway (EURUSD on UTC sessions)",
+        "service/gateway/prepare.py",
+        'session = (meta.get("timezone"), meta["session_timezone"]) if '
+        'meta.get("session_timezone") else None',
+        "session = None", (f"{SVC}/gateway",),
+    ),
+    Plant(
+        "full replica queue (BackPressureError) not translated to 503", "service/serve_replicas.py",
+        "except BackPressureError as exc:", "except ZeroDivisionError as exc:",
+        (f"{SVC}/test_app.py",),
+    ),
+    Plant(
+        "dead replica (RayActorError) not translated to a retry", "service/serve_replicas.py",
+        "except RayActorError as exc:\n            first_line",
+        "except ZeroDivisionError as exc:\n            first_line", (f"{SVC}/test_app.py",),
+    ),
+    Plant(
+        "503 without Retry-After", "service/common/errors.py",
+        '{"Retry-After": str(self.retry_after_s)}', "{}", (f"{SVC}/test_app.py",),
+    ),
+    Plant(
+        "load test counts shed requests (503) as answered", "loadtests/locustfile.py",
+        'outcomes["shed"] += 1\n                r.failure(',
+        'outcomes["ok"] += 1\n                r.success() or (', ("tests/loadtests/test_run.py",),
+    ),
+    Plant(
+        "gateway records each batch report twice", "service/gateway/dispatch.py",
+        "for rep in res.reports:\n                        self.metrics.record_batch(rep)",
+        "for rep in res.reports + res.reports:\n                        "
+        "self.metrics.record_batch(rep)",
+        (f"{SVC}/gateway",),
+    ),
+    Plant(
+        "client gone: the gateway keeps running the request's shards (shielded)",
+        "service/gateway/dispatch.py",
+        "        try:\n            return list(await asyncio.gather(*tasks))\n        except "
+        "BaseException:",
+        "        try:\n            return list(await "
+        "asyncio.shield(asyncio.gather(*tasks)))\n        except ZeroDivisionError:",
+        (f"{SVC}/gateway",),
+    ),
+    Plant(
+        "client gone over HTTP: the replicas keep running the request (shielded gateway)",
+        "service/gateway/dispatch.py",
+        "        try:\n            return list(await asyncio.gather(*tasks))\n        except "
+        "BaseException:",
+        "        try:\n            return list(await "
+        "asyncio.shield(asyncio.gather(*tasks)))\n        except ZeroDivisionError:",
+        (
+            "tests/integration/test_service_http.py::test_client_disconnect_stops_the_replicas_working_for_it",
+        ),
+        integration=True,
+    ),
+    Plant(
+        "replica hands its batch reports over twice (tokens counted twice)",
+        "service/replica/deployment.py", "res.reports, self._reports = self._reports, []",
+        "res.reports = list(self._reports)",
+        ("tests/integration/test_prometheus.py::test_prometheus_scrapes_service_metrics",),
+        integration=True,
+    ),
+    Plant(
+        "Arrow over HTTP swaps the open and low columns", "service/gateway/encode.py",
+        "cols[name] = pa.array(np.ascontiguousarray(mean[:, k]), pa.float32())",
+        "cols[name] = pa.array(np.ascontiguousarray(mean[:, {0: 2, 2: 0}.get(k, k)]), "
+        "pa.float32())",
+        ("tests/integration/test_service_http.py::test_arrow_stream_matches_json",),
+        integration=True,
+    ),
+    Plant(
+        "session clock forced off, seen over HTTP with the sample store's EURUSD",
+        "service/gateway/prepare.py",
+        'session = (meta.get("timezone"), meta["session_timezone"]) if '
+        'meta.get("session_timezone") else None',
+        "session = None",
+        (
+            "tests/integration/test_service_http.py::test_fx_future_timestamps_follow_the_new_york_session",
+        ),
+        integration=True,
+    ),
 ]
 
 
 def _scratch_copy(dest: Path) -> None:
     """Tracked and untracked (not ignored) files of the working tree, as they are now."""
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, check=True,
-                           capture_output=True).stdout.decode().split("\0")
+    files = (
+        subprocess.run(
+            ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, check=True,
+            capture_output=True,
+        )
+        .stdout.decode()
+        .split("\0")
+    )
     for rel in filter(None, files):
         src = REPO / rel
         if src.is_file():
@@ -131,9 +191,14 @@ def _scratch_copy(dest: Path) -> None:
 
 def _run_tests(root: Path, tests: tuple[str, ...], timeout: float) -> tuple[int, str]:
     env = {**os.environ, "PYTHONPATH": str(root), "PYTHONDONTWRITEBYTECODE": "1"}
-    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-n", "0", "-m", "slow or not slow", *tests]
+    cmd = [
+        sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-n", "0", "-m",
+        "slow or not slow", *tests,
+    ]
     try:
-        proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(
+            cmd, cwd=root, env=env, capture_output=True, text=True, timeout=timeout
+        )
     except subprocess.TimeoutExpired:
         return 124, "timed out"
     tail = (proc.stdout.strip().splitlines() or [""])[-1]
@@ -152,13 +217,23 @@ def _verdict(code: int, tail: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--integration", action="store_true", help="also run the plants only integration tests catch")
+    p.add_argument(
+        "--integration", action="store_true",
+        help="also run the plants only integration tests catch",
+    )
     p.add_argument("--list", action="store_true", help="list the planted changes and exit")
-    p.add_argument("--only-integration", action="store_true", help="just the plants only integration tests catch")
+    p.add_argument(
+        "--only-integration", action="store_true",
+        help="just the plants only integration tests catch",
+    )
     p.add_argument("-k", default="", help="only plants whose name contains this text")
     p.add_argument("--timeout", type=float, default=900, help="seconds per plant's test run")
     args = p.parse_args(argv)
-    wanted = (lambda x: x.integration) if args.only_integration else (lambda x: args.integration or not x.integration)
+    wanted = (
+        (lambda x: x.integration)
+        if args.only_integration
+        else (lambda x: args.integration or not x.integration)
+    )
     plants = [x for x in PLANTS if wanted(x) and args.k.lower() in x.name.lower()]
     if args.list:
         for x in plants:

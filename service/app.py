@@ -94,23 +94,31 @@ def _note_model_limits(info: Any) -> None:
 api.openapi = _served_openapi  # type: ignore[method-assign]
 
 
-MAX_SYMBOL_OFFSET = 2**31 - 1  # /v1/symbols offset ceiling: bounded so that no answer holds a >64-bit int
+# /v1/symbols offset ceiling: bounded so that no answer holds a >64-bit int
+MAX_SYMBOL_OFFSET = 2**31 - 1
 
 # This process's state (metrics, gateway id, body limit, drain, API keys) is reached through
 # service.state.current() at each call, never through a global of this module: serve.ingress
 # pickles the Ingress class by value, and a global read or set by its methods would be a copy.
 
 # all three sit inside the latency middleware below, so that their 413s and 503s are observed too
-# order of refusals: draining (503), then API key (401/403), then body size (413), all before the body is read
+# order of refusals: draining (503), then API key (401/403), then body size (413), all before the
+# body is read
 api.add_middleware(BodyLimitMiddleware, get_limits=lambda: current().limits)
 api.add_middleware(ApiKeyMiddleware, get_ring=lambda: current().keyring)
 api.add_middleware(DrainMiddleware, get_state=lambda: current().lifecycle)
-api.add_middleware(CorsMiddleware, get_origins=lambda: current().cors_origins)  # preflights carry no key
+# preflights carry no key
+api.add_middleware(CorsMiddleware, get_origins=lambda: current().cors_origins)
 
 
-_SHUTTING_DOWN: dict[str, Any] = {"model": RequestErrorOut, "description": "shutting down (code shutting_down); see Retry-After"}
+_SHUTTING_DOWN: dict[str, Any] = {
+    "model": RequestErrorOut, "description": "shutting down (code shutting_down); see Retry-After",
+}
 _KEYS: dict[int | str, dict[str, Any]] = {  # only when API keys are configured (off by default)
-    401: {"model": RequestErrorOut, "description": "API keys are on and none (or an unknown one) was sent"},
+    401: {
+        "model": RequestErrorOut,
+        "description": "API keys are on and none (or an unknown one) was sent",
+    },
     403: {"model": RequestErrorOut, "description": "the key has no access to this route"},
 }
 
@@ -134,7 +142,9 @@ async def _observe(request: Request, call_next):
         path = getattr(route, "path", None) or "unmatched"
         took = time.perf_counter() - t0
         if state.metrics is not None:
-            state.metrics.request_seconds.labels(route=path, method=request.method, status=str(status)).observe(took)
+            state.metrics.request_seconds.labels(
+                route=path, method=request.method, status=str(status)
+            ).observe(took)
         if path not in _QUIET_ROUTES:
             log_access(request.method, path, status, took, request.scope)
 
@@ -153,7 +163,10 @@ async def _service_error(request: Request, exc: ServiceError) -> Response:
 @api.exception_handler(RequestValidationError)
 async def _invalid(request: Request, exc: RequestValidationError) -> Response:
     """422 naming the field; the offending input is not echoed (it may hold NaN, or be huge)."""
-    detail = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")} for e in exc.errors()]
+    detail = [
+        {"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")}
+        for e in exc.errors()
+    ]
     return error_response(InvalidRequest(detail), current().metrics)
 
 
@@ -163,8 +176,17 @@ async def _http_error(request: Request, exc: StarletteHTTPException) -> Response
     JSON parser): answer the documented 422 instead, in the validation-error shape. A body
     past the limit while it streams (``service.limits.BodyTooLarge``) is 413 ``too_large``."""
     if exc.status_code == 400:
-        return error_response(InvalidRequest([{"loc": ["body"], "msg": f"unreadable body: {exc.detail}; send UTF-8 JSON",
-                                               "type": "json_invalid"}]), current().metrics)
+        return error_response(
+            InvalidRequest(
+                [
+                    {
+                        "loc": ["body"], "msg": f"unreadable body: {exc.detail}; send UTF-8 JSON",
+                        "type": "json_invalid",
+                    }
+                ]
+            ),
+            current().metrics,
+        )
     if exc.status_code == 413:
         return error_response(TooLarge(exc.detail, exc.headers), current().metrics)
     return _json({"detail": exc.detail}, exc.status_code, headers=exc.headers)
@@ -177,7 +199,9 @@ def running_replicas(app_name: str) -> int:
     dep = app.deployments.get("Predictor") if app else None
     if dep is None:
         return 0
-    return int(sum(n for s, n in dep.replica_states.items() if str(getattr(s, "value", s)) == "RUNNING"))
+    return int(
+        sum(n for s, n in dep.replica_states.items() if str(getattr(s, "value", s)) == "RUNNING")
+    )
 
 
 class ReadyWatch:
@@ -209,10 +233,12 @@ class ReadyWatch:
 def cut_answer(out, unanswered: list[str]) -> dict:
     """The 503 body of a request cut at shutdown: the usual answer (the forecasts already
     made, every other symbol in ``errors``) with ``code``, ``detail`` and ``unanswered``."""
-    return {**answer_to_json(out), "code": ErrorCode.SHUTTING_DOWN,
-            "detail": f"the service shut down before {len(unanswered)} symbol(s) were answered; send them again "
-                      "(the forecasts made are in this answer)",
-            "unanswered": unanswered}
+    return {
+        **answer_to_json(out), "code": ErrorCode.SHUTTING_DOWN,
+        "detail": f"the service shut down before {len(unanswered)} symbol(s) were answered; send "
+                  "them again "
+        "(the forecasts made are in this answer)", "unanswered": unanswered,
+    }
 
 
 # defined before Ingress: serve.ingress pickles the class (by value) where it is decorated
@@ -261,23 +287,32 @@ class Ingress:
 
         self.recorder, self.live = ledger_service(settings, self.store, self.metrics, _replica_id())
         # cut: at the end of the shutdown grace, requests in flight answer what they have (503)
-        self.pipeline = ForecastPipeline(settings, self.store, self.replicas, self.metrics, num_replicas,
-                                         recorder=self.recorder, cut=lambda: current().lifecycle.wait_cut(),
-                                         on_info=_note_model_limits)
-        warmed = self.pipeline.warm_up()  # before Serve routes a request here: the first one is not the slow one
-        log.info("gateway warm-up: prepared %d symbol(s), one of each exchange and session clock", len(warmed))
+        self.pipeline = ForecastPipeline(
+            settings, self.store, self.replicas, self.metrics, num_replicas, recorder=self.recorder,
+            cut=lambda: current().lifecycle.wait_cut(), on_info=_note_model_limits,
+        )
+        # before Serve routes a request here: the first one is not the slow one
+        warmed = self.pipeline.warm_up()
+        log.info(
+            "gateway warm-up: prepared %d symbol(s), one of each exchange and session clock",
+            len(warmed),
+        )
         self._symbols: list[str] | None = None
         current().start(settings, self.metrics, _replica_id())
-        self.metrics.set_limits(settings.max_inflight_requests * settings.gateway_replicas, num_replicas)
-        self.watch = ReadyWatch(settings.app_name, self.metrics).start()  # kronos_replicas_ready, probes or not
+        self.metrics.set_limits(
+            settings.max_inflight_requests * settings.gateway_replicas, num_replicas
+        )
+        # kronos_replicas_ready, probes or not
+        self.watch = ReadyWatch(settings.app_name, self.metrics).start()
         if self.live is not None:
             self.live.start()  # background scoring every score_interval_s (one gateway at a time)
         self.metrics_port = None
         if settings.metrics_port is not None:  # /metrics on an internal port (one gateway holds it)
             from service.metrics_port import MetricsPort
 
-            self.metrics_port = MetricsPort(settings.host, settings.metrics_port, self.metrics.exposition,
-                                            CONTENT_TYPE).start()
+            self.metrics_port = MetricsPort(
+                settings.host, settings.metrics_port, self.metrics.exposition, CONTENT_TYPE
+            ).start()
 
     # ------------------------------------------------------------ shutdown control (handle calls)
     def __del__(self):
@@ -311,12 +346,17 @@ class Ingress:
         "/v1/forecast", response_model=ForecastResponse,
         responses={
             200: {"content": {ARROW_STREAM: {}}}, 422: {},
-            413: {"model": RequestErrorOut, "description": "body above KRONOS_MAX_BODY_BYTES (refused from Content-Length)"},
-            503: {"model": RequestErrorOut, "description": "overloaded (code overloaded) or shutting down (shutting_down); "
-                  "see Retry-After. A request cut at the end of the shutdown grace gets 503 shutting_down with the "
-                  "forecasts already made, its other symbols in `unanswered` (and in errors as `interrupted`)"},
-            504: {"model": RequestErrorOut, "description": "past the request deadline; pending shards were cancelled"},
-            429: {"model": RequestErrorOut, "description": "the key's series/s rate is used up; see Retry-After"},
+            413: {"model": RequestErrorOut, "description": "body above KRONOS_MAX_BODY_BYTES "
+                                                           "(refused from Content-Length)"},
+            503: {"model": RequestErrorOut, "description": "overloaded (code overloaded) or "
+                                                           "shutting down (shutting_down); "
+                  "see Retry-After. A request cut at the end of the shutdown grace gets 503 "
+                  "shutting_down with the forecasts already made, its other symbols in "
+                  "`unanswered` (and in errors as `interrupted`)"},
+            504: {"model": RequestErrorOut, "description": "past the request deadline; pending "
+                                                           "shards were cancelled"},
+            429: {"model": RequestErrorOut, "description": "the key's series/s rate is used up; "
+                                                           "see Retry-After"},
             **_KEYS,
         },
     )
@@ -326,18 +366,25 @@ class Ingress:
         # a header is absent or text, never null: typed without None (the default says absent), so
         # that its schema admits no null
         accept: Annotated[str, Header()] = None,  # type: ignore[assignment]
-        x_kronos_timeout_s: Annotated[float, Header(
-            ge=1, le=86_400, description="deadline in seconds (1 or more), at most KRONOS_REQUEST_TIMEOUT_S",
-        )] = None,  # type: ignore[assignment]
-        request: Request = None,  # type: ignore[assignment]  # FastAPI passes it; None when called directly
+        x_kronos_timeout_s: Annotated[
+            float,
+            Header(
+                ge=1, le=86_400,
+                description="deadline in seconds (1 or more), at most KRONOS_REQUEST_TIMEOUT_S",
+            ),
+        ] = None,  # type: ignore[assignment]
+        # FastAPI passes it; None when called directly
+        request: Request = None,  # type: ignore[assignment]
     ) -> Response:
         scope_state = request.scope.setdefault("state", {}) if request is not None else {}
         key = scope_state.get("api_key")
         scope_state["symbols"] = req.n_series
         wait = current().keyring.throttle(key, req.n_series)
         if wait > 0:
-            raise RateLimited(f"rate limit of key {key.name!r} ({key.series_per_s:g} series/s) reached",
-                              max(1, math.ceil(wait)))
+            raise RateLimited(
+                f"rate limit of key {key.name!r} ({key.series_per_s:g} series/s) reached",
+                max(1, math.ceil(wait)),
+            )
         timeout = self.settings.request_timeout_s
         if x_kronos_timeout_s is not None:
             timeout = min(timeout, x_kronos_timeout_s)
@@ -347,8 +394,10 @@ class Ingress:
         scope_state["timing"] = out.timing
         unanswered = [e["symbol"] for e in out.errors if e["code"] == ErrorCode.INTERRUPTED]
         if unanswered:  # cut at shutdown: what was answered, and a coded 503 naming the rest
-            response = _json(cut_answer(out, unanswered), 503,
-                             {"Retry-After": str(self.settings.retry_after_s), "Connection": "close"})
+            response = _json(
+                cut_answer(out, unanswered), 503,
+                {"Retry-After": str(self.settings.retry_after_s), "Connection": "close"},
+            )
             scope_state["error_code"] = ErrorCode.SHUTTING_DOWN.value
             self.metrics.record_error(ErrorCode.SHUTTING_DOWN)
         elif accept and ARROW_STREAM in accept:
@@ -356,7 +405,8 @@ class Ingress:
                                 headers={"X-Kronos-Errors": str(len(out.errors))})
         else:
             response = _json(answer_to_json(out))
-        response.background = BackgroundTask(self.pipeline.record, out)  # to the ledger once the answer is sent
+        # to the ledger once the answer is sent
+        response.background = BackgroundTask(self.pipeline.record, out)
         return response
 
     @api.get("/v1/models", response_model=ModelsResponse, responses={503: _SHUTTING_DOWN, **_KEYS})
@@ -377,38 +427,60 @@ class Ingress:
         if self._symbols is None:
             self._symbols = await asyncio.to_thread(self.store.symbols)
         page = self._symbols[offset: offset + limit]
-        return _json({"symbols": page, "total": len(self._symbols), "limit": limit, "offset": offset})
+        return _json(
+            {"symbols": page, "total": len(self._symbols), "limit": limit, "offset": offset}
+        )
 
     @api.get("/v1/accuracy", response_model=AccuracyResponse,
              responses=cast(dict[int | str, dict[str, Any]], {
-                 404: {"model": RequestErrorOut, "description": "the forecast ledger is off (code ledger_off)"},
-                 503: {"model": RequestErrorOut, "description": "shutting down (shutting_down), or the ledger "
+                 404: {"model": RequestErrorOut, "description": "the forecast ledger is off (code "
+                                                                "ledger_off)"},
+                 503: {"model": RequestErrorOut, "description": "shutting down (shutting_down), or "
+                                                                "the ledger "
                        "cannot be read (ledger_unavailable)"},
                  **_KEYS}))
     async def accuracy(
         self,
         # a query parameter is absent or text, never null: typed without None (the default says
         # absent), so that its schema admits no null (as the forecast route's headers)
-        model: Annotated[str, Query(min_length=1, max_length=128,
-                                    description="model name or sha256 (default: every model)")] = None,  # type: ignore[assignment]
+        model: Annotated[
+            str,
+            Query(
+                min_length=1, max_length=128,
+                description="model name or sha256 (default: every model)",
+            ),
+        ] = None,  # type: ignore[assignment]
         symbol: Annotated[str, Query(min_length=1, max_length=64)] = None,  # type: ignore[assignment]
-        since: Annotated[QueryDateTime, Query(description="only forecasts made at or after this time "
-                                              "(ISO 8601; naive = UTC)")] = None,  # type: ignore[assignment]
-        horizon_step: Annotated[int, Query(ge=1, le=MAX_HORIZON,
-                                           description="only this step (1: the first forecast candle)")] = None,  # type: ignore[assignment]
+        since: Annotated[
+            QueryDateTime,
+            Query(description="only forecasts made at or after this time (ISO 8601; naive = UTC)"),
+        ] = None,  # type: ignore[assignment]
+        horizon_step: Annotated[
+            int,
+            Query(
+                ge=1, le=MAX_HORIZON, description="only this step (1: the first forecast candle)"
+            ),
+        ] = None,  # type: ignore[assignment]
     ) -> Response:
         """Live accuracy of the recorded forecasts whose truth has arrived: scored steps, coverage
         per central level, CRPS and MAE of the close, over the rolling window and all time. With
-        the ledger off: 404 ``ledger_off``; a ledger that cannot be read: 503 ``ledger_unavailable``."""
+        the ledger off: 404 ``ledger_off``; a ledger that cannot be read: 503
+        ``ledger_unavailable``."""
         if self.live is None:
-            raise LedgerOff("the forecast ledger is off (KRONOS_LEDGER_DIR=off): nothing is recorded or scored")
+            raise LedgerOff(
+                "the forecast ledger is off (KRONOS_LEDGER_DIR=off): nothing is recorded or scored"
+            )
         try:
-            return _json(await asyncio.to_thread(self.live.answer, model, symbol, since, horizon_step))
+            return _json(
+                await asyncio.to_thread(self.live.answer, model, symbol, since, horizon_step)
+            )
         except Exception as exc:  # noqa: BLE001 - never a 500: logged here, coded for the client
             log.exception("GET /v1/accuracy: the ledger could not be read")
             raise LedgerUnavailable(
-                f"the forecast ledger cannot be read ({type(exc).__name__}: {self.pipeline.public(str(exc))}); "
-                "see the gateway log and docs/operations.md, 'Ledger failing'", self.settings.retry_after_s,
+                f"the forecast ledger cannot be read ({type(exc).__name__}: "
+                f"{self.pipeline.public(str(exc))}); see the gateway log and docs/operations.md, "
+                "'Ledger failing'",
+                self.settings.retry_after_s,
             ) from None
 
     @api.get("/healthz")
@@ -416,7 +488,8 @@ class Ingress:
         return _json({"status": "ok"})
 
     @api.get("/readyz", response_model=Readiness,
-             responses={503: {"model": Readiness, "description": "not ready: no replica yet, or shutting down"}})
+             responses={503: {"model": Readiness, "description": "not ready: no replica yet, or "
+                                                                 "shutting down"}})
     async def readyz(self) -> Response:
         if current().lifecycle.is_draining():
             return _json({"ready": False, "replicas_ready": 0, "replicas_target": self.num_replicas,
@@ -443,8 +516,14 @@ class Ingress:
     @api.get("/metrics", include_in_schema=False)
     async def metrics_endpoint(self) -> Response:
         if self.settings.metrics_port is not None:
-            return _json({"detail": f"/metrics is served on the internal port {self.settings.metrics_port} "
-                          "(KRONOS_METRICS_PORT)"}, 404)
+            return _json(
+                {
+                    "detail": "/metrics is served on the internal port "
+                              f"{self.settings.metrics_port} "
+                    "(KRONOS_METRICS_PORT)"
+                },
+                404,
+            )
         return Response(self.metrics.exposition(), media_type=CONTENT_TYPE)
 
 
@@ -462,7 +541,8 @@ def _cluster_gpus() -> int:
 
 
 def build_app(args: Settings) -> serve.Application:
-    """Typed app builder: ``serve run service.app:build_app model_dir=...`` or a Serve config's ``args``.
+    """Typed app builder: ``serve run service.app:build_app model_dir=...`` or a Serve config's
+    ``args``.
 
     Unset fields come from ``KRONOS_*`` environment variables, then the defaults.
     """
@@ -475,10 +555,12 @@ def build_app(args: Settings) -> serve.Application:
         settings = args if isinstance(args, Settings) else Settings(**dict(args or {}))
     except ValidationError as exc:  # named by variable, without pydantic's URL
         raise StartupError(f"invalid settings: {describe_settings_error(exc)}") from None
-    if not isinstance(args, Settings):  # a Serve config or `serve run` (kronos serve warned already)
+    # a Serve config or `serve run` (kronos serve warned already)
+    if not isinstance(args, Settings):
         for message in unknown_kronos_variables():
             log.warning(message)
-    # a public bind without keys: refused (StartupError) before any replica (the ledger: each gateway)
+    # a public bind without keys: refused (StartupError) before any replica (the ledger: each
+    # gateway)
     check_startup(settings, announce=not isinstance(args, Settings))
     gpus = _cluster_gpus()
     replicas = settings.resolved_num_replicas(gpus)
@@ -499,13 +581,17 @@ def build_app(args: Settings) -> serve.Application:
         graceful_shutdown_timeout_s=settings.shutdown_grace_s,
     ).bind(settings, shipped)
     gateway_opts: dict = {"num_cpus": 0}
-    if settings.gateway_resource:  # pin every gateway to the node that has it (they share metric files)
+    # pin every gateway to the node that has it (they share metric files)
+    if settings.gateway_resource:
         gateway_opts["resources"] = {settings.gateway_resource: 0.001}
-    ingress = Ingress.options(  # type: ignore[attr-defined]  # a Deployment too (see Predictor above)
+    # a Deployment too (see Predictor above)
+    ingress = Ingress.options(  # type: ignore[attr-defined]
         num_replicas=settings.gateway_replicas,
         ray_actor_options=gateway_opts,
-        max_ongoing_requests=settings.max_inflight_requests + 64,  # beyond: the gateway answers 503 itself
-        graceful_shutdown_timeout_s=settings.shutdown_grace_s,  # Serve (KubeRay) lets requests finish
+        # beyond: the gateway answers 503 itself
+        max_ongoing_requests=settings.max_inflight_requests + 64,
+        # Serve (KubeRay) lets requests finish
+        graceful_shutdown_timeout_s=settings.shutdown_grace_s,
     )
     return ingress.bind(predictor, settings, replicas)
 

@@ -14,7 +14,7 @@ before the key check (``service.cors``). ``series/s``: the key's rate limit (``-
 Clients send ``Authorization: Bearer <key>`` or ``X-API-Key: <key>``. No key: 401; a key
 without access to the route: 403; above its rate: 429 with ``Retry-After``. Logs and metrics
 name a key by its ``name`` only.
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -94,16 +94,23 @@ def parse_keys(text: str, source: str) -> list[ApiKey]:
             continue
         parts = line.split()
         if len(parts) != 4:
-            raise KeyFileError(f"{source} line {no}: expected 4 fields 'sha256 name routes series_per_s', "
-                               f"got {len(parts)}")
+            raise KeyFileError(
+                f"{source} line {no}: expected 4 fields 'sha256 name routes series_per_s', "
+                f"got {len(parts)}"
+            )
         digest, name, routes, rate = parts
         if not _HEX64.match(digest.lower()):
-            raise KeyFileError(f"{source} line {no}: the first field must be the key's SHA-256 in hex "
-                               "(64 characters; `python -c \"import hashlib; print(hashlib.sha256(b'KEY').hexdigest())\"`)")
+            raise KeyFileError(
+                f"{source} line {no}: the first field must be the key's SHA-256 in hex "
+                "(64 characters; `python -c \"import hashlib; "
+                "print(hashlib.sha256(b'KEY').hexdigest())\"`)"
+            )
         names = frozenset(ROUTES) if routes == "*" else frozenset(routes.split(","))
         unknown = sorted(names - set(ROUTES))
         if unknown:
-            raise KeyFileError(f"{source} line {no}: unknown route(s) {unknown}; use {', '.join(ROUTES)} or *")
+            raise KeyFileError(
+                f"{source} line {no}: unknown route(s) {unknown}; use {', '.join(ROUTES)} or *"
+            )
         try:
             per_s = None if rate == "-" else float(rate)
         except ValueError:
@@ -123,8 +130,11 @@ class KeyRing:
 
     def __init__(self, keys: list[ApiKey], burst_s: float = 10.0, share: int = 1):
         self.keys = {k.sha256: k for k in keys}
-        self.buckets = {k.name: TokenBucket(k.series_per_s / share, k.series_per_s * burst_s / share)
-                        for k in keys if k.series_per_s}
+        self.buckets = {
+            k.name: TokenBucket(k.series_per_s / share, k.series_per_s * burst_s / share)
+            for k in keys
+            if k.series_per_s
+        }
 
     @property
     def enabled(self) -> bool:
@@ -157,7 +167,9 @@ def load_keyring(settings) -> KeyRing:
         try:
             text = path.read_text()
         except OSError as exc:
-            raise KeyFileError(f"KRONOS_API_KEYS_FILE {path}: cannot read it ({exc.strerror})") from None
+            raise KeyFileError(
+                f"KRONOS_API_KEYS_FILE {path}: cannot read it ({exc.strerror})"
+            ) from None
         keys += parse_keys(text, str(path))
     return KeyRing(keys, settings.rate_burst_s, share=settings.gateway_replicas)
 
@@ -199,12 +211,16 @@ class ApiKeyMiddleware:
             return
         key = ring.lookup(_presented_key(scope))
         if key is None:
-            await _deny(send, 401, ErrorCode.UNAUTHORIZED.value, "an API key is required: send 'Authorization: Bearer <key>' "
-                        "or 'X-API-Key: <key>'")
+            await _deny(
+                send, 401, ErrorCode.UNAUTHORIZED.value,
+                "an API key is required: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>'",
+            )
             return
         route = route_of_path(scope.get("path", ""))
         if route is not None and route not in key.routes:
-            await _deny(send, 403, ErrorCode.FORBIDDEN.value, f"key {key.name!r} has no access to {route}")
+            await _deny(
+                send, 403, ErrorCode.FORBIDDEN.value, f"key {key.name!r} has no access to {route}"
+            )
             return
         scope.setdefault("state", {})["api_key"] = key
         await self.app(scope, receive, send)

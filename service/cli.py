@@ -16,21 +16,32 @@ log = logging.getLogger(__name__)
 
 # flag -> Settings field
 _FLAGS = {
-    "model_dir": ("--model-dir", str, "checkpoint folder, Hub id, alias (kronos-mini|kronos-small|kronos-base) or a "
-                  "folder with model/ and tokenizer/ (default: the bundled model)"),
-    "tokenizer_dir": ("--tokenizer-dir", str, "tokenizer folder or Hub id (default: the model's own)"),
+    "model_dir": (
+        "--model-dir", str,
+        "checkpoint folder, Hub id, alias (kronos-mini|kronos-small|kronos-base) or a "
+        "folder with model/ and tokenizer/ (default: the bundled model)",
+    ),
+    "tokenizer_dir": (
+        "--tokenizer-dir", str, "tokenizer folder or Hub id (default: the model's own)",
+    ),
     "model_revision": ("--revision", str, "Hub revision of the model"),
     "dtype": ("--dtype", str, "engine precision: float32 | bfloat16 | float16"),
     "sliding": ("--sliding", str, "window past max_context: exact | rolling | recompute"),
     "store_dir": ("--store", str, "Arrow K-line store folder (default: bundled sample store)"),
     "ledger_dir": ("--ledger", str, "forecast ledger folder, or off (default: beside the store)"),
-    "ray_address": ("--ray-address", str, "running Ray cluster (default: RAY_ADDRESS, else a local Ray)"),
+    "ray_address": (
+        "--ray-address", str, "running Ray cluster (default: RAY_ADDRESS, else a local Ray)",
+    ),
     "num_replicas": ("--replicas", int, "predictor replicas (default: #GPUs, else 1)"),
-    "gateway_replicas": ("--gateway-replicas", int, "ingress (gateway) replicas on this node (default 1)"),
+    "gateway_replicas": (
+        "--gateway-replicas", int, "ingress (gateway) replicas on this node (default 1)",
+    ),
     "device": ("--device", str, "auto | cpu | cuda"),
     "device_budget_bytes": ("--device-budget", int, "bytes one replica may use per batch"),
     "replica_cpus": ("--replica-cpus", float, "CPUs (torch threads) per CPU replica"),
-    "max_inflight_requests": ("--max-inflight", int, "forecast requests in flight per gateway replica before 503"),
+    "max_inflight_requests": (
+        "--max-inflight", int, "forecast requests in flight per gateway replica before 503",
+    ),
     "max_context": ("--max-context", int, "model context in candles"),
     "host": ("--host", str, "HTTP bind address (default 127.0.0.1)"),
     "port": ("--port", int, "HTTP port (default 8000)"),
@@ -39,11 +50,15 @@ _FLAGS = {
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     for dest, (flag, typ, help_text) in _FLAGS.items():
-        parser.add_argument(flag, dest=dest, type=typ, default=None, help=help_text + "; env KRONOS_" + dest.upper())
+        parser.add_argument(
+            flag, dest=dest, type=typ, default=None, help=help_text + "; env KRONOS_" + dest.upper()
+        )
     parser.add_argument("--compile", dest="compile", action="store_true", default=None,
                         help="torch.compile the engine's decode step; env KRONOS_COMPILE")
-    parser.add_argument("--cuda-graphs", dest="cuda_graphs", action="store_true", default=None,
-                        help="CUDA graphs for the decode step (ignored on a CPU); env KRONOS_CUDA_GRAPHS")
+    parser.add_argument(
+        "--cuda-graphs", dest="cuda_graphs", action="store_true", default=None,
+        help="CUDA graphs for the decode step (ignored on a CPU); env KRONOS_CUDA_GRAPHS",
+    )
 
 
 def check_model(settings) -> str | None:
@@ -117,7 +132,11 @@ def _listener(port: int) -> str | None:
 def settings_from_args(args: argparse.Namespace):
     from service.common.settings import Settings
 
-    overrides = {k: getattr(args, k) for k in [*_FLAGS, "compile", "cuda_graphs"] if getattr(args, k, None) is not None}
+    overrides = {
+        k: getattr(args, k)
+        for k in [*_FLAGS, "compile", "cuda_graphs"]
+        if getattr(args, k, None) is not None
+    }
     return Settings(**overrides)
 
 
@@ -139,7 +158,9 @@ def start(settings):
             ray.init(address=settings.ray_address, namespace="kronos", log_to_driver=False)
         else:
             ray.init(namespace="kronos", include_dashboard=False, log_to_driver=False)
-    serve.start(proxy_location=PROXY_LOCATION, http_options={"host": settings.host, "port": settings.port})
+    serve.start(
+        proxy_location=PROXY_LOCATION, http_options={"host": settings.host, "port": settings.port}
+    )
     # serve.run starts Serve again, finds it running and logs that "New http_options ... will not
     # be applied": true of its own empty options, misleading after the start above, so dropped
     quiet = _DropLine("will not be applied")
@@ -164,7 +185,8 @@ class _DropLine(logging.Filter):
 
 
 def gateway_handle(settings):
-    """The gateway's Serve handle (made once the app runs, so that a drain starts at once), or None."""
+    """The gateway's Serve handle (made once the app runs, so that a drain starts at once), or
+    None."""
     from ray import serve
 
     try:
@@ -174,7 +196,9 @@ def gateway_handle(settings):
         return None
 
 
-def drain(settings, force: threading.Event | None = None, handle=None, started: float | None = None) -> int:
+def drain(
+    settings, force: threading.Event | None = None, handle=None, started: float | None = None
+) -> int:
     """Stop taking work at the gateway (new requests: 503, /readyz: not ready) and wait for
     the requests in flight to finish; ``force`` (a second signal) stops waiting. The gateways
     cut what still runs ``stop_reserve`` seconds before the grace (counted from ``started``,
@@ -195,9 +219,11 @@ def drain(settings, force: threading.Event | None = None, handle=None, started: 
     # the cut answers leave the gateways within about a second of the cut: wait for them too
     deadline = started + grace - stop_reserve(grace) / 2
     if active:
-        print(f"draining: {active} request(s) in flight, new ones get 503; waiting up to "
-              f"{max(0.0, deadline - time.monotonic()):.0f} s, then the rest is answered 503 with what is done "
-              "(signal again to stop at once)", flush=True)
+        print(
+            f"draining: {active} request(s) in flight, new ones get 503; waiting up to "
+            f"{max(0.0, deadline - time.monotonic()):.0f} s, then the rest is answered 503 with "
+            "what is done (signal again to stop at once)", flush=True,
+        )
     while active and time.monotonic() < deadline and not (force and force.is_set()):
         time.sleep(0.2)
         try:
@@ -207,7 +233,8 @@ def drain(settings, force: threading.Event | None = None, handle=None, started: 
     if active:
         print(f"grace period over: {active} request(s) still in flight are dropped", flush=True)
     else:
-        time.sleep(min(1.0, max(0.0, started + grace - time.monotonic() - 2)))  # the proxy hands the last over
+        # the proxy hands the last over
+        time.sleep(min(1.0, max(0.0, started + grace - time.monotonic() - 2)))
     return active
 
 
@@ -298,7 +325,10 @@ def run(args: argparse.Namespace) -> int:
         from service.common.settings import describe_settings_error
 
         flags = {field: spec[0] for field, spec in _FLAGS.items()}
-        print(f"kronos serve: invalid settings: {describe_settings_error(exc, flags)}", file=sys.stderr)
+        print(
+            f"kronos serve: invalid settings: {describe_settings_error(exc, flags)}",
+            file=sys.stderr,
+        )
         return 2
     from service.common.settings import unknown_kronos_variables
 
@@ -320,15 +350,20 @@ def run(args: argparse.Namespace) -> int:
     if settings.resolved_ledger_dir() is None:
         print(f"NOTE: {LEDGER_OFF_NOTE}", file=sys.stderr, flush=True)
     if not keys.enabled and settings.host not in ("127.0.0.1", "localhost", "::1"):
-        print(f"WARNING: kronos serve listens on {settings.host} with no API keys "
-              "(KRONOS_ALLOW_PUBLIC_WITHOUT_KEYS): anyone who can reach this port can run forecasts",
-              file=sys.stderr, flush=True)
-    if not settings.ray_address and settings.port:  # a cluster given by address binds on its own nodes
+        print(
+            f"WARNING: kronos serve listens on {settings.host} with no API keys "
+            "(KRONOS_ALLOW_PUBLIC_WITHOUT_KEYS): anyone who can reach this port can run forecasts",
+            file=sys.stderr, flush=True,
+        )
+    # a cluster given by address binds on its own nodes
+    if not settings.ray_address and settings.port:
         holder = port_holder(settings.host, settings.port)
         if holder:
             held = "in use" if holder == "in use" else f"in use by {holder}"
-            print(f"kronos serve: port {settings.port} on {settings.host} is {held}; stop that service or "
-                  "choose another port (--port, KRONOS_PORT)", file=sys.stderr)
+            print(
+                f"kronos serve: port {settings.port} on {settings.host} is {held}; stop that "
+                "service or choose another port (--port, KRONOS_PORT)", file=sys.stderr,
+            )
             return 2
     problem = check_model(settings)
     if problem:
@@ -356,8 +391,11 @@ def run(args: argparse.Namespace) -> int:
         handle = gateway_handle(settings)
         scratch = local_metrics_dir(settings)
         if not stop_event.is_set():
-            print(f"Kronos service listening on {url}  (docs {url}/docs, metrics {url}/metrics); Ctrl-C stops it",
-                  flush=True)
+            print(
+                f"Kronos service listening on {url}  (docs {url}/docs, metrics {url}/metrics); "
+                "Ctrl-C stops it",
+                flush=True,
+            )
         while not stop_event.wait(1.0):
             pass
     except KeyboardInterrupt:
@@ -370,7 +408,10 @@ def run(args: argparse.Namespace) -> int:
         if stop_event.is_set():
             drain(settings, force, handle, began)
         # Serve and Ray stop within the grace: a third of the reserve is left for Ray and the exit
-        clean = stop(settings, began + settings.shutdown_grace_s - stop_reserve(settings.shutdown_grace_s) / 3)
+        clean = stop(
+            settings,
+            began + settings.shutdown_grace_s - stop_reserve(settings.shutdown_grace_s) / 3,
+        )
         if scratch is not None:  # this process's own Ray is gone, and with it every gateway
             shutil.rmtree(scratch, ignore_errors=True)
         print("stopped", flush=True)

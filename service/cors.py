@@ -62,9 +62,11 @@ class CorsMiddleware:
 
         async def send_with_cors(message):
             if message["type"] == "http.response.start":
-                message["headers"] = [*message.get("headers", []),
-                                      (b"access-control-allow-origin", origin.encode("latin-1")),
-                                      (b"access-control-expose-headers", EXPOSE_HEADERS), (b"vary", b"Origin")]
+                message["headers"] = [
+                    *message.get("headers", []),
+                    (b"access-control-allow-origin", origin.encode("latin-1")),
+                    (b"access-control-expose-headers", EXPOSE_HEADERS), (b"vary", b"Origin"),
+                ]
             await send(message)
 
         await self.app(scope, receive, send_with_cors)

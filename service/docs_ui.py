@@ -28,7 +28,8 @@ def assets_dir() -> Path:
 
 
 def install_docs(app: FastAPI) -> None:
-    """Add ``GET /docs`` and ``GET /docs/assets/{name}`` to ``app`` (created with ``docs_url=None``)."""
+    """Add ``GET /docs`` and ``GET /docs/assets/{name}`` to ``app`` (created with
+    ``docs_url=None``)."""
 
     @app.get("/docs", include_in_schema=False)
     async def docs(request: Request) -> HTMLResponse:

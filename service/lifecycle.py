@@ -99,7 +99,9 @@ class Lifecycle:
             at = self.cut_at()
             if at is not None and time.time() >= at:
                 return
-            await asyncio.sleep(CUT_POLL_S if at is None else min(CUT_POLL_S, max(0.0, at - time.time())))
+            await asyncio.sleep(
+                CUT_POLL_S if at is None else min(CUT_POLL_S, max(0.0, at - time.time()))
+            )
 
     def add_active(self, n: int) -> None:
         self.active += n
@@ -112,7 +114,9 @@ class DrainMiddleware:
     read at each request from ``get_state()`` (the app passes this process's
     ``service.state.current().lifecycle``) or is the fixed ``state`` given."""
 
-    def __init__(self, app, state: Lifecycle | None = None, get_state: Callable[[], Lifecycle] | None = None):
+    def __init__(
+        self, app, state: Lifecycle | None = None, get_state: Callable[[], Lifecycle] | None = None
+    ):
         self.app = app
         fixed = state or Lifecycle()
         self.get_state = get_state or (lambda: fixed)
@@ -123,12 +127,22 @@ class DrainMiddleware:
             await self.app(scope, receive, send)
             return
         if st.is_draining():
-            body = orjson.dumps({"detail": "the service is shutting down; retry on another instance",
-                                 "code": ErrorCode.SHUTTING_DOWN.value})
-            await send({"type": "http.response.start", "status": 503, "headers": [
-                (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                (b"retry-after", str(st.retry_after_s).encode()), (b"connection", b"close"),
-            ]})
+            body = orjson.dumps(
+                {
+                    "detail": "the service is shutting down; retry on another instance",
+                    "code": ErrorCode.SHUTTING_DOWN.value,
+                }
+            )
+            await send(
+                {
+                    "type": "http.response.start", "status": 503,
+                    "headers": [
+                        (b"content-type", b"application/json"),
+                        (b"content-length", str(len(body)).encode()),
+                        (b"retry-after", str(st.retry_after_s).encode()), (b"connection", b"close"),
+                    ],
+                }
+            )
             await send({"type": "http.response.body", "body": body})
             return
         st.add_active(1)

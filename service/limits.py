@@ -41,7 +41,9 @@ class BodyTooLarge(HTTPException):
 
 
 class BodyLimitMiddleware:
-    def __init__(self, app, limits: Limits | None = None, get_limits: Callable[[], Limits] | None = None):
+    def __init__(
+        self, app, limits: Limits | None = None, get_limits: Callable[[], Limits] | None = None
+    ):
         self.app = app
         fixed = limits or Limits()
         self.get_limits = get_limits or (lambda: fixed)

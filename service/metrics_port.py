@@ -55,7 +55,9 @@ class MetricsPort:
                 self.server = ThreadingHTTPServer((self.host, self.port), self.handler)
             except OSError as exc:
                 if exc.errno != errno.EADDRINUSE:
-                    log.error("metrics port %s:%d: %s; /metrics is not served", self.host, self.port, exc)
+                    log.error(
+                        "metrics port %s:%d: %s; /metrics is not served", self.host, self.port, exc
+                    )
                     return
                 self._stop.wait(RETRY_S)  # another gateway of the node holds it
                 continue

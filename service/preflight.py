@@ -16,8 +16,10 @@ from service.common.settings import Settings
 log = logging.getLogger(__name__)
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
-LEDGER_OFF_NOTE = ("the forecast ledger is off (KRONOS_LEDGER_DIR=off): no forecast is recorded, /v1/accuracy "
-                   "answers 404 ledger_off, and the band-coverage alert cannot fire")
+LEDGER_OFF_NOTE = (
+    "the forecast ledger is off (KRONOS_LEDGER_DIR=off): no forecast is recorded, /v1/accuracy "
+    "answers 404 ledger_off, and the band-coverage alert cannot fire"
+)
 
 
 class StartupError(ValueError):
@@ -37,9 +39,11 @@ def ledger_problem(settings: Settings) -> str | None:
         probe.unlink()
     except OSError as exc:
         why = exc.strerror or type(exc).__name__
-        return (f"the forecast ledger folder {folder} is not writable ({why}): mount a writable volume there "
-                "or point KRONOS_LEDGER_DIR (--ledger) at one, or set KRONOS_LEDGER_DIR=off to run without "
-                "the ledger (no /v1/accuracy figures, no band-coverage alert)")
+        return (
+            f"the forecast ledger folder {folder} is not writable ({why}): mount a writable volume "
+            "there or point KRONOS_LEDGER_DIR (--ledger) at one, or set KRONOS_LEDGER_DIR=off to "
+            "run without the ledger (no /v1/accuracy figures, no band-coverage alert)"
+        )
     return None
 
 
@@ -54,10 +58,12 @@ def public_bind_problem(settings: Settings, keys_enabled: bool) -> str | None:
     """Why the service must not bind ``settings.host`` (None: loopback, keys on, or allowed)."""
     if keys_enabled or settings.host in LOOPBACK_HOSTS or settings.allow_public_without_keys:
         return None
-    return (f"the service would listen on {settings.host} with no API keys: anyone who can reach the port could "
-            "run forecasts. Set KRONOS_API_KEYS or KRONOS_API_KEYS_FILE (SHA-256-hashed keys, docs/service.md; "
-            "on Kubernetes from a Secret, deploy/README.md), bind 127.0.0.1, or set "
-            "KRONOS_ALLOW_PUBLIC_WITHOUT_KEYS=true to accept it")
+    return (
+        f"the service would listen on {settings.host} with no API keys: anyone who can reach the "
+        "port could run forecasts. Set KRONOS_API_KEYS or KRONOS_API_KEYS_FILE (SHA-256-hashed "
+        "keys, docs/service.md; on Kubernetes from a Secret, deploy/README.md), bind 127.0.0.1, or "
+        "set KRONOS_ALLOW_PUBLIC_WITHOUT_KEYS=true to accept it"
+    )
 
 
 def check_startup(settings: Settings, announce: bool = True) -> None:

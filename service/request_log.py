@@ -32,9 +32,14 @@ REQUEST_ID_HEADER = b"x-request-id"
 MAX_REQUEST_ID = 128  # a caller's id longer than this is cut (it goes into logs and the ledger)
 ACCESS_LOGGER = "service.access"
 
-_request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("kronos_request_id", default=None)
+_request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "kronos_request_id", default=None
+)
 # fields a record may carry (``extra=``) that the JSON line keeps
-_FIELDS = ("request_id", "method", "route", "status", "key", "symbols", "duration_ms", "timing", "error_code")
+_FIELDS = (
+    "request_id", "method", "route", "status", "key", "symbols", "duration_ms", "timing",
+    "error_code",
+)
 
 
 def current_request_id() -> str | None:
@@ -74,7 +79,9 @@ class RequestIdMiddleware:
         async def send_with_id(message):
             if message["type"] == "http.response.start" and not given:
                 message.setdefault("headers", [])
-                message["headers"] = [*message["headers"], (REQUEST_ID_HEADER, rid.encode("latin-1"))]
+                message["headers"] = [
+                    *message["headers"], (REQUEST_ID_HEADER, rid.encode("latin-1")),
+                ]
             await send(message)
 
         try:
@@ -98,8 +105,11 @@ class JsonFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         line: dict[str, Any] = {
-            "ts": _dt.datetime.fromtimestamp(record.created, _dt.timezone.utc).isoformat(timespec="milliseconds"),
-            "level": record.levelname.lower(), "logger": record.name, "message": record.getMessage(),
+            "ts": _dt.datetime.fromtimestamp(record.created, _dt.timezone.utc).isoformat(
+                timespec="milliseconds"
+            ),
+            "level": record.levelname.lower(), "logger": record.name,
+            "message": record.getMessage(),
             "pid": record.process,
         }
         for name in _FIELDS:
@@ -136,7 +146,9 @@ def configure_logging(settings: Any, role: str) -> logging.Handler:
         logger.propagate = False  # one line per record on stderr, not Ray's copy beside ours
     setattr(handler, "_kronos", True)  # noqa: B010 - marks the handler this module added
     handler.addFilter(_RequestIdFilter())
-    handler.setFormatter(JsonFormatter() if settings.log_format == "json" else logging.Formatter(TEXT_FORMAT))
+    handler.setFormatter(
+        JsonFormatter() if settings.log_format == "json" else logging.Formatter(TEXT_FORMAT)
+    )
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
     return handler
@@ -155,5 +167,6 @@ def log_access(method: str, route: str, status: int, duration_s: float,
     }
     logging.getLogger(ACCESS_LOGGER).info(
         "%s %s %d in %.1f ms (key %s, %s symbol(s))", method, route, status, duration_s * 1e3,
-        fields["key"] or "-", fields["symbols"] if fields["symbols"] is not None else "-", extra=fields,
+        fields["key"] or "-", fields["symbols"] if fields["symbols"] is not None else "-",
+        extra=fields,
     )

@@ -11,7 +11,9 @@ from service.common.errors import ServiceError
 from service.common.metrics import Metrics
 
 
-def json_response(content, status_code: int = 200, headers: Mapping[str, str] | None = None) -> Response:
+def json_response(
+    content, status_code: int = 200, headers: Mapping[str, str] | None = None
+) -> Response:
     """``content`` as JSON (numpy arrays and non-string keys allowed)."""
     return Response(
         orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS),

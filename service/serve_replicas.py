@@ -32,7 +32,9 @@ class ServeReplicas:
             resp.cancel()  # client gone: drop the shard where Ray still can
             raise
         except BackPressureError as exc:
-            raise Overloaded(f"replicas' queues are full: {exc}", self.settings.retry_after_s) from exc
+            raise Overloaded(
+                f"replicas' queues are full: {exc}", self.settings.retry_after_s
+            ) from exc
         except RayActorError as exc:
             first_line = str(exc).splitlines()[0] if str(exc) else ""
             raise ReplicaGone(f"{type(exc).__name__}: {first_line}") from exc

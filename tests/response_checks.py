@@ -15,7 +15,8 @@ SUMMARY_FIELDS = ("expected_return", "p_up", "volatility", "horizon_volatility",
 
 
 def assert_arrow_equals_json(
-    arrow: bytes, js: dict, quantiles: list[float] | tuple[float, ...] = (), compare_timing: bool = False,
+    arrow: bytes, js: dict, quantiles: list[float] | tuple[float, ...] = (),
+    compare_timing: bool = False,
     summary: bool = False,
 ) -> pa.Table:
     """The Arrow IPC answer holds exactly what the JSON answer holds: every symbol in order,
@@ -50,7 +51,9 @@ def assert_arrow_equals_json(
         np.testing.assert_array_equal(col(c), want, err_msg=f"mean column {c}")
         for lv in levels:
             want = np.array([f["quantiles"][lv][c] for f in forecasts], np.float32).reshape(-1)
-            np.testing.assert_array_equal(col(f"{c}_q{lv}"), want, err_msg=f"quantile column {c}_q{lv}")
+            np.testing.assert_array_equal(
+                col(f"{c}_q{lv}"), want, err_msg=f"quantile column {c}_q{lv}"
+            )
     if summary:
         assert table.schema.field("summary_vol_alert").type == pa.bool_()
         for k in SUMMARY_FIELDS:

@@ -10,7 +10,8 @@ from kronos_core.candles import FEATURES
 
 def windows(df: pd.DataFrame, starts, lookbacks, horizon: int):
     """``(values, x_timestamps, y_timestamps)`` for ``KronosPredictor.forecast``: series i is
-    ``lookbacks[i]`` candles of ``df`` from row ``starts[i]``, its future the next ``horizon`` stamps."""
+    ``lookbacks[i]`` candles of ``df`` from row ``starts[i]``, its future the next ``horizon``
+    stamps."""
     values, xs, ys = [], [], []
     for s, lb in zip(starts, lookbacks):
         part = df.iloc[s : s + lb + horizon]

@@ -11,7 +11,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _module_graph():
-    spec = importlib.util.spec_from_file_location("module_graph", REPO / "scripts" / "module_graph.py")
+    spec = importlib.util.spec_from_file_location(
+        "module_graph", REPO / "scripts" / "module_graph.py"
+    )
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

@@ -35,7 +35,9 @@ def _rayservice() -> tuple[dict, dict]:
 def _pods() -> list[dict]:
     service, _ = _rayservice()
     cluster = service["spec"]["rayClusterConfig"]
-    return [cluster["headGroupSpec"]["template"]["spec"]] + [g["template"]["spec"] for g in cluster["workerGroupSpecs"]]
+    return [cluster["headGroupSpec"]["template"]["spec"]] + [
+        g["template"]["spec"] for g in cluster["workerGroupSpecs"]
+    ]
 
 
 def _head() -> dict:
@@ -45,7 +47,11 @@ def _head() -> dict:
 def _mount_of(pod: dict, path: str) -> dict | None:
     """The volume mount of the pod's first container that holds ``path``."""
     mounts = pod["containers"][0].get("volumeMounts", [])
-    held = [m for m in mounts if path == m["mountPath"] or path.startswith(m["mountPath"].rstrip("/") + "/")]
+    held = [
+        m
+        for m in mounts
+        if path == m["mountPath"] or path.startswith(m["mountPath"].rstrip("/") + "/")
+    ]
     return max(held, key=lambda m: len(m["mountPath"])) if held else None
 
 
@@ -100,7 +106,9 @@ def test_every_container_requests_what_it_limits_and_ray_has_a_shm_volume():
 def test_the_termination_period_is_the_grace_plus_the_margin():
     _, args = _rayservice()
     grace = Settings(**args).shutdown_grace_s
-    assert [p["terminationGracePeriodSeconds"] for p in _pods()] == [pod_termination_s(grace)] * len(_pods())
+    assert [p["terminationGracePeriodSeconds"] for p in _pods()] == [
+        pod_termination_s(grace)
+    ] * len(_pods())
 
 
 def test_no_worker_group_claims_bounds_it_cannot_scale_to():
@@ -114,15 +122,23 @@ def test_no_worker_group_claims_bounds_it_cannot_scale_to():
 
 def test_the_dashboard_port_is_open_to_the_operator_only():
     (policy,) = [d for d in _docs("kuberay-rayservice.yaml") if d["kind"] == "NetworkPolicy"]
-    head_labels = _rayservice()[0]["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["metadata"]["labels"]
-    assert all(head_labels.get(k) == v for k, v in policy["spec"]["podSelector"]["matchLabels"].items())
-    dashboard = [rule for rule in policy["spec"]["ingress"] if {"port": 8265} in rule.get("ports", [])]
+    head_labels = _rayservice()[0]["spec"]["rayClusterConfig"]["headGroupSpec"]["template"][
+        "metadata"
+    ]["labels"]
+    assert all(
+        head_labels.get(k) == v for k, v in policy["spec"]["podSelector"]["matchLabels"].items()
+    )
+    dashboard = [
+        rule for rule in policy["spec"]["ingress"] if {"port": 8265} in rule.get("ports", [])
+    ]
     assert len(dashboard) == 1
     (peer,) = dashboard[0]["from"]
     assert peer["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "kuberay-operator"}
     # the rule that opens every port admits the cluster's own pods only
     open_rules = [rule for rule in policy["spec"]["ingress"] if "ports" not in rule]
-    assert [r["from"] for r in open_rules] == [[{"podSelector": {"matchLabels": {"kronos.io/cluster": "true"}}}]]
+    assert [r["from"] for r in open_rules] == [
+        [{"podSelector": {"matchLabels": {"kronos.io/cluster": "true"}}}]
+    ]
 
 
 def test_metrics_are_scraped_where_the_gateways_serve_them():
@@ -146,7 +162,11 @@ def test_metrics_are_scraped_where_the_gateways_serve_them():
 
 
 def _rules() -> list[dict]:
-    return [r for g in yaml.safe_load((DEPLOY / "prometheus-rules.yml").read_text())["groups"] for r in g["rules"]]
+    return [
+        r
+        for g in yaml.safe_load((DEPLOY / "prometheus-rules.yml").read_text())["groups"]
+        for r in g["rules"]
+    ]
 
 
 def test_every_series_a_panel_or_an_alert_reads_exists_from_the_start():
@@ -157,17 +177,25 @@ def test_every_series_a_panel_or_an_alert_reads_exists_from_the_start():
     m = Metrics()
     m.set_limits(64, 4)
     m.touch_replica("r1")  # a replica the gateway has seen (its readiness probe), before any batch
-    exported = {s.name for fam in text_string_to_metric_families(m.exposition().decode()) for s in fam.samples}
+    exported = {
+        s.name
+        for fam in text_string_to_metric_families(m.exposition().decode())
+        for s in fam.samples
+    }
     dashboard = (DEPLOY / "grafana-dashboard.json").read_text()
     rules = "\n".join(r["expr"] for r in _rules())
     counters = set(re.findall(r"kronos_\w+_total", dashboard + rules))
-    assert "kronos_oom_splits_total" in counters and "kronos_ledger_write_failures_total" in counters
+    assert (
+        "kronos_oom_splits_total" in counters and "kronos_ledger_write_failures_total" in counters
+    )
     assert counters <= exported, sorted(counters - exported)
     # gauges and histograms: their names (labels come with the work)
     named = {n for n in re.findall(r"kronos_\w+", dashboard + rules)}
     bare = {re.sub(r"_(bucket|sum|count)$", "", n) for n in named}
     families = {fam.name for fam in text_string_to_metric_families(m.exposition().decode())}
-    assert {n for n in bare if not n.endswith("_total")} <= families | {n + "_total" for n in families}
+    assert {n for n in bare if not n.endswith("_total")} <= families | {
+        n + "_total" for n in families
+    }
 
 
 def test_every_alert_has_a_runbook_in_docs_operations():
@@ -184,7 +212,9 @@ def _promtool() -> str:
     path = shutil.which("promtool")
     if path:
         return path
-    msg = "`promtool` not found: apt-get install -y prometheus (scripts/ci-services.sh does it in CI)"
+    msg = (
+        "`promtool` not found: apt-get install -y prometheus (scripts/ci-services.sh does it in CI)"
+    )
     if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
         pytest.fail(msg)
     pytest.skip(msg)
@@ -200,5 +230,8 @@ def test_promtool_checks_the_rules_and_runs_their_tests():
     assert tests.returncode == 0, tests.stdout + tests.stderr
     # every alert added for issue 28 has test cases
     cases = (DEPLOY / "prometheus-rules.test.yml").read_text()
-    for alert in ("KronosQueueBacklog", "KronosReplicasNotReady", "KronosNoReplicaReady", "KronosLedgerWriteFailures"):
+    for alert in (
+        "KronosQueueBacklog", "KronosReplicasNotReady", "KronosNoReplicaReady",
+        "KronosLedgerWriteFailures",
+    ):
         assert f"alertname: {alert}" in cases, alert

@@ -30,7 +30,11 @@ def test_service_docs_tables_list_exactly_the_codes():
     section = text[text.index("### Error codes"):]
     tables = re.split(r"\n(?=Warnings)", section, maxsplit=1)
     errors = set(re.findall(r"^\| `([a-z_]+)` \|", tables[0].split("\n## ", 1)[0], re.M))
-    warnings = set(re.findall(r"^\| `([a-z_]+)` \|", tables[1].split("\n## ", 1)[0].split("\n\nWith", 1)[0], re.M))
+    warnings = set(
+        re.findall(
+            r"^\| `([a-z_]+)` \|", tables[1].split("\n## ", 1)[0].split("\n\nWith", 1)[0], re.M
+        )
+    )
     assert errors == {c.value for c in ErrorCode}
     assert warnings == {c.value for c in WarningCode}
 
@@ -43,11 +47,15 @@ def test_codes_named_in_the_docs_exist():
         for i, line in enumerate(doc.read_text().splitlines(), 1):
             if not re.search(r"\bcodes?\b", line, re.I):
                 continue
-            stale += [f"{doc.name}:{i}: {name}" for name in SNAKE.findall(line) if name not in known]
+            stale += [
+                f"{doc.name}:{i}: {name}" for name in SNAKE.findall(line) if name not in known
+            ]
     assert not stale, stale
     for doc in DOCS:  # ErrorCode.MEMBER spellings
         for member in re.findall(r"(?:Error|Warning)Code\.([A-Z_]+)", doc.read_text()):
-            assert member in ErrorCode.__members__ or member in WarningCode.__members__, (doc.name, member)
+            assert member in ErrorCode.__members__ or member in WarningCode.__members__, (
+                doc.name, member,
+            )
 
 
 def test_engine_stats_fields_named_in_the_docs_exist():

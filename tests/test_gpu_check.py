@@ -15,9 +15,11 @@ REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "gpu-check.sh"
 FILES = {"summary.json", "engine.json", "syncs.json", "steps.json", "interleave.json", "mixed.json"}
 # what the GPU machine has, plus what those packages import themselves
-GPU_MACHINE_PACKAGES = ["torch", "torchgen", "functorch", "numpy", "numpy.libs", "pandas", "pyarrow", "safetensors",
-                        "typing_extensions.py", "sympy", "mpmath", "networkx", "jinja2", "markupsafe", "filelock",
-                        "fsspec", "dateutil", "pytz", "tzdata", "six.py"]
+GPU_MACHINE_PACKAGES = [
+    "torch", "torchgen", "functorch", "numpy", "numpy.libs", "pandas", "pyarrow", "safetensors",
+    "typing_extensions.py", "sympy", "mpmath", "networkx", "jinja2", "markupsafe", "filelock",
+    "fsspec", "dateutil", "pytz", "tzdata", "six.py",
+]
 
 
 def _run(out: Path, python: str, pythonpath: str | None = None) -> subprocess.CompletedProcess:
@@ -35,13 +37,22 @@ def _check_figures(out: Path) -> dict:
     assert summary["device"] == "cpu" and summary["tiny"] is True
     assert summary["tokens_per_s"] > 0 and summary["series_steps_per_s"] > 0
     assert summary["host_syncs_per_steady_step"] == 0
-    assert summary["cached_identical_to_recompute"] is True and summary["interleaved_identical"] is True
-    assert summary["decode_step_ms"] > 0 and summary["decode_step_ms_cuda_graphs"] is None  # CPU: ignored
+    assert (
+        summary["cached_identical_to_recompute"] is True
+        and summary["interleaved_identical"] is True
+    )
+    # CPU: ignored
+    assert summary["decode_step_ms"] > 0 and summary["decode_step_ms_cuda_graphs"] is None
     engine = json.loads((out / "engine.json").read_text())
-    assert engine["fits_context"]["cached"]["tokens_per_s"] > 0 and engine["sliding"]["rolling"]["seconds"] > 0
+    assert (
+        engine["fits_context"]["cached"]["tokens_per_s"] > 0
+        and engine["sliding"]["rolling"]["seconds"] > 0
+    )
     syncs = json.loads((out / "syncs.json").read_text())
     assert set(syncs["cases"]) == {"greedy", "seeded", "rolling_slides", "exact_slides"}
-    assert all(case["steady_max"] == 0 and case["steady_steps"] > 0 for case in syncs["cases"].values())
+    assert all(
+        case["steady_max"] == 0 and case["steady_steps"] > 0 for case in syncs["cases"].values()
+    )
     steps = json.loads((out / "steps.json").read_text())
     assert "ignored" in steps["cuda_graphs"]["skipped"]
     assert "skipped" in json.loads((out / "mixed.json").read_text())  # --tiny never starts Ray
@@ -56,7 +67,8 @@ def test_cpu_dry_run_writes_the_figures(tmp_path):
 
 
 def test_runs_with_only_the_gpu_machine_packages(tmp_path):
-    """No service/, pydantic, Ray, psutil, tqdm: a site-packages holding only the GPU machine's packages."""
+    """No service/, pydantic, Ray, psutil, tqdm: a site-packages holding only the GPU machine's
+    packages."""
     import torch
 
     site = Path(torch.__file__).resolve().parents[1]
@@ -68,10 +80,13 @@ def test_runs_with_only_the_gpu_machine_packages(tmp_path):
     if not all((farm / n).exists() for n in ("torch", "numpy", "pandas", "pyarrow", "safetensors")):
         pytest.skip("the packages are not laid out in one site-packages here")
     bare = tmp_path / "python"
-    bare.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "$@"\n')  # -S: no site-packages but the farm
+    # -S: no site-packages but the farm
+    bare.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "$@"\n')
     bare.chmod(0o755)
     proc = _run(tmp_path / "out", str(bare), str(farm))
     assert proc.returncode == 0, proc.stderr[-3000:]
     _check_figures(tmp_path / "out")
-    probe = subprocess.run([str(bare), "-c", "import pydantic"], env={"PYTHONPATH": str(farm)}, capture_output=True)
+    probe = subprocess.run(
+        [str(bare), "-c", "import pydantic"], env={"PYTHONPATH": str(farm)}, capture_output=True
+    )
     assert probe.returncode != 0  # the farm really lacks them

@@ -52,11 +52,17 @@ def test_cli_flags_build_the_config():
 
     parser = argparse.ArgumentParser()
     add_predictor_arguments(parser)
-    args = parser.parse_args(["--model", "kronos-small", "--dtype", "bf16", "--compile", "--sliding", "rolling",
-                              "--device", "cpu", "--max-context", "256"])
+    args = parser.parse_args(
+        [
+            "--model", "kronos-small", "--dtype", "bf16", "--compile", "--sliding", "rolling",
+            "--device", "cpu", "--max-context", "256",
+        ]
+    )
     cfg = predictor_config_from_args(args)
-    assert cfg == PredictorConfig(model="kronos-small", device="cpu", dtype="bfloat16", compile=True,
-                                  sliding="rolling", max_context=256)
+    assert cfg == PredictorConfig(
+        model="kronos-small", device="cpu", dtype="bfloat16", compile=True, sliding="rolling",
+        max_context=256,
+    )
 
 
 def test_options_reach_the_engine(monkeypatch):
@@ -80,7 +86,9 @@ def test_options_reach_the_engine(monkeypatch):
 
     ts = pd.date_range("2024-01-02", periods=40, freq="D")
     x = np.abs(np.random.default_rng(0).normal(10, 1, (40, 6))).astype(np.float32)
-    p.forecast([x], [ts], [pd.date_range("2024-02-11", periods=3, freq="D")], ForecastOptions(3, top_k=1))
+    p.forecast(
+        [x], [ts], [pd.date_range("2024-02-11", periods=3, freq="D")], ForecastOptions(3, top_k=1)
+    )
     assert seen[-1].autocast_dtype is torch.bfloat16
     assert seen[-1].compile is True and seen[-1].sliding == "rolling" and seen[-1].max_context == 64
 
@@ -89,7 +97,9 @@ def test_identity_of_the_tiny_fixture_and_the_trained_default():
     p = load_predictor(PredictorConfig(model=TINY, device="cpu"))
     ident = p.identity
     assert ident.random_weights and not ident.bundled and ident.name == "kronos-tiny-random"
-    assert len(ident.sha256) == 64 and ident.sha256 not in (ident.model_sha256, ident.tokenizer_sha256)
+    assert len(ident.sha256) == 64 and ident.sha256 not in (
+        ident.model_sha256, ident.tokenizer_sha256,
+    )
     default = load_checkpoints(PredictorConfig())
     assert default.identity.bundled and not default.identity.random_weights
     assert default.identity.name == "kronos-default" and default.max_context == 256
@@ -105,7 +115,9 @@ def test_a_missing_default_model_is_a_clear_error(monkeypatch, tmp_path):
 def test_sha256_changes_when_weights_change(tmp_path):
     root = _tiny_bundle(tmp_path, {"name": "mine", "max_context": 128})
     before = load_checkpoints(PredictorConfig(model=str(root)))
-    assert before.identity.name == "mine" and before.max_context == 128 and not before.identity.bundled
+    assert (
+        before.identity.name == "mine" and before.max_context == 128 and not before.identity.bundled
+    )
     model = before.model
     with torch.no_grad():
         model.head.proj_s1.weight[0, 0] += 1.0
@@ -156,8 +168,14 @@ def test_serve_dtype_flag_reaches_the_replica_engine(monkeypatch):
 
     parser = argparse.ArgumentParser()
     cli.add_arguments(parser)
-    settings = cli.settings_from_args(parser.parse_args(["--dtype", "bfloat16", "--sliding", "rolling",
-                                                         "--device", "cpu", "--max-context", "64"]))
+    settings = cli.settings_from_args(
+        parser.parse_args(
+            [
+                "--dtype", "bfloat16", "--sliding", "rolling", "--device", "cpu", "--max-context",
+                "64",
+            ]
+        )
+    )
     replica = Predictor.func_or_class(settings)  # the deployment's class, built outside Serve
     assert replica.predictor.dtype is torch.bfloat16 and replica.predictor.sliding == "rolling"
     assert replica.predictor.max_context == 64
@@ -170,7 +188,8 @@ def test_serve_refuses_a_bad_model_before_starting_ray(capsys, monkeypatch):
     from service import cli
 
     started = []
-    monkeypatch.setattr(cli, "start", lambda *a, **k: started.append(a))  # Ray/Serve would start here
+    # Ray/Serve would start here
+    monkeypatch.setattr(cli, "start", lambda *a, **k: started.append(a))
     parser = argparse.ArgumentParser()
     cli.add_arguments(parser)
     code = cli.run(parser.parse_args(["--model-dir", "/tmp/definitely-not-a-model"]))
@@ -187,15 +206,38 @@ def test_the_bundled_model_has_an_alias_everywhere_a_model_is_named(tmp_path, ca
     from kronos_core.cli import main
     from service import cli
 
-    by_name, default = load_checkpoints(PredictorConfig(model="kronos-default")), load_checkpoints(PredictorConfig())
+    by_name, default = (
+        load_checkpoints(PredictorConfig(model="kronos-default")),
+        load_checkpoints(PredictorConfig()),
+    )
     assert by_name.identity == default.identity and by_name.max_context == default.max_context
     assert by_name.identity.bundled
     goog = Path(loading.__file__).parent / "data" / "real" / "goog_daily.csv"
-    assert main(["forecast", "--csv", str(goog), "--horizon", "2", "--model", "kronos-default", "--device", "cpu"]) == 0
-    assert main(["eval", "--data", str(goog), "--lookback", "32", "--horizon", "2", "--windows", "1",
-                 "--sample-count", "2", "--model", "kronos-default", "--device", "cpu",
-                 "--monitor-out", str(tmp_path / "m.json")]) == 0
+    assert (
+        main(
+            [
+                "forecast", "--csv", str(goog), "--horizon", "2", "--model", "kronos-default",
+                "--device", "cpu",
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(
+            [
+                "eval", "--data", str(goog), "--lookback", "32", "--horizon", "2", "--windows", "1",
+                "--sample-count", "2", "--model", "kronos-default", "--device", "cpu",
+                "--monitor-out", str(tmp_path / "m.json"),
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     parser = argparse.ArgumentParser()
     cli.add_arguments(parser)
-    assert cli.check_model(cli.settings_from_args(parser.parse_args(["--model-dir", "kronos-default"]))) is None
+    assert (
+        cli.check_model(
+            cli.settings_from_args(parser.parse_args(["--model-dir", "kronos-default"]))
+        )
+        is None
+    )

@@ -78,9 +78,13 @@ def test_kronos_forecast_refuses_a_horizon_past_the_context_before_forecasting(c
     from kronos_core.data.sample_store import REAL_DIR
     from kronos_core.predictor import KronosPredictor
 
-    monkeypatch.setattr(KronosPredictor, "forecast", lambda *a, **k: pytest.fail("forecast started"))
+    monkeypatch.setattr(
+        KronosPredictor, "forecast", lambda *a, **k: pytest.fail("forecast started")
+    )
     csv = str(REAL_DIR / "goog_daily.csv")
     argv = ["forecast", "--model", TINY, "--max-context", "64", "--csv", csv,
             "--horizon", "65"]
     assert main(argv) == 2
-    assert "horizon 65 is longer than the model's context (max_context 64)" in capsys.readouterr().err
+    assert (
+        "horizon 65 is longer than the model's context (max_context 64)" in capsys.readouterr().err
+    )

@@ -73,7 +73,9 @@ def test_ragged_batch_equals_singlewindows(tiny, goog, max_context):
     values, xs, ys = windows(goog, starts, lookbacks, horizon)
     together = predictor.forecast(values, xs, ys, ForecastOptions(horizon, top_k=1))
     for i in range(len(values)):
-        alone = predictor.forecast(values[i : i + 1], xs[i : i + 1], ys[i : i + 1], ForecastOptions(horizon, top_k=1))
+        alone = predictor.forecast(
+            values[i : i + 1], xs[i : i + 1], ys[i : i + 1], ForecastOptions(horizon, top_k=1)
+        )
         np.testing.assert_allclose(together.mean[i], alone.mean[0], rtol=1e-5)
 
 
@@ -103,7 +105,9 @@ def test_seeded_sampling_is_batch_invariant(tiny, goog):
     np.testing.assert_allclose(shuffled.paths[1], full.paths[2], rtol=1e-5)
     # sample paths differ from each other and a different seed changes them
     assert not np.allclose(full.paths[2, 0], full.paths[2, 1])
-    other = predictor.forecast(values[2:3], xs[2:3], ys[2:3], ForecastOptions(10, **{**kw, "seed": 99}))
+    other = predictor.forecast(
+        values[2:3], xs[2:3], ys[2:3], ForecastOptions(10, **{**kw, "seed": 99})
+    )
     assert not np.allclose(other.paths[0], alone.paths[0])
 
 
@@ -121,7 +125,9 @@ def test_same_seed_same_answer_and_unseeded_varies(tiny, goog):
 def test_forecast_shapes_mean_and_quantiles(tiny, goog):
     predictor = KronosPredictor(*tiny, device="cpu", max_context=128)
     values, xs, ys = windows(goog, [0, 600], [64, 48], 6)
-    res = predictor.forecast(values, xs, ys, ForecastOptions(6, sample_count=5, seed=3, quantiles=(0.1, 0.5, 0.9)))
+    res = predictor.forecast(
+        values, xs, ys, ForecastOptions(6, sample_count=5, seed=3, quantiles=(0.1, 0.5, 0.9))
+    )
     assert res.paths.shape == (2, 5, 6, 6)
     assert res.mean.shape == (2, 6, 6)
     assert res.quantiles.shape == (3, 2, 6, 6)
@@ -135,7 +141,9 @@ def test_repair_makes_candles_consistent(tiny, goog):
     predictor = KronosPredictor(*tiny, device="cpu", max_context=128)
     values, xs, ys = windows(goog, [0, 700, 1400], [64, 64, 64], 12)
     raw = predictor.forecast(values, xs, ys, ForecastOptions(12, sample_count=4, seed=5))
-    fixed = predictor.forecast(values, xs, ys, ForecastOptions(12, sample_count=4, seed=5, repair=True))
+    fixed = predictor.forecast(
+        values, xs, ys, ForecastOptions(12, sample_count=4, seed=5, repair=True)
+    )
     p = fixed.paths
     assert (p[..., 1] >= np.maximum(p[..., 0], p[..., 3]) - 1e-6).all()
     assert (p[..., 2] <= np.minimum(p[..., 0], p[..., 3]) + 1e-6).all()
@@ -155,7 +163,9 @@ def test_input_rules_match_reference(tiny, goog):
     # volume without amount: amount = volume * mean(OHLC)
     vol = prices.assign(volume=d[0]["volume"])
     c = predictor.predict(vol, x[0], y[0], 4, **GREEDY)
-    e = predictor.predict(vol.assign(amount=vol["volume"] * prices.mean(axis=1)), x[0], y[0], 4, **GREEDY)
+    e = predictor.predict(
+        vol.assign(amount=vol["volume"] * prices.mean(axis=1)), x[0], y[0], 4, **GREEDY
+    )
     np.testing.assert_array_equal(c.to_numpy(), e.to_numpy())
     # NaN is rejected with a message that says so
     bad = d[0].copy()

@@ -21,8 +21,11 @@ def _fake_python(folder: Path) -> Path:
 
 def _run(cwd: Path, env_extra: dict) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"} | env_extra
-    script = f'source {REPO}/scripts/venv.sh && kronos_venv "dev,hub" && echo "PY=$PY" && echo "PATH=$PATH"'
-    return subprocess.run(["bash", "-c", script], cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
+    script = (f'source {REPO}/scripts/venv.sh && kronos_venv "dev,hub" && echo "PY=$PY" && echo '
+              '"PATH=$PATH"')
+    return subprocess.run(
+        ["bash", "-c", script], cwd=cwd, env=env, capture_output=True, text=True, timeout=60
+    )
 
 
 def test_activated_virtualenv_is_used(tmp_path):
@@ -31,7 +34,9 @@ def test_activated_virtualenv_is_used(tmp_path):
     proc = _run(tmp_path, {"VIRTUAL_ENV": str(venv)})
     assert proc.returncode == 0, proc.stderr
     assert f"PY={py}" in proc.stdout and f"PATH={venv}/bin:" in proc.stdout  # kronos on PATH
-    assert (venv / "calls").read_text().split() == [str(py), "-m", "pip", "install", "-q", "torch==2.13.0", "-e", ".[dev,hub]"]
+    assert (venv / "calls").read_text().split() == [
+        str(py), "-m", "pip", "install", "-q", "torch==2.13.0", "-e", ".[dev,hub]",
+    ]
     assert not (tmp_path / ".venv").exists()
 
 
@@ -45,9 +50,13 @@ def test_repository_venv_is_reused(tmp_path):
 
 
 def test_scripts_call_the_helper_and_gitignore_the_venv():
-    for name, extras, runs in (("test.sh", "dev,hub", '"$PY" -m pytest "$@"'), ("serve.sh", "serve", 'kronos" serve "$@"')):
+    for name, extras, runs in (
+        ("test.sh", "dev,hub", '"$PY" -m pytest "$@"'), ("serve.sh", "serve", 'kronos" serve "$@"'),
+    ):
         text = (REPO / "scripts" / name).read_text()
-        assert "source scripts/venv.sh" in text and f'kronos_venv "{extras}"' in text and runs in text
+        assert (
+            "source scripts/venv.sh" in text and f'kronos_venv "{extras}"' in text and runs in text
+        )
         assert subprocess.run(["bash", "-n", str(REPO / "scripts" / name)]).returncode == 0
     assert "/.venv/" in (REPO / ".gitignore").read_text().split()
     assert "bash scripts/test.sh" in (REPO / ".ci" / "run").read_text()

@@ -14,8 +14,9 @@ never pays for importing Ray or FastAPI.
 Commands are the core's own (``COMMANDS``) plus those other installed packages register
 under the entry-point group ``kronos.commands``: each entry point names a table like
 ``COMMANDS`` (``service.commands:COMMANDS`` adds ``serve``;
-``loadtests.commands:COMMANDS`` adds ``bench service``, ``loadtest`` and ``soak``). The core never names those packages' modules. A command name may have two
-words (``bench store``); ``kronos bench`` alone is ``kronos bench engine``.
+``loadtests.commands:COMMANDS`` adds ``bench service``, ``loadtest`` and ``soak``). The core never
+names those packages' modules. A command name may have two words (``bench store``); ``kronos bench``
+alone is ``kronos bench engine``.
 """
 
 from __future__ import annotations
@@ -34,14 +35,24 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("kronos_core.cli.plan", "plan memory, batch size and time of training or inference"),
     "import": ("kronos_core.cli.data_import", "import CSV/Parquet candles into an Arrow store"),
     "sample-store": ("kronos_core.cli.sample_store", "generate a synthetic sample store"),
-    "train": ("kronos_core.cli.train", "train the tokenizer or predictor (or the bundled default model)"),
+    "train": (
+        "kronos_core.cli.train", "train the tokenizer or predictor (or the bundled default model)",
+    ),
     "bench engine": ("kronos_core.cli.bench", "benchmark the cached engine against full recompute"),
     "bench store": ("kronos_core.cli.bench_store", "benchmark store reads against CSV"),
-    "eval": ("kronos_core.cli.eval", "walk-forward evaluation against baselines (metrics, regimes, plots)"),
-    "calibrate": ("kronos_core.cli.calibrate", "fit conformal (CQR / ACI) corrections of the forecast quantiles"),
+    "eval": (
+        "kronos_core.cli.eval",
+        "walk-forward evaluation against baselines (metrics, regimes, plots)",
+    ),
+    "calibrate": (
+        "kronos_core.cli.calibrate",
+        "fit conformal (CQR / ACI) corrections of the forecast quantiles",
+    ),
     "backtest": ("kronos_core.cli.backtest", "walk-forward top-k portfolio backtest with costs"),
     "score": ("kronos_core.cli.score", "score recorded forecasts whose truth the store now holds"),
-    "timestamps-holdout": ("kronos_core.cli.timestamps_holdout", "hold-out check of future timestamps on real series"),
+    "timestamps-holdout": (
+        "kronos_core.cli.timestamps_holdout", "hold-out check of future timestamps on real series",
+    ),
 }
 
 # old spellings that still work (not listed in --help)
@@ -74,7 +85,8 @@ def build_parser(commands: dict[str, tuple[str, str]] | None = None) -> argparse
     commands = all_commands() if commands is None else commands
     parser = argparse.ArgumentParser(
         prog="kronos", description="Kronos portfolio forecasting",
-        epilog="`kronos COMMAND --help` describes a command's flags. `kronos bench` alone is `kronos bench engine`.",
+        epilog="`kronos COMMAND --help` describes a command's flags. `kronos bench` alone is "
+               "`kronos bench engine`.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

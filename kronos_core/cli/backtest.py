@@ -4,7 +4,7 @@ Example::
 
     kronos backtest --data kronos_core/data/real/goog_daily.csv kronos_core/data/real/sp500_daily.csv \\
         --lookback 128 --horizon 5 --rebalance 5 --top 1 --cost-bps 5 --out backtest/
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -24,17 +24,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--symbols", nargs="+",
                    help="symbols to take from a store or the corpus (default: all)")
     g.add_argument("--lookback", type=int, default=128, help="context candles (default 128)")
-    g.add_argument("--horizon", type=int, required=True, help="forecast candles; ranks use the return to the end")
+    g.add_argument(
+        "--horizon", type=int, required=True,
+        help="forecast candles; ranks use the return to the end",
+    )
     g.add_argument("--rebalance", type=int, required=True, help="rows between rebalances")
-    g.add_argument("--top", type=int, required=True, help="symbols held long (and short with --long-short)")
+    g.add_argument(
+        "--top", type=int, required=True, help="symbols held long (and short with --long-short)"
+    )
     g.add_argument("--long-short", action="store_true", help="also short the bottom k")
     g.add_argument("--rank", default="return", choices=["return", "sharpe"],
                    help="rank by forecast return, or by forecast return over its volatility")
-    g.add_argument("--cost-bps", type=float, default=0.0, help="costs in basis points per unit of turnover")
-    g.add_argument("--momentum-window", type=int, help="trailing rows of the momentum baseline (default: lookback)")
+    g.add_argument(
+        "--cost-bps", type=float, default=0.0, help="costs in basis points per unit of turnover"
+    )
+    g.add_argument(
+        "--momentum-window", type=int,
+        help="trailing rows of the momentum baseline (default: lookback)",
+    )
     g.add_argument("--start", help="first rebalance at or after this time")
     g.add_argument("--end", help="last rebalance at or before this time")
-    g.add_argument("--sample-count", type=int, default=16, help="sample paths per symbol (default 16)")
+    g.add_argument(
+        "--sample-count", type=int, default=16, help="sample paths per symbol (default 16)"
+    )
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--batch-size", type=int, default=512, help="universe symbols per engine call")
     g.add_argument("--out", type=Path, help="folder for backtest.json, backtest.md and equity.png")
@@ -78,9 +90,11 @@ def run(args) -> int:
         start = corpus_start(args, source)
         uni = Universe.from_series(source.series)
         predictor = load_predictor(predictor_config_from_args(args))
-        res = run_backtest(predictor, uni, args.lookback, args.horizon, args.rebalance, args.top, args.long_short,
-                           args.cost_bps, args.rank, args.sample_count, args.momentum_window, start,
-                           args.end, args.seed, args.batch_size)
+        res = run_backtest(
+            predictor, uni, args.lookback, args.horizon, args.rebalance, args.top, args.long_short,
+            args.cost_bps, args.rank, args.sample_count, args.momentum_window, start, args.end,
+            args.seed, args.batch_size,
+        )
     except (DataError, CheckpointError, ValueError) as exc:
         print(f"kronos backtest: {exc}", file=sys.stderr)
         return 2
@@ -93,20 +107,33 @@ def run(args) -> int:
         args.out.mkdir(parents=True, exist_ok=True)
         report = {
             "model": predictor.identity.as_dict(),
-            "data": {"symbols": uni.names, "rows": len(uni.timestamps), "first": str(uni.timestamps[0]),
-                     "last": str(uni.timestamps[-1])},
-            "settings": {k: getattr(args, k) for k in (
-                "lookback", "horizon", "rebalance", "top", "long_short", "rank", "cost_bps",
-                "sample_count", "seed", "end")} | {"start": start} | res.extra,
+            "data": {
+                "symbols": uni.names, "rows": len(uni.timestamps), "first": str(uni.timestamps[0]),
+                "last": str(uni.timestamps[-1]),
+            },
+            "settings": {
+                k: getattr(args, k)
+                for k in (
+                    "lookback", "horizon", "rebalance", "top", "long_short", "rank", "cost_bps",
+                    "sample_count", "seed", "end",
+                )
+            }
+            | {"start": start}
+            | res.extra,
             "performance": res.performance,
             "decisions": res.decisions,
         }
         (args.out / "backtest.json").write_text(json.dumps(report, indent=1, default=float))
-        (args.out / "backtest.md").write_text(f"# Backtest ({predictor.identity.name})\n\n{table}\n\n{note}\n")
+        (args.out / "backtest.md").write_text(
+            f"# Backtest ({predictor.identity.name})\n\n{table}\n\n{note}\n"
+        )
         from kronos_core.eval.plots import equity_plot
 
         ts = uni.timestamps[[res.rows[0] - 1, *res.sims["model"].rows]]
-        equity_plot(args.out / "equity.png", ts, {k: s.equity for k, s in res.sims.items()},
-                    f"backtest: top {args.top}{' long-short' if args.long_short else ''}, {predictor.identity.name}")
+        equity_plot(
+            args.out / "equity.png", ts, {k: s.equity for k, s in res.sims.items()},
+            f"backtest: top {args.top}{' long-short' if args.long_short else ''}, "
+            f"{predictor.identity.name}",
+        )
         print(f"wrote {args.out}/backtest.json, backtest.md, equity.png")
     return 0

@@ -32,12 +32,14 @@ from kronos_core.model import Kronos, KronosConfig, KronosTokenizer, TokenizerCo
 from kronos_core.options import ForecastOptions
 from kronos_core.predictor import KronosPredictor
 
-if TYPE_CHECKING:  # psutil is imported only when the command runs (scripts/gpu-check.sh reuses this module)
+# psutil is imported only when the command runs (scripts/gpu-check.sh reuses this module)
+if TYPE_CHECKING:
     from kronos_core.monitor import ResourceMonitor
 
 SMALL = KronosConfig(s1_bits=10, s2_bits=10, n_layers=8, d_model=512, n_heads=8, ff_dim=1024)
 TOKENIZER_BASE = TokenizerConfig(
-    d_in=6, d_model=256, n_heads=4, ff_dim=512, n_enc_layers=4, n_dec_layers=4, s1_bits=10, s2_bits=10
+    d_in=6, d_model=256, n_heads=4, ff_dim=512, n_enc_layers=4, n_dec_layers=4, s1_bits=10,
+    s2_bits=10,
 )
 
 
@@ -45,19 +47,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--series", type=int, default=8, help="series in workload 1 (default 8)")
     parser.add_argument("--lookback", type=int, default=400)
     parser.add_argument("--horizon", type=int, default=24)
-    parser.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda, cuda:N")
+    parser.add_argument(
+        "--device", default="auto", help="auto (CUDA if available), cpu, cuda, cuda:N"
+    )
     parser.add_argument("--skip-sliding", action="store_true", help="skip workload 2")
     parser.add_argument("--skip-memory", action="store_true", help="skip workload 3")
-    parser.add_argument("--gpu", action="store_true", help="run workload 4 (1,000 series, horizon 120)")
-    parser.add_argument("--cuda-graphs", action="store_true",
-                        help="CUDA graphs for the decode step (torch.compile reduce-overhead; ignored on a CPU)")
+    parser.add_argument(
+        "--gpu", action="store_true", help="run workload 4 (1,000 series, horizon 120)"
+    )
+    parser.add_argument(
+        "--cuda-graphs", action="store_true",
+        help="CUDA graphs for the decode step (torch.compile reduce-overhead; ignored on a CPU)",
+    )
     parser.add_argument("--gpu-series", type=int, default=1000)
     parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--monitor-out", type=Path, default=None,
-                        help="resource report (JSON) of the run; default: <--json stem>.monitor.json, "
-                             "else bench-monitor.json")
-    parser.add_argument("--monitor-interval", type=float, default=0.5, help="seconds between samples")
+    parser.add_argument(
+        "--monitor-out", type=Path, default=None,
+        help="resource report (JSON) of the run; default: <--json stem>.monitor.json, "
+        "else bench-monitor.json",
+    )
+    parser.add_argument(
+        "--monitor-interval", type=float, default=0.5, help="seconds between samples"
+    )
 
 
 def monitor_path(args) -> Path:
@@ -73,7 +85,9 @@ def random_small(seed: int) -> tuple[Kronos, KronosTokenizer]:
     return Kronos(SMALL).eval(), KronosTokenizer(TOKENIZER_BASE).eval()
 
 
-def synthetic_series(n: int, length: int, horizon: int, seed: int) -> tuple[list[np.ndarray], list[pd.DatetimeIndex], list[pd.DatetimeIndex]]:
+def synthetic_series(
+    n: int, length: int, horizon: int, seed: int
+) -> tuple[list[np.ndarray], list[pd.DatetimeIndex], list[pd.DatetimeIndex]]:
     """Random-walk 5-minute candles: (values list, history stamps list, future stamps list)."""
     rng = np.random.default_rng(seed)
     stamps = pd.date_range("2024-01-02 09:35", periods=length + horizon, freq="5min")
@@ -84,7 +98,9 @@ def synthetic_series(n: int, length: int, horizon: int, seed: int) -> tuple[list
         spread = np.abs(rng.normal(0, 0.002, length)) * close
         high, low = np.maximum(open_, close) + spread, np.minimum(open_, close) - spread
         volume = rng.lognormal(8, 0.5, length)
-        values.append(np.stack([open_, high, low, close, volume, volume * close], axis=1).astype(np.float32))
+        values.append(
+            np.stack([open_, high, low, close, volume, volume * close], axis=1).astype(np.float32)
+        )
         xs.append(stamps[:length])
         ys.append(stamps[length:])
     return values, xs, ys
@@ -101,7 +117,9 @@ def _run_forecast(predictor: KronosPredictor, data, horizon: int, sliding: str):
     return predictor.forecast(values, xs, [y[:horizon] for y in ys], options)
 
 
-def timed_forecast(predictor: KronosPredictor, data, horizon: int, sliding: str, memory_horizon: int | None = None):
+def timed_forecast(
+    predictor: KronosPredictor, data, horizon: int, sliding: str, memory_horizon: int | None = None
+):
     """Time one forecast (no instrumentation), then measure its peak memory in a separate run.
 
     On CPU the peak comes from ``LiveTensorMeter`` (which slows execution, hence the
@@ -137,12 +155,15 @@ def timed_forecast(predictor: KronosPredictor, data, horizon: int, sliding: str,
 
 
 def steady_host_syncs(predictor: KronosPredictor, data, horizon: int = 6) -> int:
-    """The most host-device syncs of any steady decode step (not the first, not the last) of a short run."""
+    """The most host-device syncs of any steady decode step (not the first, not the last) of a short
+    run."""
     from kronos_core.engine.syncs import syncs_per_step
 
     values, xs, ys = data
     horizon = max(3, min(horizon, min(len(y) for y in ys)))
-    job = predictor.start_forecast(values, xs, [y[:horizon] for y in ys], ForecastOptions(horizon, top_k=1))
+    job = predictor.start_forecast(
+        values, xs, [y[:horizon] for y in ys], ForecastOptions(horizon, top_k=1)
+    )
     return max(syncs_per_step(job)[1:-1])
 
 
@@ -173,9 +194,13 @@ def _run(args, monitor: ResourceMonitor) -> int:
     cfg = PredictorConfig(device=args.device, cuda_graphs=bool(getattr(args, "cuda_graphs", False)))
     device = cfg.torch_device()
     model, tok = random_small(args.seed)
-    out: dict = {"device": str(device), "torch": torch.__version__, "threads": torch.get_num_threads()}
-    print(f"kronos bench on {device} (torch {torch.__version__}, {torch.get_num_threads()} threads); "
-          "Kronos-small dims, random weights, greedy")
+    out: dict = {
+        "device": str(device), "torch": torch.__version__, "threads": torch.get_num_threads(),
+    }
+    print(
+        f"kronos bench on {device} (torch {torch.__version__}, {torch.get_num_threads()} threads); "
+        "Kronos-small dims, random weights, greedy"
+    )
 
     # 1. full recompute vs cached engine
     predictor = build_predictor(model, tok, cfg)
@@ -192,8 +217,14 @@ def _run(args, monitor: ResourceMonitor) -> int:
     identical = bool(np.array_equal(res_a.paths, res_b.paths))
     max_rel = float(np.max(np.abs(res_a.paths - res_b.paths) / (np.abs(res_a.paths) + 1e-9)))
     ratio = a["seconds"] / b["seconds"]
-    print(f"  ratio a/b = {ratio:.1f}x (goal >= 15)   forecasts identical: {identical} (max rel diff {max_rel:.2e})")
-    out["fits_context"] = {"recompute": a, "cached": b, "ratio": ratio, "identical": identical, "max_rel_diff": max_rel}
+    print(
+        f"  ratio a/b = {ratio:.1f}x (goal >= 15)   forecasts identical: {identical} (max rel diff "
+        f"{max_rel:.2e})"
+    )
+    out["fits_context"] = {
+        "recompute": a, "cached": b, "ratio": ratio, "identical": identical,
+        "max_rel_diff": max_rel,
+    }
     syncs = steady_host_syncs(predictor, data)
     print(f"  host syncs per steady decode step: {syncs} (goal 0)")
     out["fits_context"]["host_syncs_per_steady_step"] = syncs
@@ -202,7 +233,10 @@ def _run(args, monitor: ResourceMonitor) -> int:
     if not args.skip_sliding:
         lb = 512
         data2 = synthetic_series(args.series, lb, args.horizon, args.seed + 1)
-        print(f"\n[2] {args.series} series, lookback {lb}, horizon {args.horizon} (window slides every step)")
+        print(
+            f"\n[2] {args.series} series, lookback {lb}, horizon {args.horizon} (window slides "
+            "every step)"
+        )
         res_e, e = timed_forecast(predictor, data2, args.horizon, "exact", memory_horizon=2)
         print(_fmt("exact (recompute on slide)", e))
         res_r, r = timed_forecast(predictor, data2, args.horizon, "rolling")
@@ -212,12 +246,15 @@ def _run(args, monitor: ResourceMonitor) -> int:
         scale = np.std(np.concatenate([v[:, 3] for v in data2[0]]))
         dev_sd = np.abs(res_r.mean[..., 3] - res_e.mean[..., 3]) / scale
         same_first = float(np.mean(np.all(np.isclose(res_r.mean[:, 0], res_e.mean[:, 0]), axis=-1)))
-        print(f"  rolling speed-up {e['seconds'] / r['seconds']:.1f}x; deviation of close vs exact: "
-              f"mean {dev_close.mean():.2e} rel ({dev_sd.mean():.3f} history std), max {dev_close.max():.2e} rel; "
-              f"first step identical for {same_first:.0%} of series")
+        print(
+            f"  rolling speed-up {e['seconds'] / r['seconds']:.1f}x; deviation of close vs exact: "
+            f"mean {dev_close.mean():.2e} rel ({dev_sd.mean():.3f} history std), max "
+            f"{dev_close.max():.2e} rel; first step identical for {same_first:.0%} of series"
+        )
         out["sliding"] = {
             "exact": e, "rolling": r, "speedup": e["seconds"] / r["seconds"],
-            "close_rel_dev_mean": float(dev_close.mean()), "close_rel_dev_max": float(dev_close.max()),
+            "close_rel_dev_mean": float(dev_close.mean()),
+            "close_rel_dev_max": float(dev_close.max()),
             "close_dev_in_std_mean": float(dev_sd.mean()),
         }
 
@@ -230,12 +267,20 @@ def _run(args, monitor: ResourceMonitor) -> int:
             meter = LiveTensorMeter()
             with meter:
                 predictor.forecast(d[0], d[1], d[2], ForecastOptions(h, sample_count=s, seed=1))
-            est = memory_breakdown(SMALL, TOKENIZER_BASE, n, lb, h, s, include_weights=False, ragged=False).total
+            est = memory_breakdown(
+                SMALL, TOKENIZER_BASE, n, lb, h, s, include_weights=False, ragged=False
+            ).total
             err = est / meter.peak - 1
-            rows.append({"series": n, "lookback": lb, "horizon": h, "samples": s, "measured": meter.peak,
-                         "estimate": est, "error": err})
-            print(f"  series {n:3d} lookback {lb} horizon {h} samples {s}: measured {meter.peak / 2**20:7.1f} MiB,"
-                  f" estimate {est / 2**20:7.1f} MiB ({err:+.0%})")
+            rows.append(
+                {
+                    "series": n, "lookback": lb, "horizon": h, "samples": s, "measured": meter.peak,
+                    "estimate": est, "error": err,
+                }
+            )
+            print(
+                f"  series {n:3d} lookback {lb} horizon {h} samples {s}: measured "
+                f"{meter.peak / 2**20:7.1f} MiB, estimate {est / 2**20:7.1f} MiB ({err:+.0%})"
+            )
         out["memory"] = rows
 
     # 4. GPU workload
@@ -256,7 +301,8 @@ def gpu_workload(model, tok, device, args) -> dict:
     print(f"\n[4] {n} series, lookback {lb}, horizon {h} on {device}")
     for name in ("float32", "bfloat16"):
         pred = build_predictor(model, tok, PredictorConfig(device=str(device), dtype=name))
-        pred.forecast(data[0][:8], data[1][:8], data[2][:8], ForecastOptions(h, top_k=1))  # warm-up (and compile, where asked)
+        # warm-up (and compile, where asked)
+        pred.forecast(data[0][:8], data[1][:8], data[2][:8], ForecastOptions(h, top_k=1))
         _, r = timed_forecast(pred, data, h, "exact")
         est = memory_breakdown(SMALL, TOKENIZER_BASE, n, lb, h, 1, pred.dtype or torch.float32,
                                ragged=False).total

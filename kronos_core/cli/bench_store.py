@@ -50,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
     ):
         ok = seconds * 1e3 <= GOAL_MS and r.csv_s / seconds >= GOAL_RATIO
         print(
-            f"goal (<= {GOAL_MS:.0f} ms and >= {GOAL_RATIO:.0f}x), {name}: {'met' if ok else 'NOT met'}"
+            f"goal (<= {GOAL_MS:.0f} ms and >= {GOAL_RATIO:.0f}x), {name}: "
+            f"{'met' if ok else 'NOT met'}"
         )
     return 0 if r.identical else 1

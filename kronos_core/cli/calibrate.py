@@ -8,7 +8,8 @@ Example (fit on the first 70% of each series, show coverage before/after on the 
 
 The correction is per horizon step and interval level (see
 ``kronos_core.eval.calibration``); apply it with ``kronos forecast --calibration``,
-``kronos eval --calibration`` or ``ForecastOptions(..., calibration=...)`` in ``KronosPredictor.forecast``.
+``kronos eval --calibration`` or ``ForecastOptions(..., calibration=...)`` in
+``KronosPredictor.forecast``.
 """
 
 from __future__ import annotations
@@ -28,24 +29,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     add_window_arguments(parser)
     add_predictor_arguments(parser)
-    parser.add_argument("--method", default="cqr", choices=METHODS,
-                        help="cqr: Romano et al. 2019 on log prices; cqr-r: scores scaled by the interval width; "
-                             "select: cqr or cqr-r, whichever covers nearer nominal on the later half of the "
-                             "calibration windows; aci: adaptive conformal inference (Gibbs & Candès 2021)")
-    parser.add_argument("--compare", type=lambda t: tuple(m for m in t.split(",") if m), default=(),
-                        metavar="METHOD,...", help="with --holdout: also fit these methods on the same windows "
-                                                   "and add their held-out coverage to the table")
-    parser.add_argument("--holdout", type=float,
-                        help="fit on windows before the last FRACTION of each series (from --start / --last-fraction on) and "
-                             "report coverage before/after calibration on windows in that last part")
+    parser.add_argument(
+        "--method", default="cqr", choices=METHODS,
+        help="cqr: Romano et al. 2019 on log prices; cqr-r: scores scaled by the interval width; "
+        "select: cqr or cqr-r, whichever covers nearer nominal on the later half of the "
+        "calibration windows; aci: adaptive conformal inference (Gibbs & Candès 2021)",
+    )
+    parser.add_argument(
+        "--compare", type=lambda t: tuple(m for m in t.split(",") if m), default=(),
+        metavar="METHOD,...",
+        help="with --holdout: also fit these methods on the same windows "
+        "and add their held-out coverage to the table",
+    )
+    parser.add_argument(
+        "--holdout", type=float,
+        help="fit on windows before the last FRACTION of each series (from --start / "
+             "--last-fraction on) and "
+        "report coverage before/after calibration on windows in that last part",
+    )
     parser.add_argument("--holdout-windows", type=int,
                         help="held-out windows per series (default: --windows); with --corpus, the "
                              "held-out coverage table (on each series' evaluation period) is shown "
                              "only when this is given")
-    parser.add_argument("--group-by", choices=("none", "frequency", "series"), default="none",
-                        help="fit one calibration per bar frequency (1d, 1h, ...) or per series, all in the one "
-                             "file; each applies only to its group (default: one for all the series)")
-    parser.add_argument("--out", type=Path, default=Path("calibration.json"), help="calibration JSON to write")
+    parser.add_argument(
+        "--group-by", choices=("none", "frequency", "series"), default="none",
+        help="fit one calibration per bar frequency (1d, 1h, ...) or per series, all in the one "
+        "file; each applies only to its group (default: one for all the series)",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=Path("calibration.json"), help="calibration JSON to write"
+    )
 
 
 def levels_from(args) -> tuple[float, ...]:
@@ -60,7 +73,8 @@ def split_times(series, fraction: float) -> list:
 
 
 def _covered(name, cal, samples, truth, issued, resolved) -> dict[str, np.ndarray]:
-    """Columns of the held-out table for one calibration: {label: covered (C, N, H)} on the close."""
+    """Columns of the held-out table for one calibration: {label: covered (C, N, H)} on the
+    close."""
     from kronos_core.eval.evaluate import CLOSE
     from kronos_core.eval.metrics import covered
 
@@ -99,14 +113,19 @@ def holdout_report(args, predictor, series, cals: dict) -> list[dict]:
     rows: list[dict] = []
     pooled: dict[str, list[np.ndarray]] = {}  # column -> its (C, N) array of each series
     for s, t in zip(series, holdout_starts(args, series)):
-        wf = walk_forward(args, predictor, [s], start=t, windows=args.holdout_windows or args.windows)
+        wf = walk_forward(
+            args, predictor, [s], start=t, windows=args.holdout_windows or args.windows
+        )
         issued, resolved = window_times(wf)
         truth = wf.windows.truth
         lv = [q for c in levels for q in ((1 - c) / 2, (1 + c) / 2)]
         raw = np.quantile(wf.paths[..., CLOSE].astype(np.float64), lv, axis=1)  # (2C, N, H)
         y = truth[..., CLOSE].astype(np.float64)
-        cols = {"before": np.stack([(raw[2 * i] <= y) & (y <= raw[2 * i + 1]) for i in range(len(levels))])
-                .astype(np.float64)}
+        cols = {
+            "before": np.stack(
+                [(raw[2 * i] <= y) & (y <= raw[2 * i + 1]) for i in range(len(levels))]
+            ).astype(np.float64)
+        }
         for name, cal in cals.items():
             member = cal.select(series_frequency(s.timestamps), s.name)  # the group of this series
             cols.update(_covered(name, member, wf.paths, truth, issued, resolved))
@@ -120,8 +139,13 @@ def holdout_report(args, predictor, series, cals: dict) -> list[dict]:
 
 def _rows(name, levels, cols) -> list[dict]:
     n = next(iter(cols.values())).shape[1]
-    return [{"series": name, "level": c, "windows": n, **{k: float(v[ci].mean()) for k, v in cols.items()}}
-            for ci, c in enumerate(levels)]
+    return [
+        {
+            "series": name, "level": c, "windows": n,
+            **{k: float(v[ci].mean()) for k, v in cols.items()},
+        }
+        for ci, c in enumerate(levels)
+    ]
 
 
 def group_series(series, group_by: str) -> dict[str | None, list]:
@@ -134,7 +158,9 @@ def group_series(series, group_by: str) -> dict[str | None, list]:
     for s in series:
         key = s.name if group_by == "series" else series_frequency(s.timestamps)
         if key is None:
-            raise ValueError(f"{s.name}: cannot tell its bar frequency (too few rows) for --group-by frequency")
+            raise ValueError(
+                f"{s.name}: cannot tell its bar frequency (too few rows) for --group-by frequency"
+            )
         groups.setdefault(key, []).append(s)
     return groups
 
@@ -163,11 +189,16 @@ def _fit_group(args, predictor, series) -> tuple[dict, int, float]:
         info["fitted_before"] = "each series' eval_from (corpus evaluation period)"
         info["corpus"] = str(args.corpus)
     frequencies = {f for s in series if (f := series_frequency(s.timestamps)) is not None}
-    scope = Scope((args.lookback, args.lookback), tuple(sorted(frequencies)) or None, tuple(s.name for s in series))
+    scope = Scope(
+        (args.lookback, args.lookback), tuple(sorted(frequencies)) or None,
+        tuple(s.name for s in series),
+    )
     cals = {}
     for m in dict.fromkeys((args.method, *args.compare)):
-        cal = Calibration.fit(paths, truth, levels_from(args), predictor.identity.as_dict(), m, info=info,
-                              issued=issued, resolved=resolved, scope=scope)
+        cal = Calibration.fit(
+            paths, truth, levels_from(args), predictor.identity.as_dict(), m, info=info,
+            issued=issued, resolved=resolved, scope=scope,
+        )
         cals[m] = cal
     return cals, n_windows, seconds
 
@@ -189,7 +220,9 @@ def fit_calibrations(args, predictor, series) -> tuple[dict, int, float]:
     cals = {}
     for asked in next(iter(fitted.values()))[0]:
         # cast: past the one unnamed group (returned above), every group has a name
-        cal = Calibration.grouped({cast(str, key): f[0][asked] for key, f in fitted.items()}, args.group_by)
+        cal = Calibration.grouped(
+            {cast(str, key): f[0][asked] for key, f in fitted.items()}, args.group_by
+        )
         cals[_label(asked, cal)] = cal
     return cals, n_windows, seconds
 
@@ -206,7 +239,10 @@ def run(args) -> int:
         return 2
     unknown = [m for m in args.compare if m not in METHODS]
     if unknown:
-        print(f"kronos calibrate: --compare {','.join(unknown)}: not a method ({', '.join(METHODS)})", file=sys.stderr)
+        print(
+            f"kronos calibrate: --compare {','.join(unknown)}: not a method ({', '.join(METHODS)})",
+            file=sys.stderr,
+        )
         return 2
     if args.corpus is not None and args.holdout is not None:
         print("kronos calibrate: --holdout is for files; a corpus's hold-out is each series' "
@@ -232,9 +268,13 @@ def run(args) -> int:
     if "selection" in cal.info:
         detail = f" (select chose {cal.info['selection']['chosen']})"
     if "aci" in cal.info:
-        detail = f" (gamma {cal.info['aci']['gamma']:g}, trailing window {cal.info['aci']['window']})"
-    print(f"fitted {cal.method}{detail} on {n_windows} windows ({n_windows / seconds:.2f} windows/s) "
-          f"for model {predictor.identity.name}; wrote {args.out}")
+        detail = (
+            f" (gamma {cal.info['aci']['gamma']:g}, trailing window {cal.info['aci']['window']})"
+        )
+    print(
+        f"fitted {cal.method}{detail} on {n_windows} windows ({n_windows / seconds:.2f} windows/s) "
+        f"for model {predictor.identity.name}; wrote {args.out}"
+    )
     corpus_holdout = source.corpus is not None and args.holdout_windows
     if args.holdout is not None or corpus_holdout:
         rows = holdout_report(args, predictor, series, cals)

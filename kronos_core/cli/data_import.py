@@ -28,7 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--session-timezone",
-        help="clock the trading sessions follow, if not --timezone (e.g. America/New_York for FX stamped in UTC)",
+        help="clock the trading sessions follow, if not --timezone (e.g. America/New_York for FX "
+             "stamped in UTC)",
     )
     parser.add_argument(
         "--exchange",
@@ -43,7 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--on-overlap",
         choices=("error", "keep", "replace"),
         default="error",
-        help="new candles at stored timestamps with different values: refuse (default), keep stored, replace",
+        help="new candles at stored timestamps with different values: refuse (default), keep "
+             "stored, replace",
     )
     add_reader_arguments(parser)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -93,7 +95,8 @@ def run(args: argparse.Namespace) -> int:
         if o.ok:
             fixed = f", {len(o.repairs)} repair(s)" if o.repairs else ""
             print(
-                f"{o.symbol}: +{o.rows_written} candles -> {o.rows_total} ({o.first} .. {o.last}) from {o.file}{fixed}"
+                f"{o.symbol}: +{o.rows_written} candles -> {o.rows_total} ({o.first} .. {o.last}) "
+                f"from {o.file}{fixed}"
             )
     for o in failed:
         print(f"error: {o.error}", file=sys.stderr)

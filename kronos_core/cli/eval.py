@@ -28,14 +28,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--calibration", type=Path, action="append",
                         help="calibration JSON (kronos calibrate): the model it was fitted for is "
                              "scored raw and calibrated; repeat it for several models")
-    parser.add_argument("--all-features", action="store_true", help="also score open/high/low/volume/amount")
+    parser.add_argument(
+        "--all-features", action="store_true", help="also score open/high/low/volume/amount"
+    )
     parser.add_argument("--out", type=Path,
                         help="write the JSON report here (and its tables beside it, as .md)")
-    parser.add_argument("--plot", type=Path, metavar="DIR", help="write PNGs (fan charts, coverage, PIT) here")
-    parser.add_argument("--plot-series", nargs="+", help="series for fan charts (default: the first)")
-    parser.add_argument("--monitor-out", type=Path, default=None,
-                        help="resource report (JSON) of the run; default: <--out stem>.monitor.json, "
-                             "else eval-monitor.json")
+    parser.add_argument(
+        "--plot", type=Path, metavar="DIR", help="write PNGs (fan charts, coverage, PIT) here"
+    )
+    parser.add_argument(
+        "--plot-series", nargs="+", help="series for fan charts (default: the first)"
+    )
+    parser.add_argument(
+        "--monitor-out", type=Path, default=None,
+        help="resource report (JSON) of the run; default: <--out stem>.monitor.json, "
+        "else eval-monitor.json",
+    )
 
 
 def requires(args) -> list:
@@ -57,7 +65,10 @@ def write_plots(out: Path, report: dict, wf, calibrated=None, series_names=None)
     name = report["model"].get("name", "model")
     files = [
         # point baselines have zero-width intervals: only the probabilistic forecasters
-        plots.coverage_plot(out / "coverage.png", {name: report["metrics"], "hist_vol": report["baselines"]["hist_vol"]}),
+        plots.coverage_plot(
+            out / "coverage.png",
+            {name: report["metrics"], "hist_vol": report["baselines"]["hist_vol"]},
+        ),
         plots.pit_plot(out / "pit.png", report["metrics"]["pit"], f"PIT histogram, {name}"),
     ]
     w, levels = wf.windows, [float(c) for c in report["data"]["coverage_levels"]]

@@ -25,13 +25,21 @@ log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--csv", required=True, type=Path, help="candles (CSV or Parquet): timestamps, open, high, low, close[, volume, amount]; any case")
+    parser.add_argument(
+        "--csv", required=True, type=Path,
+        help="candles (CSV or Parquet): timestamps, open, high, low, close[, volume, amount]; any "
+             "case",
+    )
     parser.add_argument("--horizon", required=True, type=int, help="candles to forecast")
     parser.add_argument("--lookback", type=int,
                         help="history candles to use (default: the --calibration file's fitted "
                         "lookback, else max_context - horizon; a shorter history is warned about)")
-    parser.add_argument("--timestamp-column", dest="time_column", help=argparse.SUPPRESS)  # old spelling
-    parser.add_argument("--exchange", metavar="MIC", help="the series' exchange (XNYS, XNAS, XSHG...): future timestamps follow its calendar")
+    # old spelling
+    parser.add_argument("--timestamp-column", dest="time_column", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--exchange", metavar="MIC",
+        help="the series' exchange (XNYS, XNAS, XSHG...): future timestamps follow its calendar",
+    )
     add_reader_arguments(parser, repair_all="--repair-input")
     parser.add_argument("--samples", type=int, default=1, help="sample paths (default 1)")
     parser.add_argument("--temperature", "-T", type=float, default=1.0)
@@ -39,16 +47,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top-p", type=float, default=0.9)
     parser.add_argument("--seed", type=int, help="seed for reproducible sampling")
     parser.add_argument("--quantiles", help="comma-separated levels, e.g. 0.1,0.5,0.9")
-    parser.add_argument("--repair", action="store_true", help="make forecast candles consistent (high >= open/close ...)")
-    parser.add_argument("--out", type=Path, help="write .csv, .parquet, .json or .xlsx (needs openpyxl) instead of printing")
-    parser.add_argument("--calibration", type=Path,
-                        help="calibration JSON from `kronos calibrate` (fitted for this model) for the quantiles")
-    parser.add_argument("--summary", action="store_true",
-                        help="also print the risk summary (expected return, P(up), volatility, VaR, ES)")
+    parser.add_argument(
+        "--repair", action="store_true",
+        help="make forecast candles consistent (high >= open/close ...)",
+    )
+    parser.add_argument(
+        "--out", type=Path,
+        help="write .csv, .parquet, .json or .xlsx (needs openpyxl) instead of printing",
+    )
+    parser.add_argument(
+        "--calibration", type=Path,
+        help="calibration JSON from `kronos calibrate` (fitted for this model) for the quantiles",
+    )
+    parser.add_argument(
+        "--summary", action="store_true",
+        help="also print the risk summary (expected return, P(up), volatility, VaR, ES)",
+    )
     add_predictor_arguments(parser)
 
 
-def future_stamps(history: pd.DatetimeIndex, horizon: int, exchange: str | None = None) -> pd.DatetimeIndex:
+def future_stamps(
+    history: pd.DatetimeIndex, horizon: int, exchange: str | None = None
+) -> pd.DatetimeIndex:
     from kronos_core.data.timestamps import future_timestamps
 
     return future_timestamps(history, horizon, exchange=exchange)
@@ -60,8 +80,8 @@ def options_from_args(args) -> ForecastOptions:
     naming a bad flag value."""
     levels = tuple(float(q) for q in args.quantiles.split(",")) if args.quantiles else ()
     return ForecastOptions(
-        horizon=args.horizon, sample_count=args.samples, temperature=args.temperature, top_k=args.top_k,
-        top_p=args.top_p, seed=args.seed, quantiles=levels, repair=args.repair,
+        horizon=args.horizon, sample_count=args.samples, temperature=args.temperature,
+        top_k=args.top_k, top_p=args.top_p, seed=args.seed, quantiles=levels, repair=args.repair,
     )
 
 
@@ -115,7 +135,9 @@ def run(args) -> int:
         print(f"kronos forecast: {exc}", file=sys.stderr)
         return 2
     if predictor.identity is not None and predictor.identity.random_weights:
-        log.warning("model %s has RANDOM weights: forecasts are not meaningful", predictor.identity.name)
+        log.warning(
+            "model %s has RANDOM weights: forecasts are not meaningful", predictor.identity.name
+        )
     from kronos_core.lookback import choose_lookback, history_cut_message, horizon_limit_message
 
     too_long = horizon_limit_message(args.horizon, predictor.max_context)
@@ -128,7 +150,8 @@ def run(args) -> int:
     cut = history_cut_message(used, len(values), choice, predictor.max_context)
     if cut is not None:
         log.warning("%s", cut)
-    if calibration is not None:  # applied only where it was fitted; elsewhere raw quantiles, and why
+    # applied only where it was fitted; elsewhere raw quantiles, and why
+    if calibration is not None:
         asked = [float(q) for q in str(args.quantiles or "").split(",") if q.strip()]
         calibration, why = calibration.for_series(args.horizon, asked, min(lookback, len(values)),
                                                   stamps[-lookback:], Path(args.csv).stem)
@@ -139,7 +162,9 @@ def run(args) -> int:
     if calibration is not None:
         options = options.with_(calibration=calibration)
     res = predictor.forecast([values], [stamps], [future], options, verbose=sys.stderr.isatty())
-    table = pd.DataFrame(res.mean[0], columns=list(FEATURES), index=pd.Index(future, name="timestamps"))
+    table = pd.DataFrame(
+        res.mean[0], columns=list(FEATURES), index=pd.Index(future, name="timestamps")
+    )
     for qi, q in enumerate(options.quantiles):
         for fi, f in enumerate(FEATURES):
             table[quantile_column(f, q)] = res.quantiles[qi, 0, :, fi]
@@ -156,7 +181,8 @@ def run(args) -> int:
 
         close = FEATURES.index("close")
         paths = res.paths  # with a calibration, the predictor already mapped them onto its bands
-        summary = risk_summary(paths[0, :, :, close], float(values[-1, close]), values[:, close])  # as the bands
+        # as the bands
+        summary = risk_summary(paths[0, :, :, close], float(values[-1, close]), values[:, close])
         print("risk summary: " + ", ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}"
                                            for k, v in summary.to_dict().items()))
     log.info("forecast of %d candles from %d history candles in %.2fs", args.horizon, len(values),

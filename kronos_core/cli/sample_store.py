@@ -49,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
     store = KlineStore(out)
     n = len(store.symbols())
     print(
-        f"wrote {n} symbols ({args.symbols} synthetic) to {out} in {seconds:.2f} s; frequencies {store.frequencies()}"
+        f"wrote {n} symbols ({args.symbols} synthetic) to {out} in {seconds:.2f} s; frequencies "
+        f"{store.frequencies()}"
     )
     return 0

@@ -23,16 +23,25 @@ from pathlib import Path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--store", type=Path, metavar="DIR",
-                        help="K-line store holding the truths (default: KRONOS_STORE_DIR, else the sample store)")
+    parser.add_argument(
+        "--store", type=Path, metavar="DIR",
+        help="K-line store holding the truths (default: KRONOS_STORE_DIR, else the sample store)",
+    )
     parser.add_argument("--ledger", type=Path, metavar="DIR",
                         help="forecast ledger (default: KRONOS_LEDGER_DIR, else <store>/_ledger)")
-    parser.add_argument("--since", metavar="T", help="only forecasts requested at or after T (ISO time, UTC)")
-    parser.add_argument("--frequency", help="store frequency folder for forecasts that recorded none")
+    parser.add_argument(
+        "--since", metavar="T", help="only forecasts requested at or after T (ISO time, UTC)"
+    )
+    parser.add_argument(
+        "--frequency", help="store frequency folder for forecasts that recorded none"
+    )
     parser.add_argument("--window", type=int, default=None, metavar="N",
                         help="rolling window: the last N scored steps (default 500)")
-    parser.add_argument("--require-next-bar", action="store_true",
-                        help="count a candle as a truth only once a later one is stored (stores fed with forming bars)")
+    parser.add_argument(
+        "--require-next-bar", action="store_true",
+        help="count a candle as a truth only once a later one is stored (stores fed with forming "
+             "bars)",
+    )
     parser.add_argument("--json", action="store_true", help="print the summaries as JSON")
 
 
@@ -71,13 +80,17 @@ def table_lines(rows: list[dict]) -> list[str]:
     for r in rows:
         a = r["all_time"]
         name = (r["model_name"] or "") + " " + r["model_sha256"][:12]
-        line = [name.strip(), str(r["horizon_step"]), str(a["scored"]), _fmt(a["crps"]), _fmt(a["mae"]),
-                _fmt(a["direction_accuracy"], True)] + [_fmt(a["coverage"].get(lv), True) for lv in levels]
+        line = [
+            name.strip(), str(r["horizon_step"]), str(a["scored"]), _fmt(a["crps"]), _fmt(a["mae"]),
+            _fmt(a["direction_accuracy"], True),
+        ] + [_fmt(a["coverage"].get(lv), True) for lv in levels]
         line += [_fmt(r["rolling"]["coverage"].get(lv), True) for lv in watched]
         out.append(line)
     widths = [max(len(row[i]) for row in out) for i in range(len(head))]
-    return ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
-            for row in out]
+    return [
+        "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
+        for row in out
+    ]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -106,11 +119,20 @@ def run(args: argparse.Namespace) -> int:
     for path, why in result.skipped_files:
         print(f"kronos score: skipped unreadable {path}: {why}", file=sys.stderr)
     if args.json:
-        print(json.dumps({"scored_now": result.scores.num_rows, "waiting": result.waiting,
-                          "store": str(store_dir), "ledger": str(ledger_dir), "rows": rows}, indent=1))
+        print(
+            json.dumps(
+                {
+                    "scored_now": result.scores.num_rows, "waiting": result.waiting,
+                    "store": str(store_dir), "ledger": str(ledger_dir), "rows": rows,
+                },
+                indent=1,
+            )
+        )
         return 0
-    print(f"scored {result.scores.num_rows} new forecast steps ({result.waiting} waiting for their truth); "
-          f"ledger {ledger_dir}, store {store_dir}")
+    print(
+        f"scored {result.scores.num_rows} new forecast steps ({result.waiting} waiting for their "
+        f"truth); ledger {ledger_dir}, store {store_dir}"
+    )
     if rows:
         print("\n".join(table_lines(rows)))
         print(f"(all time; rolling: the last {window} scored steps of each row)")

@@ -41,7 +41,9 @@ def bundled_cases(use_exchange: bool = True) -> list[HoldoutCase]:
     for real in REAL_SERIES.values():
         stamps = pd.DatetimeIndex(pd.read_csv(REAL_DIR / real.file)["timestamps"])
         clock = (real.timezone, real.session_timezone) if real.session_timezone else (None, None)
-        cases.append(HoldoutCase(real.file, stamps, real.exchange if use_exchange else None, *clock))
+        cases.append(
+            HoldoutCase(real.file, stamps, real.exchange if use_exchange else None, *clock)
+        )
     return cases
 
 
@@ -66,13 +68,25 @@ def holdout_table(
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("files", nargs="*", metavar="FILE", help="CSV files (default: the bundled real series)")
+    parser.add_argument(
+        "files", nargs="*", metavar="FILE", help="CSV files (default: the bundled real series)"
+    )
     parser.add_argument("--exchange", metavar="MIC", help="the files' exchange (XNYS, XSHG...)")
-    parser.add_argument("--no-exchange", action="store_true", help="bundled series without their exchanges")
-    parser.add_argument("--time-column", default="timestamps", help="time column of FILE (default timestamps)")
-    parser.add_argument("--horizons", default="1,5,20,48", help="comma-separated (default 1,5,20,48)")
-    parser.add_argument("--lookback", type=int, default=512, help="history timestamps per cut (default 512)")
-    parser.add_argument("--stride", type=int, default=1, help="candles between cuts (default 1: every cut)")
+    parser.add_argument(
+        "--no-exchange", action="store_true", help="bundled series without their exchanges"
+    )
+    parser.add_argument(
+        "--time-column", default="timestamps", help="time column of FILE (default timestamps)"
+    )
+    parser.add_argument(
+        "--horizons", default="1,5,20,48", help="comma-separated (default 1,5,20,48)"
+    )
+    parser.add_argument(
+        "--lookback", type=int, default=512, help="history timestamps per cut (default 512)"
+    )
+    parser.add_argument(
+        "--stride", type=int, default=1, help="candles between cuts (default 1: every cut)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:

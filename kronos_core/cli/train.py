@@ -19,12 +19,12 @@ log = logging.getLogger(__name__)
 OVERRIDES = {
     "out": "out", "max_steps": "max_steps", "init": "init", "tokenizer": "tokenizer_init",
     "batch_size": "batch_size", "accum_steps": "accum_steps", "precision": "precision",
-    "grad_checkpointing": "grad_checkpointing", "seed": "seed", "device": "device", "lr": "optim.lr",
-    "num_workers": "data.num_workers", "lookback": "data.lookback", "horizon": "data.horizon",
-    "store": "data.store", "symbols": "data.symbols", "frequency": "data.frequency",
-    "data": "data.paths", "corpus": "data.corpus", "markets": "data.markets",
-    "frequencies": "data.frequencies", "eval_every": "eval_every", "save_every": "save_every",
-    "max_context": "max_context", "name": "name", "threads": "threads",
+    "grad_checkpointing": "grad_checkpointing", "seed": "seed", "device": "device",
+    "lr": "optim.lr", "num_workers": "data.num_workers", "lookback": "data.lookback",
+    "horizon": "data.horizon", "store": "data.store", "symbols": "data.symbols",
+    "frequency": "data.frequency", "data": "data.paths", "corpus": "data.corpus",
+    "markets": "data.markets", "frequencies": "data.frequencies", "eval_every": "eval_every",
+    "save_every": "save_every", "max_context": "max_context", "name": "name", "threads": "threads",
 }
 
 
@@ -33,50 +33,78 @@ def _batch(text: str):
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("what", choices=["tokenizer", "predictor", "default", "bench"],
-                        help="what to train (default: the bundled default model; bench: throughput figures)")
-    parser.add_argument("--config", help="YAML training config (see docs/training.md); flags override it")
+    parser.add_argument(
+        "what", choices=["tokenizer", "predictor", "default", "bench"],
+        help="what to train (default: the bundled default model; bench: throughput figures)",
+    )
+    parser.add_argument(
+        "--config", help="YAML training config (see docs/training.md); flags override it"
+    )
     parser.add_argument("--data", nargs="+", help="CSV/Parquet files or folders of them")
     parser.add_argument("--store", help="Arrow store root (with --frequency, optional --symbols)")
-    parser.add_argument("--corpus", help="corpus folder (instruments.csv + Parquet files): "
-                        "only split=train instruments' training rows are read (both hold-outs respected)")
-    parser.add_argument("--markets", nargs="+", help="corpus markets to train on (US, CN, FX, crypto, ...)")
-    parser.add_argument("--frequencies", nargs="+", help="corpus frequencies to train on (1d, 1h, 5min, 1min)")
+    parser.add_argument(
+        "--corpus",
+        help="corpus folder (instruments.csv + Parquet files): "
+        "only split=train instruments' training rows are read (both hold-outs respected)",
+    )
+    parser.add_argument(
+        "--markets", nargs="+", help="corpus markets to train on (US, CN, FX, crypto, ...)"
+    )
+    parser.add_argument(
+        "--frequencies", nargs="+", help="corpus frequencies to train on (1d, 1h, 5min, 1min)"
+    )
     parser.add_argument("--symbols", nargs="+", help="store symbols (default: the whole universe)")
     parser.add_argument("--frequency", help="store frequency, e.g. 5min or 1d")
     parser.add_argument("--out", help="output folder (best/, last/, metrics.jsonl)")
     parser.add_argument("--max-steps", type=int)
     parser.add_argument("--resume", action="store_true", help="continue from OUT/last")
-    parser.add_argument("--init", help="start from this checkpoint: a folder with model/ + tokenizer/, a Hub id, or an "
-                        "alias (kronos-default: the bundled model; kronos-mini|small|base)")
-    parser.add_argument("--tokenizer", help="tokenizer folder or Hub id (a predictor run keeps it frozen)")
+    parser.add_argument(
+        "--init",
+        help="start from this checkpoint: a folder with model/ + tokenizer/, a Hub id, or an "
+        "alias (kronos-default: the bundled model; kronos-mini|small|base)",
+    )
+    parser.add_argument(
+        "--tokenizer", help="tokenizer folder or Hub id (a predictor run keeps it frozen)"
+    )
     parser.add_argument("--batch-size", type=_batch, help="windows per optimiser step, or 'auto'")
-    parser.add_argument("--accum-steps", type=int, help="micro-batches per step (gradient accumulation)")
+    parser.add_argument(
+        "--accum-steps", type=int, help="micro-batches per step (gradient accumulation)"
+    )
     parser.add_argument("--precision", choices=["fp32", "bf16", "fp16"])
     parser.add_argument("--grad-checkpointing", action="store_true", default=None)
     parser.add_argument("--seed", type=int)
     parser.add_argument("--device", help="auto | cpu | cuda | cuda:N")
     parser.add_argument("--lr", type=float)
-    parser.add_argument("--num-workers", type=int, help="data-loading worker processes (0: in-process)")
+    parser.add_argument(
+        "--num-workers", type=int, help="data-loading worker processes (0: in-process)"
+    )
     parser.add_argument("--lookback", type=int)
     parser.add_argument("--horizon", type=int)
     parser.add_argument("--eval-every", type=int)
     parser.add_argument("--save-every", type=int)
     parser.add_argument("--max-context", type=int)
     parser.add_argument("--name")
-    parser.add_argument("--threads", type=int, help="torch CPU threads (1 avoids thrashing on a shared machine)")
+    parser.add_argument(
+        "--threads", type=int, help="torch CPU threads (1 avoids thrashing on a shared machine)"
+    )
     parser.add_argument("--backend", choices=["local", "ray"], default="local",
                         help="local (one process, or torchrun) or ray (Ray Train TorchTrainer)")
     parser.add_argument("--ray", action="store_true", help="same as --backend ray")
     parser.add_argument("--workers", type=int, default=2, help="Ray Train workers")
     parser.add_argument("--use-gpu", action="store_true", help="Ray Train: one GPU per worker")
-    parser.add_argument("--ray-address", default=None, help="Ray cluster address (default: auto / local)")
-    parser.add_argument("--work", help="default: folder for the two run folders (default runs/kronos-default)")
+    parser.add_argument(
+        "--ray-address", default=None, help="Ray cluster address (default: auto / local)"
+    )
+    parser.add_argument(
+        "--work", help="default: folder for the two run folders (default runs/kronos-default)"
+    )
     parser.add_argument("--steps", type=int, default=8, help="bench: steps per configuration")
     from kronos_core.data.reader import add_reader_arguments
 
-    add_reader_arguments(parser)  # --time-column, --column, --sort, --drop-nan, ... as every command reads files
-    parser.add_argument("--timestamp-column", dest="time_column", help=argparse.SUPPRESS)  # old spelling
+    # --time-column, --column, --sort, --drop-nan, ... as every command reads files
+    add_reader_arguments(parser)
+    # old spelling
+    parser.add_argument("--timestamp-column", dest="time_column", help=argparse.SUPPRESS)
 
 
 REPAIRS = ("drop_nan", "drop_duplicates", "sort", "fix_high_low", "clip_negative")

@@ -20,7 +20,9 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    if name in ("KlineStore", "KlineReader", "KlineWriter", "WindowBatch", "SymbolWindow", "SymbolError"):
+    if name in (
+        "KlineStore", "KlineReader", "KlineWriter", "WindowBatch", "SymbolWindow", "SymbolError",
+    ):
         from kronos_core.data import store
 
         return getattr(store, name)

@@ -44,8 +44,9 @@ def _warn_after(sessions: ExchangeSessions, last_day: int) -> None:
     """Warns when future dates up to ``last_day`` run past the calendar's end."""
     if last_day > sessions.end_day:
         warnings.warn(
-            f"the {sessions.name} calendar of exchange_calendars ends on {sessions.last_date()}; future "
-            "timestamps after it continue on weekdays with the last session's hours (no holidays known)",
+            f"the {sessions.name} calendar of exchange_calendars ends on {sessions.last_date()}; "
+            "future timestamps after it continue on weekdays with the last session's hours (no "
+            "holidays known)",
             CalendarRangeWarning, stacklevel=_STACKLEVEL,
         )
 
@@ -86,7 +87,9 @@ def exchange_future(idx, horizon, holidays, exchange, timezone) -> pd.DatetimeIn
     return result if idx.tz is not None else result.tz_localize(None)
 
 
-def _next_session_days(exchange: str, last_day: int, horizon: int, hol: np.ndarray) -> np.ndarray | None:
+def _next_session_days(
+    exchange: str, last_day: int, horizon: int, hol: np.ndarray
+) -> np.ndarray | None:
     """The first ``horizon`` session dates after ``last_day`` that are not in ``hol``; None
     (and a warning) when ``last_day`` is before the calendar's first date."""
     need = last_day + 2 * horizon + 30

@@ -174,13 +174,17 @@ def exchange_sessions(exchange: str, first_year: int | None = None,
             f"XHKG, XLON, XTKS (all: kronos_core.data.calendars.exchange_names())"
         )
     cls = dispatcher._calendar_factories[dispatcher.resolve_alias(name)]
-    want_start = pd.Timestamp(f"{max(_FIRST_YEAR, min(_START_YEAR, first_year or _START_YEAR))}-01-01")
+    want_start = pd.Timestamp(
+        f"{max(_FIRST_YEAR, min(_START_YEAR, first_year or _START_YEAR))}-01-01"
+    )
     want_end = pd.Timestamp(f"{min(_LAST_YEAR, max(_END_YEAR, last_year or _END_YEAR))}-12-31")
     start = max(want_start, pd.Timestamp(cls.bound_min() or want_start))
     end = min(want_end, pd.Timestamp(cls.bound_max() or want_end))
     if name in UNBUILDABLE:
-        raise UnknownExchangeError(f"the {name} calendar cannot be built with the installed exchange_calendars "
-                                   "and pandas; pass no exchange (sessions are then learned from the history)")
+        raise UnknownExchangeError(
+            f"the {name} calendar cannot be built with the installed exchange_calendars "
+            "and pandas; pass no exchange (sessions are then learned from the history)"
+        )
     try:
         cal = xcals.get_calendar(name, start=start, end=end)
     except Exception as exc:  # a library/pandas incompatibility not yet listed in UNBUILDABLE

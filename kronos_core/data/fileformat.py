@@ -228,7 +228,8 @@ def write_arrow_atomic(path: Path, table: pa.Table, *, fsync: bool = True) -> No
 def write_ipc_atomic(
     path: Path, schema: pa.Schema, batches: Iterable[pa.RecordBatch], *, fsync: bool
 ) -> None:
-    """The record ``batches`` as an Arrow IPC file at ``path``, atomically (``kronos_core.atomic``)."""
+    """The record ``batches`` as an Arrow IPC file at ``path``, atomically
+    (``kronos_core.atomic``)."""
 
     def write(tmp: Path) -> None:
         with pa.OSFile(str(tmp), "wb") as sink:
@@ -267,7 +268,8 @@ def frame_arrays(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, str | Non
         ts = frame.index
     else:
         raise CandleError(
-            f"candles need a '{TIME_COLUMN}' column or a DatetimeIndex; columns: {list(frame.columns)}"
+            f"candles need a '{TIME_COLUMN}' column or a DatetimeIndex; columns: "
+            f"{list(frame.columns)}"
         )
     tz = None
     if ts.tz is not None:

@@ -110,7 +110,9 @@ def holdout_hit_rate(
             skip_days = np.union1d(skip_days, missing.asi8 // DAY_NS)
     result = HoldoutResult(0, 0, 0, 0)
     cuts = range(lookback, n - horizon + 1, stride)
-    for c in tqdm(cuts, desc=f"hold-out h={horizon}", unit="cut", disable=not progress, leave=False):
+    for c in tqdm(
+        cuts, desc=f"hold-out h={horizon}", unit="cut", disable=not progress, leave=False
+    ):
         result.cuts += 1
         if len(skip_days):
             window_days = np.arange(clock[c - 1] // DAY_NS, clock[c + horizon - 1] // DAY_NS + 1)

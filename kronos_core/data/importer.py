@@ -157,7 +157,9 @@ def _import_grouped(
         )]
     df = df.reset_index(drop=True)
     groups = list(df.groupby(df[symbol_column].astype(str), sort=True))
-    inner = tqdm(groups, desc=path.name, unit="symbol", leave=False, disable=not progress or len(groups) < 2)
+    inner = tqdm(
+        groups, desc=path.name, unit="symbol", leave=False, disable=not progress or len(groups) < 2
+    )
     outcomes = []
     for sym, part in inner:
         rows = part.index.to_numpy() + 1  # the file's data rows
@@ -205,7 +207,9 @@ def import_files(
             outcomes.append(ImportOutcome(file=str(path), symbol=symbol, error=str(exc)))
             continue
         except (OSError, ValueError) as exc:  # the parser's: say which file
-            outcomes.append(ImportOutcome(file=str(path), symbol=symbol, error=f"{path}: cannot read: {exc}"))
+            outcomes.append(
+                ImportOutcome(file=str(path), symbol=symbol, error=f"{path}: cannot read: {exc}")
+            )
             continue
         kw: dict[str, Any] = dict(
             source_name=str(path),

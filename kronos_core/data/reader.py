@@ -64,7 +64,8 @@ def parse_column_map(items: list[str] | None) -> dict[str, str]:
         ours = ours.strip().lower()
         if not sep or not theirs.strip() or ours not in MAPPABLE:
             raise CandleError(
-                f"--column {item!r}: use NAME=COLUMN with NAME one of {list(MAPPABLE)}, e.g. volume=Vol"
+                f"--column {item!r}: use NAME=COLUMN with NAME one of {list(MAPPABLE)}, e.g. "
+                "volume=Vol"
             )
         out[ours] = theirs.strip()
     return out
@@ -111,12 +112,23 @@ def add_reader_arguments(parser: argparse.ArgumentParser, repair_all: str = "--r
         help="use the file's column COL as NAME (timestamps, open, high, low, close, volume, "
         "amount); repeatable, e.g. --column volume=Vol --column close='Adj Close'",
     )
-    rep = parser.add_argument_group("repairs (off by default: problems are refused with their row numbers)")
-    rep.add_argument(repair_all, dest="repair_input", action="store_true", help="all of the repairs below")
-    rep.add_argument("--drop-nan", action="store_true", help="drop rows with missing/unparseable times or values")
-    rep.add_argument("--drop-duplicates", action="store_true", help="keep the last row of each duplicated timestamp")
+    rep = parser.add_argument_group(
+        "repairs (off by default: problems are refused with their row numbers)"
+    )
+    rep.add_argument(
+        repair_all, dest="repair_input", action="store_true", help="all of the repairs below"
+    )
+    rep.add_argument(
+        "--drop-nan", action="store_true", help="drop rows with missing/unparseable times or values"
+    )
+    rep.add_argument(
+        "--drop-duplicates", action="store_true",
+        help="keep the last row of each duplicated timestamp",
+    )
     rep.add_argument("--sort", action="store_true", help="sort rows by time")
-    rep.add_argument("--fix-high-low", action="store_true", help="widen high/low to cover open and close")
+    rep.add_argument(
+        "--fix-high-low", action="store_true", help="widen high/low to cover open and close"
+    )
     rep.add_argument("--clip-negative", action="store_true", help="set negative volume/amount to 0")
 
 
@@ -145,10 +157,13 @@ def check_output_path(path: str | os.PathLike) -> None:
     """Refuse an output path ``write_table`` cannot write, before any work is done."""
     suffix = Path(path).suffix.lower()
     if suffix not in OUTPUT_SUFFIXES:
-        raise CandleError(f"--out {path}: unknown file type {suffix!r}; use one of {list(OUTPUT_SUFFIXES)}")
+        raise CandleError(
+            f"--out {path}: unknown file type {suffix!r}; use one of {list(OUTPUT_SUFFIXES)}"
+        )
     if suffix == ".xlsx" and not _has_openpyxl():
         raise CandleError(
-            f"--out {path}: writing .xlsx needs openpyxl (pip install openpyxl); or use .csv, .parquet or .json"
+            f"--out {path}: writing .xlsx needs openpyxl (pip install openpyxl); or use .csv, "
+            ".parquet or .json"
         )
 
 

@@ -191,7 +191,9 @@ def _new_candles(symbol: str, frame: pd.DataFrame, timezone: str | None):
     if not np.isfinite(val_new).all():
         raise CandleError(f"{symbol}: candles contain NaN or infinite values")
     if len(ts_new) > 1 and not (ts_new[1:] > ts_new[:-1]).all():
-        raise CandleError(f"{symbol}: timestamps must be sorted and unique (validate before writing)")
+        raise CandleError(
+            f"{symbol}: timestamps must be sorted and unique (validate before writing)"
+        )
     return ts_new, val_new, timezone
 
 
@@ -209,8 +211,8 @@ def _merge(
     if len(conflicts) and on_overlap == "error":
         first = ", ".join(str(pd.Timestamp(int(all_ts[i]))) for i in conflicts[:5])
         raise CandleError(
-            f"{symbol}: {len(conflicts)} new candle(s) overlap stored candles with different values "
-            f"(first at {first}); choose on_overlap='keep' or 'replace' (--on-overlap)"
+            f"{symbol}: {len(conflicts)} new candle(s) overlap stored candles with different "
+            f"values (first at {first}); choose on_overlap='keep' or 'replace' (--on-overlap)"
         )
     drop = np.zeros(len(all_ts), bool)
     drop[dup[same] + 1] = True  # identical: keep one
@@ -222,6 +224,7 @@ def _merge(
     added = int((src[keep] == 1).sum())
     report = (
         f"{len(ts_old)} stored + {len(ts_new)} new -> {int(keep.sum())} candles "
-        f"({added} added, {int(same.sum())} identical overlaps, {len(conflicts)} conflicts '{on_overlap}')"
+        f"({added} added, {int(same.sum())} identical overlaps, {len(conflicts)} conflicts "
+        f"'{on_overlap}')"
     )
     return all_ts[keep], all_val[keep], report

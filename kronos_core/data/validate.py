@@ -119,7 +119,8 @@ def _normalize_columns(
         key = str(theirs).strip().lower()
         if key not in df.columns:
             raise CandleError(
-                f"{source}: --column {ours}={theirs}: no column {theirs!r}; columns: {list(df.columns)}"
+                f"{source}: --column {ours}={theirs}: no column {theirs!r}; columns: "
+                f"{list(df.columns)}"
             )
         rename[key] = str(ours).strip().lower()
     clash = [new for old, new in rename.items() if new in df.columns and new not in rename]
@@ -231,7 +232,8 @@ def _parse(df: pd.DataFrame, tcol: str, timezone, rownums, repairs, report):
         if nan.any():
             text = df[c].notna().to_numpy() & nan & np.isnan(col)
             kind = "non-numeric or missing" if text.any() else "NaN/missing or infinite"
-            msg = f"column '{c}': {kind} value in {int(nan.sum())} {_rows(np.flatnonzero(nan), rownums)}"
+            msg = (f"column '{c}': {kind} value in {int(nan.sum())} "
+                   f"{_rows(np.flatnonzero(nan), rownums)}")
             table.found(msg, repairs.drop_nan, "dropped", "--drop-nan drops these rows")
             bad |= nan
         numbers[c] = col
@@ -241,7 +243,10 @@ def _parse(df: pd.DataFrame, tcol: str, timezone, rownums, repairs, report):
         table.found(msg, repairs.drop_nan, "dropped", "--drop-nan drops these rows")
     keep = ~bad  # later checks look at the clean rows
     table.frame = pd.DataFrame(
-        {"timestamps": t.asi8[keep].view("datetime64[ns]"), **{c: v[keep] for c, v in numbers.items()}}
+        {
+            "timestamps": t.asi8[keep].view("datetime64[ns]"),
+            **{c: v[keep] for c, v in numbers.items()},
+        }
     )
     table.rownums = rownums[keep]
     return table, timezone
@@ -254,7 +259,8 @@ def _check_order(tb: _Table) -> None:
     ts = tb.ts
     back = np.flatnonzero(ts[1:] < ts[:-1]) + 1
     if len(back):
-        msg = f"column '{tb.tcol}': timestamps not sorted, earlier than the row before in {len(back)} {_rows(back, tb.rownums)}"
+        msg = (f"column '{tb.tcol}': timestamps not sorted, earlier than the row before in "
+               f"{len(back)} {_rows(back, tb.rownums)}")
         tb.found(msg, tb.repairs.sort, "sorted", "--sort sorts them")
         order = np.argsort(ts, kind="stable")  # later checks look at the sorted rows
         tb.frame = tb.frame.iloc[order].reset_index(drop=True)
@@ -277,7 +283,9 @@ def _check_high_low(tb: _Table) -> None:
     o, h, lo, c = (tb.frame[k].to_numpy() for k in PRICE_COLUMNS)
     bad_h = np.flatnonzero(h < np.maximum(np.maximum(o, c), lo))
     bad_l = np.flatnonzero(lo > np.minimum(o, c))
-    for col, pos, what in (("high", bad_h, "high below open/close/low"), ("low", bad_l, "low above open/close")):
+    for col, pos, what in (
+        ("high", bad_h, "high below open/close/low"), ("low", bad_l, "low above open/close"),
+    ):
         if len(pos):
             msg = f"column '{col}': {what} in {len(pos)} {_rows(pos, tb.rownums)}"
             tb.found(msg, tb.repairs.fix_high_low, "fixed", "--fix-high-low repairs them")
@@ -292,12 +300,16 @@ def _check_negative(tb: _Table) -> None:
             pos = np.flatnonzero(tb.frame[col].to_numpy() < 0)
             if len(pos):
                 msg = f"column '{col}': negative value in {len(pos)} {_rows(pos, tb.rownums)}"
-                tb.found(msg, tb.repairs.clip_negative, "set to 0", "--clip-negative sets them to 0")
+                tb.found(
+                    msg, tb.repairs.clip_negative, "set to 0", "--clip-negative sets them to 0"
+                )
                 if tb.repairs.clip_negative:
                     tb.frame[col] = np.maximum(tb.frame[col].to_numpy(), 0.0)
 
 
-CHECKS: tuple[Callable[[_Table], None], ...] = (_check_order, _check_duplicates, _check_high_low, _check_negative)
+CHECKS: tuple[Callable[[_Table], None], ...] = (
+    _check_order, _check_duplicates, _check_high_low, _check_negative,
+)
 
 
 def _model_rules(tb: _Table) -> pd.DataFrame:

@@ -1,4 +1,5 @@
-"""Batched, cached generation: batch assembly, sampling, the step-wise decode job, the memory model."""
+"""Batched, cached generation: batch assembly, sampling, the step-wise decode job, the memory
+model."""
 
 from kronos_core.engine.batch import EngineBatch, assemble
 from kronos_core.engine.config import EngineStats, GenerationConfig, GenerationOutput

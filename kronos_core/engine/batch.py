@@ -21,7 +21,8 @@ class EngineBatch:
     x_stamp: torch.Tensor  # (N, Lmax, 5) time features of the history, left-padded
     y_stamp: torch.Tensor  # (N, H, 5) time features of the future timestamps
     lengths: torch.Tensor  # (N,) int64 real history length of each row
-    row_keys: np.ndarray | None = None  # (N,) uint64 seeds for batch-invariant sampling; None = global RNG
+    # (N,) uint64 seeds for batch-invariant sampling; None = global RNG
+    row_keys: np.ndarray | None = None
 
     @property
     def rows(self) -> int:
@@ -51,7 +52,9 @@ def assemble(
     series-major: row = series * sample_count + path.
     """
     if not (len(x_norm) == len(x_stamps) == len(y_stamps)) or not x_norm:
-        raise ValueError("need the same, non-zero number of series, history stamps and future stamps")
+        raise ValueError(
+            "need the same, non-zero number of series, history stamps and future stamps"
+        )
     lengths = np.array([len(a) for a in x_norm])
     horizons = {len(a) for a in y_stamps}
     if len(horizons) != 1:
@@ -68,5 +71,6 @@ def assemble(
         return torch.from_numpy(np.repeat(a, sample_count, axis=0)).to(device)
 
     return EngineBatch(
-        x=rows(x), x_stamp=rows(xs), y_stamp=rows(ys), lengths=rows(lengths.astype(np.int64)), row_keys=row_keys
+        x=rows(x), x_stamp=rows(xs), y_stamp=rows(ys), lengths=rows(lengths.astype(np.int64)),
+        row_keys=row_keys,
     )

@@ -1,4 +1,5 @@
-"""The engine's configuration and results: ``GenerationConfig``, ``EngineStats``, ``GenerationOutput``."""
+"""The engine's configuration and results: ``GenerationConfig``, ``EngineStats``,
+``GenerationOutput``."""
 
 from __future__ import annotations
 
@@ -14,16 +15,19 @@ from kronos_core.options import ForecastOptions
 
 @dataclass(frozen=True)
 class GenerationConfig:
-    """How one engine batch is generated (horizon, context, sampling, sliding, precision, compile)."""
+    """How one engine batch is generated (horizon, context, sampling, sliding, precision,
+    compile)."""
 
     horizon: int  # candles to generate
     max_context: int = 512  # longest window the model sees
     sampling: SamplingParams = field(default_factory=SamplingParams)
     sliding: str = "exact"  # one of SLIDING_MODES
-    autocast_dtype: torch.dtype | None = None  # torch.bfloat16 / torch.float16 on GPU; None = float32
+    # torch.bfloat16 / torch.float16 on GPU; None = float32
+    autocast_dtype: torch.dtype | None = None
     compile: bool = False  # torch.compile the single-token decode step
     progress: bool = False  # tqdm bar over the decode steps
-    cuda_graphs: bool = False  # CUDA: torch.compile(mode="reduce-overhead") the decode step; CPU: ignored, logged
+    # CUDA: torch.compile(mode="reduce-overhead") the decode step; CPU: ignored, logged
+    cuda_graphs: bool = False
 
     def __post_init__(self):
         if self.horizon < 1:
@@ -47,7 +51,8 @@ class GenerationConfig:
         cuda_graphs: bool = False,
     ) -> GenerationConfig:
         """The engine's config for one forecast: horizon and sampling from ``options``, the rest
-        from the predictor. ``sliding`` is the predictor's mode, used when ``options.sliding`` is None."""
+        from the predictor. ``sliding`` is the predictor's mode, used when ``options.sliding`` is
+        None."""
         return cls(
             horizon=options.horizon,
             max_context=max_context,

@@ -45,11 +45,12 @@ from kronos_core.model.tokenizer import KronosTokenizer
 
 log = logging.getLogger(__name__)
 
-GRAPH_SIZES = 64  # decode-step sizes (rows, capacity) compiled and captured before dynamo falls back to eager
+# decode-step sizes (rows, capacity) compiled and captured before dynamo falls back to eager
+GRAPH_SIZES = 64
 
 CPU_GRAPHS_IGNORED = (
-    "cuda_graphs is on but the device is {device}: CUDA graphs need a CUDA device; ignored, the decode step "
-    "runs without them"
+    "cuda_graphs is on but the device is {device}: CUDA graphs need a CUDA device; ignored, the "
+    "decode step runs without them"
 )
 
 
@@ -58,10 +59,13 @@ class Generator:
     keeps the compiled decode steps between calls."""
 
     def __init__(self, model: Kronos, tokenizer: KronosTokenizer):
-        if (model.config.s1_bits, model.config.s2_bits) != (tokenizer.config.s1_bits, tokenizer.config.s2_bits):
+        if (model.config.s1_bits, model.config.s2_bits) != (
+            tokenizer.config.s1_bits, tokenizer.config.s2_bits,
+        ):
             raise ValueError(
-                f"tokenizer bit widths (s1_bits={tokenizer.config.s1_bits}, s2_bits={tokenizer.config.s2_bits}) "
-                f"do not match the model's (s1_bits={model.config.s1_bits}, s2_bits={model.config.s2_bits})"
+                f"tokenizer bit widths (s1_bits={tokenizer.config.s1_bits}, "
+                f"s2_bits={tokenizer.config.s2_bits}) do not match the model's "
+                f"(s1_bits={model.config.s1_bits}, s2_bits={model.config.s2_bits})"
             )
         self.model, self.tokenizer = model, tokenizer
         self._compiled: Callable[..., Any] | None = None  # torch.compile(dynamic=True)
@@ -69,7 +73,8 @@ class Generator:
         self._warned_devices: set[str] = set()
 
     def graphs_active(self, cfg: GenerationConfig, device: torch.device) -> bool:
-        """Whether ``cfg.cuda_graphs`` applies on ``device`` (logged once per device when it does not)."""
+        """Whether ``cfg.cuda_graphs`` applies on ``device`` (logged once per device when it does
+        not)."""
         if not cfg.cuda_graphs:
             return False
         if device.type == "cuda":
@@ -84,17 +89,23 @@ class Generator:
         if self.graphs_active(cfg, device):
             if self._graphed is None:
                 limits = torch._dynamo.config
-                if limits.recompile_limit < GRAPH_SIZES:  # each (rows, capacity) is one compile + capture
-                    log.info("cuda_graphs: torch._dynamo recompile_limit %d -> %d (one graph per decode-step size)",
-                             limits.recompile_limit, GRAPH_SIZES)
+                # each (rows, capacity) is one compile + capture
+                if limits.recompile_limit < GRAPH_SIZES:
+                    log.info(
+                        "cuda_graphs: torch._dynamo recompile_limit %d -> %d (one graph per "
+                        "decode-step size)",
+                        limits.recompile_limit, GRAPH_SIZES,
+                    )
                     limits.recompile_limit = GRAPH_SIZES
                 self._graphed = torch.compile(decode_step, mode="reduce-overhead", dynamic=False)
             graphed = self._graphed
 
             def step(*args: Any) -> Any:
-                torch.compiler.cudagraph_mark_step_begin()  # the last replay's outputs were consumed
+                # the last replay's outputs were consumed
+                torch.compiler.cudagraph_mark_step_begin()
                 hidden, key_mask = graphed(*args)
-                return hidden.clone(), key_mask.clone()  # outputs of a replay are overwritten by the next
+                # outputs of a replay are overwritten by the next
+                return hidden.clone(), key_mask.clone()
 
             return step
         if cfg.compile:
@@ -115,4 +126,7 @@ class Generator:
         return job.result()
 
 
-__all__ = ["EngineStats", "GenerationConfig", "Generation", "GenerationOutput", "Generator", "SLIDING_MODES"]
+__all__ = [
+    "EngineStats", "GenerationConfig", "Generation", "GenerationOutput", "Generator",
+    "SLIDING_MODES",
+]

@@ -59,7 +59,8 @@ class _StepInputs:
 
     rows: torch.Tensor  # (n,) indices into the batch
     hidden_last: torch.Tensor  # (n, d) last hidden state
-    dep_k: torch.Tensor  # (n, 4, S, D) keys of the s2 head over the window (S: the window or the cache capacity)
+    # (n, 4, S, D) keys of the s2 head over the window (S: the window or the cache capacity)
+    dep_k: torch.Tensor
     dep_v: torch.Tensor  # (n, 4, S, D)
     key_mask: torch.Tensor | None  # (n, S) True where the key is a real token in the window
     every_row: bool = False  # rows is the whole batch, in order (no scatter needed)
@@ -87,8 +88,10 @@ class _CachedRows:
     (``pad``, ``real``) are made once here and only re-indexed on eviction.
     """
 
-    def __init__(self, model: Kronos, pad_host: list[int], width: int, capacity: int, dtype: torch.dtype,
-                 device: torch.device, static: bool = False):
+    def __init__(
+        self, model: Kronos, pad_host: list[int], width: int, capacity: int, dtype: torch.dtype,
+        device: torch.device, static: bool = False,
+    ):
         c = model.config
         n = len(pad_host)
         self.ids = tuple(range(n))  # batch rows held, on the host (the plan's row ids)
@@ -96,9 +99,13 @@ class _CachedRows:
         self.rows = torch.arange(n, device=device)  # (n,) batch rows held
         self.pad = torch.tensor(pad_host, dtype=torch.long, device=device)  # (n,)
         self.slots = torch.arange(capacity, device=device)  # (C,) slot indices
-        self.real = self.slots[None, :] >= self.pad[:, None]  # (n, C) True from each row's first real token
-        self.slot = torch.zeros((), dtype=torch.long, device=device)  # the decode step's new slot, set by fill_
-        self.caches = [KVCache(n, c.n_heads, capacity, c.head_dim, dtype, device) for _ in range(c.n_layers)]
+        # (n, C) True from each row's first real token
+        self.real = self.slots[None, :] >= self.pad[:, None]
+        # the decode step's new slot, set by fill_
+        self.slot = torch.zeros((), dtype=torch.long, device=device)
+        self.caches = [
+            KVCache(n, c.n_heads, capacity, c.head_dim, dtype, device) for _ in range(c.n_layers)
+        ]
         self.dep = KVCache(n, DEP_HEADS, capacity, c.d_model // DEP_HEADS, dtype, device)
         self.static = static
         if static:
@@ -109,7 +116,8 @@ class _CachedRows:
         return max(self.pad_host) > 0
 
     def _mark_static(self) -> None:
-        """Tell torch.compile these tensors keep their addresses (CUDA graphs replay over them, no copies)."""
+        """Tell torch.compile these tensors keep their addresses (CUDA graphs replay over them, no
+        copies)."""
         for t in (*self.tensors(), self.pad, self.real, self.slots, self.slot):
             torch._dynamo.mark_static_address(t)
 
@@ -156,7 +164,10 @@ def decode_step(
     if rolling:  # the window keeps the last max_context slots (a no-op before it slides)
         key_mask = key_mask & (slots[None, :] > slot - max_context)
     positions = (slot - pad)[:, None]  # (n, 1)
-    hidden = model.trunk(model.embed(s1, s2, stamp), positions, key_mask[:, None, None, :], caches, slot)  # (n, 1, d)
+    # (n, 1, d)
+    hidden = model.trunk(
+        model.embed(s1, s2, stamp), positions, key_mask[:, None, None, :], caches, slot
+    )
     k, v = model.dep_layer.cross_attn.project_kv(hidden)  # (n, 4, 1, D)
     dep.write_at(slot, k, v)
     return hidden, key_mask
@@ -169,7 +180,8 @@ def _autocast(device: torch.device, dtype: torch.dtype | None):
 
 
 class Generation:
-    """One engine batch's generation, advanced one decode step per call (tokenize + prefill on the first).
+    """One engine batch's generation, advanced one decode step per call (tokenize + prefill on the
+    first).
 
     ``Generator.generate(batch, cfg)`` is ``job = Generation(...); while not job.done:
     job.step(); return job.result()``: a job stepped in any interleaving with other jobs
@@ -178,19 +190,27 @@ class Generation:
 
     def __init__(self, generator: StepSource, batch: EngineBatch, cfg: GenerationConfig):
         if batch.horizon != cfg.horizon:
-            raise ValueError(f"batch has {batch.horizon} future stamps, config asks for horizon {cfg.horizon}")
+            raise ValueError(
+                f"batch has {batch.horizon} future stamps, config asks for horizon {cfg.horizon}"
+            )
         self.generator, self.batch, self.cfg = generator, batch, cfg
         self.model = generator.model
         self.device = batch.x.device
         self.rows: int = batch.rows
-        self.lengths_host = [int(n) for n in batch.lengths.tolist()]  # once: the plan is made on the host
-        self.plans: list[StepPlan] = plan_schedule(self.lengths_host, cfg.horizon, cfg.max_context, cfg.sliding)
-        self.stats = EngineStats(rows=self.rows, horizon=cfg.horizon, tokens_generated=self.rows * cfg.horizon)
+        # once: the plan is made on the host
+        self.lengths_host = [int(n) for n in batch.lengths.tolist()]
+        self.plans: list[StepPlan] = plan_schedule(
+            self.lengths_host, cfg.horizon, cfg.max_context, cfg.sliding
+        )
+        self.stats = EngineStats(
+            rows=self.rows, horizon=cfg.horizon, tokens_generated=self.rows * cfg.horizon
+        )
         self._step = 0
         self._seqs: _Sequences | None = None
         self._cached: _CachedRows | None = None
         self._uniforms: torch.Tensor | None = None  # (H, 2, N) float64 seeded draws, on the device
-        self._row_index: dict[tuple[int, ...], torch.Tensor] = {}  # recompute row sets, made once each
+        # recompute row sets, made once each
+        self._row_index: dict[tuple[int, ...], torch.Tensor] = {}
         self._candles: torch.Tensor | None = None
         self._closed = False
         self._bar: Any = None
@@ -239,7 +259,9 @@ class Generation:
                                (" (closed)" if self._closed else ""))
         assert self._seqs is not None and self._candles is not None
         seqs = self._seqs
-        return GenerationOutput(seqs.s1[:, seqs.lmax :], seqs.s2[:, seqs.lmax :], self._candles, self.stats)
+        return GenerationOutput(
+            seqs.s1[:, seqs.lmax :], seqs.s2[:, seqs.lmax :], self._candles, self.stats
+        )
 
     def close(self) -> None:
         """Free the caches and sequences now (a cancelled job); further ``step()`` calls raise."""
@@ -254,7 +276,8 @@ class Generation:
             self._bar = None
 
     def cache_tensors(self) -> list[torch.Tensor]:
-        """The key/value cache tensors the job holds now (empty before the prefill, after the end or close)."""
+        """The key/value cache tensors the job holds now (empty before the prefill, after the end or
+        close)."""
         return [] if self._cached is None else self._cached.tensors()
 
     # ---- first and last step ------------------------------------------------------------
@@ -286,13 +309,17 @@ class Generation:
     def _tokenize(self) -> _Sequences:
         batch = self.batch
         padded = max(self.lengths_host) > min(self.lengths_host)
-        s1, s2 = self.generator.tokenizer.encode(batch.x, batch.pad if padded else None)  # (N, Lmax) each
+        # (N, Lmax) each
+        s1, s2 = self.generator.tokenizer.encode(batch.x, batch.pad if padded else None)
         room = s1.new_zeros(batch.rows, batch.horizon)  # (N, H)
         stamps = torch.cat([batch.x_stamp, batch.y_stamp], dim=1)  # (N, Lmax + H, 5)
-        return _Sequences(torch.cat([s1, room], 1), torch.cat([s2, room], 1), stamps, batch.lengths, s1.shape[1])
+        return _Sequences(
+            torch.cat([s1, room], 1), torch.cat([s2, room], 1), stamps, batch.lengths, s1.shape[1]
+        )
 
     def _detokenize(self) -> torch.Tensor:
-        """Decode each row's last window in one causal pass; keep the horizon -> (N, H, 6) float32."""
+        """Decode each row's last window in one causal pass; keep the horizon -> (N, H, 6)
+        float32."""
         assert self._seqs is not None
         seqs, horizon, mc = self._seqs, self.cfg.horizon, self.cfg.max_context
         total = seqs.lmax + horizon
@@ -301,7 +328,9 @@ class Generation:
         pad = width - torch.clamp(seqs.lengths + horizon, max=mc)  # (N,)
         cols = slice(total - width, total)
         padded = min(windows) < width
-        decoded = self.generator.tokenizer.decode(seqs.s1[:, cols], seqs.s2[:, cols], pad if padded else None)
+        decoded = self.generator.tokenizer.decode(
+            seqs.s1[:, cols], seqs.s2[:, cols], pad if padded else None
+        )
         return decoded[:, -horizon:].float()  # (N, H, 6)
 
     # ---- one step -------------------------------------------------------------------------
@@ -334,8 +363,9 @@ class Generation:
         s1 = sample_tokens(model.s1_logits(hidden_last), sampling, self._draws(step, 0))  # (N,)
         logits2: torch.Tensor | None = None
         for g in groups:
-            part = model.s2_logits(g.hidden_last, s1 if g.every_row else s1[g.rows], g.dep_k, g.dep_v,
-                                   g.key_mask)  # (n, V2)
+            part = model.s2_logits(
+                g.hidden_last, s1 if g.every_row else s1[g.rows], g.dep_k, g.dep_v, g.key_mask
+            )  # (n, V2)
             if g.every_row:
                 logits2 = part
                 break
@@ -360,35 +390,45 @@ class Generation:
         cols = slice(seqs.lmax - width, seqs.lmax)
         static = self.generator.graphs_active(self.cfg, self.device)
         dtype = self.cfg.autocast_dtype or torch.float32
-        state = _CachedRows(model, pad_host, width, width + self.cfg.horizon, dtype, self.device, static)
+        state = _CachedRows(
+            model, pad_host, width, width + self.cfg.horizon, dtype, self.device, static
+        )
         self._cached = state
-        positions, mask = padded_positions_and_mask(state.pad, width, state.padded)  # (N, W), (N, 1, W, W) | None
+        # (N, W), (N, 1, W, W) | None
+        positions, mask = padded_positions_and_mask(state.pad, width, state.padded)
         x = model.embed(seqs.s1[:, cols], seqs.s2[:, cols], seqs.stamps[:, cols])  # (N, W, d)
         hidden = model.trunk(x, positions, mask, state.caches, 0)  # (N, W, d)
         k, v = model.dep_layer.cross_attn.project_kv(hidden)  # (N, 4, W, D)
         state.dep.write(0, k, v)
         key_mask = state.real[:, :width] if state.padded else None  # (N, W) or None
-        return _StepInputs(state.rows, hidden[:, -1], state.dep.k[:, :, :width], state.dep.v[:, :, :width],
-                           key_mask, every_row=True)
+        return _StepInputs(
+            state.rows, hidden[:, -1], state.dep.k[:, :, :width], state.dep.v[:, :, :width],
+            key_mask, every_row=True,
+        )
 
     def _decode(self, state: _CachedRows, plan: StepPlan) -> _StepInputs:
         """Feed each cached row's newest token (column lmax + step - 1) through the caches."""
         assert self._seqs is not None
         seqs, rows = self._seqs, state.rows
-        slot = state.slot.fill_(state.width + plan.step - 1)  # 0-d: the new token's cache slot (no host read)
+        # 0-d: the new token's cache slot (no host read)
+        slot = state.slot.fill_(state.width + plan.step - 1)
         end = seqs.lmax + plan.step
         col = slice(end - 1, end)
         every_row = len(state.ids) == self.rows  # nothing evicted: rows is arange(N)
         if every_row:
-            s1, s2, stamp = seqs.s1[:, col], seqs.s2[:, col], seqs.stamps[:, col]  # (N, 1), (N, 1), (N, 1, 5)
+            # (N, 1), (N, 1), (N, 1, 5)
+            s1, s2, stamp = seqs.s1[:, col], seqs.s2[:, col], seqs.stamps[:, col]
         else:
-            s1, s2, stamp = seqs.s1[rows, col], seqs.s2[rows, col], seqs.stamps[rows, col]  # (n, 1) ...
+            # (n, 1) ...
+            s1, s2, stamp = seqs.s1[rows, col], seqs.s2[rows, col], seqs.stamps[rows, col]
         step_fn = self.generator.decode_fn(self.cfg, self.device)
         hidden, key_mask = step_fn(
-            self.model, s1, s2, stamp, slot, state.pad, state.real, state.slots, state.caches, state.dep,
-            self.cfg.max_context, plan.trim_window,
+            self.model, s1, s2, stamp, slot, state.pad, state.real, state.slots, state.caches,
+            state.dep, self.cfg.max_context, plan.trim_window,
         )  # (n, 1, d), (n, C)
-        return _StepInputs(rows, hidden[:, 0], state.dep.k, state.dep.v, key_mask, every_row=every_row)
+        return _StepInputs(
+            rows, hidden[:, 0], state.dep.k, state.dep.v, key_mask, every_row=every_row
+        )
 
     def _rows_tensor(self, rows: tuple[int, ...]) -> torch.Tensor:
         """(n,) int64 batch rows on the device, made once per distinct row set."""
@@ -408,11 +448,16 @@ class Generation:
         padded = min(windows) < width
         pad = width - torch.clamp(seqs.lengths[rows] + step, max=mc)  # (n,)
         cols = slice(end - width, end)
-        positions, mask = padded_positions_and_mask(pad, width, padded)  # (n, W), (n, 1, W, W) or None
-        x = model.embed(seqs.s1[rows, cols], seqs.s2[rows, cols], seqs.stamps[rows, cols])  # (n, W, d)
+        # (n, W), (n, 1, W, W) or None
+        positions, mask = padded_positions_and_mask(pad, width, padded)
+        # (n, W, d)
+        x = model.embed(seqs.s1[rows, cols], seqs.s2[rows, cols], seqs.stamps[rows, cols])
         hidden = model.trunk(x, positions, mask)  # (n, W, d)
         k, v = model.dep_layer.cross_attn.project_kv(hidden)  # (n, 4, W, D)
-        key_mask = torch.arange(width, device=rows.device)[None, :] >= pad[:, None] if padded else None  # (n, W)
+        # (n, W)
+        key_mask = (
+            torch.arange(width, device=rows.device)[None, :] >= pad[:, None] if padded else None
+        )
         return _StepInputs(rows, hidden[:, -1], k, v, key_mask, every_row=len(row_ids) == self.rows)
 
 

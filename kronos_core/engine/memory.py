@@ -34,19 +34,26 @@ from torch.utils._pytree import tree_flatten
 from kronos_core.model.config import KronosConfig, TokenizerConfig
 
 SAFETY = 1.10  # headroom on the estimate for allocator rounding and small temporaries
-RESIDUAL_BYTES = 20  # bytes per model dim per token of a pass: residual, norm (float32), block input, output
+# bytes per model dim per token of a pass: residual, norm (float32), block input, output
+RESIDUAL_BYTES = 20
 FFN_WIDTH = 3  # ff-wide tensors alive at a block's peak, in the activation dtype
-SAMPLE_BYTES = 24  # bytes per vocabulary entry per row while sampling (logits, sorted, probs, float64 cdf)
+# bytes per vocabulary entry per row while sampling (logits, sorted, probs, float64 cdf)
+SAMPLE_BYTES = 24
 
 
 def _pass_bytes(tokens: int, d: int, ff: int, act_bytes: int) -> int:
-    """Transient bytes of one pass of transformer blocks over ``tokens`` tokens (blocks run one at a time)."""
+    """Transient bytes of one pass of transformer blocks over ``tokens`` tokens (blocks run one at a
+    time)."""
     return tokens * (RESIDUAL_BYTES * d + FFN_WIDTH * ff * act_bytes)
 
 
 def _cache_bytes(m: KronosConfig, n: int, window: int, horizon: int, act: int, sliding: str) -> int:
     """Trunk caches (2 per layer) and the s2 head's keys/values, ``window + horizon`` slots each."""
-    return 0 if sliding == "recompute" else (2 * m.n_layers + 2) * n * (window + horizon) * m.d_model * act
+    return (
+        0
+        if sliding == "recompute"
+        else (2 * m.n_layers + 2) * n * (window + horizon) * m.d_model * act
+    )
 
 
 def _mask_bytes(rows: int, length: int, ragged: bool) -> int:
@@ -56,7 +63,8 @@ def _mask_bytes(rows: int, length: int, ragged: bool) -> int:
 
 @dataclass(frozen=True)
 class ParamCounts:
-    """Parameters of the module a config builds (what the inference estimate and the planner count)."""
+    """Parameters of the module a config builds (what the inference estimate and the planner
+    count)."""
 
     total: int  # every parameter (frozen ones included)
     trainable: int  # parameters with requires_grad (get gradients and optimizer state)
@@ -92,7 +100,10 @@ class MemoryEstimate:
     total: int  # (weights + inputs + transient) * SAFETY
 
     def as_dict(self) -> dict[str, int | str]:
-        return {k: getattr(self, k) for k in ("weights", "inputs", "caches", "transient", "phase", "total")}
+        return {
+            k: getattr(self, k)
+            for k in ("weights", "inputs", "caches", "transient", "phase", "total")
+        }
 
 
 def _param_bytes(model_cfg: KronosConfig, tok_cfg: TokenizerConfig) -> int:
@@ -110,21 +121,28 @@ def _phases(m: KronosConfig, t: TokenizerConfig, n: int, lookback: int, horizon:
     d, vocab = m.d_model, 2**m.s1_bits + 2**m.s2_bits
     window = min(lookback, max_context)
     caches = _cache_bytes(m, n, window, horizon, act, sliding)
-    per_token_out = 3 * d * act  # last pass's hidden states + the s2 head's keys/values, alive while sampling
+    # last pass's hidden states + the s2 head's keys/values, alive while sampling
+    per_token_out = 3 * d * act
     phases = {
-        "tokenize": _pass_bytes(n * lookback, t.d_model, t.ff_dim, act) + _mask_bytes(n, lookback, ragged),
+        "tokenize": _pass_bytes(n * lookback, t.d_model, t.ff_dim, act)
+        + _mask_bytes(n, lookback, ragged),
     }
     if sliding != "recompute":
-        phases["prefill"] = caches + _pass_bytes(n * window, d, m.ff_dim, act) + _mask_bytes(n, window, ragged)
+        phases["prefill"] = (
+            caches + _pass_bytes(n * window, d, m.ff_dim, act) + _mask_bytes(n, window, ragged)
+        )
     width = window
     if sliding == "recompute" or (sliding == "exact" and lookback + horizon - 1 > max_context):
-        # Equal-length rows leave the caches together (freed); ragged rows may recompute beside cached ones.
+        # Equal-length rows leave the caches together (freed); ragged rows may recompute beside
+        # cached ones.
         width = min(lookback + horizon - 1, max_context)
         phases["recompute"] = (caches if ragged else 0) + _pass_bytes(n * width, d, m.ff_dim, act) \
             + _mask_bytes(n, width, ragged)
     phases["sample"] = caches + n * width * per_token_out + n * vocab * SAMPLE_BYTES
     dec_len = min(lookback + horizon, max_context)
-    phases["detokenize"] = _pass_bytes(n * dec_len, t.d_model, t.ff_dim, act) + _mask_bytes(n, dec_len, ragged)
+    phases["detokenize"] = _pass_bytes(n * dec_len, t.d_model, t.ff_dim, act) + _mask_bytes(
+        n, dec_len, ragged
+    )
     return phases
 
 
@@ -151,10 +169,13 @@ def memory_breakdown(
     n = batch * sample_count
     act = torch.tensor([], dtype=dtype).element_size()
     total_len = lookback + horizon
-    inputs = n * (lookback * 6 * 4 + lookback * 5 * 4 + horizon * 5 * 4)  # candles + stamps (float32)
+    # candles + stamps (float32)
+    inputs = n * (lookback * 6 * 4 + lookback * 5 * 4 + horizon * 5 * 4)
     inputs += n * total_len * (5 * 4 + 2 * 8)  # concatenated stamps + two int64 token sequences
     caches = _cache_bytes(model_cfg, n, min(lookback, max_context), horizon, act, sliding)
-    phases = _phases(model_cfg, tokenizer_cfg, n, lookback, horizon, act, max_context, ragged, sliding)
+    phases = _phases(
+        model_cfg, tokenizer_cfg, n, lookback, horizon, act, max_context, ragged, sliding
+    )
     phase = max(phases, key=phases.__getitem__)
     weights = _param_bytes(model_cfg, tokenizer_cfg) if include_weights else 0
     total = int((weights + inputs + phases[phase]) * SAFETY)

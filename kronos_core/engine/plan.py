@@ -49,7 +49,8 @@ def _check(lengths: Sequence[int], max_context: int, mode: str) -> None:
 
 
 def _cached_rows(lengths: Sequence[int], step: int, max_context: int, mode: str) -> tuple[int, ...]:
-    """Rows holding valid caches at ``step`` (before eviction is applied they held them at step - 1)."""
+    """Rows holding valid caches at ``step`` (before eviction is applied they held them at step -
+    1)."""
     if mode == "recompute":
         return ()
     if mode == "rolling" or step == 0:
@@ -78,7 +79,9 @@ def plan_step(lengths: Sequence[int], step: int, max_context: int, mode: str = "
     )
 
 
-def plan_schedule(lengths: Sequence[int], horizon: int, max_context: int, mode: str = "exact") -> list[StepPlan]:
+def plan_schedule(
+    lengths: Sequence[int], horizon: int, max_context: int, mode: str = "exact"
+) -> list[StepPlan]:
     """The plans of all ``horizon`` steps, made on the host before the first one."""
     if horizon < 1:
         raise ValueError(f"horizon must be >= 1, got {horizon}")

@@ -61,7 +61,9 @@ def filter_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     return logits
 
 
-def sample_tokens(logits: torch.Tensor, params: SamplingParams, uniforms: torch.Tensor | None) -> torch.Tensor:
+def sample_tokens(
+    logits: torch.Tensor, params: SamplingParams, uniforms: torch.Tensor | None
+) -> torch.Tensor:
     """Draw one token per row. logits (N, V); uniforms (N,) in [0, 1) or None (global RNG).
 
     Greedy (top_k == 1) is an arg-max and ignores the uniforms.
@@ -87,9 +89,11 @@ def _splitmix64(x: np.ndarray) -> np.ndarray:
 
 
 def row_keys(seed: int, series_keys: list[int], sample_count: int) -> np.ndarray:
-    """uint64 key per (series, sample path) row, series-major: (len(series_keys) * sample_count,)."""
+    """uint64 key per (series, sample path) row, series-major: (len(series_keys) *
+    sample_count,)."""
     base = _splitmix64(np.array([seed & _MASK64], dtype=np.uint64))[0]
-    series = _splitmix64(np.array([k & _MASK64 for k in series_keys], dtype=np.uint64) ^ base)  # (B,)
+    # (B,)
+    series = _splitmix64(np.array([k & _MASK64 for k in series_keys], dtype=np.uint64) ^ base)
     paths = np.arange(sample_count, dtype=np.uint64)  # (S,)
     return _splitmix64(series[:, None] ^ _splitmix64(paths + base)[None, :]).reshape(-1)
 
@@ -109,5 +113,7 @@ def counter_uniforms_table(keys: np.ndarray, horizon: int) -> np.ndarray:
     kinds = np.arange(2, dtype=np.uint64)[None, :]  # (1, 2)
     counters = (steps << np.uint64(1)) | kinds  # (H, 2)
     with np.errstate(over="ignore"):
-        bits = _splitmix64(np.asarray(keys, dtype=np.uint64)[None, None, :] ^ _splitmix64(counters)[:, :, None])
+        bits = _splitmix64(
+            np.asarray(keys, dtype=np.uint64)[None, None, :] ^ _splitmix64(counters)[:, :, None]
+        )
     return (bits >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))  # (H, 2, N)

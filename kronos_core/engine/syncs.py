@@ -24,11 +24,13 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-SYNC_OPS = frozenset({
-    "item", "_local_scalar_dense", "is_nonzero", "equal", "resolve_conj", "resolve_neg",
-    "nonzero", "masked_select", "_unique", "_unique2", "unique_dim", "unique_consecutive", "unique_dim_consecutive",
-    "lift_fresh", "allclose",
-})
+SYNC_OPS = frozenset(
+    {
+        "item", "_local_scalar_dense", "is_nonzero", "equal", "resolve_conj", "resolve_neg",
+        "nonzero", "masked_select", "_unique", "_unique2", "unique_dim", "unique_consecutive",
+        "unique_dim_consecutive", "lift_fresh", "allclose",
+    }
+)
 INDEX_OPS = frozenset({"index", "index_put", "index_put_", "_index_put_impl_"})
 COPY_OPS = frozenset({"_to_copy", "copy_", "to"})
 
@@ -60,7 +62,8 @@ def _is_sync(name: str, args: tuple, kwargs: dict) -> bool:
 
 
 class HostSyncCounter(TorchDispatchMode):
-    """``with HostSyncCounter() as c: ...`` then ``c.total`` and ``c.ops`` (a Counter by op name)."""
+    """``with HostSyncCounter() as c: ...`` then ``c.total`` and ``c.ops`` (a Counter by op
+    name)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -82,7 +85,8 @@ class HostSyncCounter(TorchDispatchMode):
 
 
 def syncs_per_step(job, counter: HostSyncCounter | None = None) -> list[int]:
-    """Run ``job`` (a ``Generation`` or ``ForecastJob``) to the end -> the sync count of each step."""
+    """Run ``job`` (a ``Generation`` or ``ForecastJob``) to the end -> the sync count of each
+    step."""
     counter = counter or HostSyncCounter()
     counts = []
     while not job.done:

@@ -32,7 +32,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-GAMMAS = (0.005, 0.01, 0.02, 0.05)  # step sizes tried by the nested selection (0.005: Gibbs & Candès)
+# step sizes tried by the nested selection (0.005: Gibbs & Candès)
+GAMMAS = (0.005, 0.01, 0.02, 0.05)
 CITATION = "Gibbs, Candès (2021), Adaptive Conformal Inference Under Distribution Shift, NeurIPS"
 
 
@@ -110,7 +111,9 @@ def walk(state: ACIState, scores: np.ndarray, issued: np.ndarray, resolved: np.n
     out = np.empty(scores.shape, dtype=np.float64)  # (N, C, H, F)
     pending: list[int] = []
     for i in range(len(issued)):
-        ready = sorted((j for j in pending if resolved[j] <= issued[i]), key=lambda j: (resolved[j], j))
+        ready = sorted(
+            (j for j in pending if resolved[j] <= issued[i]), key=lambda j: (resolved[j], j)
+        )
         for j in ready:
             st.update(scores[j], out[j])
         pending = [j for j in pending if j not in ready]
@@ -136,34 +139,45 @@ def split_point(issued: np.ndarray, resolved: np.ndarray, w: int) -> int:
     return w + int(later[0]) if len(later) else len(issued)
 
 
-def fit_state(scores: np.ndarray, issued: np.ndarray, resolved: np.ndarray, levels, gamma: float) -> ACIState:
+def fit_state(
+    scores: np.ndarray, issued: np.ndarray, resolved: np.ndarray, levels, gamma: float
+) -> ACIState:
     """The state after walking calibration windows (time order): the first half's scores start it,
-    the rest is walked with ``gamma`` and taken in (the state once every calibration truth is known)."""
+    the rest is walked with ``gamma`` and taken in (the state once every calibration truth is
+    known)."""
     w = len(scores) // 2
     start = split_point(issued, resolved, w)
-    _, st = walk(initial_state(scores[:w], levels, gamma), scores[start:], issued[start:], resolved[start:])
+    _, st = walk(
+        initial_state(scores[:w], levels, gamma), scores[start:], issued[start:], resolved[start:]
+    )
     return st
 
 
 def choose_gamma(scores: np.ndarray, issued: np.ndarray, resolved: np.ndarray, levels, feature: int,
                  gammas=GAMMAS) -> tuple[float, dict]:
     """Nested selection inside the calibration windows (time order): start from the first half's
-    scores, walk the second half (from ``split_point``) with each gamma, keep the one whose close coverage is nearest
-    nominal (ties: the smaller gamma). Never sees data after the calibration windows.
-    Returns the gamma and the gap per gamma."""
+    scores, walk the second half (from ``split_point``) with each gamma, keep the one whose close
+    coverage is nearest nominal (ties: the smaller gamma). Never sees data after the calibration
+    windows. Returns the gamma and the gap per gamma."""
     n = len(scores)
     w = n // 2
     need = max(math.ceil(c / (1 - c)) for c in levels)
     if w < need or n - w < 1:
-        raise ValueError(f"ACI needs at least {2 * need} calibration windows for level {max(levels):g} "
-                         f"(got {n}); raise --windows")
+        raise ValueError(
+            f"ACI needs at least {2 * need} calibration windows for level {max(levels):g} "
+            f"(got {n}); raise --windows"
+        )
     start = split_point(issued, resolved, w)
     if start >= n:
-        raise ValueError("ACI: no calibration window is issued after the first half's truths are known")
+        raise ValueError(
+            "ACI: no calibration window is issued after the first half's truths are known"
+        )
     gaps = {}
     for g in gammas:
-        corr, _ = walk(initial_state(scores[:w], levels, g), scores[start:], issued[start:], resolved[start:],
-                       flush=False)
+        corr, _ = walk(
+            initial_state(scores[:w], levels, g), scores[start:], issued[start:], resolved[start:],
+            flush=False,
+        )
         gaps[g] = coverage_gap(scores[start:], corr, levels, feature)
     best = min(gammas, key=lambda g: (round(gaps[g], 12), g))
     return best, gaps

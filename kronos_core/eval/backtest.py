@@ -60,8 +60,15 @@ def simulate(prices: np.ndarray, rebalance_rows, weights, cost_bps: float = 0.0)
     """
     prices = np.asarray(prices, dtype=np.float64)
     rows = [int(r) for r in rebalance_rows]
-    if not rows or rows[0] < 1 or any(b <= a for a, b in zip(rows, rows[1:])) or rows[-1] >= len(prices):
-        raise ValueError(f"rebalance rows must increase within [1, {len(prices) - 1}], got {rows[:5]}...")
+    if (
+        not rows
+        or rows[0] < 1
+        or any(b <= a for a, b in zip(rows, rows[1:]))
+        or rows[-1] >= len(prices)
+    ):
+        raise ValueError(
+            f"rebalance rows must increase within [1, {len(prices) - 1}], got {rows[:5]}..."
+        )
     last_len = rows[-1] - rows[-2] if len(rows) > 1 else len(prices) - rows[-1]
     ends = rows[1:] + [min(len(prices), rows[-1] + last_len)]
     equity: list[float] = [1.0]
@@ -124,14 +131,20 @@ def performance(sim: Simulation, periods_per_year: float) -> dict:
     return {
         "total_return": total - 1.0,
         "annual_return": ann,
-        "annual_volatility": float(sim.returns.std(ddof=1) * np.sqrt(periods_per_year)) if n > 1 else float("nan"),
+        "annual_volatility": float(sim.returns.std(ddof=1) * np.sqrt(periods_per_year))
+        if n > 1
+        else float("nan"),
         "sharpe": sharpe(sim.returns, periods_per_year),
         "sortino": sortino(sim.returns, periods_per_year),
         "max_drawdown": mdd,
         "calmar": float(ann / mdd) if mdd > 0 else float("nan"),
-        "hit_rate": float((sim.period_returns > 0).mean()) if len(sim.period_returns) else float("nan"),
+        "hit_rate": float((sim.period_returns > 0).mean())
+        if len(sim.period_returns)
+        else float("nan"),
         "turnover": float(sim.turnover.mean()) if len(sim.turnover) else 0.0,
-        "annual_turnover": float(sim.turnover.mean() * per_year_rebalances) if len(sim.turnover) else 0.0,
+        "annual_turnover": float(sim.turnover.mean() * per_year_rebalances)
+        if len(sim.turnover)
+        else 0.0,
         "bars": n,
         "rebalances": len(sim.turnover),
     }

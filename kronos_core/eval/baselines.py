@@ -51,7 +51,8 @@ def seasonal_naive(history: np.ndarray, horizon: int, season: int) -> np.ndarray
 
 def hist_vol(history: np.ndarray, horizon: int, window: int = HIST_VOL_WINDOW,
              samples: int = HIST_VOL_SAMPLES) -> np.ndarray:
-    """(N, S, H): last * exp(sigma * sqrt(h) * z_k), sigma = std of the last ``window`` log returns."""
+    """(N, S, H): last * exp(sigma * sqrt(h) * z_k), sigma = std of the last ``window`` log
+    returns."""
     h = np.asarray(history, dtype=np.float64)
     if h.shape[1] < window + 1:
         raise ValueError(f"hist_vol needs a lookback of at least {window + 1}, got {h.shape[1]}")

@@ -81,7 +81,9 @@ class CalibrationMismatch(CalibrationError):
 def _log(x) -> np.ndarray:
     x = np.asarray(x, dtype=np.float64)
     if (x <= 0).any():
-        raise CalibrationError("calibration works on log prices: forecasts and truths must be positive")
+        raise CalibrationError(
+            "calibration works on log prices: forecasts and truths must be positive"
+        )
     return np.log(x)
 
 
@@ -91,8 +93,10 @@ def conformal_quantile(scores: np.ndarray, level: float) -> float:
     k = math.ceil((len(s) + 1) * level)
     if k > len(s):
         need = math.ceil(level / (1 - level))
-        raise CalibrationError(f"{len(s)} calibration windows are too few for a {level:g} interval; "
-                               f"need at least {need} (raise --windows)")
+        raise CalibrationError(
+            f"{len(s)} calibration windows are too few for a {level:g} interval; "
+            f"need at least {need} (raise --windows)"
+        )
     return float(s[k - 1])
 
 
@@ -102,8 +106,10 @@ def _scores(lo, hi, y, method):
     return e / np.maximum(hi - lo, 1e-12) if method == "cqr-r" else e
 
 
-def conformity_scores(samples: np.ndarray, truth: np.ndarray, levels: Sequence[float], fidx: Sequence[int],
-                      method: str = "cqr") -> np.ndarray:
+def conformity_scores(
+    samples: np.ndarray, truth: np.ndarray, levels: Sequence[float], fidx: Sequence[int],
+    method: str = "cqr",
+) -> np.ndarray:
     """Scores (N, C, H, F) of windows' sample paths (N, S, H, 6) and truths (N, H, 6), per
     central level and the feature columns ``fidx``."""
     out = []
@@ -128,7 +134,9 @@ def _time_order(issued, resolved, n: int, method: str):
         raise CalibrationError(f"method {method!r} needs the windows' issue and resolution times")
     issued, resolved = np.asarray(issued), np.asarray(resolved)
     if len(issued) != n or len(resolved) != n:
-        raise CalibrationError(f"{n} windows but {len(issued)} issue and {len(resolved)} resolution times")
+        raise CalibrationError(
+            f"{n} windows but {len(issued)} issue and {len(resolved)} resolution times"
+        )
     return np.argsort(issued, kind="stable"), issued, resolved
 
 
@@ -138,14 +146,19 @@ def select_method(samples, truth, levels, fidx, issued, resolved) -> tuple[str, 
     n = len(truth)
     start = aci.split_point(issued, resolved, n // 2)
     if start >= n:
-        raise CalibrationError("select: no calibration window is issued after the first half's truths are known")
+        raise CalibrationError(
+            "select: no calibration window is issued after the first half's truths are known"
+        )
     close = fidx.index(FEATURES.index("close")) if FEATURES.index("close") in fidx else 0
     gaps = {}
     for m in ("cqr", "cqr-r"):
-        corr = _static_corrections(conformity_scores(samples[: n // 2], truth[: n // 2], levels, fidx, m), levels)
+        corr = _static_corrections(
+            conformity_scores(samples[: n // 2], truth[: n // 2], levels, fidx, m), levels
+        )
         later = conformity_scores(samples[start:], truth[start:], levels, fidx, m)  # (N', C, H, F)
         gaps[m] = aci.coverage_gap(later, np.broadcast_to(corr, later.shape), levels, close)
-    best = min(("cqr", "cqr-r"), key=lambda m: round(gaps[m], 12))  # min keeps the first (cqr) on ties
+    # min keeps the first (cqr) on ties
+    best = min(("cqr", "cqr-r"), key=lambda m: round(gaps[m], 12))
     return best, gaps
 
 
@@ -173,9 +186,11 @@ class Calibration:
     features: tuple[str, ...]  # calibrated features (price columns)
     corrections: np.ndarray  # (C, H, F)
     info: dict = field(default_factory=dict)  # windows, lookback, sample_count, data ...
-    state: aci.ACIState | None = None  # method "aci": the walk's state after the calibration windows
+    # method "aci": the walk's state after the calibration windows
+    state: aci.ACIState | None = None
     scope: Scope = field(default_factory=Scope)  # where it was fitted (unknown in older files)
-    members: dict[str, Calibration] = field(default_factory=dict)  # per group (file fitted per group)
+    # per group (file fitted per group)
+    members: dict[str, Calibration] = field(default_factory=dict)
     group_by: str | None = None  # what the members are keyed by: "frequency" or "series"
 
     @property
@@ -194,22 +209,35 @@ class Calibration:
         for name, m in members.items():
             if (m.levels, m.features, m.model.get("sha256")) != (first.levels, first.features,
                                                                   first.model.get("sha256")):
-                raise CalibrationError(f"group {name}: fitted differently from group {next(iter(members))}")
+                raise CalibrationError(
+                    f"group {name}: fitted differently from group {next(iter(members))}"
+                )
         method = first.method if len({m.method for m in members.values()}) == 1 else "select"
         scopes = [m.scope for m in members.values()]
         info = {"groups": {k: m.info.get("windows") for k, m in members.items()}}
-        whole = Scope(None, tuple(sorted({f for sc in scopes for f in (sc.frequencies or ())})) or None,
-                      tuple(s for sc in scopes for s in (sc.series or ())) or None)
-        return cls(method, dict(first.model), first.levels, first.features,
-                   np.zeros((len(first.levels), 0, len(first.features))), info, None, whole, dict(members), group_by)
+        whole = Scope(
+            None, tuple(sorted({f for sc in scopes for f in (sc.frequencies or ())})) or None,
+            tuple(s for sc in scopes for s in (sc.series or ())) or None,
+        )
+        return cls(
+            method, dict(first.model), first.levels, first.features,
+            np.zeros((len(first.levels), 0, len(first.features))), info, None, whole, dict(members),
+            group_by,
+        )
 
     # ---- scope ---------------------------------------------------------------------------
-    def member_for(self, frequency: str | None = None, group: str | None = None) -> tuple[Calibration | None, str]:
+    def member_for(
+        self, frequency: str | None = None, group: str | None = None
+    ) -> tuple[Calibration | None, str]:
         """(the calibration that applies to a series of this bar ``frequency`` / named ``group``,
         or None; a reason when None). Without members: this calibration."""
         if not self.members:
             return self, ""
-        key = group if self.group_by == "series" or (group is not None and group in self.members) else frequency
+        key = (
+            group
+            if self.group_by == "series" or (group is not None and group in self.members)
+            else frequency
+        )
         if key is None:
             return None, f"calibrated per {self.group_by}; the request's {self.group_by} is unknown"
         member = self.members.get(key)
@@ -232,15 +260,23 @@ class Calibration:
         central = [abs(2 * float(q) - 1) for q in levels if abs(float(q) - 0.5) > 1e-12]
         outside = [c for c in central if not lv[0] - 1e-9 <= c <= lv[-1] + 1e-9]
         if outside:
-            return (f"fitted for central levels {lv[0]:g}-{lv[-1]:g}, asked {', '.join(f'{c:g}' for c in outside)} "
-                    "(quantiles " + ", ".join(f"{q:g}" for q in levels if abs(2 * float(q) - 1) in outside) + ")")
+            return (
+                f"fitted for central levels {lv[0]:g}-{lv[-1]:g}, asked "
+                f"{', '.join(f'{c:g}' for c in outside)} (quantiles "
+                + ", ".join(f"{q:g}" for q in levels if abs(2 * float(q) - 1) in outside)
+                + ")"
+            )
         return member.scope.mismatch(lookback, frequency)
 
     def member_key(self, frequency: str | None = None, group: str | None = None) -> str | None:
         """The name of the member that applies to a series (None: no members, or none applies)."""
         if not self.members:
             return None
-        key = group if self.group_by == "series" or (group is not None and group in self.members) else frequency
+        key = (
+            group
+            if self.group_by == "series" or (group is not None and group in self.members)
+            else frequency
+        )
         return key if key in self.members else None
 
     def describe(self) -> dict:
@@ -300,12 +336,18 @@ class Calibration:
         state = None
         if method in ("select", "aci"):
             order, issued, resolved = _time_order(issued, resolved, len(truth), method)
-            samples, truth, issued, resolved = samples[order], truth[order], issued[order], resolved[order]
+            samples, truth, issued, resolved = (
+                samples[order], truth[order], issued[order], resolved[order],
+            )
         if method == "select":
             method, gaps = select_method(samples, truth, levels, fidx, issued, resolved)
-            info["selection"] = {"chosen": method, "validation_gap": gaps,
-                                 "rule": "nearest nominal on the later half of the calibration windows"}
-        scores = conformity_scores(samples, truth, levels, fidx, "cqr" if method == "aci" else method)
+            info["selection"] = {
+                "chosen": method, "validation_gap": gaps,
+                "rule": "nearest nominal on the later half of the calibration windows",
+            }
+        scores = conformity_scores(
+            samples, truth, levels, fidx, "cqr" if method == "aci" else method
+        )
         if method == "aci":
             close = fidx.index(FEATURES.index("close")) if FEATURES.index("close") in fidx else 0
             try:
@@ -318,7 +360,9 @@ class Calibration:
             corr = state.correction()
         else:
             corr = _static_corrections(scores, levels)
-        return cls(method, dict(model), levels, tuple(features), corr, info, state, scope or Scope())
+        return cls(
+            method, dict(model), levels, tuple(features), corr, info, state, scope or Scope()
+        )
 
     def walk(self, samples: np.ndarray, truth: np.ndarray, issued, resolved) -> np.ndarray:
         """ACI continued through new windows (time order): the correction (N, C, H, F) issued to
@@ -336,20 +380,30 @@ class Calibration:
         """This method's conformity scores (N, C, H, F) of windows (a truth is inside the corrected
         interval of level c exactly when its score <= the correction)."""
         fidx = [FEATURES.index(f) for f in self.features]
-        return conformity_scores(samples, truth, self.levels, fidx, "cqr" if self.method == "aci" else self.method)
+        return conformity_scores(
+            samples, truth, self.levels, fidx, "cqr" if self.method == "aci" else self.method
+        )
 
     def to_dict(self) -> dict:
         if self.members:
-            return {"format": FORMAT, "method": self.method, "citation": self._citation(), "model": self.model,
-                    "levels": list(self.levels), "features": list(self.features), "horizon": self.horizon,
-                    "scope": self.scope.to_dict(), "group_by": self.group_by, "info": self.info,
-                    "groups": {k: m.to_dict() for k, m in self.members.items()}}
+            return {
+                "format": FORMAT, "method": self.method, "citation": self._citation(),
+                "model": self.model, "levels": list(self.levels), "features": list(self.features),
+                "horizon": self.horizon, "scope": self.scope.to_dict(), "group_by": self.group_by,
+                "info": self.info, "groups": {k: m.to_dict() for k, m in self.members.items()},
+            }
         return {
             "format": FORMAT, "method": self.method,
-            "citation": CITATION + ("; " + aci.CITATION if self.method == "aci" else ""), "model": self.model,
-            "levels": list(self.levels), "features": list(self.features), "horizon": self.horizon,
-            "corrections": {f: {f"{c:g}": self.corrections[ci, :, j].tolist() for ci, c in enumerate(self.levels)}
-                            for j, f in enumerate(self.features)},
+            "citation": CITATION + ("; " + aci.CITATION if self.method == "aci" else ""),
+            "model": self.model, "levels": list(self.levels), "features": list(self.features),
+            "horizon": self.horizon,
+            "corrections": {
+                f: {
+                    f"{c:g}": self.corrections[ci, :, j].tolist()
+                    for ci, c in enumerate(self.levels)
+                }
+                for j, f in enumerate(self.features)
+            },
             "info": self.info, "scope": self.scope.to_dict(),
             **({"aci_state": self.state.to_dict()} if self.state is not None else {}),
         }
@@ -369,7 +423,9 @@ class Calibration:
         try:
             d = json.loads(path.read_text())
             if d.get("format") != FORMAT:
-                raise CalibrationError(f"{path}: not a calibration file (format {d.get('format')!r}, want {FORMAT})")
+                raise CalibrationError(
+                    f"{path}: not a calibration file (format {d.get('format')!r}, want {FORMAT})"
+                )
             return cls._from_dict(d)
         except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             if isinstance(exc, CalibrationError):
@@ -385,30 +441,43 @@ class Calibration:
             return whole
         levels = tuple(float(c) for c in d["levels"])
         feats = tuple(d["features"])
-        corr = np.array([[d["corrections"][f][f"{c:g}"] for f in feats] for c in levels])  # (C, F, H)
+        # (C, F, H)
+        corr = np.array([[d["corrections"][f][f"{c:g}"] for f in feats] for c in levels])
         state = aci.ACIState.from_dict(d["aci_state"], levels) if "aci_state" in d else None
-        return cls(d["method"], d["model"], levels, feats, corr.transpose(0, 2, 1), d.get("info", {}), state,
-                   Scope.from_dict(d.get("scope")))
+        return cls(
+            d["method"], d["model"], levels, feats, corr.transpose(0, 2, 1), d.get("info", {}),
+            state, Scope.from_dict(d.get("scope")),
+        )
 
     # ---- apply ---------------------------------------------------------------------------
     def check_model(self, identity) -> None:
-        """Raise ``CalibrationMismatch`` unless ``identity`` (ModelIdentity or None) is the fitted model."""
+        """Raise ``CalibrationMismatch`` unless ``identity`` (ModelIdentity or None) is the fitted
+        model."""
         want = self.model.get("sha256")
         got = None if identity is None else identity.sha256
         if got != want:
-            name = "a predictor without a model identity" if identity is None else f"{identity.name} ({identity.sha256[:12]})"
+            name = (
+                "a predictor without a model identity"
+                if identity is None
+                else f"{identity.name} ({identity.sha256[:12]})"
+            )
             raise CalibrationMismatch(
-                f"calibration fitted for model {self.model.get('name')} ({str(want)[:12]}) cannot be applied to "
-                f"{name}; fit one for this model with `kronos calibrate`")
+                f"calibration fitted for model {self.model.get('name')} ({str(want)[:12]}) cannot "
+                f"be applied to {name}; fit one for this model with `kronos calibrate`"
+            )
 
     def _correction(self, c: float, h: int, j: int) -> float:
         lv = np.array(self.levels)
         if c < lv[0] - 1e-9 or c > lv[-1] + 1e-9:
-            raise CalibrationError(f"central level {c:g} is outside the calibrated levels {list(self.levels)}; "
-                                   "calibrate with --quantiles covering it")
+            raise CalibrationError(
+                f"central level {c:g} is outside the calibrated levels {list(self.levels)}; "
+                "calibrate with --quantiles covering it"
+            )
         return float(np.interp(c, lv, self.corrections[:, h, j]))
 
-    def quantiles(self, samples: np.ndarray, levels: Sequence[float], feature: str = "close") -> np.ndarray:
+    def quantiles(
+        self, samples: np.ndarray, levels: Sequence[float], feature: str = "close"
+    ) -> np.ndarray:
         """Corrected quantiles (Q, N, H) of one feature's samples (N, S, H), non-crossing.
 
         Level 0.5 and features outside ``self.features`` are the raw sample quantiles.
@@ -416,7 +485,9 @@ class Calibration:
         self._single()
         levels = [float(q) for q in levels]
         if samples.shape[2] > self.horizon:
-            raise CalibrationError(f"horizon {samples.shape[2]} exceeds the calibrated horizon {self.horizon}")
+            raise CalibrationError(
+                f"horizon {samples.shape[2]} exceeds the calibrated horizon {self.horizon}"
+            )
         raw = np.quantile(samples, levels, axis=1)  # (Q, N, H)
         if feature not in self.features or not levels:
             return raw
@@ -430,7 +501,10 @@ class Calibration:
             lr, lm = _log(raw[qi]), _log(mirror[qi])
             width = np.abs(lr - lm) if self.method == "cqr-r" else 1.0
             for h in range(samples.shape[2]):
-                corr = self._correction(c, h, j) * (width[:, h] if isinstance(width, np.ndarray) else width)  # cqr-r
+                # cqr-r
+                corr = self._correction(c, h, j) * (
+                    width[:, h] if isinstance(width, np.ndarray) else width
+                )
                 out[qi, :, h] = np.exp(lr[:, h] + sign * corr)
         order = np.argsort(levels)
         out[order] = np.sort(out[order], axis=0)  # rearrangement: quantiles never cross
@@ -439,8 +513,9 @@ class Calibration:
     def _single(self) -> None:
         if self.members:
             raise CalibrationError(
-                f"this calibration was fitted per {self.group_by} ({', '.join(self.members)}): pick the group of "
-                "the series first (Calibration.select / covers)")
+                f"this calibration was fitted per {self.group_by} ({', '.join(self.members)}): "
+                "pick the group of the series first (Calibration.select / covers)"
+            )
 
     def apply(self, paths: np.ndarray, levels: Sequence[float], identity) -> np.ndarray:
         """Corrected quantiles (Q, B, H, 6) of sample paths (B, S, H, 6) for the model ``identity``.
@@ -490,7 +565,8 @@ class Calibration:
             fi = FEATURES.index(f)
             order = np.argsort(paths[..., fi], axis=1, kind="stable")  # (B, S, H)
             logs = _log(np.take_along_axis(paths[..., fi], order, axis=1))  # (B, S, H) ascending
-            width = np.abs(logs - logs[:, ::-1]) if self.method == "cqr-r" else 1.0  # mirror rank: 1 - level
+            # mirror rank: 1 - level
+            width = np.abs(logs - logs[:, ::-1]) if self.method == "cqr-r" else 1.0
             moved = np.empty_like(logs)
             for step in range(h):
                 shift = sign * self._correction_curve(central, step, j)  # (S,)

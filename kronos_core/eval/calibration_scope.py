@@ -13,7 +13,8 @@ class Scope:
 
     lookback: tuple[int, int] | None = None  # shortest and longest context of the fitting windows
     frequencies: tuple[str, ...] | None = None  # bar frequencies of the fitting series ("1d", "1h")
-    series: tuple[str, ...] | None = None  # the series fitted on (recorded; groups are matched by name)
+    # the series fitted on (recorded; groups are matched by name)
+    series: tuple[str, ...] | None = None
 
     def to_dict(self) -> dict:
         return {"lookback": None if self.lookback is None else list(self.lookback),
@@ -24,17 +25,25 @@ class Scope:
     def from_dict(cls, d: dict | None) -> Scope:
         d = d or {}
         lb, fr, se = d.get("lookback"), d.get("frequencies"), d.get("series")
-        return cls(None if lb is None else (int(lb[0]), int(lb[1])), None if fr is None else tuple(map(str, fr)),
-                   None if se is None else tuple(map(str, se)))
+        return cls(
+            None if lb is None else (int(lb[0]), int(lb[1])),
+            None if fr is None else tuple(map(str, fr)),
+            None if se is None else tuple(map(str, se)),
+        )
 
     def mismatch(self, lookback: int | None, frequency: str | None) -> str | None:
-        """Why a request of this ``lookback`` and bar ``frequency`` is outside the scope, or None."""
+        """Why a request of this ``lookback`` and bar ``frequency`` is outside the scope, or
+        None."""
         if self.lookback is not None and lookback is not None:
             lo, hi = self.lookback
             if not lo <= lookback <= hi:
                 fitted = f"{lo}" if lo == hi else f"{lo}-{hi}"
                 return f"fitted for lookback {fitted}, asked {lookback}"
-        if self.frequencies is not None and frequency is not None and frequency not in self.frequencies:
+        if (
+            self.frequencies is not None
+            and frequency is not None
+            and frequency not in self.frequencies
+        ):
             return f"fitted on {'/'.join(self.frequencies)} bars, asked {frequency}"
         return None
 

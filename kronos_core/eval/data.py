@@ -32,10 +32,14 @@ class DataError(ValueError):
 
 def _from_frame(df: pd.DataFrame, name: str, source: str, column: str) -> Series:
     if column not in df.columns:
-        raise DataError(f"{source}: no {column!r} column (columns: {list(df.columns)}); pass --time-column")
+        raise DataError(
+            f"{source}: no {column!r} column (columns: {list(df.columns)}); pass --time-column"
+        )
     stamps = pd.DatetimeIndex(pd.to_datetime(df[column]))
     if not stamps.is_monotonic_increasing or stamps.has_duplicates:
-        raise DataError(f"{source}: timestamps must be strictly increasing (--sort, --drop-duplicates)")
+        raise DataError(
+            f"{source}: timestamps must be strictly increasing (--sort, --drop-duplicates)"
+        )
     try:
         values = candle_array(df)
     except CandleError as exc:

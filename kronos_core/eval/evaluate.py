@@ -19,8 +19,11 @@ from kronos_core.eval.windows import Windows
 CLOSE = FEATURES.index("close")
 
 
-def baseline_samples(w: Windows, seasons: Sequence[int | None], horizon: int) -> dict[str, np.ndarray]:
-    """Each baseline's samples (N, S, H) of the close. Seasonal naive only when every series has a season."""
+def baseline_samples(
+    w: Windows, seasons: Sequence[int | None], horizon: int
+) -> dict[str, np.ndarray]:
+    """Each baseline's samples (N, S, H) of the close. Seasonal naive only when every series has a
+    season."""
     history = w.context[..., CLOSE].astype(np.float64)  # (N, L)
     out = {"last_value": bl.last_value(history, horizon), "drift": bl.drift(history, horizon)}
     per_window = [seasons[k] for k in w.series_index]
@@ -61,9 +64,11 @@ def _cards(w: Windows, idx, model_samples, base, quantiles, coverage,
     return model, baselines
 
 
-def evaluate(w: Windows, paths: np.ndarray, seasons: Sequence[int | None], quantiles=DEFAULT_QUANTILES,
-             coverage=DEFAULT_COVERAGE, calibrated=None, all_features: bool = False,
-             extra_baselines: dict[str, np.ndarray] | None = None) -> dict:
+def evaluate(
+    w: Windows, paths: np.ndarray, seasons: Sequence[int | None], quantiles=DEFAULT_QUANTILES,
+    coverage=DEFAULT_COVERAGE, calibrated=None, all_features: bool = False,
+    extra_baselines: dict[str, np.ndarray] | None = None,
+) -> dict:
     """metrics / baselines / regimes / series sections from the model's paths (N, S, H, 6) on
     ``w``. ``calibrated`` (``CalibratedPaths``): ``metrics`` (and the regimes and series) score
     the calibrated distribution, and ``metrics_raw`` the raw paths. ``extra_baselines``: more
@@ -86,10 +91,14 @@ def evaluate(w: Windows, paths: np.ndarray, seasons: Sequence[int | None], quant
             card = score(s, s.mean(axis=1), tr, hist[:, -1], hist, quantiles, coverage)
             metrics["features"][f] = headline(card)
     labels = classify(w.context[..., CLOSE].astype(np.float64))
-    regimes = {"rule": {"window": REGIME_WINDOW, "threshold": REGIME_THRESHOLD,
-                        "trend": "log return over the window / (std of one-bar log returns * sqrt(window))",
-                        "bull": f"trend > {REGIME_THRESHOLD}", "bear": f"trend < -{REGIME_THRESHOLD}",
-                        "sideways": "otherwise"}}
+    regimes = {
+        "rule": {
+            "window": REGIME_WINDOW, "threshold": REGIME_THRESHOLD,
+            "trend": "log return over the window / (std of one-bar log returns * sqrt(window))",
+            "bull": f"trend > {REGIME_THRESHOLD}", "bear": f"trend < -{REGIME_THRESHOLD}",
+            "sideways": "otherwise",
+        }
+    }
     for r in REGIMES:
         idx = np.flatnonzero(labels == r)
         if len(idx) == 0:

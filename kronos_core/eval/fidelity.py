@@ -40,7 +40,9 @@ class RoundTrip(Protocol):
     def decode(self, s1: torch.Tensor, s2: torch.Tensor) -> torch.Tensor: ...
 
 
-def normalize_windows(windows: np.ndarray, clip: float = DEFAULT_CLIP) -> tuple[np.ndarray, np.ndarray]:
+def normalize_windows(
+    windows: np.ndarray, clip: float = DEFAULT_CLIP
+) -> tuple[np.ndarray, np.ndarray]:
     """(N, L, 6) raw -> (normalised (N, L, 6) float32, varies (N, 6) bool: the feature moves)."""
     x = np.asarray(windows, dtype=np.float32)
     mean = x.mean(axis=1, keepdims=True)  # (N, 1, 6)
@@ -73,8 +75,10 @@ def fidelity_from_arrays(norm: np.ndarray, decoded: np.ndarray, varies: np.ndarr
         x, y = norm[keep, :, j], decoded[keep, :, j]  # (n, L)
         error = float(np.abs(y - x).mean())
         move = float(np.abs(np.diff(x, axis=1)).mean())
-        out[name] = {"error_std": error, "move_std": move,
-                     "error_over_move": error / move if move > 0 else None, "windows": int(keep.sum())}
+        out[name] = {
+            "error_std": error, "move_std": move,
+            "error_over_move": error / move if move > 0 else None, "windows": int(keep.sum()),
+        }
     return out
 
 
@@ -111,7 +115,9 @@ def corpus_fidelity(tokenizer: RoundTrip, series: Sequence, eval_starts: Sequenc
     Returns {"market/frequency": {feature: figures}, ...} plus "all"."""
     by_group: dict[str, list[np.ndarray]] = {}
     for s, first_eval in zip(series, eval_starts):
-        w = fidelity_windows(s.values, length, windows_per_series, start=max(0, first_eval - length + 1))
+        w = fidelity_windows(
+            s.values, length, windows_per_series, start=max(0, first_eval - length + 1)
+        )
         if len(w):
             by_group.setdefault("/".join(s.group), []).append(w)
     out: dict[str, dict] = {}

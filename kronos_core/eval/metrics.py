@@ -50,7 +50,9 @@ def mase_scale(history, season: int = 1) -> np.ndarray:
     """
     history = _f64(history)
     if history.shape[-1] <= season:
-        raise ValueError(f"MASE needs histories longer than the season ({season}), got {history.shape[-1]}")
+        raise ValueError(
+            f"MASE needs histories longer than the season ({season}), got {history.shape[-1]}"
+        )
     return np.abs(history[:, season:] - history[:, :-season]).mean(axis=1)
 
 

@@ -11,7 +11,9 @@ def _plt():
     try:
         import matplotlib
     except ModuleNotFoundError as exc:
-        raise ModuleNotFoundError("plots need matplotlib: pip install 'kronos-portfolio[eval]'") from exc
+        raise ModuleNotFoundError(
+            "plots need matplotlib: pip install 'kronos-portfolio[eval]'"
+        ) from exc
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -78,8 +80,11 @@ def fan_figure(title: str, hist_ts, hist, fut_ts, truth, mean, bands: dict[float
     return fig
 
 
-def fan_chart(path: Path, title: str, hist_ts, hist, fut_ts, truth, mean, bands: dict[float, tuple]) -> Path:
-    """History, truth, forecast mean and central bands {level: (lower (H,), upper (H,))}, as a PNG."""
+def fan_chart(
+    path: Path, title: str, hist_ts, hist, fut_ts, truth, mean, bands: dict[float, tuple]
+) -> Path:
+    """History, truth, forecast mean and central bands {level: (lower (H,), upper (H,))}, as a
+    PNG."""
     plt = _plt()
     fig = fan_figure(title, hist_ts, hist, fut_ts, truth, mean, bands)
     fig.savefig(path, dpi=110)
@@ -127,7 +132,9 @@ def pit_plot(path: Path, pit: dict, title: str = "PIT histogram") -> Path:
 def equity_figure(ts, curves: dict[str, np.ndarray], title: str = "equity"):
     """Equity curves (top) and their drawdowns (bottom panel) by bar index, times as tick labels."""
     plt = _plt()
-    fig, (ax, dd) = plt.subplots(2, 1, figsize=(9, 6), sharex=True, gridspec_kw={"height_ratios": [3, 1]})
+    fig, (ax, dd) = plt.subplots(
+        2, 1, figsize=(9, 6), sharex=True, gridspec_kw={"height_ratios": [3, 1]}
+    )
     for name, eq in curves.items():
         eq = np.asarray(eq, dtype=np.float64)  # (T,)
         x = np.arange(len(eq))

@@ -76,7 +76,10 @@ class Universe:
         vals = np.stack([s.values[s.timestamps.get_indexer(common)] for s in series])  # (M, T, 6)
         dropped = {s.name: len(s) - len(common) for s in series if len(s) > len(common)}
         if dropped:
-            log.info("aligned on %d common timestamps (rows left out per symbol: %s)", len(common), dropped)
+            log.info(
+                "aligned on %d common timestamps (rows left out per symbol: %s)", len(common),
+                dropped,
+            )
         return cls([s.name for s in series], vals, pd.DatetimeIndex(common))
 
     @property
@@ -84,8 +87,10 @@ class Universe:
         return self.values[:, :, CLOSE].T.astype(np.float64)  # (T, M)
 
 
-def forecast_scores(predictor, uni: Universe, row: int, lookback: int, horizon: int, sample_count: int,
-                    rank: str = "return", seed: int = 0, batch_size: int = 512) -> np.ndarray:
+def forecast_scores(
+    predictor, uni: Universe, row: int, lookback: int, horizon: int, sample_count: int,
+    rank: str = "return", seed: int = 0, batch_size: int = 512,
+) -> np.ndarray:
     """Scores (M,) at rebalance ``row`` from rows [row - lookback, row) only.
 
     rank "return": the mean forecast return to the horizon; "sharpe": that mean over
@@ -119,10 +124,19 @@ def momentum_scores(uni: Universe, row: int, window: int) -> np.ndarray:
 
 def rebalance_rows(uni: Universe, first: int, every: int, start=None, end=None) -> list[int]:
     """Rebalance rows r (the decision is taken at the close of row r - 1, stamped
-    ``timestamps[r - 1]``), every ``every`` rows from ``first``, decision times within [start, end]."""
+    ``timestamps[r - 1]``), every ``every`` rows from ``first``, decision times within [start,
+    end]."""
     ts = uni.timestamps
-    lo = first if start is None else max(first, int(ts.searchsorted(pd.Timestamp(start), "left")) + 1)
-    hi = len(ts) - 1 if end is None else min(len(ts) - 1, int(ts.searchsorted(pd.Timestamp(end), "right")))
+    lo = (
+        first
+        if start is None
+        else max(first, int(ts.searchsorted(pd.Timestamp(start), "left")) + 1)
+    )
+    hi = (
+        len(ts) - 1
+        if end is None
+        else min(len(ts) - 1, int(ts.searchsorted(pd.Timestamp(end), "right")))
+    )
     return list(range(max(lo, 1), hi + 1, every))
 
 
@@ -136,10 +150,12 @@ class BacktestResult:
     extra: dict = field(default_factory=dict)
 
 
-def run_backtest(predictor, uni: Universe, lookback: int, horizon: int, rebalance: int, top: int,
-                 long_short: bool = False, cost_bps: float = 0.0, rank: str = "return", sample_count: int = 16,
-                 momentum_window: int | None = None, start=None, end=None, seed: int = 0,
-                 batch_size: int = 512, progress: bool = True) -> BacktestResult:
+def run_backtest(
+    predictor, uni: Universe, lookback: int, horizon: int, rebalance: int, top: int,
+    long_short: bool = False, cost_bps: float = 0.0, rank: str = "return", sample_count: int = 16,
+    momentum_window: int | None = None, start=None, end=None, seed: int = 0, batch_size: int = 512,
+    progress: bool = True,
+) -> BacktestResult:
     """Model strategy, momentum baseline and equal-weight universe over the same rebalance rows."""
     mw = momentum_window or lookback
     rows = rebalance_rows(uni, max(lookback, mw + 1), rebalance, start, end)
@@ -149,11 +165,18 @@ def run_backtest(predictor, uni: Universe, lookback: int, horizon: int, rebalanc
     t0 = time.perf_counter()
     model_w, mom_w, decisions = [], [], []
     for r in tqdm(rows, desc="rebalance", unit="date", disable=not progress):
-        s = forecast_scores(predictor, uni, r, lookback, horizon, sample_count, rank, seed, batch_size)
+        s = forecast_scores(
+            predictor, uni, r, lookback, horizon, sample_count, rank, seed, batch_size
+        )
         w = bt.target_weights(s, top, long_short)
         model_w.append(w)
         mom_w.append(bt.target_weights(momentum_scores(uni, r, mw), top, long_short))
-        decisions.append({"time": str(uni.timestamps[r - 1]), "row": r, "scores": s.tolist(), "weights": w.tolist()})
+        decisions.append(
+            {
+                "time": str(uni.timestamps[r - 1]), "row": r, "scores": s.tolist(),
+                "weights": w.tolist(),
+            }
+        )
     seconds = time.perf_counter() - t0
     ew = [np.full(len(uni.names), 1.0 / len(uni.names))] * len(rows)
     prices = uni.closes
@@ -162,20 +185,33 @@ def run_backtest(predictor, uni: Universe, lookback: int, horizon: int, rebalanc
     ppy = bt.periods_per_year(uni.timestamps)
     perf = {name: bt.performance(sim, ppy) for name, sim in sims.items()}
     for name in ("model", "momentum"):
-        perf[name]["excess_annual_return"] = perf[name]["annual_return"] - perf["equal_weight"]["annual_return"]
-    return BacktestResult(rows, decisions, sims, perf, seconds, {"periods_per_year": ppy, "momentum_window": mw})
+        perf[name]["excess_annual_return"] = (
+            perf[name]["annual_return"] - perf["equal_weight"]["annual_return"]
+        )
+    return BacktestResult(
+        rows, decisions, sims, perf, seconds, {"periods_per_year": ppy, "momentum_window": mw}
+    )
 
 
 def markdown(perf: dict[str, dict]) -> str:
-    cols = [("annual_return", "ann. return", True), ("annual_volatility", "ann. vol", True),
-            ("sharpe", "Sharpe", False), ("sortino", "Sortino", False), ("max_drawdown", "max DD", True),
-            ("calmar", "Calmar", False), ("hit_rate", "hit rate", True), ("turnover", "turnover", False),
-            ("excess_annual_return", "excess vs EW", True)]
-    lines = ["| strategy | " + " | ".join(c[1] for c in cols) + " |", "|" + "---|" * (len(cols) + 1)]
+    cols = [
+        ("annual_return", "ann. return", True), ("annual_volatility", "ann. vol", True),
+        ("sharpe", "Sharpe", False), ("sortino", "Sortino", False),
+        ("max_drawdown", "max DD", True), ("calmar", "Calmar", False),
+        ("hit_rate", "hit rate", True), ("turnover", "turnover", False),
+        ("excess_annual_return", "excess vs EW", True),
+    ]
+    lines = [
+        "| strategy | " + " | ".join(c[1] for c in cols) + " |", "|" + "---|" * (len(cols) + 1),
+    ]
     for name, p in perf.items():
         cells = []
         for key, _, pct in cols:
             v = p.get(key)
-            cells.append("—" if v is None or not np.isfinite(v) else (f"{100 * v:.2f}%" if pct else f"{v:.3f}"))
+            cells.append(
+                "—"
+                if v is None or not np.isfinite(v)
+                else (f"{100 * v:.2f}%" if pct else f"{v:.3f}")
+            )
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -39,7 +39,9 @@ def trend_score(history: np.ndarray, window: int = REGIME_WINDOW) -> np.ndarray:
     return np.where(sigma > 0, t, 0.0)
 
 
-def classify(history: np.ndarray, window: int = REGIME_WINDOW, threshold: float = REGIME_THRESHOLD) -> np.ndarray:
+def classify(
+    history: np.ndarray, window: int = REGIME_WINDOW, threshold: float = REGIME_THRESHOLD
+) -> np.ndarray:
     """Regime label per window (N,) of str: bull, bear or sideways."""
     t = trend_score(history, window)
     return np.where(t > threshold, "bull", np.where(t < -threshold, "bear", "sideways"))

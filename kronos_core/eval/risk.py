@@ -97,12 +97,17 @@ def risk_summary(
     if last_close <= 0 or (p <= 0).any():
         raise ValueError("risk summaries need positive closes (log returns)")
     ret = p[:, -1] / last_close - 1.0  # (S,)
-    logs = np.log(np.concatenate([np.full((p.shape[0], 1), float(last_close)), p], axis=1))  # (S, H+1)
+    # (S, H+1)
+    logs = np.log(np.concatenate([np.full((p.shape[0], 1), float(last_close)), p], axis=1))
     steps = np.diff(logs, axis=1)  # (S, H)
     vol = float(steps.std(ddof=1)) if steps.size > 1 else 0.0
     q = float(np.quantile(ret, 1.0 - VAR_LEVEL))
     tail = ret[ret <= q]
-    realized = realized_volatility(history_close, realized_window) if history_close is not None else float("nan")
+    realized = (
+        realized_volatility(history_close, realized_window)
+        if history_close is not None
+        else float("nan")
+    )
     alert = bool(np.isfinite(realized) and vol > vol_factor * realized)
     return RiskSummary(
         expected_return=float(ret.mean()),
@@ -123,7 +128,9 @@ def risk_table(symbols, summaries) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=RISK_ARROW_SCHEMA)
 
 
-def summarize(result, series, vol_factor: float = VOL_FACTOR, realized_window: int = REALIZED_WINDOW) -> list[RiskSummary]:
+def summarize(
+    result, series, vol_factor: float = VOL_FACTOR, realized_window: int = REALIZED_WINDOW
+) -> list[RiskSummary]:
     """One ``RiskSummary`` per series of a ``ForecastResult`` (paths (B, S, H, 6)) and the
     raw-scale input series (L_i, 6) it was forecast from."""
     from kronos_core.candles import FEATURES
@@ -132,5 +139,9 @@ def summarize(result, series, vol_factor: float = VOL_FACTOR, realized_window: i
     out = []
     for i, values in enumerate(series):
         hist = np.asarray(values, dtype=np.float64)[:, close]
-        out.append(risk_summary(result.paths[i, :, :, close], float(hist[-1]), hist, vol_factor, realized_window))
+        out.append(
+            risk_summary(
+                result.paths[i, :, :, close], float(hist[-1]), hist, vol_factor, realized_window
+            )
+        )
     return out

@@ -36,7 +36,9 @@ def add_window_arguments(parser: argparse.ArgumentParser, several_horizons: bool
                    help="symbols to take from a store or the corpus (default: all)")
     add_file_arguments(parser)
     add_corpus_arguments(parser)
-    g.add_argument("--lookback", type=int, default=256, help="context candles per window (default 256)")
+    g.add_argument(
+        "--lookback", type=int, default=256, help="context candles per window (default 256)"
+    )
     if several_horizons:
         g.add_argument("--horizon", type=int, nargs="+", required=True,
                        help="candles forecast per window; several (--horizon 1 5): forecast once "
@@ -47,25 +49,46 @@ def add_window_arguments(parser: argparse.ArgumentParser, several_horizons: bool
                    help="windows per series: counted back from the end (files), spread over each "
                         "series' evaluation period (corpus eval), or the last ones before it "
                         "(corpus calibrate)")
-    g.add_argument("--step", type=int, help="rows between origins (default: the horizon, non-overlapping truths)")
+    g.add_argument(
+        "--step", type=int,
+        help="rows between origins (default: the horizon, non-overlapping truths)",
+    )
     g.add_argument("--start", help="only origins at or after this time")
     g.add_argument("--end", help="only windows whose truth ends before this time")
-    g.add_argument("--last-fraction", type=float,
-                   help="only origins in the last FRACTION of each series (e.g. data a model was not trained on)")
-    g.add_argument("--sample-count", type=int, default=32, help="sample paths per window (default 32)")
-    g.add_argument("--seed", type=int, default=0, help="sampling seed (per window content, batch-invariant)")
-    g.add_argument("--batch-size", type=int, default=256, help="windows per engine call (default 256)")
-    g.add_argument("--quantiles", type=floats, default=DEFAULT_QUANTILES, help="quantile levels for pinball loss")
-    g.add_argument("--coverage", type=floats, default=DEFAULT_COVERAGE, help="central interval levels")
-    g.add_argument("--paths-cache", type=Path, metavar="DIR",
-                   help="keep the sample paths of each window set in DIR (keyed by model, windows' content, "
-                        "sample count, seed) and reuse them on a rerun instead of forecasting again")
+    g.add_argument(
+        "--last-fraction", type=float,
+        help="only origins in the last FRACTION of each series (e.g. data a model was not trained "
+             "on)",
+    )
+    g.add_argument(
+        "--sample-count", type=int, default=32, help="sample paths per window (default 32)"
+    )
+    g.add_argument(
+        "--seed", type=int, default=0, help="sampling seed (per window content, batch-invariant)"
+    )
+    g.add_argument(
+        "--batch-size", type=int, default=256, help="windows per engine call (default 256)"
+    )
+    g.add_argument(
+        "--quantiles", type=floats, default=DEFAULT_QUANTILES,
+        help="quantile levels for pinball loss",
+    )
+    g.add_argument(
+        "--coverage", type=floats, default=DEFAULT_COVERAGE, help="central interval levels"
+    )
+    g.add_argument(
+        "--paths-cache", type=Path, metavar="DIR",
+        help="keep the sample paths of each window set in DIR (keyed by model, windows' content, "
+        "sample count, seed) and reuse them on a rerun instead of forecasting again",
+    )
 
 
 def add_corpus_arguments(parser: argparse.ArgumentParser) -> None:
     """``--corpus`` and its filters (``--symbols`` is the data group's own flag); what they
     select: ``kronos_core.eval.sources``."""
-    g = parser.add_argument_group("corpus (a folder of instruments.csv + Parquet files; instead of --data)")
+    g = parser.add_argument_group(
+        "corpus (a folder of instruments.csv + Parquet files; instead of --data)"
+    )
     g.add_argument("--corpus", type=Path, metavar="DIR",
                    help="a corpus folder (instruments.csv + Parquet); its hold-out rules apply")
     g.add_argument("--split", choices=("train", "holdout_instrument"),
@@ -104,11 +127,13 @@ def add_file_arguments(parser: argparse.ArgumentParser) -> None:
     from kronos_core.data.reader import add_reader_arguments
 
     add_reader_arguments(parser)
-    parser.add_argument("--timestamp-column", dest="time_column", help=argparse.SUPPRESS)  # old spelling
+    # old spelling
+    parser.add_argument("--timestamp-column", dest="time_column", help=argparse.SUPPRESS)
 
 
 def read_options(args):
-    """``ReadOptions`` of the flags of ``add_file_arguments``; a bad ``--column`` is a ``DataError``."""
+    """``ReadOptions`` of the flags of ``add_file_arguments``; a bad ``--column`` is a
+    ``DataError``."""
     from kronos_core.candles import CandleError
     from kronos_core.data.reader import read_options_from_args
     from kronos_core.eval.data import DataError
@@ -136,7 +161,9 @@ def cache_key(identity, w: Windows, horizon: int, sample_count: int, seed: int) 
     return h.hexdigest()[:24]
 
 
-def walk_forward(args, predictor, series: list[Series], start=None, end=None, windows=None) -> WalkForward:
+def walk_forward(
+    args, predictor, series: list[Series], start=None, end=None, windows=None
+) -> WalkForward:
     """Build the windows from ``args`` and forecast them all in batches (or read them from
     ``args.paths_cache`` when the same windows were forecast before with the same model).
     ``start`` / ``end``: a time, or one per series."""
@@ -174,21 +201,28 @@ def window_times(wf: WalkForward) -> tuple[np.ndarray, np.ndarray]:
     fully known (its last truth candle, read from the series)."""
     w, h = wf.windows, wf.windows.truth.shape[1]
     issued = np.array([ts[-1].value for ts in w.context_ts], dtype=np.int64)
-    resolved = np.array([wf.series[k].timestamps[o + h - 1].value for k, o in zip(w.series_index, w.origins)],
-                        dtype=np.int64)
+    resolved = np.array(
+        [wf.series[k].timestamps[o + h - 1].value for k, o in zip(w.series_index, w.origins)],
+        dtype=np.int64,
+    )
     return issued, resolved
 
 
 def data_section(args, wf: WalkForward, horizon: int | None = None) -> dict:
     counts = np.bincount(wf.windows.series_index, minlength=len(wf.series))
     return {
-        "series": [{"name": s.name, "source": s.source, "rows": len(s), "windows": int(c),
-                    "first": str(s.timestamps[0]), "last": str(s.timestamps[-1]),
-                    "season": season_length(s.timestamps)}
-                   for s, c in zip(wf.series, counts)],
+        "series": [
+            {
+                "name": s.name, "source": s.source, "rows": len(s), "windows": int(c),
+                "first": str(s.timestamps[0]), "last": str(s.timestamps[-1]),
+                "season": season_length(s.timestamps),
+            }
+            for s, c in zip(wf.series, counts)
+        ],
         "lookback": args.lookback, "horizon": horizon or args.horizon, "windows": len(wf.windows),
         "step": args.step or horizon or args.horizon, "sample_count": args.sample_count,
         "seed": args.seed,
-        "start": args.start, "end": args.end, "last_fraction": args.last_fraction, "feature": "close",
-        "quantiles": list(args.quantiles), "coverage_levels": list(args.coverage),
+        "start": args.start, "end": args.end, "last_fraction": args.last_fraction,
+        "feature": "close", "quantiles": list(args.quantiles),
+        "coverage_levels": list(args.coverage),
     }

@@ -66,7 +66,10 @@ def score(
         c = m.covered(q[0], q[1], truth)
         cov[f"{nominal:g}"], cov_steps[f"{nominal:g}"] = _mean(c), _per_step(c)
     qv = qfn(list(quantiles)) if len(quantiles) else np.zeros((0, *truth.shape))
-    pinball = {quantile_label(lv): _mean(m.pinball_elements(qv[i], truth, lv)) for i, lv in enumerate(quantiles)}
+    pinball = {
+        quantile_label(lv): _mean(m.pinball_elements(qv[i], truth, lv))
+        for i, lv in enumerate(quantiles)
+    }
     mse = _mean(se)
     return {
         "windows": int(truth.shape[0]),

@@ -115,8 +115,10 @@ def build_windows(series: Sequence[Series], lookback: int, horizon: int, windows
                         s.name, len(origins), windows, len(s), lookback, horizon, k_step)
         rows.extend((k, int(o)) for o in origins)
     if not rows:
-        raise ValueError(f"no window fits: series need more than lookback + horizon = {lookback + horizon} rows "
-                         "in the chosen period")
+        raise ValueError(
+            f"no window fits: series need more than lookback + horizon = {lookback + horizon} rows "
+            "in the chosen period"
+        )
     idx = np.array([k for k, _ in rows])
     org = np.array([o for _, o in rows])
     context = np.stack([series[k].values[o - lookback:o] for k, o in rows])  # (N, L, 6)

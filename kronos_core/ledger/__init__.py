@@ -23,7 +23,8 @@ from kronos_core.ledger.records import CalibrationStamp, ForecastRecord, series_
 from kronos_core.ledger.scoring import ScoreResult, score
 
 __all__ = [
-    "DEFAULT_WINDOW", "CalibrationStamp", "ForecastRecord", "Ledger", "LedgerError", "LedgerWriteError",
-    "OnlineCalibration", "ScoreResult", "StateError", "UpdateResult", "accuracy", "by_model_and_step",
-    "corrections_hash", "default_ledger_dir", "default_state_path", "score", "series_hash", "summarize",
+    "DEFAULT_WINDOW", "CalibrationStamp", "ForecastRecord", "Ledger", "LedgerError",
+    "LedgerWriteError", "OnlineCalibration", "ScoreResult", "StateError", "UpdateResult",
+    "accuracy", "by_model_and_step", "corrections_hash", "default_ledger_dir", "default_state_path",
+    "score", "series_hash", "summarize",
 ]

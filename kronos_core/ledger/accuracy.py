@@ -31,8 +31,10 @@ def _mean(x: np.ndarray) -> float | None:
 def _values(table: pa.Table, name: str) -> np.ndarray:
     if name not in table.column_names:
         return np.full(table.num_rows, np.nan)
-    return np.asarray(pc.fill_null(pc.cast(table[name], pa.float64()), np.nan).to_numpy(zero_copy_only=False),
-                      dtype=np.float64)
+    return np.asarray(
+        pc.fill_null(pc.cast(table[name], pa.float64()), np.nan).to_numpy(zero_copy_only=False),
+        dtype=np.float64,
+    )
 
 
 def summarize(table: pa.Table) -> dict:
@@ -79,7 +81,9 @@ def select(scores: pa.Table, model: str | None = None, symbol: str | None = None
            horizon_step: int | None = None) -> pa.Table:
     """Score rows of ``model`` (SHA-256, prefix or name), ``symbol``, forecasts requested at or
     after ``since``, and horizon step ``horizon_step`` (1 = the first forecast candle)."""
-    out = filter_rows(scores, "request_time", None if since is None else utc_ns(since), model, symbol)
+    out = filter_rows(
+        scores, "request_time", None if since is None else utc_ns(since), model, symbol
+    )
     if horizon_step is not None:
         out = out.filter(pc.equal(out["horizon_step"], int(horizon_step)))
     return out
@@ -95,7 +99,10 @@ def accuracy(scores: pa.Table | Ledger, model: str | None = None, symbol: str | 
     chosen = select(table, model, symbol, since, horizon_step)
     spec = ({"steps": int(window)} if not isinstance(window, timedelta)
             else {"seconds": window.total_seconds()})
-    return {"window": spec, "rolling": summarize(rolling(chosen, window)), "all_time": summarize(chosen)}
+    return {
+        "window": spec, "rolling": summarize(rolling(chosen, window)),
+        "all_time": summarize(chosen),
+    }
 
 
 def by_model_and_step(scores: pa.Table, window: int | timedelta = DEFAULT_WINDOW) -> list[dict]:
@@ -107,9 +114,18 @@ def by_model_and_step(scores: pa.Table, window: int | timedelta = DEFAULT_WINDOW
     models = sorted(set(scores["model_sha256"].to_pylist()))
     for sha in models:
         rows = scores.filter(pc.equal(scores["model_sha256"], sha))
-        names = [n for n in rows["model_name"].to_pylist() if n] if "model_name" in rows.column_names else []
+        names = (
+            [n for n in rows["model_name"].to_pylist() if n]
+            if "model_name" in rows.column_names
+            else []
+        )
         for step in sorted(set(rows["horizon_step"].to_pylist())):
             part = rows.filter(pc.equal(rows["horizon_step"], step))
-            out.append({"model_sha256": sha, "model_name": names[0] if names else None, "horizon_step": int(step),
-                        "all_time": summarize(part), "rolling": summarize(rolling(part, window))})
+            out.append(
+                {
+                    "model_sha256": sha, "model_name": names[0] if names else None,
+                    "horizon_step": int(step), "all_time": summarize(part),
+                    "rolling": summarize(rolling(part, window)),
+                }
+            )
     return out

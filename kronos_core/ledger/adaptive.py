@@ -18,10 +18,10 @@ continues that walk with the forecasts the service answered, as their truths arr
   issued interval exactly when the corrected band's score is positive. The correction a
   forecast was issued is found by its recorded ``calibration_hash`` in the state's history
   (``<state>.d/<hash>.npy``, one small file per state, kept ``history_days``, 30 by default);
-  rows of an unknown hash (another calibration, none, a pruned state) are left out. Exact for open and close while the corrected quantiles
-  do not cross (where the answer's rearrangement swapped two levels' bounds, the score is
-  that of the band as answered); high and low bands are also moved by the candle order
-  (low <= open, close <= high), so their raw scores are approximate;
+  rows of an unknown hash (another calibration, none, a pruned state) are left out. Exact for open
+  and close while the corrected quantiles do not cross (where the answer's rearrangement swapped two
+  levels' bounds, the score is that of the band as answered); high and low bands are also moved by
+  the candle order (low <= open, close <= high), so their raw scores are approximate;
 * the new state is persisted atomically (temporary file, fsync, rename) with a version
   counter (+1 per update that changed it), the hash of its corrections and the time of the
   update, under a file lock beside the state file: several gateways share one state file,
@@ -58,14 +58,19 @@ from kronos_core.options import quantile_column
 log = logging.getLogger(__name__)
 
 STATE_FORMAT = "kronos-aci-state/1"
-HISTORY_DAYS = 30.0  # corrections of past states are kept this long (a forecast is scored within its horizon)
+# corrections of past states are kept this long (a forecast is scored within its horizon)
+HISTORY_DAYS = 30.0
 
 
 def corrections_hash(calibration: Calibration) -> str:
     """SHA-256 of a calibration's corrections (C, H, F), levels and features: the name of a
     calibration state (what a ledger row's ``calibration_hash`` holds)."""
     h = hashlib.sha256()
-    h.update(json.dumps([calibration.method, list(calibration.levels), list(calibration.features)]).encode())
+    h.update(
+        json.dumps(
+            [calibration.method, list(calibration.levels), list(calibration.features)]
+        ).encode()
+    )
     h.update(np.ascontiguousarray(calibration.corrections, dtype="<f8").tobytes())
     for m in sorted(calibration.members):
         h.update(m.encode())
@@ -124,8 +129,12 @@ class OnlineCalibration:
     @property
     def adaptive(self) -> bool:
         """True for an ACI calibration with a state file (else nothing ever changes)."""
-        return (self.state_path is not None and self.fitted.method == "aci" and self.fitted.state is not None
-                and not self.fitted.members)
+        return (
+            self.state_path is not None
+            and self.fitted.method == "aci"
+            and self.fitted.state is not None
+            and not self.fitted.members
+        )
 
     @property
     def calibration(self) -> Calibration:
@@ -173,8 +182,11 @@ class OnlineCalibration:
         except ValueError as exc:
             raise StateError(f"{self.state_path}: not a calibration state file ({exc})") from exc
         if d.get("fitted") != self._fitted_id():
-            log.warning("calibration state %s belongs to another fit of the calibration; starting from the file",
-                        self.state_path)
+            log.warning(
+                "calibration state %s belongs to another fit of the calibration; starting from the "
+                "file",
+                self.state_path,
+            )
             return None
         return d
 
@@ -186,7 +198,10 @@ class OnlineCalibration:
         assert self.fitted.state is not None
         try:
             st = aci.ACIState.from_dict(d["aci_state"], self.fitted.levels)
-            if st.alpha.shape != self.fitted.state.alpha.shape or st.scores.shape[1:] != self.fitted.state.scores.shape[1:]:
+            if (
+                st.alpha.shape != self.fitted.state.alpha.shape
+                or st.scores.shape[1:] != self.fitted.state.scores.shape[1:]
+            ):
                 raise ValueError("its shape differs from the calibration's")
         except (KeyError, TypeError, ValueError) as exc:
             raise StateError(f"{self.state_path}: unusable ACI state ({exc})") from exc
@@ -230,7 +245,9 @@ class OnlineCalibration:
                "aci_state": state.to_dict()}
         write_bytes_atomically(self.state_path, json.dumps(doc).encode())
         self._prune_history(now, {corrections_hash(self.fitted), state_hash})
-        self._current, self._version, self._updated_at, self._hash = current, version, now, state_hash
+        self._current, self._version, self._updated_at, self._hash = (
+            current, version, now, state_hash,
+        )
         st = os.stat(self.state_path)
         self._file_key = (st.st_ino, st.st_size, st.st_mtime_ns)
 
@@ -266,11 +283,16 @@ class OnlineCalibration:
         return UpdateResult(steps, updates, self._version, True)
 
     def _walk(self, state: aci.ACIState, rows: pa.Table) -> tuple[int, int]:
-        """Continue each slice's walk in ``state`` with ``rows`` (in truth order); (rows used, slice updates)."""
+        """Continue each slice's walk in ``state`` with ``rows`` (in truth order); (rows used, slice
+        updates)."""
         cal = self.fitted
         n = rows.num_rows
         step = pc.cast(rows["horizon_step"], pa.int64()).to_numpy() - 1  # (N,) 0-based
-        hashes = rows["calibration_hash"].to_pylist() if "calibration_hash" in rows.column_names else [None] * n
+        hashes = (
+            rows["calibration_hash"].to_pylist()
+            if "calibration_hash" in rows.column_names
+            else [None] * n
+        )
         issued_by_hash = {h: self.issued(h) for h in set(hashes) if h}
         # per slice (c, h, f): its new scores and errors, in row order
         new: dict[tuple[int, int, int], list[tuple[float, float]]] = {}
@@ -280,7 +302,10 @@ class OnlineCalibration:
                 continue
             y = _values(rows, f"truth_{f}")
             for ci, c in enumerate(cal.levels):
-                lo_name, hi_name = (quantile_column(f, round((1 - c) / 2, 10)), quantile_column(f, round((1 + c) / 2, 10)))
+                lo_name, hi_name = (
+                    quantile_column(f, round((1 - c) / 2, 10)),
+                    quantile_column(f, round((1 + c) / 2, 10)),
+                )
                 if lo_name not in rows.column_names or hi_name not in rows.column_names:
                     continue
                 lo, hi = _values(rows, lo_name), _values(rows, hi_name)
@@ -308,12 +333,16 @@ class OnlineCalibration:
 
 
 def _values(table: pa.Table, name: str) -> np.ndarray:
-    return np.asarray(pc.fill_null(pc.cast(table[name], pa.float64()), np.nan).to_numpy(zero_copy_only=False),
-                      dtype=np.float64)
+    return np.asarray(
+        pc.fill_null(pc.cast(table[name], pa.float64()), np.nan).to_numpy(zero_copy_only=False),
+        dtype=np.float64,
+    )
 
 
-def load_online(calibration_path: str | os.PathLike | None, state_path: str | os.PathLike | None = None,
-                ledger_root: str | os.PathLike | None = None) -> OnlineCalibration | None:
+def load_online(
+    calibration_path: str | os.PathLike | None, state_path: str | os.PathLike | None = None,
+    ledger_root: str | os.PathLike | None = None,
+) -> OnlineCalibration | None:
     """``OnlineCalibration.open``, or None without a calibration file. Raises
     ``CalibrationError`` / ``StateError`` naming an unusable file."""
     if calibration_path is None:

@@ -26,17 +26,23 @@ def synthetic_records(n_symbols: int, horizon: int = 24, quantiles=(0.1, 0.5, 0.
     """One request's records: ``n_symbols`` forecasts of ``horizon`` 5-minute steps."""
     rng = np.random.default_rng(seed)
     origin = pd.Timestamp("2026-06-01 10:00")
-    steps = pd.date_range(origin + pd.Timedelta(minutes=5), periods=horizon, freq="5min").to_numpy()  # (H,)
-    stamp = CalibrationStamp("aci", 7, "0" * 64, pd.Timestamp("2026-06-01", tz="UTC").to_pydatetime())
+    # (H,)
+    steps = pd.date_range(origin + pd.Timedelta(minutes=5), periods=horizon, freq="5min").to_numpy()
+    stamp = CalibrationStamp(
+        "aci", 7, "0" * 64, pd.Timestamp("2026-06-01", tz="UTC").to_pydatetime()
+    )
     out = []
     for i in range(n_symbols):
         mean = 100 * np.exp(np.cumsum(rng.normal(0, 0.002, horizon)))  # (H,)
         width = 0.004 * np.sqrt(np.arange(1, horizon + 1))  # (H,)
         qs = {q: {"close": mean * np.exp(width * (q - 0.5) * 2.56)} for q in quantiles}
-        out.append(ForecastRecord(request_id=request_id, symbol=f"SYM{i:05d}", origin=origin, timestamps=steps,
-                                  mean={"close": mean}, quantiles=qs, model_sha256="ab" * 32,
-                                  model_name="kronos-small", calibration=stamp, last_close=100.0,
-                                  frequency="5min"))
+        out.append(
+            ForecastRecord(
+                request_id=request_id, symbol=f"SYM{i:05d}", origin=origin, timestamps=steps,
+                mean={"close": mean}, quantiles=qs, model_sha256="ab" * 32,
+                model_name="kronos-small", calibration=stamp, last_close=100.0, frequency="5min",
+            )
+        )
     return out
 
 
@@ -62,11 +68,13 @@ def run(n_symbols: int = 1000, horizon: int = 24, quantiles=(0.1, 0.5, 0.9), rep
         rows = led.read().num_rows
         read_s = time.perf_counter() - t0
     per_1000 = statistics.median(sizes) * 1000 / n_symbols
-    return {"symbols_per_request": n_symbols, "horizon": horizon, "quantiles": list(quantiles),
-            "requests": repeats, "rows_per_request": n_symbols * horizon,
-            "bytes_per_1000_forecasts": int(per_1000), "record_s_median": statistics.median(times),
-            "record_s_max": max(times),
-            "build_table_s_median": statistics.median(build), "read_all_s": read_s, "rows_read": rows}
+    return {
+        "symbols_per_request": n_symbols, "horizon": horizon, "quantiles": list(quantiles),
+        "requests": repeats, "rows_per_request": n_symbols * horizon,
+        "bytes_per_1000_forecasts": int(per_1000), "record_s_median": statistics.median(times),
+        "record_s_max": max(times), "build_table_s_median": statistics.median(build),
+        "read_all_s": read_s, "rows_read": rows,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,7 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--dir", type=Path, help="ledger folder (default: a temporary one)")
     args = p.parse_args(argv)
-    print(json.dumps(run(args.symbols, args.horizon, repeats=args.repeats, root=args.dir), indent=1))
+    print(
+        json.dumps(run(args.symbols, args.horizon, repeats=args.repeats, root=args.dir), indent=1)
+    )
     return 0
 
 

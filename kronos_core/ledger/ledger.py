@@ -62,7 +62,9 @@ def write_parquet_atomic(path: Path, table: pa.Table) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         replace_atomically(path, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
     except OSError as exc:
-        raise LedgerWriteError(f"cannot write ledger file {path}: {exc.strerror or exc}", exc.errno) from exc
+        raise LedgerWriteError(
+            f"cannot write ledger file {path}: {exc.strerror or exc}", exc.errno
+        ) from exc
 
 
 def _partition_of(t_ns: int) -> str:
@@ -103,7 +105,9 @@ def read_files(files: Iterable[Path], skipped: list[tuple[Path, str]] | None = N
         try:
             t = pq.read_table(f, columns=list(columns) if columns is not None else None)
             if file_index:
-                t = t.append_column("_file", pa.array(np.full(t.num_rows, k, dtype="i4"), pa.int32()))
+                t = t.append_column(
+                    "_file", pa.array(np.full(t.num_rows, k, dtype="i4"), pa.int32())
+                )
             tables.append(t)
         except FileNotFoundError:  # removed by retention meanwhile
             continue
@@ -123,7 +127,8 @@ def _since_day(since: Any) -> tuple[date | None, int | None]:
     return datetime.fromtimestamp(ns / 1e9, timezone.utc).date(), ns
 
 
-COMPLETE_DIR = "complete"  # scores/complete/date=YYYY-MM-DD.txt: forecast files every step of which is scored
+# scores/complete/date=YYYY-MM-DD.txt: forecast files every step of which is scored
+COMPLETE_DIR = "complete"
 
 
 def _complete_list(scores_root: Path, day: str) -> Path:
@@ -183,7 +188,9 @@ class Ledger:
         if table.num_rows == 0:
             return None
         now = datetime.now(timezone.utc)
-        path = self.scores_root / f"date={now.strftime('%Y-%m-%d')}" / _file_name(self.writer_id, now)
+        path = (
+            self.scores_root / f"date={now.strftime('%Y-%m-%d')}" / _file_name(self.writer_id, now)
+        )
         write_parquet_atomic(path, table)
         return path
 
@@ -193,7 +200,9 @@ class Ledger:
         """The forecast files (partitions from ``since``'s UTC date on), oldest first."""
         return partition_files(self.root, _since_day(since)[0])
 
-    def read(self, since: Any = None, model: str | None = None, symbol: str | None = None) -> pa.Table:
+    def read(
+        self, since: Any = None, model: str | None = None, symbol: str | None = None
+    ) -> pa.Table:
         """Recorded forecast rows (requests at or after ``since``, of ``model`` (its SHA-256, or
         a prefix of it, or its name) and ``symbol``). Unreadable files are skipped with a
         warning naming them (also in ``self.skipped``); never raises for them."""
@@ -204,8 +213,11 @@ class Ledger:
             return empty_forecasts(self.features)
         return filter_rows(table, "request_time", since_ns, model, symbol)
 
-    def read_scores(self, since: Any = None, model: str | None = None, symbol: str | None = None) -> pa.Table:
-        """Persisted scores (scored at or after ``since``), same filters and skipping as ``read``."""
+    def read_scores(
+        self, since: Any = None, model: str | None = None, symbol: str | None = None
+    ) -> pa.Table:
+        """Persisted scores (scored at or after ``since``), same filters and skipping as
+        ``read``."""
         day, since_ns = _since_day(since)
         self.skipped = []
         table = read_files(partition_files(self.scores_root, day), self.skipped)
@@ -245,7 +257,9 @@ class Ledger:
                 with open(path, "a") as fh:
                     fh.write("".join(n + "\n" for n in names))
             except OSError as exc:
-                raise LedgerWriteError(f"cannot write {path}: {exc.strerror or exc}", exc.errno) from exc
+                raise LedgerWriteError(
+                    f"cannot write {path}: {exc.strerror or exc}", exc.errno
+                ) from exc
 
     # -- retention -------------------------------------------------------------
 

@@ -43,8 +43,11 @@ def wall_clock_ns_array(values: Any) -> np.ndarray:
         return arr.astype("datetime64[ns]").astype("i8")
     if not len(arr):
         return np.zeros(0, dtype="i8")
-    naive = arr.dtype.kind == "U" and not (np.char.endswith(arr, "Z").any() or (np.char.rfind(arr, "+") > 9).any()
-                                           or (np.char.count(arr, "-") > 2).any())
+    naive = arr.dtype.kind == "U" and not (
+        np.char.endswith(arr, "Z").any()
+        or (np.char.rfind(arr, "+") > 9).any()
+        or (np.char.count(arr, "-") > 2).any()
+    )
     if naive:  # ISO 8601 text without an offset (the service's answers): numpy parses it at once
         try:
             return arr.astype("datetime64[ns]").astype("i8")
@@ -69,8 +72,12 @@ def utc_ns(value: Any) -> int:
 def series_hash(timestamps: Any, values: Any) -> str:
     """SHA-256 of an inline series' candles: its timestamps (int64 ns wall clock) then its
     values (L, 6) as float64, so the same candles always give the same hash."""
-    ts = np.asarray(pd.DatetimeIndex(pd.to_datetime(np.asarray(timestamps))).tz_localize(None).as_unit("ns")
-                    .asi8, dtype="<i8")  # (L,)
+    ts = np.asarray(
+        pd.DatetimeIndex(pd.to_datetime(np.asarray(timestamps)))
+        .tz_localize(None)
+        .as_unit("ns")
+        .asi8, dtype="<i8",
+    )  # (L,)
     vals = np.ascontiguousarray(np.asarray(values, dtype="<f8"))  # (L, 6)
     h = hashlib.sha256()
     h.update(ts.tobytes())
@@ -99,7 +106,9 @@ class CalibrationStamp:
         upd = d.get("updated_at")
         if upd is not None and not isinstance(upd, datetime):
             upd = pd.Timestamp(upd).to_pydatetime()
-        return cls(str(d.get("method") or ""), int(d.get("version") or 0), str(d.get("hash") or ""), upd)
+        return cls(
+            str(d.get("method") or ""), int(d.get("version") or 0), str(d.get("hash") or ""), upd
+        )
 
 
 @dataclass
@@ -143,7 +152,9 @@ class ForecastRecord:
                 self.quantiles = {}
             else:
                 if self.levels is None or len(self.levels) != arr.shape[0]:
-                    raise ValueError(f"{self.symbol}: quantiles as an array (Q, H, 6) need their levels (Q,)")
+                    raise ValueError(
+                        f"{self.symbol}: quantiles as an array (Q, H, 6) need their levels (Q,)"
+                    )
                 self.quantiles = {float(q): arr[i] for i, q in enumerate(self.levels)}
 
 
@@ -160,19 +171,31 @@ def to_table(records: Sequence[ForecastRecord], features: Sequence[str] = DEFAUL
     n = int(sum(sizes))
 
     def per_record(values: list) -> np.ndarray:
-        return np.repeat(np.asarray(values, dtype=object), sizes) if n else np.asarray([], dtype=object)
+        return (
+            np.repeat(np.asarray(values, dtype=object), sizes)
+            if n
+            else np.asarray([], dtype=object)
+        )
 
     cols: dict[str, pa.Array] = {}
     cols["request_id"] = pa.array(per_record([r.request_id for r in records]), pa.string())
     req_t = [utc_ns(r.request_time) if r.request_time is not None else now_ns for r in records]
-    cols["request_time"] = pa.array(np.repeat(np.asarray(req_t, dtype="i8"), sizes).astype("datetime64[ns]"),
-                                    pa.timestamp("ns", tz="UTC"))
+    cols["request_time"] = pa.array(
+        np.repeat(np.asarray(req_t, dtype="i8"), sizes).astype("datetime64[ns]"),
+        pa.timestamp("ns", tz="UTC"),
+    )
     cols["model_sha256"] = pa.array(per_record([r.model_sha256 for r in records]), pa.string())
     cols["model_name"] = pa.array(per_record([r.model_name for r in records]), pa.string())
     stamps = [_stamp(r.calibration) for r in records]
-    cols["calibration_method"] = pa.array(per_record([s.method if s else None for s in stamps]), pa.string())
-    cols["calibration_version"] = pa.array(per_record([s.version if s else None for s in stamps]), pa.int64())
-    cols["calibration_hash"] = pa.array(per_record([s.hash if s else None for s in stamps]), pa.string())
+    cols["calibration_method"] = pa.array(
+        per_record([s.method if s else None for s in stamps]), pa.string()
+    )
+    cols["calibration_version"] = pa.array(
+        per_record([s.version if s else None for s in stamps]), pa.int64()
+    )
+    cols["calibration_hash"] = pa.array(
+        per_record([s.hash if s else None for s in stamps]), pa.string()
+    )
     upd = [None if s is None or s.updated_at is None else utc_ns(s.updated_at) for s in stamps]
     cols["calibration_updated_at"] = pa.array(per_record(upd), pa.timestamp("ns", tz="UTC"))
     cols["symbol"] = pa.array(per_record([r.symbol for r in records]), pa.string())
@@ -185,18 +208,29 @@ def to_table(records: Sequence[ForecastRecord], features: Sequence[str] = DEFAUL
     cols["horizon"] = pa.array(np.repeat(np.asarray(sizes, dtype="i8"), sizes), pa.int32())
     steps = np.concatenate([np.arange(1, s + 1) for s in sizes]) if n else np.zeros(0, dtype="i8")
     cols["horizon_step"] = pa.array(steps.astype("i4"), pa.int32())
-    step_ns = np.concatenate([wall_clock_ns_array(r.timestamps) for r in records]) if n else np.zeros(0, "i8")
+    step_ns = (
+        np.concatenate([wall_clock_ns_array(r.timestamps) for r in records])
+        if n
+        else np.zeros(0, "i8")
+    )
     if n and (step_ns <= origins).any():
-        bad = next(r for r in records if any(wall_clock_ns(t) <= wall_clock_ns(r.origin) for t in r.timestamps))
+        bad = next(
+            r
+            for r in records
+            if any(wall_clock_ns(t) <= wall_clock_ns(r.origin) for t in r.timestamps)
+        )
         raise ValueError(f"{bad.symbol}: a step's time is not after the origin {bad.origin}")
     cols["step_time"] = pa.array(step_ns.astype("datetime64[ns]"), pa.timestamp("ns"))
     for f in features:
-        cols[f"mean_{f}"] = pa.array(_stack([_feature(r.mean, f) for r in records], sizes), pa.float64(),
-                                     from_pandas=True)
+        cols[f"mean_{f}"] = pa.array(
+            _stack([_feature(r.mean, f) for r in records], sizes), pa.float64(), from_pandas=True
+        )
     for q in levels:
         for f in features:
             vals = [_level(r.quantiles, q, f) for r in records]
-            cols[quantile_column(f, q)] = pa.array(_stack(vals, sizes), pa.float64(), from_pandas=True)
+            cols[quantile_column(f, q)] = pa.array(
+                _stack(vals, sizes), pa.float64(), from_pandas=True
+            )
     if keep_paths:
         rows: list[list[float] | None] = []
         for r, s in zip(records, sizes):
@@ -224,7 +258,10 @@ def _feature(values: Any, feature: str) -> Any:
     arr = np.asarray(values)
     if arr.ndim == 2 and arr.shape[-1] == len(FEATURES):
         return arr[:, FEATURES.index(feature)]
-    raise ValueError(f"values must map feature -> (H,) or be an (H, {len(FEATURES)}) array, got shape {arr.shape}")
+    raise ValueError(
+        f"values must map feature -> (H,) or be an (H, {len(FEATURES)}) array, got shape "
+        f"{arr.shape}"
+    )
 
 
 def _level(quantiles: Mapping[Any, Any], q: float, feature: str):
@@ -235,7 +272,8 @@ def _level(quantiles: Mapping[Any, Any], q: float, feature: str):
 
 
 def _stack(values: list, sizes: list[int]) -> np.ndarray:
-    """Per-record (H,) arrays (None: missing) concatenated to one float column (NaN -> null later)."""
+    """Per-record (H,) arrays (None: missing) concatenated to one float column (NaN -> null
+    later)."""
     parts = [np.full(s, np.nan) if v is None else np.asarray(v, dtype=np.float64).reshape(-1)[:s]
              for v, s in zip(values, sizes)]
     for p, s in zip(parts, sizes):
@@ -248,10 +286,12 @@ def empty_scores() -> pa.Table:
     """A scores table with no rows (the columns every scores file has)."""
     cols: dict[str, pa.Array] = {
         "request_id": pa.array([], pa.string()), "symbol": pa.array([], pa.string()),
-        "horizon_step": pa.array([], pa.int32()), "request_time": pa.array([], pa.timestamp("ns", tz="UTC")),
-        "scored_at": pa.array([], pa.timestamp("ns", tz="UTC")), "model_sha256": pa.array([], pa.string()),
-        "model_name": pa.array([], pa.string()), "step_time": pa.array([], pa.timestamp("ns")),
-        "truth_close": pa.array([], pa.float64()), "crps": pa.array([], pa.float64()),
-        "abs_error": pa.array([], pa.float64()), "direction_hit": pa.array([], pa.float64()),
+        "horizon_step": pa.array([], pa.int32()),
+        "request_time": pa.array([], pa.timestamp("ns", tz="UTC")),
+        "scored_at": pa.array([], pa.timestamp("ns", tz="UTC")),
+        "model_sha256": pa.array([], pa.string()), "model_name": pa.array([], pa.string()),
+        "step_time": pa.array([], pa.timestamp("ns")), "truth_close": pa.array([], pa.float64()),
+        "crps": pa.array([], pa.float64()), "abs_error": pa.array([], pa.float64()),
+        "direction_hit": pa.array([], pa.float64()),
     }
     return pa.table(cols)

@@ -60,8 +60,10 @@ log = logging.getLogger(__name__)
 
 INDEX_VERSION = 1  # of WaitingFiles.to_json
 KEY = ("request_id", "symbol", "horizon_step")  # one score per forecast step
-CARRIED = ("request_time", "model_sha256", "model_name", "calibration_method", "calibration_version",
-           "calibration_hash", "frequency", "source", "origin", "step_time", "horizon")
+CARRIED = (
+    "request_time", "model_sha256", "model_name", "calibration_method", "calibration_version",
+    "calibration_hash", "frequency", "source", "origin", "step_time", "horizon",
+)
 CLOSE_Q = re.compile(r"^close_q(.+)$")
 LOCK_NAME = "score"  # ROOT/.score.lock serializes scorers
 
@@ -82,7 +84,9 @@ class ScoreResult:
         """New scores per model SHA-256."""
         if self.scores.num_rows == 0:
             return {}
-        counts = self.scores.group_by("model_sha256").aggregate([("model_sha256", "count")]).to_pydict()
+        counts = (
+            self.scores.group_by("model_sha256").aggregate([("model_sha256", "count")]).to_pydict()
+        )
         return dict(zip(counts["model_sha256"], counts["model_sha256_count"]))
 
 
@@ -113,20 +117,34 @@ class WaitingFiles:
 
     # ---- the persisted index: the first pass after a start resumes from it -----------------------
     def to_json(self) -> bytes:
-        """The memory as a small JSON document (file -> [[symbol, frequency, first waiting step]])."""
-        files = {key: [[s, f, int(t)] for (s, f), t in sorted(waits.items(), key=lambda kv: (kv[0][0], kv[0][1] or ""))]
-                 for key, waits in sorted(self.waits.items())}
-        return json.dumps({"version": INDEX_VERSION, "files": files}, separators=(",", ":")).encode()
+        """The memory as a small JSON document (file -> [[symbol, frequency, first waiting
+        step]])."""
+        files = {
+            key: [
+                [s, f, int(t)]
+                for (s, f), t in sorted(waits.items(), key=lambda kv: (kv[0][0], kv[0][1] or ""))
+            ]
+            for key, waits in sorted(self.waits.items())
+        }
+        return json.dumps(
+            {"version": INDEX_VERSION, "files": files}, separators=(",", ":")
+        ).encode()
 
     @classmethod
     def from_json(cls, data: bytes) -> WaitingFiles:
         """``to_json``'s document back; raises ``ValueError`` on anything else."""
         doc = json.loads(data)
-        if not isinstance(doc, dict) or doc.get("version") != INDEX_VERSION or not isinstance(doc.get("files"), dict):
+        if (
+            not isinstance(doc, dict)
+            or doc.get("version") != INDEX_VERSION
+            or not isinstance(doc.get("files"), dict)
+        ):
             raise ValueError("not a scoring index of this version")
         waits: dict[str, dict[tuple[str, str | None], int]] = {}
         for key, rows in doc["files"].items():
-            waits[str(key)] = {(str(s), None if f is None else str(f)): int(step) for s, f, step in rows}
+            waits[str(key)] = {
+                (str(s), None if f is None else str(f)): int(step) for s, f, step in rows
+            }
         return cls(waits)
 
     @classmethod
@@ -139,7 +157,9 @@ class WaitingFiles:
         except FileNotFoundError:
             return cls()
         except (OSError, ValueError, TypeError) as exc:
-            log.warning("scoring index %s not used (%s); the first pass reads every waiting file", path, exc)
+            log.warning(
+                "scoring index %s not used (%s); the first pass reads every waiting file", path, exc
+            )
             return cls()
 
     def save(self, path: str | os.PathLike) -> None:
@@ -183,7 +203,8 @@ def close_levels(table: pa.Table) -> list[float]:
 
 
 def central_pairs(levels: list[float]) -> list[tuple[float, float, float]]:
-    """(nominal c, lower level, upper level) of each central interval both of whose levels are in ``levels``."""
+    """(nominal c, lower level, upper level) of each central interval both of whose levels are in
+    ``levels``."""
     have = {quantile_label(q) for q in levels}
     out = []
     for q in levels:
@@ -196,11 +217,15 @@ def central_pairs(levels: list[float]) -> list[tuple[float, float, float]]:
 
 def _col(table: pa.Table, name: str) -> np.ndarray:
     """A numeric column as float64 with NaN for nulls (N,)."""
-    return np.asarray(pc.fill_null(pc.cast(table[name], pa.float64()), np.nan).to_numpy(zero_copy_only=False),
-                      dtype=np.float64)
+    return np.asarray(
+        pc.fill_null(pc.cast(table[name], pa.float64()), np.nan).to_numpy(zero_copy_only=False),
+        dtype=np.float64,
+    )
 
 
-def step_scores(table: pa.Table, truth_close: np.ndarray, last_close: np.ndarray) -> dict[str, np.ndarray]:
+def step_scores(
+    table: pa.Table, truth_close: np.ndarray, last_close: np.ndarray
+) -> dict[str, np.ndarray]:
     """The scores (N,) of forecast rows ``table`` against their truths (N,), origin closes (N,).
     Null (NaN) where a score cannot be computed (no quantiles, no origin close)."""
     truth = truth_close[:, None]  # (N, 1): one step per row
@@ -208,11 +233,19 @@ def step_scores(table: pa.Table, truth_close: np.ndarray, last_close: np.ndarray
     levels = close_levels(table)
     out: dict[str, np.ndarray] = {}
     if levels:
-        pin = np.stack([m.pinball_elements(_col(table, f"close_q{quantile_label(q)}")[:, None], truth, q)[:, 0]
-                        for q in levels])  # (Q, N), NaN where a row lacks the level
+        pin = np.stack(
+            [
+                m.pinball_elements(_col(table, f"close_q{quantile_label(q)}")[:, None], truth, q)[
+                    :, 0
+                ]
+                for q in levels
+            ]
+        )  # (Q, N), NaN where a row lacks the level
         n_levels = np.isfinite(pin).sum(axis=0)
         with np.errstate(invalid="ignore"):
-            out["crps"] = np.where(n_levels > 0, 2.0 * np.nansum(pin, axis=0) / np.maximum(n_levels, 1), np.nan)
+            out["crps"] = np.where(
+                n_levels > 0, 2.0 * np.nansum(pin, axis=0) / np.maximum(n_levels, 1), np.nan
+            )
     else:
         out["crps"] = np.full(len(truth_close), np.nan)
     out["abs_error"] = m.abs_errors(mean, truth)[:, 0]
@@ -222,12 +255,16 @@ def step_scores(table: pa.Table, truth_close: np.ndarray, last_close: np.ndarray
         low = _col(table, f"close_q{quantile_label(lo)}")[:, None]
         high = _col(table, f"close_q{quantile_label(hi)}")[:, None]
         cov = m.covered(low, high, truth)[:, 0]
-        out[f"covered_{quantile_label(c)}"] = np.where(np.isfinite(low[:, 0]) & np.isfinite(high[:, 0]), cov, np.nan)
+        out[f"covered_{quantile_label(c)}"] = np.where(
+            np.isfinite(low[:, 0]) & np.isfinite(high[:, 0]), cov, np.nan
+        )
     return out
 
 
-def _truths(store: KlineReader, symbol: str, frequency: str | None, times: np.ndarray,
-            origins: np.ndarray, require_next_bar: bool = False) -> tuple[np.ndarray, np.ndarray] | None:
+def _truths(
+    store: KlineReader, symbol: str, frequency: str | None, times: np.ndarray, origins: np.ndarray,
+    require_next_bar: bool = False,
+) -> tuple[np.ndarray, np.ndarray] | None:
     """(values (N, 6) at exactly ``times`` (NaN where the store has no candle there, or, with
     ``require_next_bar``, no later one), closes (N,) at exactly ``origins``), or None when the
     store cannot read the symbol."""
@@ -271,7 +308,9 @@ def _row_groups(symbols: np.ndarray, freqs: np.ndarray) -> dict[tuple[str, str |
 def _remember_waiting(memo: WaitingFiles, files: list[Path], todo: pa.Table, ready: np.ndarray,
                       steps_ns: np.ndarray) -> None:
     """Note, for each file read, the earliest step still waiting of each (symbol, frequency)."""
-    read: dict[str, dict[tuple[str, str | None], int]] = {_file_key(files[k]): {} for k in pc.unique(todo["_file"]).to_pylist()}
+    read: dict[str, dict[tuple[str, str | None], int]] = {
+        _file_key(files[k]): {} for k in pc.unique(todo["_file"]).to_pylist()
+    }
     wait = pa.array(~ready)
     rows = pa.table({"f": todo["_file"].filter(wait), "s": todo["symbol"].filter(wait),
                      "q": todo["frequency"].filter(wait), "t": pa.array(steps_ns).filter(wait)})
@@ -285,7 +324,9 @@ def _remember_waiting(memo: WaitingFiles, files: list[Path], todo: pa.Table, rea
             memo.waits.pop(key, None)
 
 
-def _note_complete(ledger: Ledger, files: list[Path], forecasts: pa.Table, waiting: pa.Table | None) -> None:
+def _note_complete(
+    ledger: Ledger, files: list[Path], forecasts: pa.Table, waiting: pa.Table | None
+) -> None:
     """Note the files read whose every step now has a score (none still ``waiting``)."""
     present = set(forecasts["_file"].to_pylist())
     still = set() if waiting is None else set(waiting["_file"].to_pylist())
@@ -313,7 +354,9 @@ def score(ledger: Ledger, store: KlineReader, since: Any = None, now: datetime |
         lock = SymbolLock(ledger.root, LOCK_NAME)
         lock.__enter__()
     except OSError as exc:
-        raise LedgerWriteError(f"cannot lock ledger {ledger.root} for scoring: {exc.strerror or exc}", exc.errno) from exc
+        raise LedgerWriteError(
+            f"cannot lock ledger {ledger.root} for scoring: {exc.strerror or exc}", exc.errno
+        ) from exc
     try:
         return _score_locked(ledger, store, since, now, require_next_bar, waiting)
     finally:
@@ -341,12 +384,22 @@ def _score_locked(ledger: Ledger, store: KlineReader, since: Any, now: datetime 
         return ScoreResult(empty_scores(), empty_forecasts(), 0, None, skipped)
     # a step is scored after its request, so scores of these requests were written from
     # ``since`` on; a day's margin covers writers whose clocks disagree (extra keys are harmless)
-    day = None if since is None else (pd.Timestamp(utc_ns(since), tz="UTC") - pd.Timedelta(days=1)).date()
+    day = (
+        None
+        if since is None
+        else (pd.Timestamp(utc_ns(since), tz="UTC") - pd.Timedelta(days=1)).date()
+    )
     done = read_files(partition_files(ledger.scores_root, day), skipped, columns=KEY)
     todo = forecasts
     if done is not None and done.num_rows:
-        keys = done.cast(pa.schema([pa.field("request_id", pa.string()), pa.field("symbol", pa.string()),
-                                    pa.field("horizon_step", pa.int32())]))
+        keys = done.cast(
+            pa.schema(
+                [
+                    pa.field("request_id", pa.string()), pa.field("symbol", pa.string()),
+                    pa.field("horizon_step", pa.int32()),
+                ]
+            )
+        )
         todo = forecasts.join(keys, list(KEY), join_type="left anti")
     todo = todo.combine_chunks()
     if todo.num_rows == 0:
@@ -372,7 +425,9 @@ def _score_locked(ledger: Ledger, store: KlineReader, since: Any, now: datetime 
         _remember_waiting(memo, files, todo, ready, steps_ns)
     if not ready.any():
         _note_complete(ledger, files, forecasts, todo.filter(pa.array(~ready)))
-        return ScoreResult(empty_scores(), todo.slice(0, 0).drop_columns(["_file"]), waiting, None, skipped)
+        return ScoreResult(
+            empty_scores(), todo.slice(0, 0).drop_columns(["_file"]), waiting, None, skipped
+        )
     open_rows = todo.filter(pa.array(~ready))
     rows_ready = todo.filter(pa.array(ready)).drop_columns(["_file"])
     truth, origin_close = truth[ready], origin_close[ready]

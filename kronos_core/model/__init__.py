@@ -5,4 +5,7 @@ from kronos_core.model.config import ConfigError, KronosConfig, TokenizerConfig
 from kronos_core.model.kronos import Kronos
 from kronos_core.model.tokenizer import KronosTokenizer
 
-__all__ = ["CheckpointError", "ConfigError", "Kronos", "KronosConfig", "KronosTokenizer", "TokenizerConfig"]
+__all__ = [
+    "CheckpointError", "ConfigError", "Kronos", "KronosConfig", "KronosTokenizer",
+    "TokenizerConfig",
+]

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 
 import torch
 
-INV_TEMPERATURE = 100.0  # of the soft code assignment in the entropy terms (see the module docstring)
+# of the soft code assignment in the entropy terms (see the module docstring)
+INV_TEMPERATURE = 100.0
 
 
 @dataclass
@@ -32,7 +33,8 @@ class QuantizerLoss:
     total: torch.Tensor  # () the weighted loss to add to the reconstruction losses
     commitment: torch.Tensor  # () mean over tokens of ||code - u||^2 (not weighted)
     sample_entropy: torch.Tensor  # () mean per-token entropy, summed over groups (nats)
-    codebook_entropy: torch.Tensor  # () entropy of the batch-average assignment, summed over groups (nats)
+    # () entropy of the batch-average assignment, summed over groups (nats)
+    codebook_entropy: torch.Tensor
 
 
 def quantize_ste(z: torch.Tensor) -> torch.Tensor:
@@ -44,7 +46,9 @@ def quantize_ste(z: torch.Tensor) -> torch.Tensor:
     return z + (code - z).detach()
 
 
-def _group_corners(group_size: int, scale: float, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+def _group_corners(
+    group_size: int, scale: float, device: torch.device, dtype: torch.dtype
+) -> torch.Tensor:
     """All 2^group_size sign patterns (least significant bit first), scaled: (2^g, g)."""
     ids = torch.arange(2**group_size, device=device)[:, None]  # (C, 1)
     bits = (ids >> torch.arange(group_size, device=device)) & 1  # (C, g)
@@ -57,8 +61,8 @@ def _entropy(p: torch.Tensor) -> torch.Tensor:
 
 
 def bsq_loss(
-    z: torch.Tensor, code: torch.Tensor, beta: float, gamma0: float, gamma: float, zeta: float, group_size: int,
-    weight: torch.Tensor | None = None, inv_temperature: float = INV_TEMPERATURE,
+    z: torch.Tensor, code: torch.Tensor, beta: float, gamma0: float, gamma: float, zeta: float,
+    group_size: int, weight: torch.Tensor | None = None, inv_temperature: float = INV_TEMPERATURE,
 ) -> QuantizerLoss:
     """Quantiser loss of unit-norm latents z (..., D) and their codes (``quantize_ste``).
 
@@ -67,9 +71,12 @@ def bsq_loss(
     """
     dim = z.shape[-1]
     if dim % group_size:
-        raise ValueError(f"codebook dim {dim} (s1_bits + s2_bits) is not a multiple of group_size {group_size}")
+        raise ValueError(
+            f"codebook dim {dim} (s1_bits + s2_bits) is not a multiple of group_size {group_size}"
+        )
     u = z.reshape(-1, dim).float()  # (T, D)
-    w = torch.ones(u.shape[0], device=u.device) if weight is None else weight.reshape(-1).float()  # (T,)
+    # (T,)
+    w = torch.ones(u.shape[0], device=u.device) if weight is None else weight.reshape(-1).float()
     n = w.sum().clamp_min(1.0)
     commitment = (((code.detach().reshape(-1, dim).float() - u) ** 2).sum(-1) * w).sum() / n
     corners = _group_corners(group_size, 1 / math.sqrt(dim), u.device, u.dtype)  # (C, g)

@@ -40,9 +40,13 @@ def resolve_checkpoint(path_or_hub_id: str | os.PathLike[str], revision: str | N
         return path
     text = str(path_or_hub_id)
     if path.exists():
-        raise CheckpointError(f"{text} is a file; expected a folder with {CONFIG_NAME} and {WEIGHTS_NAME}")
+        raise CheckpointError(
+            f"{text} is a file; expected a folder with {CONFIG_NAME} and {WEIGHTS_NAME}"
+        )
     if not HUB_ID.match(text):
-        raise CheckpointError(f"no checkpoint folder at {text} (and it is not a Hub id like 'NeoQuasar/Kronos-small')")
+        raise CheckpointError(
+            f"no checkpoint folder at {text} (and it is not a Hub id like 'NeoQuasar/Kronos-small')"
+        )
     try:
         from huggingface_hub import hf_hub_download
     except ImportError as exc:
@@ -154,7 +158,10 @@ class PretrainedMixin(_MixinBase):
         folder = Path(path)
         folder.mkdir(parents=True, exist_ok=True)
         state = {k: v.detach().to("cpu").contiguous() for k, v in self.state_dict().items()}
-        _atomic_write(folder / CONFIG_NAME, lambda f: f.write_text(json.dumps(self.config.to_dict(), indent=2, sort_keys=True)))
+        _atomic_write(
+            folder / CONFIG_NAME,
+            lambda f: f.write_text(json.dumps(self.config.to_dict(), indent=2, sort_keys=True)),
+        )
         _atomic_write(folder / WEIGHTS_NAME, lambda f: save_file(state, str(f)))
         return folder
 

@@ -76,11 +76,15 @@ class TokenizerConfig:
 
     def validate(self) -> None:
         if self.d_model % self.n_heads:
-            raise ConfigError(f"tokenizer d_model {self.d_model} not divisible by n_heads {self.n_heads}")
+            raise ConfigError(
+                f"tokenizer d_model {self.d_model} not divisible by n_heads {self.n_heads}"
+            )
         if self.n_enc_layers < 1 or self.n_dec_layers < 1:
             raise ConfigError("tokenizer needs n_enc_layers >= 1 and n_dec_layers >= 1")
         if not (1 <= self.s1_bits <= 30 and 1 <= self.s2_bits <= 30):
-            raise ConfigError(f"bit widths out of range: s1_bits={self.s1_bits}, s2_bits={self.s2_bits}")
+            raise ConfigError(
+                f"bit widths out of range: s1_bits={self.s1_bits}, s2_bits={self.s2_bits}"
+            )
 
     @property
     def codebook_dim(self) -> int:
@@ -112,11 +116,17 @@ class KronosConfig:
 
     def validate(self) -> None:
         if self.d_model % self.n_heads:
-            raise ConfigError(f"model d_model {self.d_model} not divisible by n_heads {self.n_heads}")
+            raise ConfigError(
+                f"model d_model {self.d_model} not divisible by n_heads {self.n_heads}"
+            )
         if self.d_model % DEP_HEADS:
-            raise ConfigError(f"model d_model {self.d_model} not divisible by {DEP_HEADS} (s2 head)")
+            raise ConfigError(
+                f"model d_model {self.d_model} not divisible by {DEP_HEADS} (s2 head)"
+            )
         if not (1 <= self.s1_bits <= 30 and 1 <= self.s2_bits <= 30):
-            raise ConfigError(f"bit widths out of range: s1_bits={self.s1_bits}, s2_bits={self.s2_bits}")
+            raise ConfigError(
+                f"bit widths out of range: s1_bits={self.s1_bits}, s2_bits={self.s2_bits}"
+            )
 
     @property
     def head_dim(self) -> int:

@@ -65,7 +65,11 @@ class TemporalEmbedding(nn.Module):
 
     def __init__(self, d_model: int, learned: bool):
         super().__init__()
-        make = (lambda n: nn.Embedding(n, d_model)) if learned else (lambda n: FixedSinusoidTable(n, d_model))
+        make = (
+            (lambda n: nn.Embedding(n, d_model))
+            if learned
+            else (lambda n: FixedSinusoidTable(n, d_model))
+        )
         self.minute_embed = make(TIME_TABLE_SIZES["minute"])
         self.hour_embed = make(TIME_TABLE_SIZES["hour"])
         self.weekday_embed = make(TIME_TABLE_SIZES["weekday"])
@@ -98,7 +102,8 @@ class CrossAttention(AttentionProjections):
     def project_kv(
         self, hidden: torch.Tensor, positions: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """hidden (B, L, d) -> keys, values (B, 4, L, d/4); keys rotated when positions (B, L) are given."""
+        """hidden (B, L, d) -> keys, values (B, 4, L, d/4); keys rotated when positions (B, L) are
+        given."""
         k = self._rotate(self.heads(self.k_proj(hidden)), positions)  # (B, 4, L, D)
         return k, self.heads(self.v_proj(hidden))  # (B, 4, L, D) each
 
@@ -138,7 +143,8 @@ class DependencyLayer(nn.Module):
 
     def forward(self, hidden: torch.Tensor, query: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 **attend_kwargs: Any) -> torch.Tensor:
-        """hidden, query (B, Lq, d); k, v (B, 4, S, D); kwargs as ``CrossAttention.attend`` -> (B, Lq, d)."""
+        """hidden, query (B, Lq, d); k, v (B, 4, S, D); kwargs as ``CrossAttention.attend`` -> (B,
+        Lq, d)."""
         return self.norm(hidden + self.cross_attn.attend(query, k, v, **attend_kwargs))
 
 
@@ -161,7 +167,9 @@ class Kronos(PretrainedMixin, nn.Module):
         self.time_emb = TemporalEmbedding(c.d_model, c.learn_te)
         self.token_drop = nn.Dropout(c.token_dropout_p)
         self.transformer = nn.ModuleList(
-            TransformerBlock(c.d_model, c.n_heads, c.ff_dim, c.ffn_dropout_p, c.attn_dropout_p, c.resid_dropout_p)
+            TransformerBlock(
+                c.d_model, c.n_heads, c.ff_dim, c.ffn_dropout_p, c.attn_dropout_p, c.resid_dropout_p
+            )
             for _ in range(c.n_layers)
         )
         self.norm = RMSNorm(c.d_model)
@@ -204,7 +212,8 @@ class Kronos(PretrainedMixin, nn.Module):
         attends over; key_mask (B, S) True where a key is real.
         """
         query = self.embedding.emb_s1(s1)[:, None, :]  # (B, 1, d), not scaled by sqrt(d)
-        fused = self.dep_layer(hidden_last[:, None, :], query, dep_k, dep_v, key_mask=key_mask)  # (B, 1, d)
+        # (B, 1, d)
+        fused = self.dep_layer(hidden_last[:, None, :], query, dep_k, dep_v, key_mask=key_mask)
         return self.head.proj_s2(fused[:, 0])  # (B, V2)
 
     # ---- training forward (teacher forcing) ---------------------------------------
@@ -230,10 +239,15 @@ class Kronos(PretrainedMixin, nn.Module):
         design (inference has no rotation and no causal mask).
         """
         b, length = s1.shape
-        pad = torch.zeros(b, dtype=torch.long, device=s1.device) if pad is None else pad.to(s1.device)
+        pad = (
+            torch.zeros(b, dtype=torch.long, device=s1.device) if pad is None else pad.to(s1.device)
+        )
         positions, mask = padded_positions_and_mask(pad, length)  # (B, L), (B, 1, L, L) or None
         hidden = self.trunk(self.embed(s1, s2, stamp), positions, mask)  # (B, L, d)
         k, v = self.dep_layer.cross_attn.project_kv(hidden, positions)  # (B, 4, L, D) each
         query = self.embedding.emb_s1(s1_target)  # (B, L, d), not scaled by sqrt(d)
-        fused = self.dep_layer(hidden, query, k, v, positions=positions, attn_mask=mask, causal=True)  # (B, L, d)
+        # (B, L, d)
+        fused = self.dep_layer(
+            hidden, query, k, v, positions=positions, attn_mask=mask, causal=True
+        )
         return self.s1_logits(hidden), self.head.proj_s2(fused)

@@ -99,7 +99,8 @@ class KVCache:
 
 
 class AttentionProjections(nn.Module):
-    """The four biased projections (``q_proj``, ``k_proj``, ``v_proj``, ``out_proj``), rotary buffer, head split."""
+    """The four biased projections (``q_proj``, ``k_proj``, ``v_proj``, ``out_proj``), rotary
+    buffer, head split."""
 
     # added by name in __init__; declared here for the type checker
     q_proj: nn.Linear
@@ -128,7 +129,9 @@ class AttentionProjections(nn.Module):
 class SelfAttention(AttentionProjections):
     """Causal multi-head self-attention with rotary q/k and optional KV cache."""
 
-    def __init__(self, d_model: int, n_heads: int, attn_dropout: float = 0.0, resid_dropout: float = 0.0):
+    def __init__(
+        self, d_model: int, n_heads: int, attn_dropout: float = 0.0, resid_dropout: float = 0.0
+    ):
         super().__init__(d_model, n_heads)
         self.attn_dropout = attn_dropout
         self.out_dropout = nn.Dropout(resid_dropout)
@@ -161,7 +164,9 @@ class SelfAttention(AttentionProjections):
         causal = mask is None
         if isinstance(cache_start, torch.Tensor):
             if cache is None or mask is None or length != 1:
-                raise ValueError("a tensor cache_start needs a cache, a mask and one new token per row")
+                raise ValueError(
+                    "a tensor cache_start needs a cache, a mask and one new token per row"
+                )
             cache.write_at(cache_start, k, v)
             k, v, causal = cache.k, cache.v, False  # (B, H, capacity, D): shapes fixed by the cache
         elif cache is not None:

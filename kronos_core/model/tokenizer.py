@@ -36,9 +36,12 @@ class _QuantizerHolder(nn.Module):
 
 @dataclass
 class TokenizerTrainingOutput:
-    coarse: torch.Tensor  # (B, L, d_in) reconstruction from the s1 bits alone (post_quant_embed_pre)
-    full: torch.Tensor  # (B, L, d_in) reconstruction from all bits (post_quant_embed), as ``decode``
-    code: torch.Tensor  # (B, L, s1_bits + s2_bits) quantised code ±1/sqrt(bits), straight-through gradient
+    # (B, L, d_in) reconstruction from the s1 bits alone (post_quant_embed_pre)
+    coarse: torch.Tensor
+    # (B, L, d_in) reconstruction from all bits (post_quant_embed), as ``decode``
+    full: torch.Tensor
+    # (B, L, s1_bits + s2_bits) quantised code ±1/sqrt(bits), straight-through gradient
+    code: torch.Tensor
     quant: QuantizerLoss  # quantiser loss and its parts; ``quant.total`` is the term to add
 
 
@@ -82,7 +85,9 @@ class KronosTokenizer(PretrainedMixin, nn.Module):
         z = self.quant_embed(z)  # (B, L, bits)
         return nn.functional.normalize(z, dim=-1)
 
-    def encode(self, x: torch.Tensor, pad: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def encode(
+        self, x: torch.Tensor, pad: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """x (B, L, d_in) -> (s1, s2) integer ids, each (B, L) int64."""
         bits = (self.encode_latent(x, pad) > 0).long()  # (B, L, bits)
         return self.bits_to_ids(bits)
@@ -96,7 +101,8 @@ class KronosTokenizer(PretrainedMixin, nn.Module):
         return s1, s2
 
     def ids_to_code(self, s1: torch.Tensor, s2: torch.Tensor) -> torch.Tensor:
-        """(s1, s2) ids (...,) -> quantised code (..., s1_bits + s2_bits) with entries ±1/sqrt(bits)."""
+        """(s1, s2) ids (...,) -> quantised code (..., s1_bits + s2_bits) with entries
+        ±1/sqrt(bits)."""
         c = self.config
 
         def unpack(ids: torch.Tensor, n: int) -> torch.Tensor:
@@ -106,7 +112,9 @@ class KronosTokenizer(PretrainedMixin, nn.Module):
         bits = torch.cat([unpack(s1, c.s1_bits), unpack(s2, c.s2_bits)], dim=-1)
         return (bits * 2 - 1) / math.sqrt(c.codebook_dim)
 
-    def decode(self, s1: torch.Tensor, s2: torch.Tensor, pad: torch.Tensor | None = None) -> torch.Tensor:
+    def decode(
+        self, s1: torch.Tensor, s2: torch.Tensor, pad: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """(s1, s2) (B, L) -> reconstructed normalized candles (B, L, d_in)."""
         code = self.ids_to_code(s1, s2).to(self.post_quant_embed.weight.dtype)  # (B, L, bits)
         return self.decode_code(self.post_quant_embed(code), pad)
@@ -118,8 +126,11 @@ class KronosTokenizer(PretrainedMixin, nn.Module):
             z = block(z, positions, mask)
         return self.head(z)
 
-    def training_forward(self, x: torch.Tensor, pad: torch.Tensor | None = None) -> TokenizerTrainingOutput:
-        """Training pass: x (B, L, d_in) normalized candles -> both reconstructions and the quantiser loss.
+    def training_forward(
+        self, x: torch.Tensor, pad: torch.Tensor | None = None
+    ) -> TokenizerTrainingOutput:
+        """Training pass: x (B, L, d_in) normalized candles -> both reconstructions and the
+        quantiser loss.
 
         The code's bits are exactly ``encode``'s; gradients pass the quantiser
         straight through. The caller fits ``coarse`` and ``full`` to ``x`` with MSE
@@ -131,8 +142,10 @@ class KronosTokenizer(PretrainedMixin, nn.Module):
         code = quantize_ste(z)  # (B, L, bits)
         real = None
         if pad is not None:
-            real = torch.arange(x.shape[1], device=x.device)[None, :] >= pad.to(x.device)[:, None]  # (B, L)
+            # (B, L)
+            real = torch.arange(x.shape[1], device=x.device)[None, :] >= pad.to(x.device)[:, None]
         quant = bsq_loss(z, code, c.beta, c.gamma0, c.gamma, c.zeta, c.group_size, real)
-        coarse = self.decode_code(self.post_quant_embed_pre(code[..., : c.s1_bits]), pad)  # (B, L, d_in)
+        # (B, L, d_in)
+        coarse = self.decode_code(self.post_quant_embed_pre(code[..., : c.s1_bits]), pad)
         full = self.decode_code(self.post_quant_embed(code), pad)  # (B, L, d_in)
         return TokenizerTrainingOutput(coarse, full, code, quant)

@@ -41,18 +41,28 @@ from kronos_core.model.config import DEP_HEADS, KronosConfig, TokenizerConfig
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 
-TOKENIZER_BASE = TokenizerConfig(d_in=6, d_model=256, n_heads=4, ff_dim=512, n_enc_layers=4, n_dec_layers=4,
-                                 s1_bits=10, s2_bits=10)
-TOKENIZER_2K = TokenizerConfig(d_in=6, d_model=256, n_heads=4, ff_dim=512, n_enc_layers=4, n_dec_layers=4,
-                               s1_bits=10, s2_bits=10, group_size=5)
+TOKENIZER_BASE = TokenizerConfig(
+    d_in=6, d_model=256, n_heads=4, ff_dim=512, n_enc_layers=4, n_dec_layers=4, s1_bits=10,
+    s2_bits=10,
+)
+TOKENIZER_2K = TokenizerConfig(
+    d_in=6, d_model=256, n_heads=4, ff_dim=512, n_enc_layers=4, n_dec_layers=4, s1_bits=10,
+    s2_bits=10, group_size=5,
+)
 # Published checkpoints (shared/docs/kronos-model.md): model config, tokenizer config, context.
 MODEL_PRESETS: dict[str, tuple[KronosConfig, TokenizerConfig, int]] = {
-    "mini": (KronosConfig(s1_bits=10, s2_bits=10, n_layers=4, d_model=256, n_heads=4, ff_dim=512),
-             TOKENIZER_2K, 2048),
-    "small": (KronosConfig(s1_bits=10, s2_bits=10, n_layers=8, d_model=512, n_heads=8, ff_dim=1024),
-              TOKENIZER_BASE, 512),
-    "base": (KronosConfig(s1_bits=10, s2_bits=10, n_layers=12, d_model=832, n_heads=16, ff_dim=2048),
-             TOKENIZER_BASE, 512),
+    "mini": (
+        KronosConfig(s1_bits=10, s2_bits=10, n_layers=4, d_model=256, n_heads=4, ff_dim=512),
+        TOKENIZER_2K, 2048,
+    ),
+    "small": (
+        KronosConfig(s1_bits=10, s2_bits=10, n_layers=8, d_model=512, n_heads=8, ff_dim=1024),
+        TOKENIZER_BASE, 512,
+    ),
+    "base": (
+        KronosConfig(s1_bits=10, s2_bits=10, n_layers=12, d_model=832, n_heads=16, ff_dim=2048),
+        TOKENIZER_BASE, 512,
+    ),
 }
 
 
@@ -93,10 +103,14 @@ def resolve_model(spec: str, tokenizer: str | None = None) -> ResolvedModel:
         return ResolvedModel(f"kronos-{key}", model, tok_override or tok, ctx)
     folder = Path(spec)
     if not folder.is_dir():
-        raise ValueError(f"--model {spec!r}: not one of {', '.join(MODEL_PRESETS)} and not a folder")
+        raise ValueError(
+            f"--model {spec!r}: not one of {', '.join(MODEL_PRESETS)} and not a folder"
+        )
     model_dir = folder / "model" if (folder / "model" / "config.json").is_file() else folder
     if not (model_dir / "config.json").is_file():
-        raise ValueError(f"{folder}: no config.json (nor model/config.json); give a checkpoint folder")
+        raise ValueError(
+            f"{folder}: no config.json (nor model/config.json); give a checkpoint folder"
+        )
     model = _read_config(model_dir, KronosConfig)
     tok_dir = folder / "tokenizer"
     tok = tok_override or (_read_config(tok_dir, TokenizerConfig)
@@ -139,7 +153,8 @@ def head_saved_bytes(d: int, vocab: int, precision: str) -> int:
 
 
 def head_transient_bytes(vocab: int) -> int:
-    """Per token, alive on top of the saved tensors at the start of backward: the V-wide fp32 logits grad."""
+    """Per token, alive on top of the saved tensors at the start of backward: the V-wide fp32 logits
+    grad."""
     return 4 * vocab
 
 
@@ -189,7 +204,9 @@ def activation_phases(cfg: KronosConfig, window: int, batch: int, precision: str
     return tokens * (kept + head), tokens * (kept + recompute)
 
 
-def activation_bytes(cfg: KronosConfig, window: int, batch: int, precision: str, checkpointing: bool) -> int:
+def activation_bytes(
+    cfg: KronosConfig, window: int, batch: int, precision: str, checkpointing: bool
+) -> int:
     """Peak activation bytes of one micro-batch (saved tensors + the largest backward transient)."""
     return max(activation_phases(cfg, window, batch, precision, checkpointing))
 
@@ -214,16 +231,22 @@ def plan_training(
     temporaries of the largest tensor).
     """
     if window < 1 or batch < 0 or accumulation < 1 or gpus < 1:
-        raise ValueError(f"need window >= 1, batch >= 0, accumulation >= 1, gpus >= 1; "
-                         f"got window={window}, batch={batch}, accumulation={accumulation}, gpus={gpus}")
+        raise ValueError(
+            f"need window >= 1, batch >= 0, accumulation >= 1, gpus >= 1; "
+            f"got window={window}, batch={batch}, accumulation={accumulation}, gpus={gpus}"
+        )
     counts = count_parameters(model_cfg)
     params, grads, moments = 4 * counts.total, 4 * counts.trainable, 8 * counts.trainable
     step_temp = 4 * counts.trainable if foreach_optimizer else 3 * 4 * counts.largest
-    tokenizer = 4 * count_parameters(tok_cfg).total if include_tokenizer and tok_cfg is not None else 0
+    tokenizer = (
+        4 * count_parameters(tok_cfg).total if include_tokenizer and tok_cfg is not None else 0
+    )
     ddp = grads if gpus > 1 else 0
     cache = 2 * counts.linear if _act_bytes(precision) < 4 else 0
     held_grads = grads if accumulation > 1 else 0  # gradients of earlier micro-batches stay alive
-    phases = {ck: activation_phases(model_cfg, window, batch, precision, ck) for ck in (False, True)}
+    phases = {
+        ck: activation_phases(model_cfg, window, batch, precision, ck) for ck in (False, True)
+    }
     acts = {ck: max(phases[ck]) for ck in (False, True)}
 
     def total(ck: bool) -> int:
@@ -232,12 +255,14 @@ def plan_training(
             return persistent
         backward_start, rebuild = phases[ck]
         rebuild_peak = rebuild + cache + grads if rebuild else 0
-        return persistent + max(backward_start + cache + held_grads, rebuild_peak, grads + step_temp)
+        return persistent + max(
+            backward_start + cache + held_grads, rebuild_peak, grads + step_temp
+        )
 
     return TrainPlan(
-        window, batch, accumulation, gpus, precision, checkpointing, counts.total, params, grads, moments,
-        step_temp, tokenizer, ddp, cache, acts[False], acts[True], acts[checkpointing], total(checkpointing),
-        total(False), total(True),
+        window, batch, accumulation, gpus, precision, checkpointing, counts.total, params, grads,
+        moments, step_temp, tokenizer, ddp, cache, acts[False], acts[True], acts[checkpointing],
+        total(checkpointing), total(False), total(True),
     )
 
 
@@ -256,8 +281,10 @@ def _largest(fits, limit: int = 1 << 20) -> int:
     return lo
 
 
-def max_train_batch(budget_bytes: int, model_cfg: KronosConfig, tok_cfg: TokenizerConfig | None, window: int,
-                    precision: str = "fp32", checkpointing: bool = False, **kwargs) -> int:
+def max_train_batch(
+    budget_bytes: int, model_cfg: KronosConfig, tok_cfg: TokenizerConfig | None, window: int,
+    precision: str = "fp32", checkpointing: bool = False, **kwargs,
+) -> int:
     """Largest micro-batch whose ``plan_training`` total stays within ``budget_bytes`` (0: none)."""
     return _largest(lambda b: plan_training(model_cfg, tok_cfg, window, b, precision, checkpointing,
                                             **kwargs).total <= budget_bytes)
@@ -285,28 +312,40 @@ class InferencePlan:
         return asdict(self)
 
 
-def plan_inference(model_cfg: KronosConfig, tok_cfg: TokenizerConfig, lookback: int, horizon: int, batch: int,
-                   sample_count: int = 1, precision: str = "fp32", max_context: int = 512,
-                   ragged: bool = True, sliding: str = "exact") -> InferencePlan:
-    """Peak bytes of one engine call for ``batch`` series (``memory_breakdown`` with its caches split)."""
+def plan_inference(
+    model_cfg: KronosConfig, tok_cfg: TokenizerConfig, lookback: int, horizon: int, batch: int,
+    sample_count: int = 1, precision: str = "fp32", max_context: int = 512, ragged: bool = True,
+    sliding: str = "exact",
+) -> InferencePlan:
+    """Peak bytes of one engine call for ``batch`` series (``memory_breakdown`` with its caches
+    split)."""
     import torch
 
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
-    est = memory_breakdown(model_cfg, tok_cfg, batch, lookback, horizon, sample_count, dtype, max_context,
-                           ragged=ragged, sliding=sliding)
+    est = memory_breakdown(
+        model_cfg, tok_cfg, batch, lookback, horizon, sample_count, dtype, max_context,
+        ragged=ragged, sliding=sliding,
+    )
     layers = model_cfg.n_layers
     s2 = est.caches // (layers + 1)  # one key/value pair per layer, one for the s2 head
     alive = est.phase in ("prefill", "sample") or (est.phase == "recompute" and ragged)
     peak = est.weights + est.inputs + est.transient
-    return InferencePlan(batch, lookback, horizon, sample_count, precision, sliding, est.weights, est.inputs,
-                         est.caches - s2, s2, est.phase, alive, est.transient - (est.caches if alive else 0), peak,
-                         est.total)
+    return InferencePlan(
+        batch, lookback, horizon, sample_count, precision, sliding, est.weights, est.inputs,
+        est.caches - s2, s2, est.phase, alive, est.transient - (est.caches if alive else 0), peak,
+        est.total,
+    )
 
 
-def max_infer_batch(budget_bytes: int, model_cfg: KronosConfig, tok_cfg: TokenizerConfig, lookback: int,
-                    horizon: int, **kwargs) -> int:
-    return _largest(lambda b: plan_inference(model_cfg, tok_cfg, lookback, horizon, b, **kwargs).total
-                    <= budget_bytes)
+def max_infer_batch(
+    budget_bytes: int, model_cfg: KronosConfig, tok_cfg: TokenizerConfig, lookback: int,
+    horizon: int, **kwargs,
+) -> int:
+    return _largest(
+        lambda b: (
+            plan_inference(model_cfg, tok_cfg, lookback, horizon, b, **kwargs).total <= budget_bytes
+        )
+    )
 
 
 def largest_batch(model, tokenizer, mode: str = "train", window: int = 512, precision: str = "fp32",
@@ -322,7 +361,9 @@ def largest_batch(model, tokenizer, mode: str = "train", window: int = 512, prec
     if mode != "train":
         raise ValueError(f"largest_batch plans training only, got mode={mode!r}")
     if isinstance(model, (KronosTokenizer, TokenizerConfig)):
-        raise NotImplementedError("the planner models predictor training only; tokenizer training is not planned")
+        raise NotImplementedError(
+            "the planner models predictor training only; tokenizer training is not planned"
+        )
     model_cfg = getattr(model, "config", model)
     tok_cfg = getattr(tokenizer, "config", tokenizer)
     if budget_bytes is None:

@@ -20,7 +20,8 @@ from kronos_core.model.config import KronosConfig, TokenizerConfig
 from kronos_core.plan.planner import InferencePlan, TrainPlan
 
 COMPUTE_EFF = 0.5  # assumed share of the peak FLOP rate real kernels reach (GPU)
-NODE_LINK = 10 * 1e9 / 8  # bytes/s between two nodes: 10 GbE, the slowest link a cluster is likely to have
+# bytes/s between two nodes: 10 GbE, the slowest link a cluster is likely to have
+NODE_LINK = 10 * 1e9 / 8
 MEMORY_EFF = 0.7  # assumed share of the peak bandwidth
 GB = 1e9
 
@@ -46,7 +47,8 @@ class Device:
 
     @property
     def usable_bytes(self) -> int:
-        """What tensors may use: minus the CUDA context (~0.5 GiB) and 5% allocator fragmentation."""
+        """What tensors may use: minus the CUDA context (~0.5 GiB) and 5% allocator
+        fragmentation."""
         if self.name == "cpu" or self.name == "budget":
             return self.memory_bytes
         return int(self.memory_bytes * 0.95 - 0.5 * 2**30)
@@ -56,25 +58,40 @@ PCIE4 = 32 * GB
 # Sources: NVIDIA datasheets / architecture whitepapers (dense figures; the datasheets' "with
 # sparsity" tensor numbers are twice these).
 DEVICES: dict[str, Device] = {
-    "rtx3080": Device("rtx3080", 10 * 2**30, 29.8e12, 59.5e12, 760 * GB, PCIE4,
-                      "NVIDIA Ampere GA102 whitepaper (2020), GeForce RTX 3080 table"),
-    "rtx4090": Device("rtx4090", 24 * 2**30, 82.6e12, 165.2e12, 1008 * GB, PCIE4,
-                      "NVIDIA Ada Lovelace architecture whitepaper (2022), GeForce RTX 4090 table"),
-    "a6000": Device("a6000", 48 * 2**30, 38.7e12, 154.8e12, 768 * GB, 56 * GB,
-                    "NVIDIA RTX A6000 datasheet (2021); NVLink bridge 112.5 GB/s both ways"),
-    "a100-40gb": Device("a100-40gb", 40 * 2**30, 19.5e12, 312e12, 1555 * GB, 300 * GB,
-                        "NVIDIA A100 Tensor Core GPU datasheet (2021), SXM4 40GB; NVLink 600 GB/s both ways"),
-    "a100-80gb": Device("a100-80gb", 80 * 2**30, 19.5e12, 312e12, 2039 * GB, 300 * GB,
-                        "NVIDIA A100 Tensor Core GPU datasheet (2021), SXM4 80GB; NVLink 600 GB/s both ways"),
-    "h100": Device("h100", 80 * 2**30, 67e12, 989.4e12, 3350 * GB, 450 * GB,
-                   "NVIDIA H100 Tensor Core GPU datasheet (2023), SXM5; NVLink 900 GB/s both ways"),
-    "h200": Device("h200", 141 * 10**9, 67e12, 989.4e12, 4800 * GB, 450 * GB,
-                   "NVIDIA H200 Tensor Core GPU datasheet (2024), SXM; NVLink 900 GB/s both ways"),
+    "rtx3080": Device(
+        "rtx3080", 10 * 2**30, 29.8e12, 59.5e12, 760 * GB, PCIE4,
+        "NVIDIA Ampere GA102 whitepaper (2020), GeForce RTX 3080 table",
+    ),
+    "rtx4090": Device(
+        "rtx4090", 24 * 2**30, 82.6e12, 165.2e12, 1008 * GB, PCIE4,
+        "NVIDIA Ada Lovelace architecture whitepaper (2022), GeForce RTX 4090 table",
+    ),
+    "a6000": Device(
+        "a6000", 48 * 2**30, 38.7e12, 154.8e12, 768 * GB, 56 * GB,
+        "NVIDIA RTX A6000 datasheet (2021); NVLink bridge 112.5 GB/s both ways",
+    ),
+    "a100-40gb": Device(
+        "a100-40gb", 40 * 2**30, 19.5e12, 312e12, 1555 * GB, 300 * GB,
+        "NVIDIA A100 Tensor Core GPU datasheet (2021), SXM4 40GB; NVLink 600 GB/s both ways",
+    ),
+    "a100-80gb": Device(
+        "a100-80gb", 80 * 2**30, 19.5e12, 312e12, 2039 * GB, 300 * GB,
+        "NVIDIA A100 Tensor Core GPU datasheet (2021), SXM4 80GB; NVLink 600 GB/s both ways",
+    ),
+    "h100": Device(
+        "h100", 80 * 2**30, 67e12, 989.4e12, 3350 * GB, 450 * GB,
+        "NVIDIA H100 Tensor Core GPU datasheet (2023), SXM5; NVLink 900 GB/s both ways",
+    ),
+    "h200": Device(
+        "h200", 141 * 10**9, 67e12, 989.4e12, 4800 * GB, 450 * GB,
+        "NVIDIA H200 Tensor Core GPU datasheet (2024), SXM; NVLink 900 GB/s both ways",
+    ),
 }
 
 
 def probe_cpu(seconds: float = 0.5, clock=time.perf_counter) -> Device:
-    """This machine's CPU as a ``Device``: measured fp32 matmul rate and copy bandwidth, available RAM.
+    """This machine's CPU as a ``Device``: measured fp32 matmul rate and copy bandwidth, available
+    RAM.
 
     ``clock=time.process_time`` (with one torch thread) measures CPU time, which
     other processes sharing the machine do not inflate.
@@ -110,19 +127,28 @@ def probe_cpu(seconds: float = 0.5, clock=time.perf_counter) -> Device:
             torch.add(x, y)
         n += 100
     overhead = (clock() - t0) / n
-    return Device("cpu", int(psutil.virtual_memory().available), flops, half, bandwidth, 0.0,
-                  f"measured on this machine ({torch.get_num_threads()} threads): 512x512 fp32/bf16 matmul, "
-                  "32 MiB copy, one small add", op_overhead_s=overhead, compute_eff=1.0, memory_eff=1.0)
+    return Device(
+        "cpu", int(psutil.virtual_memory().available), flops, half, bandwidth, 0.0,
+        f"measured on this machine ({torch.get_num_threads()} threads): 512x512 fp32/bf16 matmul, "
+        "32 MiB copy, one small add", op_overhead_s=overhead, compute_eff=1.0, memory_eff=1.0,
+    )
 
 
 def budget_device(nbytes: int, like: Device | None = None) -> Device:
-    """A device with only a memory budget (``--device BYTES``); speed figures from ``like`` (or an A100-80GB)."""
-    return replace(like or DEVICES["a100-80gb"], name="budget", memory_bytes=int(nbytes),
-                   source=f"memory budget {nbytes:,} bytes; speed figures of {(like or DEVICES['a100-80gb']).name}")
+    """A device with only a memory budget (``--device BYTES``); speed figures from ``like`` (or an
+    A100-80GB)."""
+    return replace(
+        like or DEVICES["a100-80gb"], name="budget", memory_bytes=int(nbytes),
+        source=f"memory budget {nbytes:,} bytes; speed figures of "
+               f"{(like or DEVICES['a100-80gb']).name}",
+    )
 
 
 def _phase(device: Device, precision: str, flops: float, nbytes: float, ops: int) -> float:
-    return max(flops / device.flops(precision), nbytes / device.bytes_per_s()) + ops * device.op_overhead_s
+    return (
+        max(flops / device.flops(precision), nbytes / device.bytes_per_s())
+        + ops * device.op_overhead_s
+    )
 
 
 # Eager ops (kernel launches), counted with a TorchDispatchMode counter on this code (torch 2.13):
@@ -135,29 +161,41 @@ TRAIN_OPS_PER_BLOCK, TRAIN_OPS_BASE = 225, 320
 
 
 def train_step_seconds(cfg: KronosConfig, plan: TrainPlan, device: Device) -> dict[str, float]:
-    """Seconds of one optimizer step (all micro-batches, all-reduce included) on ``plan.gpus`` devices."""
+    """Seconds of one optimizer step (all micro-batches, all-reduce included) on ``plan.gpus``
+    devices."""
     counts = count_parameters(cfg)
     tokens = plan.batch * plan.window
     a = 4 if plan.precision == "fp32" else 2
     attn = 2 * tokens * plan.window * cfg.d_model * (cfg.n_layers + 1)  # causal QK^T and AV
     fwd = 2 * tokens * counts.linear + attn
-    passes = 3 + (1 if plan.checkpointing else 0)  # backward = 2 forwards; checkpointing recomputes one
+    # backward = 2 forwards; checkpointing recomputes one
+    passes = 3 + (1 if plan.checkpointing else 0)
     weights_traffic = passes * counts.linear * a + 4 * counts.trainable  # read weights, write grads
     matmul = _phase(device, plan.precision, passes * fwd, weights_traffic, 0)
     saved = plan.activations_no_checkpointing
-    ops = (TRAIN_OPS_PER_BLOCK * cfg.n_layers * (4 if plan.checkpointing else 3)) // 3 + TRAIN_OPS_BASE
+    ops = (
+        TRAIN_OPS_PER_BLOCK * cfg.n_layers * (4 if plan.checkpointing else 3)
+    ) // 3 + TRAIN_OPS_BASE
     elementwise = _phase(device, plan.precision, 0, 3 * saved, ops)
     micro = (matmul + elementwise) * plan.accumulation
     n_tensors = 13 * cfg.n_layers + 23
-    optimizer = _phase(device, "fp32", 0, 28 * counts.trainable, 15 if device.name != "cpu" else 10 * n_tensors)
-    allreduce = 2 * (plan.gpus - 1) / plan.gpus * 4 * counts.trainable / device.link if plan.gpus > 1 else 0.0
+    optimizer = _phase(
+        device, "fp32", 0, 28 * counts.trainable, 15 if device.name != "cpu" else 10 * n_tensors
+    )
+    allreduce = (
+        2 * (plan.gpus - 1) / plan.gpus * 4 * counts.trainable / device.link
+        if plan.gpus > 1
+        else 0.0
+    )
     return {"compute": micro, "optimizer": optimizer, "allreduce": allreduce,
             "total": micro + optimizer + allreduce}
 
 
-def infer_seconds(cfg: KronosConfig, tok: TokenizerConfig, plan: InferencePlan, series: int, device: Device,
-                  gpus: int = 1, max_context: int = 512, sliding: str = "exact", nodes: int = 1,
-                  node_link: float = NODE_LINK) -> dict[str, float]:
+def infer_seconds(
+    cfg: KronosConfig, tok: TokenizerConfig, plan: InferencePlan, series: int, device: Device,
+    gpus: int = 1, max_context: int = 512, sliding: str = "exact", nodes: int = 1,
+    node_link: float = NODE_LINK,
+) -> dict[str, float]:
     """Seconds to forecast ``series`` series, ``plan.batch`` per engine call, on ``nodes`` nodes
     of ``gpus`` devices each (the series split evenly over all ``nodes * gpus`` devices).
 
@@ -185,17 +223,24 @@ def infer_seconds(cfg: KronosConfig, tok: TokenizerConfig, plan: InferencePlan, 
     steps = 0.0
     for step in range(plan.horizon):
         ctx = min(window + step, max_context)
-        if plan.lookback + step > max_context and sliding == "exact":  # the window slides: recompute it
-            steps += _phase(device, p, 2 * n * max_context * counts.linear + 2 * n * max_context**2 * d * layers,
-                            counts.total * a + 20 * n * max_context * d * a * layers, OPS_PER_BLOCK * layers + OPS_PER_DECODE_STEP)
+        # the window slides: recompute it
+        if plan.lookback + step > max_context and sliding == "exact":
+            steps += _phase(
+                device, p,
+                2 * n * max_context * counts.linear + 2 * n * max_context**2 * d * layers,
+                counts.total * a + 20 * n * max_context * d * a * layers,
+                OPS_PER_BLOCK * layers + OPS_PER_DECODE_STEP,
+            )
             continue
         flops = 2 * n * counts.linear + 4 * n * ctx * d * (layers + 1)
         nbytes = counts.total * a + 2 * (layers + 1) * n * ctx * d * a  # weights + cache reads
-        steps += _phase(device, p, flops, nbytes, OPS_PER_BLOCK * layers + OPS_PER_DECODE_STEP)  # + sampling, s2 head
+        # + sampling, s2 head
+        steps += _phase(device, p, flops, nbytes, OPS_PER_BLOCK * layers + OPS_PER_DECODE_STEP)
     per_call = tokenize + prefill + steps
     devices = gpus * nodes
     calls = math.ceil(series / (plan.batch * devices)) if plan.batch else 0
-    remote = series * (nodes - 1) / nodes  # series whose shard runs on another node than the gateway's
+    # series whose shard runs on another node than the gateway's
+    remote = series * (nodes - 1) / nodes
     network = remote * 6 * 4 * (plan.lookback + plan.horizon * plan.sample_count) / node_link
     return {"per_call": per_call, "calls_per_device": calls, "devices": devices, "network": network,
             "total": per_call * calls + network,

@@ -36,7 +36,8 @@ def free_memory_bytes(device: torch.device) -> int:
 
 def activation_bytes_per_sample(kind: str, model: Kronos, tok: KronosTokenizer, window: int,
                                 precision: str, checkpointing: bool) -> int:
-    """A rough training-activation estimate for one window (bytes), used only without the planner."""
+    """A rough training-activation estimate for one window (bytes), used only without the
+    planner."""
     elem = 2 if precision in ("bf16", "fp16") else 4
     if kind == "tokenizer":
         c = tok.config
@@ -72,8 +73,12 @@ def auto_batch_size(kind: str, model: Kronos, tok: KronosTokenizer, window: int,
         fit = getattr(planner, "largest_batch", None)
     if fit is not None:
         try:
-            batch = int(fit(model=model if kind == "predictor" else tok, tokenizer=tok, mode="train",
-                            window=window, precision=precision, checkpointing=checkpointing, device=device))
+            batch = int(
+                fit(
+                    model=model if kind == "predictor" else tok, tokenizer=tok, mode="train",
+                    window=window, precision=precision, checkpointing=checkpointing, device=device,
+                )
+            )
             if batch >= 1:
                 log.info("batch_size auto: the planner says %d fits", batch)
                 return min(batch, MAX_AUTO_BATCH)

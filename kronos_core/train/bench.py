@@ -44,9 +44,11 @@ def _planner_estimate(trainer) -> int | None:
         from kronos_core.plan.planner import plan_training
     except ImportError:
         return None
-    plan = plan_training(trainer.model.config, trainer.tok.config, trainer.cfg.data.window - 1,
-                         trainer.micro_batch_size, trainer.cfg.precision, trainer.cfg.grad_checkpointing,
-                         trainer.accum, foreach_optimizer=False)
+    plan = plan_training(
+        trainer.model.config, trainer.tok.config, trainer.cfg.data.window - 1,
+        trainer.micro_batch_size, trainer.cfg.precision, trainer.cfg.grad_checkpointing,
+        trainer.accum, foreach_optimizer=False,
+    )
     return plan.total - plan.parameters - plan.tokenizer
 
 
@@ -72,10 +74,13 @@ def measure(config: str | None, overrides: dict, steps: int) -> dict:
         growth = max(peak - before, 0)
         return {
             "samples_per_s": steps * trainer.batch_size / elapsed, "step_s": elapsed / steps,
-            "batch": trainer.batch_size, "micro_batch": trainer.micro_batch_size, "accum": trainer.accum,
-            "window": cfg.data.window, "peak_rss_mb": peak / 2**20, "train_growth_mb": growth / 2**20,
+            "batch": trainer.batch_size, "micro_batch": trainer.micro_batch_size,
+            "accum": trainer.accum, "window": cfg.data.window, "peak_rss_mb": peak / 2**20,
+            "train_growth_mb": growth / 2**20,
             "planner_mb": None if estimate is None else estimate / 2**20,
-            "planner_error": None if estimate is None or not growth else (estimate - growth) / growth,
+            "planner_error": None
+            if estimate is None or not growth
+            else (estimate - growth) / growth,
         }
 
 
@@ -84,8 +89,13 @@ def run_bench(args: argparse.Namespace) -> int:
     config = args.config or str(DEFAULT_CONFIG)
     from kronos_core.train.default import REAL_DATA
 
-    base = {k: v for k, v in {"threads": args.threads, "device": args.device, "batch_size": args.batch_size}.items()
-            if v is not None}
+    base = {
+        k: v
+        for k, v in {
+            "threads": args.threads, "device": args.device, "batch_size": args.batch_size,
+        }.items()
+        if v is not None
+    }
     base["data.paths"] = args.data or [str(REAL_DATA)]  # the bundled real candles unless --data
     results = {}
     for name, extra in tqdm(VARIANTS.items(), desc="train bench", total=len(VARIANTS)):
@@ -96,14 +106,18 @@ def run_bench(args: argparse.Namespace) -> int:
             print(f"{name}: failed\n{proc.stderr[-2000:]}", file=sys.stderr)
             return 1
         results[name] = json.loads(proc.stdout.strip().splitlines()[-1])
-    print(f"{'variant':<16} {'samples/s':>10} {'step s':>8} {'micro x acc':>11} {'peak RSS MB':>12} "
-          f"{'train +MB':>10} {'planner MB':>11} {'error':>7}")
+    print(
+        f"{'variant':<16} {'samples/s':>10} {'step s':>8} {'micro x acc':>11} {'peak RSS MB':>12} "
+        f"{'train +MB':>10} {'planner MB':>11} {'error':>7}"
+    )
     for name, r in results.items():
         planner = "-" if r["planner_mb"] is None else f"{r['planner_mb']:.0f}"
         error = "-" if r["planner_error"] is None else f"{r['planner_error']:+.0%}"
-        print(f"{name:<16} {r['samples_per_s']:>10.1f} {r['step_s']:>8.2f} "
-              f"{r['micro_batch']:>5} x {r['accum']:<3} {r['peak_rss_mb']:>12.0f} {r['train_growth_mb']:>10.0f} "
-              f"{planner:>11} {error:>7}")
+        print(
+            f"{name:<16} {r['samples_per_s']:>10.1f} {r['step_s']:>8.2f} "
+            f"{r['micro_batch']:>5} x {r['accum']:<3} {r['peak_rss_mb']:>12.0f} "
+            f"{r['train_growth_mb']:>10.0f} {planner:>11} {error:>7}"
+        )
     print(json.dumps(results))
     return 0
 

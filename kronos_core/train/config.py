@@ -40,10 +40,15 @@ def _fields_of(checkpoint: type, derived: set[str], sizes: dict[str, int]) -> ty
     fields = {f.name: f for f in dataclasses.fields(checkpoint) if f.name not in derived}
     required = {n for n, f in fields.items() if f.default is dataclasses.MISSING}
     if set(sizes) != required:  # a new required field needs a training default here
-        raise TypeError(f"{checkpoint.__name__}: training defaults for {sorted(required)} needed, got {sorted(sizes)}")
+        raise TypeError(
+            f"{checkpoint.__name__}: training defaults for {sorted(required)} needed, got "
+            f"{sorted(sizes)}"
+        )
     spec: dict[str, Any] = {n: (hints[n], sizes[n]) for n in sizes}
     spec.update({n: (hints[n], f.default) for n, f in fields.items() if n not in sizes})
-    return create_model(f"_{checkpoint.__name__}Fields", __base__=_Strict, __module__=__name__, **spec)
+    return create_model(
+        f"_{checkpoint.__name__}Fields", __base__=_Strict, __module__=__name__, **spec
+    )
 
 
 # CPU-sized defaults of the sizes a checkpoint config requires
@@ -73,20 +78,32 @@ class DataConfig(_Strict):
     """Where the candles come from and how they are cut into windows."""
 
     paths: list[str] = Field(default_factory=list, description="CSV/Parquet files")
-    corpus: str | None = Field(None, description="corpus folder (instruments.csv + Parquet): training "
-                               "reads only its split=train instruments' training rows")
-    markets: list[str] | None = Field(None, description="corpus markets (US, CN, FX, ...); None = all")
-    frequencies: list[str] | None = Field(None, description="corpus frequencies (1d, 1h, 5min, 1min)")
+    corpus: str | None = Field(
+        None,
+        description="corpus folder (instruments.csv + Parquet): training "
+        "reads only its split=train instruments' training rows",
+    )
+    markets: list[str] | None = Field(
+        None, description="corpus markets (US, CN, FX, ...); None = all"
+    )
+    frequencies: list[str] | None = Field(
+        None, description="corpus frequencies (1d, 1h, 5min, 1min)"
+    )
     max_windows_per_series: int | None = Field(
         None, ge=1, description="cap on training windows per series (a long 1-minute series would "
         "otherwise outweigh hundreds of daily ones); the stride widens to fit")
     store: str | None = Field(None, description="Arrow store root (KlineStore)")
     symbols: list[str] | None = Field(None, description="store symbols; None = whole universe")
     frequency: str | None = None
-    timestamp_column: str = "timestamps"  # "timestamps": auto-detected (timestamps, date, ...; any case)
-    columns: dict[str, str] = Field(default_factory=dict, description="our column -> the file's (--column)")
+    # "timestamps": auto-detected (timestamps, date, ...; any case)
+    timestamp_column: str = "timestamps"
+    columns: dict[str, str] = Field(
+        default_factory=dict, description="our column -> the file's (--column)"
+    )
     repairs: list[RepairName] = Field(
-        default_factory=_sort_only, description="reader repairs (--sort, --drop-nan, ...; rows are sorted)")
+        default_factory=_sort_only,
+        description="reader repairs (--sort, --drop-nan, ...; rows are sorted)",
+    )
     lookback: int = 96
     horizon: int = 32
     stride: int = 16
@@ -104,7 +121,9 @@ class LossConfig(_Strict):
     reconstruction MSE. Equal by default, as the reference trains; the bundled default puts more on
     the prices so that the close resolves one step's move."""
 
-    feature_weights: tuple[float, float, float, float, float, float] = (1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    feature_weights: tuple[float, float, float, float, float, float] = (
+        1.0, 1.0, 1.0, 1.0, 1.0, 1.0,
+    )
 
 
 class OptimConfig(_Strict):
@@ -137,8 +156,14 @@ class TrainConfig(_Strict):
 
     kind: Literal["tokenizer", "predictor"] = "predictor"
     out: str = "runs/train"
-    init: str | None = Field(None, description="checkpoint to start from (folder with model/ and tokenizer/, or a model folder / Hub id)")
-    tokenizer_init: str | None = Field(None, description="tokenizer folder / Hub id (predictor runs: frozen)")
+    init: str | None = Field(
+        None,
+        description="checkpoint to start from (folder with model/ and tokenizer/, or a model "
+                    "folder / Hub id)",
+    )
+    tokenizer_init: str | None = Field(
+        None, description="tokenizer folder / Hub id (predictor runs: frozen)"
+    )
     tokenizer: TokenizerSize = Field(default_factory=TokenizerSize)
     model: ModelSize = Field(default_factory=ModelSize)
     data: DataConfig = Field(default_factory=DataConfig)
@@ -152,12 +177,16 @@ class TrainConfig(_Strict):
     eval_every: int = Field(50, ge=1)
     save_every: int = Field(50, ge=1)
     log_every: int = Field(10, ge=1)
-    early_stopping_patience: int | None = Field(None, description="evaluations without improvement before stopping")
+    early_stopping_patience: int | None = Field(
+        None, description="evaluations without improvement before stopping"
+    )
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
     grad_checkpointing: bool = False
     seed: int = 0
     device: str = "auto"
-    threads: int | None = Field(None, ge=1, description="torch CPU threads (None = torch's default); 1 on a busy machine")
+    threads: int | None = Field(
+        None, ge=1, description="torch CPU threads (None = torch's default); 1 on a busy machine"
+    )
     max_context: int = 512
     name: str = "kronos-custom"
     val_batches: int | None = Field(None, description="cap on validation batches (None = all)")
@@ -200,8 +229,11 @@ def _set_dotted(tree: dict, dotted: str, value: Any) -> None:
     node[leaf] = value
 
 
-def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> TrainConfig:
-    """Read ``path`` (YAML; None = defaults), apply dotted ``overrides`` (None values skipped), validate."""
+def load_config(
+    path: str | Path | None = None, overrides: dict[str, Any] | None = None
+) -> TrainConfig:
+    """Read ``path`` (YAML; None = defaults), apply dotted ``overrides`` (None values skipped),
+    validate."""
     import yaml
 
     tree: dict[str, Any] = {}

@@ -147,7 +147,9 @@ def train_default(args: argparse.Namespace) -> dict:
     tok_summary = _build_tokenizer(args, work, corpus)
     tok_dir = work / "tokenizer" / "best" / "tokenizer"
     pred_summary = _phase("predictor", args, work, corpus, {"tokenizer_init": str(tok_dir)})
-    anneal_summary = _phase("anneal", args, work, corpus, {"init": str(work / "predictor" / "best")})
+    anneal_summary = _phase(
+        "anneal", args, work, corpus, {"init": str(work / "predictor" / "best")}
+    )
     best = work / "anneal" / "best"
     out.mkdir(parents=True, exist_ok=True)
     for part in ("model", "tokenizer"):

@@ -31,8 +31,11 @@ class LossParts:
     parts: dict[str, float]
 
 
-def weighted_mse(pred: torch.Tensor, target: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:
-    """MSE over (B, L, 6) with per-feature ``weights`` (6,) normalised to mean 1 (None: plain MSE)."""
+def weighted_mse(
+    pred: torch.Tensor, target: torch.Tensor, weights: torch.Tensor | None
+) -> torch.Tensor:
+    """MSE over (B, L, 6) with per-feature ``weights`` (6,) normalised to mean 1 (None: plain
+    MSE)."""
     err = (pred.float() - target.float()) ** 2  # (B, L, 6)
     if weights is None:
         return err.mean()
@@ -51,17 +54,25 @@ def tokenizer_loss(tok: KronosTokenizer, x: torch.Tensor,
     q = out.quant
     loss = mse_coarse + mse_full + q.total
     close_err = (out.full[..., 3].float() - x[..., 3].float()).abs().mean()
-    return LossParts(loss, {"mse_coarse": mse_coarse.item(), "mse_full": mse_full.item(), "quant": q.total.item(),
-                            "close_mae": close_err.item(),
-                            "commit": q.commitment.item(), "sample_entropy": q.sample_entropy.item(),
-                            "codebook_entropy": q.codebook_entropy.item()})
+    return LossParts(
+        loss,
+        {
+            "mse_coarse": mse_coarse.item(), "mse_full": mse_full.item(), "quant": q.total.item(),
+            "close_mae": close_err.item(), "commit": q.commitment.item(),
+            "sample_entropy": q.sample_entropy.item(),
+            "codebook_entropy": q.codebook_entropy.item(),
+        },
+    )
 
 
-def predictor_loss(model: Kronos, tok: KronosTokenizer, x: torch.Tensor, stamp: torch.Tensor) -> LossParts:
+def predictor_loss(
+    model: Kronos, tok: KronosTokenizer, x: torch.Tensor, stamp: torch.Tensor
+) -> LossParts:
     """Teacher-forced CE: x (B, W, 6) normalised candles, stamp (B, W, 5); tokenizer frozen."""
     with torch.no_grad():
         s1, s2 = tok.encode(x)  # (B, W) each
-    s1_logits, s2_logits = model(s1[:, :-1], s2[:, :-1], stamp[:, :-1], s1[:, 1:])  # (B, W-1, V1), (B, W-1, V2)
+    # (B, W-1, V1), (B, W-1, V2)
+    s1_logits, s2_logits = model(s1[:, :-1], s2[:, :-1], stamp[:, :-1], s1[:, 1:])
     ce1 = F.cross_entropy(s1_logits.float().flatten(0, 1), s1[:, 1:].flatten())
     ce2 = F.cross_entropy(s2_logits.float().flatten(0, 1), s2[:, 1:].flatten())
     return LossParts((ce1 + ce2) / 2, {"ce_s1": ce1.item(), "ce_s2": ce2.item()})

@@ -1,4 +1,5 @@
-"""Metrics of a run: one JSON object per step in ``metrics.jsonl``, and TensorBoard when installed."""
+"""Metrics of a run: one JSON object per step in ``metrics.jsonl``, and TensorBoard when
+installed."""
 
 from __future__ import annotations
 
@@ -19,9 +20,12 @@ def read_metrics(folder: str | Path) -> list[dict]:
 
 
 class MetricsLog:
-    """Appends step records; on resume keeps the records up to ``keep_until`` (later ones were not saved)."""
+    """Appends step records; on resume keeps the records up to ``keep_until`` (later ones were not
+    saved)."""
 
-    def __init__(self, out: Path, enabled: bool = True, tensorboard: bool = True, keep_until: int = 0):
+    def __init__(
+        self, out: Path, enabled: bool = True, tensorboard: bool = True, keep_until: int = 0
+    ):
         self.enabled, self.path, self.tb = enabled, Path(out) / METRICS_FILE, None
         if not enabled:
             return

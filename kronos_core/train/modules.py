@@ -1,4 +1,5 @@
-"""Build or load the tokenizer and predictor a run starts from, and save them in the published layout."""
+"""Build or load the tokenizer and predictor a run starts from, and save them in the published
+layout."""
 
 from __future__ import annotations
 
@@ -39,7 +40,8 @@ def _bundled_tokenizer() -> Path | None:
 
 def _load_pair(init: str, tokenizer_init: str | None) -> tuple[Kronos, KronosTokenizer, int]:
     """(model, tokenizer, context) from ``init``: an alias, a run/output folder with model/ and
-    tokenizer/, a model folder, or a Hub id; the context is the one the checkpoint was trained with."""
+    tokenizer/, a model folder, or a Hub id; the context is the one the checkpoint was trained
+    with."""
     from kronos_core.loading import PredictorConfig, load_checkpoints
 
     loaded = load_checkpoints(PredictorConfig(model=init, tokenizer=tokenizer_init, device="cpu"))
@@ -65,8 +67,10 @@ def _with_training_fields(module, section, loaded_from: str):
         else:
             ignored.append(f"{name}={wanted!r} (checkpoint: {has!r})")
     if ignored:
-        log.warning("%s keeps the architecture of %s; ignored: %s", type(module).__name__, loaded_from,
-                    ", ".join(sorted(ignored)))
+        log.warning(
+            "%s keeps the architecture of %s; ignored: %s", type(module).__name__, loaded_from,
+            ", ".join(sorted(ignored)),
+        )
     if not changes:
         return module
     rebuilt = type(module)(dataclasses.replace(current, **changes))
@@ -84,8 +88,11 @@ def config_as_run(cfg: TrainConfig, tok: KronosTokenizer, model: Kronos,
     ``FINE_TUNE_LR``."""
     update: dict = {
         "tokenizer": cfg.tokenizer.model_validate(
-            {k: getattr(tok.config, k) for k in type(cfg.tokenizer).model_fields}),
-        "model": cfg.model.model_validate({k: getattr(model.config, k) for k in type(cfg.model).model_fields}),
+            {k: getattr(tok.config, k) for k in type(cfg.tokenizer).model_fields}
+        ),
+        "model": cfg.model.model_validate(
+            {k: getattr(model.config, k) for k in type(cfg.model).model_fields}
+        ),
     }
     if cfg.init and "lr" not in cfg.optim.model_fields_set:
         update["optim"] = cfg.optim.model_copy(update={"lr": FINE_TUNE_LR})
@@ -96,8 +103,10 @@ def config_as_run(cfg: TrainConfig, tok: KronosTokenizer, model: Kronos,
         context = update["max_context"] = checkpoint_context
     if cfg.kind == "predictor" and cfg.data.window > context + 1:
         raise ValueError(
-            f"data.lookback + data.horizon = {cfg.data.window} exceeds the context {context} of {cfg.init} "
-            f"(+1); shorten the window, or give max_context (--max-context) to train a longer one")
+            f"data.lookback + data.horizon = {cfg.data.window} exceeds the context {context} of "
+            f"{cfg.init} (+1); shorten the window, or give max_context (--max-context) to train a "
+            "longer one"
+        )
     return cfg.model_copy(update=update)
 
 
@@ -129,7 +138,9 @@ def build_modules(cfg: TrainConfig) -> tuple[KronosTokenizer, Kronos, TrainConfi
     return tok, model, config_as_run(cfg, tok, model, None)
 
 
-def save_pair(folder: Path, model: Kronos, tok: KronosTokenizer, cfg: TrainConfig, extra: dict | None = None) -> None:
+def save_pair(
+    folder: Path, model: Kronos, tok: KronosTokenizer, cfg: TrainConfig, extra: dict | None = None
+) -> None:
     """``folder/model``, ``folder/tokenizer`` (published layout) and ``folder/kronos.json``."""
     model.save_pretrained(folder / "model")
     tok.save_pretrained(folder / "tokenizer")

@@ -28,8 +28,12 @@ def _absolute(cfg: TrainConfig) -> TrainConfig:
     def local(p: str | None) -> str | None:
         return str(Path(p).resolve()) if p and Path(p).exists() else p  # Hub ids stay as they are
 
-    return cfg.model_copy(update={"out": str(Path(cfg.out).resolve()), "data": data,
-                                  "init": local(cfg.init), "tokenizer_init": local(cfg.tokenizer_init)})
+    return cfg.model_copy(
+        update={
+            "out": str(Path(cfg.out).resolve()), "data": data, "init": local(cfg.init),
+            "tokenizer_init": local(cfg.tokenizer_init),
+        }
+    )
 
 
 def _worker_loop(config: dict) -> None:
@@ -42,7 +46,9 @@ def _worker_loop(config: dict) -> None:
     os.environ["LOCAL_RANK"] = str(context.get_local_rank())
     cfg = TrainConfig.model_validate(config["cfg"])
     summary = Trainer(cfg, resume=config["resume"]).fit()
-    ray.train.report({k: v for k, v in summary.items() if isinstance(v, (int, float, bool)) and v is not None})
+    ray.train.report(
+        {k: v for k, v in summary.items() if isinstance(v, (int, float, bool)) and v is not None}
+    )
 
 
 def train_with_ray(cfg: TrainConfig, workers: int = 2, use_gpu: bool = False, resume: bool = False,
@@ -59,7 +65,9 @@ def train_with_ray(cfg: TrainConfig, workers: int = 2, use_gpu: bool = False, re
     trainer = TorchTrainer(
         _worker_loop,
         # only the fields the user set: the others (max_context, ...) stay the init checkpoint's
-        train_loop_config={"cfg": cfg.model_dump(mode="json", exclude_unset=True), "resume": resume},
+        train_loop_config={
+            "cfg": cfg.model_dump(mode="json", exclude_unset=True), "resume": resume,
+        },
         scaling_config=ScalingConfig(num_workers=workers, use_gpu=use_gpu),
         run_config=RunConfig(name="kronos-train", storage_path=str(Path(cfg.out) / "ray")),
     )

@@ -34,7 +34,9 @@ def autocast_context(precision: str, device: torch.device):
     if precision == "fp32":
         return contextlib.nullcontext()
     if precision == "fp16" and device.type != "cuda":
-        raise ValueError("precision fp16 needs a CUDA device (it relies on a gradient scaler); use bf16 on CPU")
+        raise ValueError(
+            "precision fp16 needs a CUDA device (it relies on a gradient scaler); use bf16 on CPU"
+        )
     dtype = torch.bfloat16 if precision == "bf16" else torch.float16
     return torch.autocast(device_type=device.type, dtype=dtype)
 
@@ -47,7 +49,8 @@ def make_scaler(precision: str, device: torch.device):
 
 
 def warmup_cosine(step: int, warmup: int, total: int, min_ratio: float) -> float:
-    """LR multiplier: linear warm-up over ``warmup`` steps, then cosine decay to ``min_ratio`` at ``total``."""
+    """LR multiplier: linear warm-up over ``warmup`` steps, then cosine decay to ``min_ratio`` at
+    ``total``."""
     if warmup > 0 and step < warmup:
         return (step + 1) / warmup
     span = max(1, total - warmup)
@@ -60,7 +63,9 @@ def adamw(module: nn.Module, lr: float, weight_decay: float, betas) -> torch.opt
     params = [p for p in module.parameters() if p.requires_grad]
     decay = [p for p in params if p.dim() >= 2]
     rest = [p for p in params if p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}]
+    groups = [
+        {"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0},
+    ]
     return torch.optim.AdamW(groups, lr=lr, betas=tuple(betas))
 
 
@@ -70,7 +75,9 @@ def is_out_of_memory(exc: BaseException) -> bool:
     if isinstance(exc, oom_type):
         return True
     text = str(exc).lower()
-    return isinstance(exc, RuntimeError) and ("can't allocate memory" in text or "out of memory" in text)
+    return isinstance(exc, RuntimeError) and (
+        "can't allocate memory" in text or "out of memory" in text
+    )
 
 
 def seed_everything(seed: int) -> None:

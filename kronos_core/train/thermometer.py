@@ -117,11 +117,14 @@ def _blocks(blocks: torch.nn.ModuleList) -> list[TransformerBlock]:
 
 @torch.no_grad()
 def build_encoder(tok: KronosTokenizer, shape: dict[str, list[float]]) -> None:
-    """Set ``tok``'s encoder (embed, two blocks, quant_embed) to the code of the module docstring."""
+    """Set ``tok``'s encoder (embed, two blocks, quant_embed) to the code of the module
+    docstring."""
     c = tok.config
     if c.s1_bits + c.s2_bits != TOTAL_BITS or c.n_enc_layers != 3 or c.d_model < 9:
-        raise ValueError("the thermometer tokenizer needs s1_bits + s2_bits = 20, n_enc_layers = 3, "
-                         "d_model >= 9 (thermometer_config())")
+        raise ValueError(
+            "the thermometer tokenizer needs s1_bits + s2_bits = 20, n_enc_layers = 3, "
+            "d_model >= 9 (thermometer_config())"
+        )
     for p in (*tok.embed.parameters(), *tok.encoder.parameters(), *tok.quant_embed.parameters()):
         p.zero_()
     e_w, e_b = tok.embed.weight, tok.embed.bias  # (d, 6), (d,)
@@ -130,7 +133,8 @@ def build_encoder(tok: KronosTokenizer, shape: dict[str, list[float]]) -> None:
     for ch in (CH_R1, CH_R2):  # residuals start at close + 5, the distance from the bottom edge
         e_w[ch, CLOSE], e_b[ch] = 1.0, CLIP
     e_w[CH_BODY, OPEN], e_w[CH_BODY, CLOSE] = 1.0, -1.0  # open - close
-    e_w[CH_WICK_UP, HIGH], e_w[CH_WICK_UP, CLOSE] = 1.0, -1.0  # high - close, minus relu(o - c) below
+    # high - close, minus relu(o - c) below
+    e_w[CH_WICK_UP, HIGH], e_w[CH_WICK_UP, CLOSE] = 1.0, -1.0
     e_w[CH_WICK_DOWN, CLOSE], e_w[CH_WICK_DOWN, LOW] = 1.0, -1.0  # close - low, minus relu(c - o)
     e_w[CH_VOLUME, VOLUME] = 1.0
     scale = CONST / math.sqrt(c.d_model)  # RMSNorm weight that undoes its division
@@ -164,7 +168,9 @@ def build_encoder(tok: KronosTokenizer, shape: dict[str, list[float]]) -> None:
 
 
 @torch.no_grad()
-def fit_decoder_head(tok: KronosTokenizer, sample: np.ndarray, batch: int = 256) -> dict[str, float]:
+def fit_decoder_head(
+    tok: KronosTokenizer, sample: np.ndarray, batch: int = 256
+) -> dict[str, float]:
     """Identity decoder blocks, code bits copied into channels 0..19, and ``head`` fitted by least
     squares from those bits (and a constant) to the six normalised features of ``sample``
     (N, L, 6). Returns each feature's mean absolute round-trip error on the sample."""

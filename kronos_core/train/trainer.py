@@ -72,7 +72,8 @@ FORECAST_CHECK_FILE = "forecast_check.json"
 
 class TrainingInterrupted(KeyboardInterrupt):
     """Ctrl-C during ``Trainer.fit``: the bar, logs and process group are closed; says where the
-    last checkpoint is (``saved_step`` None: none written yet) so the command can say how to resume."""
+    last checkpoint is (``saved_step`` None: none written yet) so the command can say how to
+    resume."""
 
     def __init__(self, out: Path, step: int, saved_step: int | None):
         super().__init__(f"interrupted at step {step}")
@@ -80,13 +81,18 @@ class TrainingInterrupted(KeyboardInterrupt):
 
 
 class Objective(nn.Module):
-    """Wraps the pair so DDP sees one ``forward(x, stamp) -> loss``; parts of the last call in ``parts``."""
+    """Wraps the pair so DDP sees one ``forward(x, stamp) -> loss``; parts of the last call in
+    ``parts``."""
 
     def __init__(self, kind: str, model, tok, feature_weights: Sequence[float] | None = None):
         super().__init__()
         self.kind, self.model, self.tok = kind, model, tok
-        weights = None if feature_weights is None or len(set(feature_weights)) == 1 else feature_weights
-        self.feature_weights = None if weights is None else torch.tensor(weights, dtype=torch.float32)
+        weights = (
+            None if feature_weights is None or len(set(feature_weights)) == 1 else feature_weights
+        )
+        self.feature_weights = (
+            None if weights is None else torch.tensor(weights, dtype=torch.float32)
+        )
         self.parts: dict[str, float] = {}
 
     def forward(self, x: torch.Tensor, stamp: torch.Tensor) -> torch.Tensor:
@@ -121,7 +127,9 @@ class Trainer:
         o = cfg.optim
         self.optimizer = adamw(self.trainable, o.lr, o.weight_decay, o.betas)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda s: warmup_cosine(s, o.warmup_steps, cfg.max_steps, o.min_lr_ratio))
+            self.optimizer,
+            lambda s: warmup_cosine(s, o.warmup_steps, cfg.max_steps, o.min_lr_ratio),
+        )
         self.scaler = make_scaler(cfg.precision, self.device)
         self.sampler = StepBatchSampler(len(self.train_set), self.batch_size, seed=cfg.seed,
                                         rank=self.dist.rank, world=self.dist.world)
@@ -129,7 +137,8 @@ class Trainer:
         self.saved_step: int | None = None  # step of the checkpoint in last/, for the Ctrl-C hint
         self.best_val, self.bad_evals, self.stopped_early = math.inf, 0, False
         self.history: list[dict] = []
-        self.monitor: ResourceMonitor | None = None  # a kronos_core.monitor.ResourceMonitor told about every step, when set
+        # a kronos_core.monitor.ResourceMonitor told about every step, when set
+        self.monitor: ResourceMonitor | None = None
         if resume:
             self._load_state()
         self.metrics = MetricsLog(self.out, enabled=self.dist.is_main, tensorboard=cfg.tensorboard,
@@ -158,15 +167,20 @@ class Trainer:
 
             micro = auto_batch_size(cfg.kind, self.model, self.tok, cfg.data.window, cfg.precision,
                                     cfg.grad_checkpointing, self.device)
-            micro = max(1, min(micro, len(self.train_set) // (cfg.accum_steps * world)))  # no more than the data
+            # no more than the data
+            micro = max(1, min(micro, len(self.train_set) // (cfg.accum_steps * world)))
             self.batch_size = micro * cfg.accum_steps * world
         else:
             self.batch_size = cfg.batch_size
         if self.batch_size % world:
-            raise ValueError(f"batch_size {self.batch_size} is not divisible by the {world} processes")
+            raise ValueError(
+                f"batch_size {self.batch_size} is not divisible by the {world} processes"
+            )
         if self.batch_size > len(self.train_set):
-            raise ValueError(f"batch_size {self.batch_size} exceeds the {len(self.train_set)} training "
-                             "windows; lower batch_size or data.stride")
+            raise ValueError(
+                f"batch_size {self.batch_size} exceeds the {len(self.train_set)} training "
+                "windows; lower batch_size or data.stride"
+            )
         self.accum = min(cfg.accum_steps, self.batch_size // world)
 
     def _forecast_check_windows(self, series, val_idx) -> CheckWindows | None:
@@ -196,15 +210,16 @@ class Trainer:
 
     # ---- one step -------------------------------------------------------------------
     def _micro_steps(self, x: torch.Tensor, stamp: torch.Tensor) -> tuple[float, dict]:
-        """Forward/backward every micro-batch of this rank's share; returns the share's mean loss and parts."""
+        """Forward/backward every micro-batch of this rank's share; returns the share's mean loss
+        and parts."""
         n = x.shape[0]
         chunks = torch.arange(n).tensor_split(min(self.accum, n))
         parts: dict[str, float]
         total, parts = 0.0, {}
         for i, rows in enumerate(chunks):
             last = i == len(chunks) - 1
-            # self.net is a DistributedDataParallel when world > 1; torch types the by-name attribute
-            # of a plain nn.Module as Tensor | Module
+            # self.net is a DistributedDataParallel when world > 1; torch types the by-name
+            # attribute of a plain nn.Module as Tensor | Module
             sync = contextlib.nullcontext() if last or self.dist.world == 1 else self.net.no_sync()  # type: ignore[operator]
             with sync:
                 with autocast_context(self.cfg.precision, self.device):
@@ -231,7 +246,8 @@ class Trainer:
 
     def train_step(self, batch: dict) -> dict:
         """One optimisation step on a step batch; halves the micro-batch and retries on OOM."""
-        x, stamp = batch["x"].to(self.device), batch["stamp"].to(self.device)  # (b, W, 6), (b, W, 5)
+        # (b, W, 6), (b, W, 5)
+        x, stamp = batch["x"].to(self.device), batch["stamp"].to(self.device)
         while True:
             self.optimizer.zero_grad(set_to_none=True)
             try:
@@ -247,9 +263,13 @@ class Trainer:
                     torch.cuda.empty_cache()
         lr = self.optimizer.param_groups[0]["lr"]
         grad_norm = self._apply_update()
-        loss_sum, rows = all_reduce_sum([loss * x.shape[0], float(x.shape[0])], self.dist, self.device)
-        return {"loss": loss_sum / rows, "lr": lr, "grad_norm": grad_norm, "micro_batch": self.micro_batch_size,
-                "accum": self.accum, **parts}
+        loss_sum, rows = all_reduce_sum(
+            [loss * x.shape[0], float(x.shape[0])], self.dist, self.device
+        )
+        return {
+            "loss": loss_sum / rows, "lr": lr, "grad_norm": grad_norm,
+            "micro_batch": self.micro_batch_size, "accum": self.accum, **parts,
+        }
 
     # ---- evaluation -----------------------------------------------------------------
     @torch.no_grad()
@@ -257,8 +277,10 @@ class Trainer:
         """Mean loss over the validation windows (all ranks together); None without any."""
         if len(self.val_set) == 0:
             return None
-        sampler = StepBatchSampler(len(self.val_set), self.micro_batch_size * self.dist.world, shuffle=False, drop_last=False,
-                                   rank=self.dist.rank, world=self.dist.world)
+        sampler = StepBatchSampler(
+            len(self.val_set), self.micro_batch_size * self.dist.world, shuffle=False,
+            drop_last=False, rank=self.dist.rank, world=self.dist.world,
+        )
         self.objective.eval()
         total = count = 0.0
         for i, batch in enumerate(make_loader(self.val_set, sampler, 0)):
@@ -280,8 +302,10 @@ class Trainer:
             self.out.mkdir(parents=True, exist_ok=True)
             (self.out / "config.yaml").write_text(_yaml(cfg))
         before = self._forecast_before()
-        bar = tqdm(total=cfg.max_steps, initial=self.step, desc=f"train {cfg.kind}", disable=not self.dist.is_main,
-                   dynamic_ncols=True)
+        bar = tqdm(
+            total=cfg.max_steps, initial=self.step, desc=f"train {cfg.kind}",
+            disable=not self.dist.is_main, dynamic_ncols=True,
+        )
         started = time.perf_counter()
         try:
             samples = self._loop(bar)
@@ -316,9 +340,10 @@ class Trainer:
     def _forecast_figures(self, model: nn.Module) -> dict:
         fc = self.cfg.forecast_check
         assert self.check_windows is not None
-        figures = forecast_figures(model, self.tok, self.check_windows, paths=fc.paths, seed=fc.seed,
-                                   device=self.device, max_context=self.cfg.max_context,
-                                   clip=self.cfg.data.clip)
+        figures = forecast_figures(
+            model, self.tok, self.check_windows, paths=fc.paths, seed=fc.seed, device=self.device,
+            max_context=self.cfg.max_context, clip=self.cfg.data.clip,
+        )
         self.trainable.train()  # the predictor put it in eval mode
         return figures
 
@@ -354,7 +379,9 @@ class Trainer:
             self.model.load_state_dict(self._init_model().state_dict())
             # the starting weights' validation loss (one process: others may have left)
             val = self.evaluate() if self.dist.world == 1 else None
-            self._save("best", {"step": 0, "val_loss": val, "source": "init", "init": self.cfg.init})
+            self._save(
+                "best", {"step": 0, "val_loss": val, "source": "init", "init": self.cfg.init}
+            )
             log.warning("forecasting check: the trained weights forecast worse (%s %s -> %s); "
                         "best/ holds the starting weights of %s", metric, before.get(metric),
                         after.get(metric), self.cfg.init)
@@ -399,12 +426,17 @@ class Trainer:
                 patience = cfg.early_stopping_patience
                 if patience is not None and self.bad_evals >= patience:
                     self.stopped_early = True
-                    log.info("early stopping at step %d: no validation gain in %d evaluations", self.step, patience)
+                    log.info(
+                        "early stopping at step %d: no validation gain in %d evaluations",
+                        self.step, patience,
+                    )
         self.history.append(record)
         self.metrics.write(record)
         bar.update(1)
-        bar.set_postfix(loss=f"{record['loss']:.4f}", **({"val": f"{record['val_loss']:.4f}"}
-                                                         if record.get("val_loss") is not None else {}))
+        bar.set_postfix(
+            loss=f"{record['loss']:.4f}",
+            **({"val": f"{record['val_loss']:.4f}"} if record.get("val_loss") is not None else {}),
+        )
         last = self.step == cfg.max_steps or self.stopped_early
         if self.dist.is_main and (self.step % cfg.save_every == 0 or last):
             self._save("last")
@@ -440,23 +472,32 @@ class Trainer:
         if not (folder / STATE_FILE).is_file():
             folder = self.out / ".last.old"  # killed while replacing last/
         if not (folder / STATE_FILE).is_file():
-            raise FileNotFoundError(f"--resume: no {STATE_FILE} under {self.out}/last; start without --resume")
+            raise FileNotFoundError(
+                f"--resume: no {STATE_FILE} under {self.out}/last; start without --resume"
+            )
         from kronos_core.model.checkpoint import load_state_strict, read_weights
 
         load_state_strict(self.model, read_weights(folder / "model"), str(folder / "model"))
         load_state_strict(self.tok, read_weights(folder / "tokenizer"), str(folder / "tokenizer"))
         state = torch.load(folder / STATE_FILE, map_location="cpu", weights_only=True)
         if state["batch_size"] != self.batch_size:
-            raise ValueError(f"--resume: the run used batch_size {state['batch_size']}, now {self.batch_size}")
+            raise ValueError(
+                f"--resume: the run used batch_size {state['batch_size']}, now {self.batch_size}"
+            )
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         if self.scaler and state["scaler"]:
             self.scaler.load_state_dict(state["scaler"])
         self.step, self.epoch, self.position = state["step"], state["epoch"], state["position"]
-        self.best_val, self.bad_evals, self.accum = state["best_val"], state["bad_evals"], state["accum"]
+        self.best_val, self.bad_evals, self.accum = (
+            state["best_val"], state["bad_evals"], state["accum"],
+        )
         set_rng_state(state["rng"])
         self.saved_step = self.step
-        log.info("resumed %s at step %d (epoch %d, batch %d)", folder, self.step, self.epoch, self.position)
+        log.info(
+            "resumed %s at step %d (epoch %d, batch %d)", folder, self.step, self.epoch,
+            self.position,
+        )
 
 
 def best_checkpoint(out: Path) -> dict:

@@ -192,8 +192,8 @@ class ForecastAnswer:
     )
     warnings: list[list[dict]] = answer_field(
         list[SymbolWarning],
-        "short_history, history_cut, missing_sessions, as_of_after_data, uncalibrated: the forecast "
-        "is made anyway",
+        "short_history, history_cut, missing_sessions, as_of_after_data, uncalibrated: the "
+        "forecast is made anyway",
         required=False,
         per_symbol=True,
         arrow_input=True,

@@ -55,7 +55,9 @@ class InvalidRequest(ServiceError):
 class RequestInvalid(InvalidRequest):
     """A request the service cannot run as asked (422); ``field`` names the culprit."""
 
-    def __init__(self, field: str, message: str, details: list[tuple[list[str | int], str]] | None = None):
+    def __init__(
+        self, field: str, message: str, details: list[tuple[list[str | int], str]] | None = None
+    ):
         self.field = field
         self.details = details  # (loc, message) per culprit, when there are several
         pairs = details or [(["body", field], message)]

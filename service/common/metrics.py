@@ -50,8 +50,11 @@ def use_shared_dir(path: str | Path) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     os.environ[MULTIPROC_ENV] = str(path)
     values.ValueClass = values.get_value_class()
-    if values.ValueClass is values.MutexValue:  # pragma: no cover - prometheus_client changed its switch
-        raise RuntimeError(f"prometheus_client did not switch to multiprocess mode with {MULTIPROC_ENV}={path}")
+    # prometheus_client changed its switch
+    if values.ValueClass is values.MutexValue:  # pragma: no cover
+        raise RuntimeError(
+            f"prometheus_client did not switch to multiprocess mode with {MULTIPROC_ENV}={path}"
+        )
     return path
 
 
@@ -74,7 +77,9 @@ def forget_dead_processes(path: Path) -> list[int]:
     """Drop the live gauges (``livesum``) of gateway processes that died without saying so (a
     killed actor): their work in flight is gone. Their counters and histograms stay. Returns
     the pids dropped."""
-    live_files = {int(m.group(1)) for f in path.glob("gauge_live*.db") if (m := _FILE_PID.search(f.name))}
+    live_files = {
+        int(m.group(1)) for f in path.glob("gauge_live*.db") if (m := _FILE_PID.search(f.name))
+    }
     dead = sorted(pid for pid in live_files if pid != os.getpid() and not pid_alive(pid))
     for pid in dead:
         mark_process_dead(pid, str(path))
@@ -86,7 +91,9 @@ class Metrics:
     ``shared_dir``, in prometheus_client's multiprocess files shared by all gateway processes
     (``exposition`` then sums every process's values)."""
 
-    def __init__(self, registry: CollectorRegistry | None = None, shared_dir: str | Path | None = None):
+    def __init__(
+        self, registry: CollectorRegistry | None = None, shared_dir: str | Path | None = None
+    ):
         self.shared_dir = use_shared_dir(shared_dir) if shared_dir is not None else None
         self.registry = registry or CollectorRegistry()
         r = self.registry
@@ -113,7 +120,8 @@ class Metrics:
             "kronos_batch_shards", "shards coalesced into device batches", ["replica"], registry=r,
         )
         self.oom_splits = Counter(
-            "kronos_oom_splits", "device batches halved after out-of-memory", ["replica"], registry=r,
+            "kronos_oom_splits", "device batches halved after out-of-memory", ["replica"],
+            registry=r,
         )
         self.queue_depth = Gauge(
             "kronos_queue_depth",
@@ -130,12 +138,14 @@ class Metrics:
             ["code"], registry=r,
         )
         self.shard_retries = Counter(
-            "kronos_shard_retries", "shards re-sent: their replica died or was unavailable, or was past "
+            "kronos_shard_retries",
+            "shards re-sent: their replica died or was unavailable, or was past "
             "the shard deadline (see kronos_shard_timeouts)",
             registry=r,
         )
         self.shard_timeouts = Counter(
-            "kronos_shard_timeouts", "shard calls past the shard deadline (shard_timeout_s); each got a copy "
+            "kronos_shard_timeouts",
+            "shard calls past the shard deadline (shard_timeout_s); each got a copy "
             "sent to another replica",
             registry=r,
         )
@@ -151,27 +161,33 @@ class Metrics:
         )
         self.http_in_flight = Gauge(
             "kronos_http_requests_in_flight",
-            "HTTP requests inside the gateways (all routes but probes and /metrics), summed over gateways",
+            "HTTP requests inside the gateways (all routes but probes and /metrics), summed over "
+            "gateways",
             registry=r, multiprocess_mode="livesum",
         )
         # -- the replicas' step scheduler (service.replica.scheduler), from the BatchReports
         self.replica_queue_wait = Histogram(
-            "kronos_replica_queue_wait_seconds", "time a shard waited at a replica from arrival to the start of "
+            "kronos_replica_queue_wait_seconds",
+            "time a shard waited at a replica from arrival to the start of "
             "its job (coalescing wait + waiting for device memory)",
             ["replica"], buckets=LATENCY_BUCKETS, registry=r,
         )
         self.decode_step_rows = Histogram(
-            "kronos_decode_step_rows", "rows (series x sample paths) of each decode step a replica ran: batch "
-            "occupancy", ["replica"], buckets=BATCH_SIZE_BUCKETS, registry=r,
+            "kronos_decode_step_rows",
+            "rows (series x sample paths) of each decode step a replica ran: batch occupancy",
+            ["replica"], buckets=BATCH_SIZE_BUCKETS, registry=r,
         )
         self.admitted_mid_batch = Counter(
-            "kronos_admitted_mid_batch", "shards a replica started while another job was mid-decode (they did "
+            "kronos_admitted_mid_batch",
+            "shards a replica started while another job was mid-decode (they did "
             "not wait for it to finish)", ["replica"], registry=r,
         )
-        # -- forecast ledger and live accuracy (set by the gateway whose scoring pass holds the ledger's
+        # -- forecast ledger and live accuracy (set by the gateway whose scoring pass holds the
+        # ledger's
         # lock: "mostrecent", so the figures of the last pass win whichever gateway ran it)
         self.ledger_write_failures = Counter(
-            "kronos_ledger_write_failures", "answered requests whose forecasts could not be recorded in the "
+            "kronos_ledger_write_failures",
+            "answered requests whose forecasts could not be recorded in the "
             "ledger (disk full, folder unwritable, writer queue full); the forecasts were answered",
             registry=r,
         )
@@ -179,26 +195,34 @@ class Metrics:
             "kronos_ledger_rows", "forecasts (series) appended to the ledger", registry=r,
         )
         self.forecast_coverage = Gauge(
-            "kronos_forecast_coverage", "rolling share of scored forecast steps inside the central band of this "
-            "level (the latest KRONOS_SCORE_WINDOW_STEPS scored steps)", ["model", "level"], registry=r, multiprocess_mode="mostrecent",
+            "kronos_forecast_coverage",
+            "rolling share of scored forecast steps inside the central band of this "
+            "level (the latest KRONOS_SCORE_WINDOW_STEPS scored steps)", ["model", "level"],
+            registry=r, multiprocess_mode="mostrecent",
         )
         self.forecast_crps = Gauge(
-            "kronos_forecast_crps", "rolling mean CRPS of the close (price units)", ["model"], registry=r,
+            "kronos_forecast_crps", "rolling mean CRPS of the close (price units)", ["model"],
+            registry=r,
             multiprocess_mode="mostrecent",
         )
         self.forecast_window_scored = Gauge(
-            "kronos_forecast_window_scored", "forecast steps scored within the rolling window (what the coverage "
-            "gauges are over)", ["model"], registry=r, multiprocess_mode="mostrecent",
-        )
-        self.forecasts_scored = Gauge(
-            "kronos_forecasts_scored_total", "forecast steps scored, all time (read from the ledger: survives restarts)",
+            "kronos_forecast_window_scored",
+            "forecast steps scored within the rolling window (what the coverage gauges are over)",
             ["model"], registry=r, multiprocess_mode="mostrecent",
         )
-        # the deployment's own bounds, so that alert thresholds follow the settings (prometheus-rules.yml)
+        self.forecasts_scored = Gauge(
+            "kronos_forecasts_scored_total",
+            "forecast steps scored, all time (read from the ledger: survives restarts)", ["model"],
+            registry=r, multiprocess_mode="mostrecent",
+        )
+        # the deployment's own bounds, so that alert thresholds follow the settings
+        # (prometheus-rules.yml)
         self.limit = Gauge(
-            "kronos_limit", "the deployment's bounds from its settings: name=inflight_requests (forecast "
-            "requests in flight over all gateways: max_inflight_requests x gateway_replicas), name=replicas "
-            "(predictor replicas asked for)", ["name"], registry=r, multiprocess_mode="mostrecent",
+            "kronos_limit",
+            "the deployment's bounds from its settings: name=inflight_requests (forecast "
+            "requests in flight over all gateways: max_inflight_requests x gateway_replicas), "
+            "name=replicas (predictor replicas asked "
+            "for)", ["name"], registry=r, multiprocess_mode="mostrecent",
         )
         self.http_in_flight.set(0)
         for stage in ("requests", "shards"):
@@ -213,7 +237,9 @@ class Metrics:
 
     def touch_replica(self, replica_id: str) -> None:
         """The per-replica counters of ``replica_id`` exist from now on, at 0 until it reports."""
-        for counter in (self.oom_splits, self.batch_shards, self.tokens_generated, self.admitted_mid_batch):
+        for counter in (
+            self.oom_splits, self.batch_shards, self.tokens_generated, self.admitted_mid_batch,
+        ):
             counter.labels(replica=replica_id)
 
     def record_batch(self, rep: BatchReport) -> None:
@@ -226,7 +252,10 @@ class Metrics:
         if rep.oom_splits:
             self.oom_splits.labels(replica=lbl).inc(rep.oom_splits)
         self.replica_queue_depth.labels(replica=lbl).set(rep.queue_depth)
-        for kind, value in (("allocated", rep.mem_allocated), ("reserved", rep.mem_reserved), ("peak", rep.mem_peak)):
+        for kind, value in (
+            ("allocated", rep.mem_allocated), ("reserved", rep.mem_reserved),
+            ("peak", rep.mem_peak),
+        ):
             self.device_memory.labels(replica=lbl, device=rep.device, kind=kind).set(value)
         self._record_scheduling(rep)
 
@@ -252,7 +281,12 @@ class Metrics:
 
     def total(self, name: str) -> float:
         """Sum of the samples called ``name`` (over labels, and over gateway processes)."""
-        return sum(s.value for fam in self._collecting_registry().collect() for s in fam.samples if s.name == name)
+        return sum(
+            s.value
+            for fam in self._collecting_registry().collect()
+            for s in fam.samples
+            if s.name == name
+        )
 
     def _collecting_registry(self) -> CollectorRegistry:
         if self.shared_dir is None:

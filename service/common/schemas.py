@@ -33,13 +33,15 @@ MAX_LOOKBACK = 4096  # candles of history per series
 MAX_SAMPLES = 100  # sample paths per series
 MAX_QUANTILES = 19
 MAX_SERIES_LENGTH = 100_000  # candles in one inline series
-MAX_JSON_INTEGER = 2**53 - 1  # the largest integer a double holds exactly (every JSON reader reads it)
+# the largest integer a double holds exactly (every JSON reader reads it)
+MAX_JSON_INTEGER = 2**53 - 1
 
 FEATURE_NAMES = ("open", "high", "low", "close", "volume", "amount")
 
 
 def _column_number(field: str, i: int, v: Any) -> float:
-    """One value of the legacy column form: a number, or NaN for null / "NaN" (reported per series later)."""
+    """One value of the legacy column form: a number, or NaN for null / "NaN" (reported per series
+    later)."""
     if v is None:
         return math.nan
     if isinstance(v, str):
@@ -124,10 +126,14 @@ CandleRow = Union[  # noqa: UP007 - three tuple widths, one anyOf in the schema
 
 # Response times are the series' own wall clock (what the model's time features see), written
 # without a UTC offset: not RFC 3339 ``date-time``, so the schema states the exact shape instead.
-WallClock = Annotated[str, Field(
-    pattern=r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}$",
-    description="ISO 8601 wall-clock time of the series' market, no UTC offset (YYYY-MM-DDTHH:MM:SS)",
-)]
+WallClock = Annotated[
+    str,
+    Field(
+        pattern=r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}$",
+        description="ISO 8601 wall-clock time of the series' market, no UTC offset "
+                    "(YYYY-MM-DDTHH:MM:SS)",
+    ),
+]
 
 
 def _exchange_enum(schema: dict) -> None:
@@ -143,8 +149,9 @@ def _exchange_enum(schema: dict) -> None:
 
 
 class InlineSeries(BaseModel):
-    """Candles the store does not hold: rows ``[timestamp, open, high, low, close, volume?, amount?]``,
-    oldest first. No volume: volume = amount = 0; no amount: volume x mean(open, high, low, close).
+    """Candles the store does not hold: rows ``[timestamp, open, high, low, close, volume?,
+    amount?]``, oldest first. No volume: volume = amount = 0; no amount: volume x mean(open, high,
+    low, close).
 
     A series with a null or non-finite value, or whose timestamps are not strictly increasing,
     is reported in the response's ``errors`` (code ``invalid_series``); the others are forecast.
@@ -155,7 +162,8 @@ class InlineSeries(BaseModel):
     symbol: str = Field(..., min_length=1, max_length=64, description="name used in the response")
     candles: list[CandleRow] = Field(
         ..., min_length=2, max_length=MAX_SERIES_LENGTH,
-        description="[timestamp, open, high, low, close] or with volume, or with volume and amount; oldest first",
+        description="[timestamp, open, high, low, close] or with volume, or with volume and "
+                    "amount; oldest first",
     )
 
     @model_validator(mode="before")
@@ -195,18 +203,34 @@ class InlineSeries(BaseModel):
 class ForecastRequest(BaseModel):
     """One portfolio forecast: store symbols or inline series, and sampling options."""
 
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"oneOf": [
-        {"required": ["symbols"], "not": {"required": ["series"]}},
-        {"required": ["series"], "not": {"anyOf": [{"required": ["symbols"]}, {"required": ["as_of"]}]}},
-    ]})
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "oneOf": [
+                {"required": ["symbols"], "not": {"required": ["series"]}},
+                {
+                    "required": ["series"],
+                    "not": {"anyOf": [{"required": ["symbols"]}, {"required": ["as_of"]}]},
+                },
+            ]
+        },
+    )
 
-    # exactly one of symbols / series (the oneOf below says so in the schema); neither is nullable there
-    symbols: Annotated[list[str], Field(min_length=1, max_length=MAX_SYMBOLS)] | SkipJsonSchema[None] = Field(
+    # exactly one of symbols / series (the oneOf below says so in the schema); neither is nullable
+    # there
+    symbols: (
+        Annotated[list[str], Field(min_length=1, max_length=MAX_SYMBOLS)] | SkipJsonSchema[None]
+    ) = Field(
         None, description="symbols read from the store, unique",
         json_schema_extra={"uniqueItems": True},
     )
-    series: Annotated[list[InlineSeries], Field(min_length=1, max_length=MAX_SYMBOLS)] | SkipJsonSchema[None] = Field(
-        None, description="inline candles; a series that fails validation is reported in errors, the rest forecast",
+    series: (
+        Annotated[list[InlineSeries], Field(min_length=1, max_length=MAX_SYMBOLS)]
+        | SkipJsonSchema[None]
+    ) = Field(
+        None,
+        description="inline candles; a series that fails validation is reported in errors, the "
+                    "rest forecast",
     )
     horizon: int = Field(..., ge=1, le=MAX_HORIZON,
                          description="candles to forecast; at most the model's max_context "
@@ -218,15 +242,19 @@ class ForecastRequest(BaseModel):
         "slides (model.sliding says how)",
     )
     as_of: datetime | None = Field(
-        None, description="read the store up to this time (inclusive); naive = each symbol's wall clock"
+        None,
+        description="read the store up to this time (inclusive); naive = each symbol's wall clock",
     )
     frequency: str | None = Field(
-        None, pattern=r"^[A-Za-z0-9]{1,16}$", description="store frequency folder (e.g. 1h) when it holds several"
+        None, pattern=r"^[A-Za-z0-9]{1,16}$",
+        description="store frequency folder (e.g. 1h) when it holds several",
     )
     exchange: str | None = Field(
         None, pattern=r"^[A-Za-z0-9_-]{2,16}$", json_schema_extra=_exchange_enum,
-        description="venue whose calendar gives the future timestamps (ISO MIC: XNYS, XNAS, XSHG, XHKG, ...), "
-        "holidays included; default: each store symbol's metadata 'exchange', else sessions learned from the history",
+        description="venue whose calendar gives the future timestamps (ISO MIC: XNYS, XNAS, XSHG, "
+                    "XHKG, ...), "
+        "holidays included; default: each store symbol's metadata 'exchange', else sessions "
+        "learned from the history",
     )
     sample_count: int = Field(1, ge=1, le=MAX_SAMPLES, description="sample paths per series")
     temperature: float = Field(1.0, gt=0, le=10)
@@ -241,27 +269,34 @@ class ForecastRequest(BaseModel):
     )
     return_paths: StrictBool = Field(False, description="include every sample path")
     summary: StrictBool = Field(
-        False, description="add a per-symbol risk summary from the sample paths: expected return, P(up), "
-        "volatility, 95% VaR and ES of the horizon return, vol_alert (see docs/evaluation.md; per symbol only, "
-        "no portfolio VaR: paths of different symbols are independent)",
+        False,
+        description="add a per-symbol risk summary from the sample paths: expected return, P(up), "
+        "volatility, 95% VaR and ES of the horizon return, vol_alert (see docs/evaluation.md; per "
+        "symbol only, no portfolio VaR: paths of different symbols are independent)",
     )
     vol_alert_factor: float = Field(
-        2.0, gt=0, le=100, description="summary.vol_alert: forecast volatility > this x the recent realised one",
+        2.0, gt=0, le=100,
+        description="summary.vol_alert: forecast volatility > this x the recent realised one",
     )
     repair: StrictBool = Field(
         False,
-        description="make forecast candles consistent: volume, amount >= 0; high >= max(open, close); "
+        description="make forecast candles consistent: volume, amount >= 0; high >= max(open, "
+                    "close); "
         "low <= min(open, close). Off by default: results then equal the reference model's",
     )
     record: StrictBool = Field(
-        True, description="append the answered forecasts to the forecast ledger, to be scored when their truth "
-        "arrives (`GET /v1/accuracy`); false: not recorded. Nothing is recorded when the service's ledger is off",
+        True,
+        description="append the answered forecasts to the forecast ledger, to be scored when their "
+                    "truth "
+        "arrives (`GET /v1/accuracy`); false: not recorded. Nothing is recorded when the service's "
+        "ledger is off",
     )
 
     @model_validator(mode="before")
     @classmethod
     def _no_null_source(cls, data: Any) -> Any:
-        """The schema says symbols / series are arrays: an explicit null is refused, not read as absent."""
+        """The schema says symbols / series are arrays: an explicit null is refused, not read as
+        absent."""
         if isinstance(data, dict):
             for name in ("symbols", "series"):
                 if name in data and data[name] is None:
@@ -315,8 +350,14 @@ class ForecastRequest(BaseModel):
         if self.series is not None:
             if self.as_of is not None:
                 raise ValueError("as_of applies to store symbols only; cut inline series yourself")
-        if self.return_paths and self.sample_count * self.horizon * len(self.symbols or self.series or []) > 5_000_000:
-            raise ValueError("return_paths: sample_count x horizon x symbols exceeds 5,000,000 values; ask fewer")
+        if (
+            self.return_paths
+            and self.sample_count * self.horizon * len(self.symbols or self.series or [])
+            > 5_000_000
+        ):
+            raise ValueError(
+                "return_paths: sample_count x horizon x symbols exceeds 5,000,000 values; ask fewer"
+            )
         return self
 
     @property
@@ -345,7 +386,9 @@ class RiskSummaryOut(BaseModel):
     R is the close at the last step over the last close, minus 1, one value per path. Sign of
     var_95 and es_95: positive is a loss, negative a gain (even the worst 5% of paths gain)."""
 
-    expected_return: float = Field(..., description="mean simple return of the close to the last step")
+    expected_return: float = Field(
+        ..., description="mean simple return of the close to the last step"
+    )
     p_up: float = Field(..., description="share of paths ending above the last close; it moves "
                         "in steps of 1/sample_paths (1.0 from 20 paths: all 20 ended up, not "
                         "certainty)")
@@ -356,14 +399,17 @@ class RiskSummaryOut(BaseModel):
                           "3% or more); negative: a gain (-0.01: 95% of paths gain more than 1%)")
     es_95: float = Field(..., description="95% expected shortfall: minus the mean of R over the "
                          "paths at or below its 5% quantile; positive: a loss, negative: a gain")
-    realized_volatility: float = Field(..., description="std of the last 20 one-bar log returns of the history")
+    realized_volatility: float = Field(
+        ..., description="std of the last 20 one-bar log returns of the history"
+    )
     vol_alert: bool = Field(..., description="volatility > vol_alert_factor x realized_volatility")
     sample_paths: int = Field(..., description="sample paths the figures come from (the request's "
                               "sample_count): p_up's resolution is 1/sample_paths")
 
 
 # exactly the codes a forecast response's ``errors`` can hold (tests/service/test_error_codes.py);
-# the type checker cannot evaluate a Literal built at run time, so it sees the codes (and those below) as text
+# the type checker cannot evaluate a Literal built at run time, so it sees the codes (and those
+# below) as text
 if TYPE_CHECKING:
     SymbolErrorCode = str
 else:
@@ -372,7 +418,9 @@ else:
 
 class SymbolErrorOut(BaseModel):
     symbol: str
-    code: SymbolErrorCode = Field(..., description="machine-readable reason; kronos_core.errors.ErrorCode")
+    code: SymbolErrorCode = Field(
+        ..., description="machine-readable reason; kronos_core.errors.ErrorCode"
+    )
     message: str = Field(..., description="for people: names the cause and the fix; do not parse")
 
 
@@ -380,24 +428,36 @@ class SymbolErrorOut(BaseModel):
 if TYPE_CHECKING:
     RequestErrorCode = str
 else:
-    RequestErrorCode = Literal[tuple(c.value for c in REQUEST_ERROR_CODES if c is not ErrorCode.INVALID_REQUEST)]
+    RequestErrorCode = Literal[
+        tuple(c.value for c in REQUEST_ERROR_CODES if c is not ErrorCode.INVALID_REQUEST)
+    ]
 
 
 class RequestErrorOut(BaseModel):
     """The body of a 413, 503 or 504: the request as a whole got no answer."""
 
     detail: str
-    code: RequestErrorCode = Field(..., description="unauthorized (401), forbidden (403), too_large "
-                                   "(413), rate_limited (429), overloaded or shutting_down (503: see Retry-After), "
-                                   "deadline_exceeded (504)")
+    code: RequestErrorCode = Field(
+        ...,
+        description="unauthorized (401), forbidden (403), too_large "
+        "(413), rate_limited (429), overloaded or shutting_down (503: see Retry-After), "
+        "deadline_exceeded (504)",
+    )
 
 
 class CalibrationInfo(BaseModel):
-    """A quantile calibration (``kronos calibrate``: conformalized quantile regression, or ACI on its scores)."""
+    """A quantile calibration (``kronos calibrate``: conformalized quantile regression, or ACI on
+    its scores)."""
 
-    model_name: str | None = Field(None, description="name of the model the calibration was fitted for")
-    model_sha256: str = Field(..., description="identity (sha256) of the model it was fitted for; equals model.sha256")
-    method: str = Field(..., description="cqr, cqr-r or aci (a file fitted with select says which it chose)")
+    model_name: str | None = Field(
+        None, description="name of the model the calibration was fitted for"
+    )
+    model_sha256: str = Field(
+        ..., description="identity (sha256) of the model it was fitted for; equals model.sha256"
+    )
+    method: str = Field(
+        ..., description="cqr, cqr-r or aci (a file fitted with select says which it chose)"
+    )
     levels: list[float] = Field(..., description="central interval levels it was fitted at")
     horizon: int = Field(..., description="longest horizon it covers")
     features: list[str]
@@ -407,10 +467,14 @@ class ModelInfo(BaseModel):
     """The model that answered: its identity (pin and audit by ``sha256``) and engine options."""
 
     name: str = Field(..., description="alias, bundle name or checkpoint folder name")
-    sha256: str = Field(..., description="SHA-256 over the model's then the tokenizer's model.safetensors")
+    sha256: str = Field(
+        ..., description="SHA-256 over the model's then the tokenizer's model.safetensors"
+    )
     model_sha256: str = Field(..., description="SHA-256 of the predictor's model.safetensors")
     tokenizer_sha256: str = Field(..., description="SHA-256 of the tokenizer's model.safetensors")
-    revision: str | None = Field(None, description="Hub commit the weights came from, when from the Hub")
+    revision: str | None = Field(
+        None, description="Hub commit the weights came from, when from the Hub"
+    )
     bundled: bool = Field(..., description="shipped inside the package")
     random_weights: bool = Field(..., description="untrained weights: forecasts are not meaningful")
     max_context: int
@@ -419,18 +483,25 @@ class ModelInfo(BaseModel):
     compile: bool
     note: str | None = None
     calibration: CalibrationInfo | None = Field(
-        None, description="the calibration the replicas apply (KRONOS_CALIBRATION), with the model it was fitted for"
+        None,
+        description="the calibration the replicas apply (KRONOS_CALIBRATION), with the model it "
+                    "was fitted for",
     )
 
 
 class CalibrationStateOut(BaseModel):
-    """The adaptive calibration state (method aci, updated online from scored forecasts) an answer used."""
+    """The adaptive calibration state (method aci, updated online from scored forecasts) an answer
+    used."""
 
     method: str = Field(..., description="aci")
-    version: int = Field(..., ge=0, description="online updates applied since the calibration file (0: the file's "
-                         "own state)")
+    version: int = Field(
+        ..., ge=0,
+        description="online updates applied since the calibration file (0: the file's own state)",
+    )
     hash: str = Field(..., description="hash of the state's corrections")
-    updated_at: str | None = Field(None, description="UTC time of its last update (ISO 8601); null: never updated")
+    updated_at: str | None = Field(
+        None, description="UTC time of its last update (ISO 8601); null: never updated"
+    )
 
 
 class LookbackOut(BaseModel):
@@ -450,13 +521,21 @@ class AccuracyFigures(BaseModel):
 
     scored: int = Field(..., ge=0, description="forecast steps scored (symbol x step)")
     coverage: dict[str, float | None] = Field(
-        default_factory=dict, description="central level (as text, e.g. '0.8') -> share of scored steps whose "
+        default_factory=dict,
+        description="central level (as text, e.g. '0.8') -> share of scored steps whose "
         "truth fell inside that band",
     )
-    crps: float | None = Field(None, description="mean CRPS of the close, from the quantiles (price units)")
-    mae: float | None = Field(None, description="mean absolute error of the mean close (price units)")
-    direction_hit: float | None = Field(None, description="share of steps whose mean moved the way the close did "
-                                        "(a step with no move on either side counts half)")
+    crps: float | None = Field(
+        None, description="mean CRPS of the close, from the quantiles (price units)"
+    )
+    mae: float | None = Field(
+        None, description="mean absolute error of the mean close (price units)"
+    )
+    direction_hit: float | None = Field(
+        None,
+        description="share of steps whose mean moved the way the close did "
+        "(a step with no move on either side counts half)",
+    )
 
 
 class AccuracyResponse(BaseModel):
@@ -464,13 +543,24 @@ class AccuracyResponse(BaseModel):
 
     model: str | None = Field(None, description="model sha256 filter (null: every model)")
     symbol: str | None = None
-    since: str | None = Field(None, description="only forecasts made at or after this time (ISO 8601)")
-    horizon_step: int | None = Field(None, description="only this step (1 = the first forecast candle)")
-    window_steps: int = Field(..., description="the rolling window: the latest this many scored steps (by truth time)")
+    since: str | None = Field(
+        None, description="only forecasts made at or after this time (ISO 8601)"
+    )
+    horizon_step: int | None = Field(
+        None, description="only this step (1 = the first forecast candle)"
+    )
+    window_steps: int = Field(
+        ..., description="the rolling window: the latest this many scored steps (by truth time)"
+    )
     rolling: AccuracyFigures = Field(..., description="forecasts made within the rolling window")
-    all_time: AccuracyFigures = Field(..., description="every recorded forecast (since the retention cut)")
-    last_scored: str | None = Field(None, description="UTC time of this gateway's last scoring pass that scored "
-                                    "something (null: none yet, or another gateway ran them)")
+    all_time: AccuracyFigures = Field(
+        ..., description="every recorded forecast (since the retention cut)"
+    )
+    last_scored: str | None = Field(
+        None,
+        description="UTC time of this gateway's last scoring pass that scored "
+        "something (null: none yet, or another gateway ran them)",
+    )
     detail: str = Field("", description="why nothing is reported, e.g. the ledger is off")
 
 

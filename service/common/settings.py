@@ -25,29 +25,43 @@ class Settings(BaseSettings):
 
     # -- model and data
     model_dir: str | None = Field(
-        None, description="checkpoint folder, Hub id, alias (kronos-mini|kronos-small|kronos-base) or a folder with "
-        "model/ and tokenizer/; default: the bundled model"
+        None,
+        description="checkpoint folder, Hub id, alias (kronos-mini|kronos-small|kronos-base) or a "
+                    "folder with "
+        "model/ and tokenizer/; default: the bundled model",
     )
-    tokenizer_dir: str | None = Field(None, description="tokenizer folder or Hub id; default: the model's own")
-    model_revision: str | None = Field(None, description="Hub revision of the model (branch, tag or commit)")
+    tokenizer_dir: str | None = Field(
+        None, description="tokenizer folder or Hub id; default: the model's own"
+    )
+    model_revision: str | None = Field(
+        None, description="Hub revision of the model (branch, tag or commit)"
+    )
     dtype: Literal["float32", "bfloat16", "float16", "fp32", "bf16", "fp16"] = Field(
         "float32", description="engine precision: float32 | bfloat16 | float16 (autocast)"
     )
     compile: bool = Field(False, description="torch.compile the engine's decode step")
     cuda_graphs: bool = Field(
-        False, description="CUDA: capture the engine's decode step as CUDA graphs (torch.compile reduce-overhead); "
-        "ignored on a CPU, with a log line"
+        False,
+        description="CUDA: capture the engine's decode step as CUDA graphs (torch.compile "
+                    "reduce-overhead); "
+        "ignored on a CPU, with a log line",
     )
     calibration: str | None = Field(
-        None, description="calibration JSON from `kronos calibrate`, fitted for this model; corrects the quantiles "
-        "of every request it covers (horizon and levels), and answers say `calibrated: true`"
+        None,
+        description="calibration JSON from `kronos calibrate`, fitted for this model; corrects the "
+                    "quantiles "
+        "of every request it covers (horizon and levels), and answers say `calibrated: true`",
     )
     sliding: Literal["exact", "rolling", "recompute"] = Field(
         "exact", description="window past max_context: exact | rolling | recompute"
     )
-    store_dir: str | None = Field(None, description="Arrow K-line store; default: the bundled sample store")
+    store_dir: str | None = Field(
+        None, description="Arrow K-line store; default: the bundled sample store"
+    )
     max_context: int | None = Field(
-        None, ge=8, description="model context in candles (lookback + horizon beyond it slides); default: the model's"
+        None, ge=8,
+        description="model context in candles (lookback + horizon beyond it slides); default: the "
+                    "model's",
     )
 
     # -- Ray and replicas
@@ -57,50 +71,71 @@ class Settings(BaseSettings):
         description="running Ray cluster; default: start a local Ray instance",
     )
     app_name: str = Field("kronos", description="Serve application name")
-    num_replicas: int | None = Field(None, ge=1, description="predictor replicas; default: #GPUs, else 1")
+    num_replicas: int | None = Field(
+        None, ge=1, description="predictor replicas; default: #GPUs, else 1"
+    )
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto | cpu | cuda")
     replica_cpus: float | None = Field(
-        None, gt=0, description="CPUs per CPU replica (also its torch threads); default: cores / replicas"
+        None, gt=0,
+        description="CPUs per CPU replica (also its torch threads); default: cores / replicas",
     )
     device_budget_bytes: int | None = Field(
-        None, gt=0, description="memory one replica may use for a batch; default: 90% of free GPU memory, 2 GiB on CPU"
+        None, gt=0,
+        description="memory one replica may use for a batch; default: 90% of free GPU memory, 2 "
+                    "GiB on CPU",
     )
     max_batch_tokens: int | None = Field(
-        None, gt=0, description="token budget of one coalesced device batch; default: from the device budget"
+        None, gt=0,
+        description="token budget of one coalesced device batch; default: from the device budget",
     )
-    batch_wait_timeout_s: float = Field(0.005, ge=0, description="how long a replica waits to coalesce shards")
+    batch_wait_timeout_s: float = Field(
+        0.005, ge=0, description="how long a replica waits to coalesce shards"
+    )
     max_prefill_tokens: int | None = Field(
-        None, ge=0, description="history tokens (rows x lookback) one device batch prefills at most, since its "
+        None, ge=0,
+        description="history tokens (rows x lookback) one device batch prefills at most, since its "
         "first step cannot be preempted; default: 2,048 on CPU, 32,768 on GPU; 0: no cap",
     )
     max_skipped: int = Field(
-        32, ge=0, description="step scheduler: steps of other batches the oldest live batch waits at most, and "
+        32, ge=0,
+        description="step scheduler: steps of other batches the oldest live batch waits at most, "
+                    "and "
         "plans a batch that does not fit the memory budget waits before it goes first",
     )
     gateway_replicas: int = Field(
         1, ge=1,
-        description="ingress (gateway) replicas: request parsing, window reads and response encoding scale out "
-        "over them; they share one metrics folder, so they must run on one node (see gateway_resource)",
+        description="ingress (gateway) replicas: request parsing, window reads and response "
+                    "encoding scale out "
+        "over them; they share one metrics folder, so they must run on one node (see "
+        "gateway_resource)",
     )
     gateway_resource: str | None = Field(
         None,
-        description="custom Ray resource every gateway replica asks 0.001 of, so that they all land on the node "
-        "that has it (give it to the head node only: `ray start --resources '{\"kronos_gateway\": 1}'`)",
+        description="custom Ray resource every gateway replica asks 0.001 of, so that they all "
+                    "land on the node "
+        "that has it (give it to the head node only: `ray start --resources '{\"kronos_gateway\": "
+        "1}'`)",
     )
     metrics_dir: str | None = Field(
         None,
         description="folder under which the gateway replicas of a node share their metric files "
-        "(prometheus_client multiprocess mode, one sub-folder per app and Ray node); default: the system temp folder",
+        "(prometheus_client multiprocess mode, one sub-folder per app and Ray node); default: the "
+        "system temp folder",
     )
-    shards_per_replica: int = Field(8, ge=1, description="target shards per replica for one request")
+    shards_per_replica: int = Field(
+        8, ge=1, description="target shards per replica for one request"
+    )
     min_shard_tokens: int = Field(
         2048, ge=0,
-        description="history tokens (series x lookback x sample_count) a shard holds at least, where the request "
-        "has that many: a small request goes to one replica whole instead of in slivers to every replica",
+        description="history tokens (series x lookback x sample_count) a shard holds at least, "
+                    "where the request "
+        "has that many: a small request goes to one replica whole instead of in slivers to every "
+        "replica",
     )
     shards_in_flight_per_replica: int = Field(
         2, ge=1,
-        description="shards of one request in flight per replica (2: one running, one queued behind it); the "
+        description="shards of one request in flight per replica (2: one running, one queued "
+                    "behind it); the "
         "rest wait and go to whichever replica frees up first, which balances the load",
     )
 
@@ -109,81 +144,111 @@ class Settings(BaseSettings):
     max_inflight_requests: int = Field(
         32, ge=1, description="forecast requests in flight at each gateway replica; beyond: 503",
     )
-    replica_max_ongoing: int = Field(16, ge=1, description="shards one replica holds at once (coalescing window)")
-    replica_max_queued: int = Field(64, ge=1, description="shards queued per replica handle; beyond: 503")
+    replica_max_ongoing: int = Field(
+        16, ge=1, description="shards one replica holds at once (coalescing window)"
+    )
+    replica_max_queued: int = Field(
+        64, ge=1, description="shards queued per replica handle; beyond: 503"
+    )
     retry_after_s: int = Field(1, ge=1, description="Retry-After seconds sent with 503/429")
     shard_retries: int = Field(
         3, ge=0, description="re-sends of a shard whose replica died or was past shard_timeout_s"
     )
     shard_timeout_s: float | None = Field(
         None, gt=0,
-        description="a shard call unanswered this long, and 3 times as long as the median answer of the "
-        "request's shards answered so far, gets a copy sent to another replica (the first answer wins, the "
-        "other call is cancelled); default: 30 s or the request's deadline / (shard_retries + 1), whichever is "
-        "less; off with one replica or shard_retries 0",
+        description="a shard call unanswered this long, and 3 times as long as the median answer "
+                    "of the "
+        "request's shards answered so far, gets a copy sent to another replica (the first answer "
+        "wins, the other call is cancelled); default: 30 s or the request's deadline / "
+        "(shard_retries + 1), whichever is less; off with one replica or shard_retries 0",
     )
     max_body_bytes: int = Field(
         128 * 1024 * 1024, ge=1024,
-        description="request body limit in bytes; above it: 413, refused from Content-Length before the body is read",
+        description="request body limit in bytes; above it: 413, refused from Content-Length "
+                    "before the body is read",
     )
     shutdown_grace_s: float = Field(
         60.0, ge=0,
-        description="on SIGTERM/SIGINT: how long in-flight requests may run on while new ones get 503 (also "
-        "Serve's graceful_shutdown_timeout_s); keep the pod's terminationGracePeriodSeconds above it",
+        description="on SIGTERM/SIGINT: how long in-flight requests may run on while new ones get "
+                    "503 (also "
+        "Serve's graceful_shutdown_timeout_s); keep the pod's terminationGracePeriodSeconds above "
+        "it",
     )
     request_timeout_s: float = Field(
         300.0, gt=0,
-        description="forecast deadline in seconds (a client may ask less with X-Kronos-Timeout-S); past it: 504 "
+        description="forecast deadline in seconds (a client may ask less with X-Kronos-Timeout-S); "
+                    "past it: 504 "
         "and the request's pending shards are cancelled",
     )
     min_history_warning: int = Field(
-        32, ge=0, description="a series with fewer history candles gets a short_history warning (0: never)"
+        32, ge=0,
+        description="a series with fewer history candles gets a short_history warning (0: never)",
     )
 
     # -- API keys and rate limits (off unless keys are given; see service/auth.py for the format)
     api_keys: str | None = Field(
-        None, description="SHA-256-hashed API keys, lines (or ';'-separated) 'sha256 name routes series_per_s'; "
+        None,
+        description="SHA-256-hashed API keys, lines (or ';'-separated) 'sha256 name routes "
+                    "series_per_s'; "
         "each of the gateway_replicas gateways enforces series_per_s / gateway_replicas",
     )
-    api_keys_file: str | None = Field(None, description="file of SHA-256-hashed API keys, same format")
+    api_keys_file: str | None = Field(
+        None, description="file of SHA-256-hashed API keys, same format"
+    )
     rate_burst_s: float = Field(
-        10.0, gt=0, description="a key's rate bucket holds this many seconds of its series/s (its burst)",
+        10.0, gt=0,
+        description="a key's rate bucket holds this many seconds of its series/s (its burst)",
     )
     allow_public_without_keys: bool = Field(
-        False, description="let the service bind a non-loopback host with no API keys (anyone who can reach "
+        False,
+        description="let the service bind a non-loopback host with no API keys (anyone who can "
+                    "reach "
         "the port may run forecasts); without it, build_app and `kronos serve` refuse to start so",
     )
     cors_origins: str | None = Field(
-        None, description="browser origins allowed to call the API (comma-separated, or *); default: CORS off, "
+        None,
+        description="browser origins allowed to call the API (comma-separated, or *); default: "
+                    "CORS off, "
         "a preflight gets 204 with no Access-Control-Allow-* header",
     )
 
     # -- forecast ledger and live accuracy (docs/service.md, "Forecast ledger")
     ledger_dir: str | None = Field(
         None,
-        description="folder of the forecast ledger (every answered forecast, scored once its truth is in the "
-        "store); default: beside the store (kronos_core.ledger's default); `off` records nothing. Several "
-        "gateways or nodes need one shared folder (each gateway writes its own files)",
+        description="folder of the forecast ledger (every answered forecast, scored once its truth "
+                    "is in the "
+        "store); default: beside the store (kronos_core.ledger's default); `off` records nothing. "
+        "Several gateways or nodes need one shared folder (each gateway writes its own files)",
     )
-    ledger_paths: bool = Field(False, description="record the sample paths too (large); default: mean and quantiles")
+    ledger_paths: bool = Field(
+        False, description="record the sample paths too (large); default: mean and quantiles"
+    )
     ledger_retention_days: float | None = Field(
-        None, gt=0, description="ledger days kept (older day partitions are deleted by the scorer); default: all",
+        None, gt=0,
+        description="ledger days kept (older day partitions are deleted by the scorer); default: "
+                    "all",
     )
     ledger_retention_bytes: int | None = Field(
-        None, gt=0, description="ledger size kept (oldest day partitions deleted first); default: no bound",
+        None, gt=0,
+        description="ledger size kept (oldest day partitions deleted first); default: no bound",
     )
     ledger_queue: int = Field(
         1024, ge=1,
-        description="answered requests waiting for the ledger writer per gateway; beyond: the request's rows are "
-        "dropped and counted in kronos_ledger_write_failures_total (the forecast never waits for the disk)",
+        description="answered requests waiting for the ledger writer per gateway; beyond: the "
+                    "request's rows are "
+        "dropped and counted in kronos_ledger_write_failures_total (the forecast never waits for "
+        "the disk)",
     )
     score_interval_s: float = Field(
         60.0, ge=0,
-        description="seconds between background scoring passes in the gateway (one gateway at a time, by a lock "
+        description="seconds between background scoring passes in the gateway (one gateway at a "
+                    "time, by a lock "
         "file in the ledger folder); 0: no background scoring (`kronos score` still works)",
     )
     score_window_steps: int = Field(
-        500, ge=1, description="rolling window of the accuracy gauges and /v1/accuracy's `rolling` figures: the "
+        500, ge=1,
+        description="rolling window of the accuracy gauges and /v1/accuracy's `rolling` figures: "
+                    "the "
         "latest this many scored steps (by truth time)",
     )
 
@@ -192,27 +257,33 @@ class Settings(BaseSettings):
     port: int = Field(8000, ge=0, le=65535, description="HTTP port")
     metrics_port: int | None = Field(
         None, ge=1, le=65535,
-        description="serve /metrics on this port of the gateways' node instead (an internal port: the public "
+        description="serve /metrics on this port of the gateways' node instead (an internal port: "
+                    "the public "
         "port's /metrics then answers 404); default: /metrics on the public port",
     )
 
     # -- logs (docs/operations.md, "Logs")
     log_format: Literal["text", "json"] = Field(
-        "text", description="the gateway's log lines: text | json (one object a line, with the request id)",
+        "text",
+        description="the gateway's log lines: text | json (one object a line, with the request id)",
     )
     log_dir: str | None = Field(
-        None, description="folder the gateways write their log files to (kronos-gateway-<pid>.log); default: "
+        None,
+        description="folder the gateways write their log files to (kronos-gateway-<pid>.log); "
+                    "default: "
         "the process's stderr (Ray's worker .err files)",
     )
 
     def predictor_config(self, device: str | None = None):
-        """The ``kronos_core.loading.PredictorConfig`` every replica (and the CLI check) builds from."""
+        """The ``kronos_core.loading.PredictorConfig`` every replica (and the CLI check) builds
+        from."""
         from kronos_core.loading import PredictorConfig
 
         return PredictorConfig(
             model=self.model_dir, tokenizer=self.tokenizer_dir, revision=self.model_revision,
             device=device or ("auto" if self.device == "auto" else self.device), dtype=self.dtype,
-            compile=self.compile, cuda_graphs=self.cuda_graphs, sliding=self.sliding, max_context=self.max_context,
+            compile=self.compile, cuda_graphs=self.cuda_graphs, sliding=self.sliding,
+            max_context=self.max_context,
         )
 
     def resolved_store_dir(self) -> str:
@@ -238,7 +309,11 @@ class Settings(BaseSettings):
         import tempfile
         from pathlib import Path
 
-        root = Path(self.metrics_dir) if self.metrics_dir else Path(tempfile.gettempdir()) / "kronos-metrics"
+        root = (
+            Path(self.metrics_dir)
+            if self.metrics_dir
+            else Path(tempfile.gettempdir()) / "kronos-metrics"
+        )
         return str(root / f"{self.app_name}-{node_id[:16]}")
 
     def resolved_num_replicas(self, num_gpus: int) -> int:
@@ -272,7 +347,8 @@ OTHER_KRONOS_VARIABLES = {
     "KRONOS_LOAD_WAIT_S": "load test (locustfile): pause between a user's requests",
     "KRONOS_LOAD_TIMEOUT_S": "load test (locustfile): client timeout",
     "KRONOS_API_KEY": "kronos loadtest / kronos soak: the API key they send (--api-key)",
-    "KRONOS_WEIGHTS_CACHE": "each node's cache of shipped model weights (service/replica/weights.py)",
+    "KRONOS_WEIGHTS_CACHE": "each node's cache of shipped model weights "
+                            "(service/replica/weights.py)",
     "KRONOS_CORPUS": "kronos train default: the training corpus folder (--corpus)",
     "KRONOS_CORPUS_EXTRACT": "scripts/gpu-train.sh: the corpus extract to train from",
 }
@@ -297,13 +373,17 @@ def unknown_kronos_variables(environ: Mapping[str, str] | None = None) -> list[s
     environ = os.environ if environ is None else environ
     known = setting_variables()
     # compared without the prefix, which every name shares (else any name is "near" every other)
-    candidates = {name[len(ENV_PREFIX):]: name for name in sorted(known | set(OTHER_KRONOS_VARIABLES))}
+    candidates = {
+        name[len(ENV_PREFIX) :]: name for name in sorted(known | set(OTHER_KRONOS_VARIABLES))
+    }
     messages = []
     for name in sorted(environ):
         upper = name.upper()
         if not upper.startswith(ENV_PREFIX) or upper in known or upper in OTHER_KRONOS_VARIABLES:
             continue
-        nearest = difflib.get_close_matches(upper[len(ENV_PREFIX):], list(candidates), n=1, cutoff=0.6)
+        nearest = difflib.get_close_matches(
+            upper[len(ENV_PREFIX) :], list(candidates), n=1, cutoff=0.6
+        )
         hint = (f" (did you mean {candidates[nearest[0]]}?)" if nearest
                 else " (the settings are listed in docs/service.md)")
         messages.append(f"{name} is not a setting and is ignored{hint}")
@@ -323,7 +403,9 @@ def describe_settings_error(exc: Exception, flags: Mapping[str, str] | None = No
         loc = e.get("loc") or ("?",)
         field = str(loc[0])
         variable = ENV_PREFIX + field.upper()
-        where = f"{variable} ({field}" + (f", {flags[field]}" if flags and field in flags else "") + ")"
+        where = (
+            f"{variable} ({field}" + (f", {flags[field]}" if flags and field in flags else "") + ")"
+        )
         given = e.get("input")
         shown = f" = {given!r}" if isinstance(given, (str, int, float, bool)) else ""
         lines.append(f"{where}{shown}: {e.get('msg', 'invalid')}")

@@ -18,9 +18,12 @@ from service.common.settings import Settings
 
 log = logging.getLogger(__name__)
 
-DEFAULT_SHARD_TIMEOUT_S = 30.0  # shard_timeout_s unset: at most this (or the deadline / (shard_retries + 1))
-HEDGE_FACTOR = 3.0  # a call is slow past this many times the median answer time of the request's shards
-HEDGE_RECHECK_S = 1.0  # how often a waiting shard re-reads that median (other shards keep answering)
+# shard_timeout_s unset: at most this (or the deadline / (shard_retries + 1))
+DEFAULT_SHARD_TIMEOUT_S = 30.0
+# a call is slow past this many times the median answer time of the request's shards
+HEDGE_FACTOR = 3.0
+# how often a waiting shard re-reads that median (other shards keep answering)
+HEDGE_RECHECK_S = 1.0
 
 
 @dataclass
@@ -35,7 +38,8 @@ class ShardRun:
     shard_timeout_s: float | None  # None: never hedge
     retries: int = 0  # re-sends: replica gone, or hedged
     timeouts: int = 0  # calls hedged
-    latencies: list[float] = field(default_factory=list)  # s from a shard's first send to its answer
+    # s from a shard's first send to its answer
+    latencies: list[float] = field(default_factory=list)
 
     def hedge_after(self) -> float | None:
         if self.shard_timeout_s is None or not self.latencies:
@@ -84,7 +88,9 @@ class Dispatcher:
         # running, one queued so the replica never idles between shards); the next shard goes to
         # the replica that frees up first (the handle routes to the shorter queue). Sending all
         # shards at once let the router pile 3 of 4 on one replica while the other idled.
-        in_flight = asyncio.Semaphore(max(1, self.num_replicas * self.settings.shards_in_flight_per_replica))
+        in_flight = asyncio.Semaphore(
+            max(1, self.num_replicas * self.settings.shards_in_flight_per_replica)
+        )
 
         async def one(shard: Shard) -> ShardResult:
             async with in_flight:
@@ -101,7 +107,9 @@ class Dispatcher:
             await asyncio.gather(*tasks, return_exceptions=True)
             raise
 
-    async def _until_cut(self, shards: list[Shard], tasks: list[asyncio.Task[ShardResult]]) -> list[ShardResult]:
+    async def _until_cut(
+        self, shards: list[Shard], tasks: list[asyncio.Task[ShardResult]]
+    ) -> list[ShardResult]:
         """The shards' answers, or, once ``cut`` returns, the answered ones and ``interrupted``
         for the others (cancelled)."""
         assert self.cut is not None
@@ -113,7 +121,8 @@ class Dispatcher:
                 pending -= done
                 for t in done - {cut}:
                     failure = t.exception()
-                    if failure is not None:  # not a replica death (those are answers): the request's
+                    # not a replica death (those are answers): the request's
+                    if failure is not None:
                         raise failure
             if not pending:
                 return [t.result() for t in tasks]
@@ -122,7 +131,10 @@ class Dispatcher:
             await asyncio.gather(*pending, return_exceptions=True)
             log.warning("shutdown grace nearly over: request %s cut, %d of %d shard(s) unanswered",
                         shards[0].request_id, len(pending), len(shards))
-            return [interrupted(s) if t in pending else t.result() for s, t in zip(shards, tasks, strict=True)]
+            return [
+                interrupted(s) if t in pending else t.result()
+                for s, t in zip(shards, tasks, strict=True)
+            ]
         finally:
             cut.cancel()
 
@@ -158,15 +170,20 @@ class Dispatcher:
                 wait_s = None if last or run.shard_timeout_s is None else HEDGE_RECHECK_S
                 if due is not None:
                     wait_s = min(HEDGE_RECHECK_S, max(0.0, due - (loop.time() - sent_at)))
-                done, pending = await asyncio.wait(pending, timeout=wait_s, return_when=asyncio.FIRST_COMPLETED)
+                done, pending = await asyncio.wait(
+                    pending, timeout=wait_s, return_when=asyncio.FIRST_COMPLETED
+                )
                 if not done:
                     due = None if last else run.hedge_after()
-                    if due is not None and loop.time() - sent_at >= due:  # slow: hedge on another replica
+                    # slow: hedge on another replica
+                    if due is not None and loop.time() - sent_at >= due:
                         run.timeouts += 1
                         self.metrics.shard_timeouts.inc()
                         self._count_retry(run)
-                        log.warning("shard %s/%d: no answer within %.3g s; sending a copy (send %d)",
-                                    shard.request_id, shard.index, due, sends + 1)
+                        log.warning(
+                            "shard %s/%d: no answer within %.3g s; sending a copy (send %d)",
+                            shard.request_id, shard.index, due, sends + 1,
+                        )
                         pending.add(asyncio.ensure_future(self.replicas.forecast_shard(shard)))
                         sends, sent_at = sends + 1, loop.time()
                     continue
@@ -185,11 +202,16 @@ class Dispatcher:
                 if pending:
                     continue  # a hedged copy may still answer
                 if last:
-                    return ShardResult(shard.request_id, shard.index, "", None, None, None,
-                                       error=f"replica unavailable after {sends} attempts: {failure}",
-                                       error_code=ErrorCode.REPLICA_UNAVAILABLE)
+                    return ShardResult(
+                        shard.request_id, shard.index, "", None, None, None,
+                        error=f"replica unavailable after {sends} attempts: {failure}",
+                        error_code=ErrorCode.REPLICA_UNAVAILABLE,
+                    )
                 self._count_retry(run)
-                log.warning("shard %s/%d: replica gone (%s); retry %d", shard.request_id, shard.index, failure, sends)
+                log.warning(
+                    "shard %s/%d: replica gone (%s); retry %d", shard.request_id, shard.index,
+                    failure, sends,
+                )
                 await asyncio.sleep(min(2.0, 0.2 * sends))
         finally:
             for t in pending:  # the slower copies: drop them where Ray still can

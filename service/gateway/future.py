@@ -16,7 +16,8 @@ def to_ns(ts) -> np.ndarray:
     idx = pd.DatetimeIndex(ts)
     if idx.tz is not None:
         idx = idx.tz_localize(None)
-    # as_unit raises OutOfBoundsDatetime (a ValueError) outside 1677-2262, where a plain cast wraps silently
+    # as_unit raises OutOfBoundsDatetime (a ValueError) outside 1677-2262, where a plain cast wraps
+    # silently
     return idx.as_unit("ns").to_numpy(dtype="datetime64[ns]")
 
 
@@ -32,13 +33,18 @@ class FutureTimestamps:
         self.size = size
         self._cache: dict[tuple, np.ndarray] = {}
 
-    def __call__(self, history: np.ndarray, horizon: int, session: tuple[str | None, str] | None = None,
-                 exchange: str | None = None) -> np.ndarray:
+    def __call__(
+        self, history: np.ndarray, horizon: int, session: tuple[str | None, str] | None = None,
+        exchange: str | None = None,
+    ) -> np.ndarray:
         """session: (timezone, session_timezone) from the symbol's metadata, for markets whose
         sessions follow another clock than their stamps (spot FX: New York). exchange: the
         venue (XNYS, XSHG, ...) whose calendar gives the dates (holidays included)."""
         h = np.ascontiguousarray(history.astype("datetime64[ns]"))
-        key = (hashlib.blake2b(h.view(np.int64).tobytes(), digest_size=16).digest(), horizon, session, exchange)
+        key = (
+            hashlib.blake2b(h.view(np.int64).tobytes(), digest_size=16).digest(), horizon, session,
+            exchange,
+        )
         hit = self._cache.get(key)
         if hit is None:
             kw: dict[str, Any] = {}
@@ -48,7 +54,9 @@ class FutureTimestamps:
                 kw["exchange"] = exchange
             hit = to_ns(self.fn(pd.DatetimeIndex(h), horizon, **kw))
             if len(hit) != horizon:
-                raise ValueError(f"future_timestamps returned {len(hit)} timestamps for horizon {horizon}")
+                raise ValueError(
+                    f"future_timestamps returned {len(hit)} timestamps for horizon {horizon}"
+                )
             if len(self._cache) >= self.size:
                 self._cache.pop(next(iter(self._cache)))
             self._cache[key] = hit

@@ -9,7 +9,8 @@ from service.gateway.future import to_ns
 
 
 def inline_arrays(s: InlineSeries, lookback: int) -> tuple[np.ndarray, np.ndarray]:
-    """(values (L, 6) float32, timestamps (L,) datetime64[ns]) of an inline series, last ``lookback``.
+    """(values (L, 6) float32, timestamps (L,) datetime64[ns]) of an inline series, last
+    ``lookback``.
 
     Raises ``ValueError`` naming the first bad value (``close[7] is NaN``, ``close[3] is
     null``: a JSON null, a missing value) or timestamp: the gateway reports it as this
@@ -35,12 +36,19 @@ def inline_arrays(s: InlineSeries, lookback: int) -> tuple[np.ndarray, np.ndarra
         i, k = (int(x) for x in np.argwhere(bad)[0])
         if k == 5 and no_amount[i] and np.isfinite(values[i, :5]).all():
             raise ValueError(
-                f"amount[{i}] was not given, and the derived volume × mean price ({raw[i, 5]:.3g}) is beyond "
-                "float32 range; give the amount, or scale volume or prices"
+                f"amount[{i}] was not given, and the derived volume × mean price ({raw[i, 5]:.3g}) "
+                "is beyond float32 range; give the amount, or scale volume or prices"
             )
-        what = "null" if null[i, k] else "NaN" if np.isnan(raw[i, k]) else "infinite or beyond float32 range"
+        what = (
+            "null"
+            if null[i, k]
+            else "NaN"
+            if np.isnan(raw[i, k])
+            else "infinite or beyond float32 range"
+        )
         raise ValueError(
-            f"{FEATURE_NAMES[k]}[{i}] is {what} ({int(bad.sum())} bad value(s)); candles must be finite numbers"
+            f"{FEATURE_NAMES[k]}[{i}] is {what} ({int(bad.sum())} bad value(s)); candles must be "
+            "finite numbers"
         )
     try:
         ts = to_ns([r[0] for r in rows])
@@ -51,6 +59,7 @@ def inline_arrays(s: InlineSeries, lookback: int) -> tuple[np.ndarray, np.ndarra
         i = int(np.argmax(steps <= 0)) + 1
         how = "repeats" if steps[i - 1] == 0 else "is before"
         raise ValueError(
-            f"timestamps must be strictly increasing: timestamps[{i}] = {rows[i][0]} {how} timestamps[{i - 1}]"
+            f"timestamps must be strictly increasing: timestamps[{i}] = {rows[i][0]} {how} "
+            f"timestamps[{i - 1}]"
         )
     return values[-lookback:], ts[-lookback:]

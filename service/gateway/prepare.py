@@ -39,7 +39,8 @@ class _Series:
     values: np.ndarray  # (L, 6) float32
     ts: np.ndarray  # (L,) datetime64[ns]
     session: tuple[str | None, str] | None = None  # (timezone, session_timezone) from metadata
-    exchange: str | None = None  # venue whose calendar gives the future timestamps (request or metadata)
+    # venue whose calendar gives the future timestamps (request or metadata)
+    exchange: str | None = None
     warnings: list[dict] = field(default_factory=list)  # {code, message}
     held: int | None = None  # candles the series holds (store: up to as_of); None: len(values)
 
@@ -110,17 +111,27 @@ def store_as_of(value) -> pd.Timestamp | None:
     return ts
 
 
-def _store_series(store: CandleStore, req: ForecastRequest, lookback: int, errors: list[dict]) -> list[_Series]:
+def _store_series(
+    store: CandleStore, req: ForecastRequest, lookback: int, errors: list[dict]
+) -> list[_Series]:
     # the store reads a naive as_of as each symbol's wall clock, an aware one converted
     as_of = None if req.as_of is None else store_as_of(req.as_of)
-    batch = store.read_windows(list(req.symbols or []), lookback, as_of=as_of, frequency=req.frequency)
+    batch = store.read_windows(
+        list(req.symbols or []), lookback, as_of=as_of, frequency=req.frequency
+    )
     errors.extend(symbol_error(e.symbol, ErrorCode(e.code), e.message) for e in batch.errors)
     items = []
     for win in batch.windows:
         meta = win.metadata
-        session = (meta.get("timezone"), meta["session_timezone"]) if meta.get("session_timezone") else None
-        item = _Series(win.symbol, np.asarray(win.values, dtype=np.float32), to_ns(win.timestamps), session,
-                       req.exchange or meta.get("exchange"), held=win.held)
+        session = (
+            (meta.get("timezone"), meta["session_timezone"])
+            if meta.get("session_timezone")
+            else None
+        )
+        item = _Series(
+            win.symbol, np.asarray(win.values, dtype=np.float32), to_ns(win.timestamps), session,
+            req.exchange or meta.get("exchange"), held=win.held,
+        )
         if req.as_of is not None:
             w = as_of_warning(req.as_of, item.ts, win.last_stored, meta.get("timezone"))
             if w is not None:
@@ -134,8 +145,13 @@ def _inline_series(req: ForecastRequest, lookback: int, errors: list[dict]) -> l
     seen: dict[str, int] = {}
     for j, s in enumerate(req.series or []):
         if s.symbol in seen:
-            errors.append(symbol_error(s.symbol, ErrorCode.INVALID_SERIES,
-                                       f"series[{j}]: symbol {s.symbol!r} repeats series[{seen[s.symbol]}]; names must be unique"))
+            errors.append(
+                symbol_error(
+                    s.symbol, ErrorCode.INVALID_SERIES,
+                    f"series[{j}]: symbol {s.symbol!r} repeats series[{seen[s.symbol]}]; names "
+                    "must be unique",
+                )
+            )
             continue
         seen[s.symbol] = j
         try:
@@ -171,13 +187,18 @@ def prepare(req: ForecastRequest, lookback: int | Lookback, store: CandleStore,
         try:
             y = future(it.ts, req.horizon, it.session, it.exchange)
         except Exception as exc:
-            out.errors.append(symbol_error(it.symbol, ErrorCode.NO_CALENDAR, f"future timestamps: {exc}"))
+            out.errors.append(
+                symbol_error(it.symbol, ErrorCode.NO_CALENDAR, f"future timestamps: {exc}")
+            )
             continue
         if len(it.values) < short:
-            it.warnings.append(symbol_warning(
-                WarningCode.SHORT_HISTORY,
-                f"{len(it.values)} candles of history, fewer than {short}: the forecast has little to go on",
-            ))
+            it.warnings.append(
+                symbol_warning(
+                    WarningCode.SHORT_HISTORY,
+                    f"{len(it.values)} candles of history, fewer than {short}: the forecast has "
+                    "little to go on",
+                )
+            )
         held = len(it.values) if it.held is None else it.held
         cut = history_cut_message(len(it.values), held, lookback, reach)
         if cut is not None:

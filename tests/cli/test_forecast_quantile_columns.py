@@ -12,10 +12,13 @@ def test_close_levels_get_distinct_columns(tmp_path):
     """Two levels that agree to six digits are two columns (``f"{q:g}"`` named both
     ``q0.123457``)."""
     out = tmp_path / "f.csv"
-    code = main([
-        "forecast", "--csv", str(REAL_DIR / "eurusd_hourly.csv"), "--horizon", "2",
-        "--samples", "3", "--seed", "4", "--quantiles", "0.1234567,0.1234568", "--lookback", "64", "--out", str(out),
-    ])
+    code = main(
+        [
+            "forecast", "--csv", str(REAL_DIR / "eurusd_hourly.csv"), "--horizon", "2", "--samples",
+            "3", "--seed", "4", "--quantiles", "0.1234567,0.1234568", "--lookback", "64", "--out",
+            str(out),
+        ]
+    )
     assert code == 0
     columns = set(pd.read_csv(out).columns)
     assert {"close_q0.1234567", "close_q0.1234568"} <= columns

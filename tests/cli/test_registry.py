@@ -1,5 +1,6 @@
 """The ``kronos`` command registry: the core's commands plus those registered under the
-``kronos.commands`` entry-point group (the service's and the load tools'), every one answering ``--help``."""
+``kronos.commands`` entry-point group (the service's and the load tools'), every one answering
+``--help``."""
 
 from __future__ import annotations
 
@@ -13,13 +14,19 @@ from import_rules import lines_naming
 import kronos_core.cli as cli
 
 REPO = Path(__file__).resolve().parents[2]
-tomllib = pytest.importorskip("tomllib") if sys.version_info >= (3, 11) else pytest.importorskip("tomli")
+tomllib = (
+    pytest.importorskip("tomllib") if sys.version_info >= (3, 11) else pytest.importorskip("tomli")
+)
 
 
 def _declared_entry_points() -> list[metadata.EntryPoint]:
     """The repository's own declaration (pyproject.toml), whatever the installed metadata says."""
-    table = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["entry-points"][cli.ENTRY_POINT_GROUP]
-    return [metadata.EntryPoint(name, value, cli.ENTRY_POINT_GROUP) for name, value in table.items()]
+    table = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["entry-points"][
+        cli.ENTRY_POINT_GROUP
+    ]
+    return [
+        metadata.EntryPoint(name, value, cli.ENTRY_POINT_GROUP) for name, value in table.items()
+    ]
 
 
 @pytest.fixture
@@ -47,7 +54,8 @@ def test_every_command_answers_help(registered, capsys):
         assert ei.value.code == 0, name
         out = capsys.readouterr().out
         assert out.startswith(f"usage: kronos {name}"), (name, out[:200])
-        assert registered[name][1] in " ".join(out.split()), name  # the one-line help is the description
+        # the one-line help is the description
+        assert registered[name][1] in " ".join(out.split()), name
 
 
 def test_top_level_help_lists_every_command(registered, capsys):
@@ -76,17 +84,22 @@ def test_command_names_of_one_or_two_words(registered, argv, expected):
 def test_a_missing_plugin_is_not_listed(monkeypatch):
     monkeypatch.setattr(cli.metadata, "entry_points", lambda group=None: [])
     assert set(cli.all_commands()) == set(cli.COMMANDS)
-    with pytest.raises(SystemExit) as ei:  # unknown without the service installed: the usage, exit 2
+    # unknown without the service installed: the usage, exit 2
+    with pytest.raises(SystemExit) as ei:
         cli.main(["serve"])
     assert ei.value.code == 2
 
 
-@pytest.mark.parametrize("module, command", [
-    ("loadtests.run", "kronos loadtest"), ("loadtests.soak", "kronos soak"), ("loadtests.bench", "kronos bench service"),
-])
+@pytest.mark.parametrize(
+    "module, command",
+    [
+        ("loadtests.run", "kronos loadtest"), ("loadtests.soak", "kronos soak"),
+        ("loadtests.bench", "kronos bench service"),
+    ],
+)
 def test_python_m_forms_are_the_kronos_commands(module, command, capsys):
-    """``python -m loadtests.soak`` and the others go through ``kronos``'s own command line: the same
-    flags, usage line and errors (one parser per command, not one per spelling)."""
+    """``python -m loadtests.soak`` and the others go through ``kronos``'s own command line: the
+    same flags, usage line and errors (one parser per command, not one per spelling)."""
     import importlib
 
     main = importlib.import_module(module).main
@@ -95,8 +108,12 @@ def test_python_m_forms_are_the_kronos_commands(module, command, capsys):
     assert ei.value.code == 0 and capsys.readouterr().out.startswith(f"usage: {command} ")
     with pytest.raises(SystemExit) as ei:
         main(["--no-such-flag"])
-    assert ei.value.code == 2 and "unrecognized arguments: --no-such-flag" in capsys.readouterr().err
+    assert (
+        ei.value.code == 2 and "unrecognized arguments: --no-such-flag" in capsys.readouterr().err
+    )
 
 
 def test_every_core_command_lives_in_the_cli_package():
-    assert all(module.startswith("kronos_core.cli.") for module, _help in cli.COMMANDS.values()), cli.COMMANDS
+    assert all(module.startswith("kronos_core.cli.") for module, _help in cli.COMMANDS.values()), (
+        cli.COMMANDS
+    )

@@ -58,19 +58,26 @@ def test_intraday_us_stamped_at_both_ends_keeps_the_closing_print():
     days = ["2012-11-19", "2012-11-20", "2012-11-21"]
     hist = _us_30min_left(days).append(pd.DatetimeIndex([f"{d} 16:00" for d in days])).sort_values()
     out = future_timestamps(hist, 8 + 2, exchange="XNYS")
-    want = [*_us_30min_left(["2012-11-23"], {"2012-11-23": "13:00"}), pd.Timestamp("2012-11-23 13:00")]
+    want = [
+        *_us_30min_left(["2012-11-23"], {"2012-11-23": "13:00"}), pd.Timestamp("2012-11-23 13:00"),
+    ]
     assert list(out[:8]) == want
     assert list(out[8:]) == list(pd.to_datetime(["2012-11-26 09:30", "2012-11-26 10:00"]))
     # without the prints in the history, bar start stays the label: no 13:00 stamp
     plain = future_timestamps(_us_30min_left(days), 8, exchange="XNYS")
-    assert plain[-1] == pd.Timestamp("2012-11-26 09:30") and pd.Timestamp("2012-11-23 13:00") not in plain
+    assert (
+        plain[-1] == pd.Timestamp("2012-11-26 09:30")
+        and pd.Timestamp("2012-11-23 13:00") not in plain
+    )
 
 
 def test_timezones_aware_and_naive_in_another_zone():
     hist = _us_30min_left(["2012-11-19", "2012-11-20", "2012-11-21"])
     aware = hist.tz_localize("America/New_York")
     out = future_timestamps(aware, 3, exchange="XNYS")
-    assert str(out.tz) == "America/New_York" and out[0] == pd.Timestamp("2012-11-23 09:30", tz="America/New_York")
+    assert str(out.tz) == "America/New_York" and out[0] == pd.Timestamp(
+        "2012-11-23 09:30", tz="America/New_York"
+    )
     utc_naive = aware.tz_convert("UTC").tz_localize(None)
     out = future_timestamps(utc_naive, 1, exchange="XNYS", timezone="UTC")
     assert out.tz is None and out[0] == pd.Timestamp("2012-11-23 14:30")
@@ -91,7 +98,9 @@ def test_history_off_the_exchange_hours_falls_back_to_the_template():
     hist = pd.date_range("2012-11-12", "2012-11-21 23:00", freq="1h")
     hist = hist[hist.day_of_week < 5]
     out = future_timestamps(hist, 3, exchange="XNYS")
-    assert list(out) == list(pd.to_datetime(["2012-11-23 00:00", "2012-11-23 01:00", "2012-11-23 02:00"]))
+    assert list(out) == list(
+        pd.to_datetime(["2012-11-23 00:00", "2012-11-23 01:00", "2012-11-23 02:00"])
+    )
 
 
 # Issue 17: the calendar was built for 1990-2035 only, and history outside it fell through
@@ -117,7 +126,9 @@ def test_off_hours_history_from_1980_takes_only_the_real_closures():
     hist = pd.date_range("1980-12-15", "1980-12-24 23:00", freq="1h")
     hist = hist[hist.day_of_week < 5]
     out = future_timestamps(hist, 3, exchange="XNYS")
-    assert list(out) == list(pd.to_datetime(["1980-12-26 00:00", "1980-12-26 01:00", "1980-12-26 02:00"]))
+    assert list(out) == list(
+        pd.to_datetime(["1980-12-26 00:00", "1980-12-26 01:00", "1980-12-26 02:00"])
+    )
 
 
 def test_daily_horizon_past_the_default_range_follows_the_real_calendar():

@@ -26,7 +26,9 @@ def test_a_calendar_that_cannot_be_built_is_a_clear_error(monkeypatch):
     calendars.exchange_sessions.cache_clear()
     monkeypatch.setattr(xcals, "get_calendar", broken)
     try:
-        with pytest.raises(UnknownExchangeError, match=r"XWBO calendar cannot be built .*NotImplementedError"):
+        with pytest.raises(
+            UnknownExchangeError, match=r"XWBO calendar cannot be built .*NotImplementedError"
+        ):
             exchange_sessions("XWBO")
     finally:
         calendars.exchange_sessions.cache_clear()
@@ -51,8 +53,12 @@ def test_past_the_recorded_years_sessions_continue_on_weekdays():
 
     last = exchange_sessions("XSHG").last_day
     end = pd.Timestamp(last * 86400 * 10**9)
-    hist = pd.DatetimeIndex([d for d in pd.date_range(end - pd.Timedelta("20D"), end) if d.day_of_week < 5])
-    with pytest.warns(calendars.CalendarRangeWarning, match="XSHG calendar of exchange_calendars ends on"):
+    hist = pd.DatetimeIndex(
+        [d for d in pd.date_range(end - pd.Timedelta("20D"), end) if d.day_of_week < 5]
+    )
+    with pytest.warns(
+        calendars.CalendarRangeWarning, match="XSHG calendar of exchange_calendars ends on"
+    ):
         out = future_timestamps(hist, 5, exchange="XSHG")
     assert len(out) == 5 and (out > end).all() and (out.day_of_week < 5).all()
 

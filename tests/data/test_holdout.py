@@ -53,8 +53,11 @@ def test_holdout_a_share_5min_on_xshg_no_holiday_list(a_share_stamps):
 def test_us_intraday_file_is_six_whole_sessions_with_a_weekend(msft_1min):
     per_day = pd.Series(1, index=msft_1min).groupby(msft_1min.date).sum()
     assert list(per_day) == [391] * 6
-    assert str(per_day.index[0]) == "2016-04-29" and str(per_day.index[1]) == "2016-05-02"  # Fri, Mon
-    assert msft_1min[0] == pd.Timestamp("2016-04-29 09:30") and msft_1min[-1] == pd.Timestamp("2016-05-06 16:00")
+    # Fri, Mon
+    assert str(per_day.index[0]) == "2016-04-29" and str(per_day.index[1]) == "2016-05-02"
+    assert msft_1min[0] == pd.Timestamp("2016-04-29 09:30") and msft_1min[-1] == pd.Timestamp(
+        "2016-05-06 16:00"
+    )
 
 
 @pytest.mark.parametrize("horizon", [1, 30, 391])
@@ -132,7 +135,9 @@ def test_holdout_command_prints_figures_per_series_and_horizon(tmp_path, capsys)
     assert main(["timestamps-holdout", str(csv), "--exchange", "XNAS", "--horizons", "1,5",
                  "--stride", "50"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ["series", "frequency", "exchange", "horizon", "cuts", "dates_right", "windows_right"]
+    assert lines[0].split() == [
+        "series", "frequency", "exchange", "horizon", "cuts", "dates_right", "windows_right",
+    ]
     rows = [ln.split() for ln in lines[1:]]
     assert [r[3] for r in rows] == ["1", "5"] and all(r[2] == "XNAS" and r[4] == "4" for r in rows)
     assert all(r[5] == "100.00%" for r in rows)

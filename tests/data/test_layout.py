@@ -32,6 +32,8 @@ def test_sample_store_uses_no_private_store_helpers_or_format_literals():
         for alias in node.names
     ]
     assert imported and all(not name.startswith("_") for _, name in imported), imported
-    literals = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+    literals = {
+        n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+    }
     assert not {"kronos-kline", ".arrow"} & literals
     assert not any(s.endswith(".arrow") for s in literals)

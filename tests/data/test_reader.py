@@ -28,8 +28,12 @@ def _goog(n=30) -> pd.DataFrame:
 
 def _vendor_csv(tmp_path, n=30):
     """GOOG rows as a vendor writes them: Date/Open/... and volume under 'Vol'."""
-    df = _goog(n).rename(columns={"timestamps": "Date", "open": "Open", "high": "High", "low": "Low",
-                                   "close": "Close", "volume": "Vol"})
+    df = _goog(n).rename(
+        columns={
+            "timestamps": "Date", "open": "Open", "high": "High", "low": "Low", "close": "Close",
+            "volume": "Vol",
+        }
+    )
     path = tmp_path / "vendor.csv"
     df.to_csv(path, index=False)
     return path, df
@@ -80,7 +84,11 @@ def test_every_problem_in_one_error_with_data_row_numbers(tmp_path):
     assert "timestamps not sorted, earlier than the row before in 1 row 10 (--sort" in msg
     assert "column 'high': high below open/close/low in 1 row 12 (--fix-high-low" in msg
     frame, _, report = read_candles(path, ReadOptions(repairs=Repairs.all()))
-    assert len(frame) == 29 and frame["timestamps"].is_monotonic_increasing and len(report.repairs) == 3
+    assert (
+        len(frame) == 29
+        and frame["timestamps"].is_monotonic_increasing
+        and len(report.repairs) == 3
+    )
 
 
 def test_forecast_reads_through_the_same_reader(tmp_path):
@@ -125,7 +133,10 @@ def test_import_any_case_and_column_flag(tmp_path):
 
 
 def test_xlsx_output_is_real_or_refused(tmp_path, monkeypatch):
-    table = pd.DataFrame({"close": [1.0, 2.0]}, index=pd.Index(pd.to_datetime(["2024-01-02", "2024-01-03"]), name="timestamps"))
+    table = pd.DataFrame(
+        {"close": [1.0, 2.0]},
+        index=pd.Index(pd.to_datetime(["2024-01-02", "2024-01-03"]), name="timestamps"),
+    )
     out = tmp_path / "f.xlsx"
     write_table(table, out)
     assert zipfile.is_zipfile(out)  # an Excel workbook, not CSV text
@@ -145,7 +156,12 @@ def test_forecast_refuses_bad_out_and_unsorted_input_before_loading_a_model(tmp_
     assert main(["forecast", "--csv", str(unsorted), "--horizon", "2"]) == 2
     err = capsys.readouterr().err
     assert "timestamps not sorted" in err and "--sort sorts them" in err and "Traceback" not in err
-    assert main(["forecast", "--csv", str(unsorted), "--horizon", "2", "--out", str(tmp_path / "x.doc")]) == 2
+    assert (
+        main(
+            ["forecast", "--csv", str(unsorted), "--horizon", "2", "--out", str(tmp_path / "x.doc")]
+        )
+        == 2
+    )
     assert "unknown file type '.doc'" in capsys.readouterr().err
     assert main(["forecast", "--csv", str(unsorted), "--horizon", "2", "--exchange", "NOPE"]) == 2
     assert "unknown exchange 'NOPE'" in capsys.readouterr().err

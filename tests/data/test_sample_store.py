@@ -46,7 +46,9 @@ def test_real_series_included_with_source(small_store):
     st = KlineStore(small_store)
     for sym, real in ss.REAL_SERIES.items():
         meta = st.metadata(sym)
-        assert (meta["frequency"], meta["timezone"], meta["session_timezone"], meta["exchange"]) == (
+        assert (
+            meta["frequency"], meta["timezone"], meta["session_timezone"], meta["exchange"],
+        ) == (
             real.frequency,
             real.timezone,
             real.session_timezone,
@@ -67,9 +69,12 @@ def test_real_series_included_with_source(small_store):
 
 
 def test_bundled_copies_match_the_hashes_in_their_readme():
-    """The bundled CSVs are the byte-for-byte copies their README says (SHA-256 of the originals)."""
+    """The bundled CSVs are the byte-for-byte copies their README says (SHA-256 of the
+    originals)."""
     readme = (ss.REAL_DIR / "README.md").read_text()
-    listed = {name: digest for digest, name in re.findall(r"^([0-9a-f]{64})  (\S+\.csv)$", readme, re.M)}
+    listed = {
+        name: digest for digest, name in re.findall(r"^([0-9a-f]{64})  (\S+\.csv)$", readme, re.M)
+    }
     assert sorted(listed) == sorted(REAL_FILES)
     for name in REAL_FILES:
         assert hashlib.sha256((ss.REAL_DIR / name).read_bytes()).hexdigest() == listed[name], name
@@ -81,7 +86,8 @@ def test_realistic_features(small_store):
     batch = st.read_windows(syms, 1000)
     full = np.array([len(w.values) for w in batch.windows]) == 1000
     assert 0.8 < full.mean() < 0.98  # about one in ten lists later: shorter history
-    v = np.stack([w.values for w in batch.windows if len(w.values) == 1000]).astype(np.float64)  # (n, 1000, 6)
+    # (n, 1000, 6)
+    v = np.stack([w.values for w in batch.windows if len(w.values) == 1000]).astype(np.float64)
     ts = np.stack([w.timestamps for w in batch.windows if len(w.values) == 1000])  # (n, 1000)
     o, h, lo, c, vol, amt = (v[..., j] for j in range(6))
     assert (h >= np.maximum(o, c)).all() and (lo <= np.minimum(o, c)).all() and (lo > 0).all()

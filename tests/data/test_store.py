@@ -89,5 +89,8 @@ def test_the_store_is_a_reader_and_a_writer(tmp_path, real_frames):
     frame = clean_candles(real_frames["goog_daily.csv"]).tail(30)
     KlineWriter(tmp_path, frequency="1d").write("GOOG", frame, fsync=False)
     reader = KlineReader(tmp_path)
-    assert reader.symbols() == ["GOOG"] and len(reader.read_windows(["GOOG"], 10).windows[0].values) == 10
+    assert (
+        reader.symbols() == ["GOOG"]
+        and len(reader.read_windows(["GOOG"], 10).windows[0].values) == 10
+    )
     assert repr(reader) == f"KlineReader({str(tmp_path)!r}, frequency=None)"

@@ -45,19 +45,26 @@ def test_service_setting_reaches_the_predictor_config(monkeypatch):
 def test_on_cpu_the_flag_reaches_the_engine_is_logged_and_changes_nothing(tiny, goog, caplog):
     plain = build_predictor(*tiny, PredictorConfig(device="cpu", max_context=128))
     with caplog.at_level(logging.WARNING, logger="kronos_core.engine.generate"):
-        graphed = build_predictor(*tiny, PredictorConfig(device="cpu", max_context=128, cuda_graphs=True))
+        graphed = build_predictor(
+            *tiny, PredictorConfig(device="cpu", max_context=128, cuda_graphs=True)
+        )
     assert graphed.cuda_graphs is True
-    assert [r.getMessage() for r in caplog.records] == [generate_module.CPU_GRAPHS_IGNORED.format(device="cpu")]
+    assert [r.getMessage() for r in caplog.records] == [
+        generate_module.CPU_GRAPHS_IGNORED.format(device="cpu")
+    ]
     options = ForecastOptions(6, sample_count=2, seed=5)
     job = graphed.start_forecast(*_series(goog, 6), options)
     assert job.generation.cfg.cuda_graphs is True  # the engine got the flag
-    assert graphed.generator.decode_fn(job.generation.cfg, graphed.device) is decode_step  # eager on a CPU
+    # eager on a CPU
+    assert graphed.generator.decode_fn(job.generation.cfg, graphed.device) is decode_step
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="kronos_core.engine.generate"):
         while not job.done:
             job.step()
     assert not caplog.records  # logged once, at load
-    np.testing.assert_array_equal(job.result().paths, plain.forecast(*_series(goog, 6), options).paths)
+    np.testing.assert_array_equal(
+        job.result().paths, plain.forecast(*_series(goog, 6), options).paths
+    )
 
 
 def test_on_cuda_the_decode_step_is_compiled_for_cuda_graphs(tiny, monkeypatch):
@@ -80,7 +87,8 @@ def test_on_cuda_the_decode_step_is_compiled_for_cuda_graphs(tiny, monkeypatch):
     try:
         torch._dynamo.config.recompile_limit = 8
         step = gen.decode_fn(cfg, cuda)
-        assert torch._dynamo.config.recompile_limit == generate_module.GRAPH_SIZES  # room for many step sizes
+        # room for many step sizes
+        assert torch._dynamo.config.recompile_limit == generate_module.GRAPH_SIZES
     finally:
         torch._dynamo.config.recompile_limit = limit
     hidden, mask = step("model", "and", "the", "rest")
@@ -91,8 +99,9 @@ def test_on_cuda_the_decode_step_is_compiled_for_cuda_graphs(tiny, monkeypatch):
 
 @pytest.mark.slow
 def test_the_reduce_overhead_compile_gives_the_same_tokens(tiny):
-    """torch.compile(mode="reduce-overhead", dynamic=False) of the decode step, run on a CPU (inductor;
-    the CUDA-graph part is skipped off CUDA): the fixed-shape step compiles and changes no token."""
+    """torch.compile(mode="reduce-overhead", dynamic=False) of the decode step, run on a CPU
+    (inductor; the CUDA-graph part is skipped off CUDA): the fixed-shape step compiles and changes
+    no token."""
     from kronos_core.candles import normalize, time_features
     from kronos_core.cli.bench import synthetic_series
     from kronos_core.engine import SamplingParams, assemble
@@ -103,10 +112,13 @@ def test_the_reduce_overhead_compile_gives_the_same_tokens(tiny):
                      [time_features(y) for y in ys], 2)
     gen = Generator(*tiny)
     eager = gen.generate(batch, GenerationConfig(8, 128, SamplingParams(top_k=1)))
-    gen.graphs_active = lambda cfg, device: cfg.cuda_graphs  # type: ignore[method-assign]  # as on CUDA
+    # as on CUDA
+    gen.graphs_active = lambda cfg, device: cfg.cuda_graphs  # type: ignore[method-assign]
     limit = torch._dynamo.config.recompile_limit
     try:
-        graphed = gen.generate(batch, GenerationConfig(8, 128, SamplingParams(top_k=1), cuda_graphs=True))
+        graphed = gen.generate(
+            batch, GenerationConfig(8, 128, SamplingParams(top_k=1), cuda_graphs=True)
+        )
     finally:
         torch._dynamo.config.recompile_limit = limit
     assert torch.equal(eager.s1, graphed.s1) and torch.equal(eager.s2, graphed.s2)
@@ -117,5 +129,7 @@ def test_kronos_serve_flag_reaches_the_predictor_config():
     parser = argparse.ArgumentParser()
     cli.add_arguments(parser)
     settings = cli.settings_from_args(parser.parse_args(["--cuda-graphs"]))
-    assert settings.cuda_graphs is True and settings.predictor_config(device="cpu").cuda_graphs is True
+    assert (
+        settings.cuda_graphs is True and settings.predictor_config(device="cpu").cuda_graphs is True
+    )
     assert cli.settings_from_args(parser.parse_args([])).cuda_graphs is False

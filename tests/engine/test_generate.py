@@ -56,7 +56,9 @@ def test_rolling_mode_equals_exact_until_the_window_slides(tiny, goog):
     exact = gen.generate(batch, GenerationConfig(20, 64, GREEDY, "exact"))
     rolling = gen.generate(batch, GenerationConfig(20, 64, GREEDY, "rolling"))
     # steps 0..4 see at most 64 tokens: identical; later steps may differ (approximation)
-    assert torch.equal(exact.s1[:, :5], rolling.s1[:, :5]) and torch.equal(exact.s2[:, :5], rolling.s2[:, :5])
+    assert torch.equal(exact.s1[:, :5], rolling.s1[:, :5]) and torch.equal(
+        exact.s2[:, :5], rolling.s2[:, :5]
+    )
     assert rolling.stats.recomputed_row_steps == 0 and exact.stats.recomputed_row_steps > 0
 
 
@@ -84,12 +86,15 @@ def _assert_same_forecast(a, b):
 
 
 def test_bfloat16_autocast_runs_every_mode(tiny, goog):
-    """The GPU option (bf16 autocast) exercised on CPU: finite forecasts; the cached engine equals full
-    recompute in that precision (tokens and decoded candles), with a row whose window slides."""
+    """The GPU option (bf16 autocast) exercised on CPU: finite forecasts; the cached engine equals
+    full recompute in that precision (tokens and decoded candles), with a row whose window
+    slides."""
     gen = Generator(*tiny)
     batch = _batch(goog, [0, 300], [64, 40], 8)
     out = {
-        mode: gen.generate(batch, GenerationConfig(8, 48, GREEDY, mode, autocast_dtype=torch.bfloat16))
+        mode: gen.generate(
+            batch, GenerationConfig(8, 48, GREEDY, mode, autocast_dtype=torch.bfloat16)
+        )
         for mode in ("exact", "rolling", "recompute")
     }
     for res in out.values():
@@ -100,10 +105,13 @@ def test_bfloat16_autocast_runs_every_mode(tiny, goog):
 
 @pytest.mark.parametrize("dtype", [None, torch.bfloat16])
 def test_rolling_equals_exact_when_nothing_slides(tiny, goog, dtype):
-    """With every window inside max_context the rolling cache is exact: same tokens, same candles."""
+    """With every window inside max_context the rolling cache is exact: same tokens, same
+    candles."""
     gen = Generator(*tiny)
     batch = _batch(goog, [0, 300, 900], [64, 40, 25], 12)
     exact = gen.generate(batch, GenerationConfig(12, 128, GREEDY, "exact", autocast_dtype=dtype))
-    rolling = gen.generate(batch, GenerationConfig(12, 128, GREEDY, "rolling", autocast_dtype=dtype))
+    rolling = gen.generate(
+        batch, GenerationConfig(12, 128, GREEDY, "rolling", autocast_dtype=dtype)
+    )
     _assert_same_forecast(exact, rolling)
     assert exact.stats.recomputed_row_steps == 0 == rolling.stats.recomputed_row_steps

@@ -41,15 +41,19 @@ def test_the_counter_sees_what_synchronises():
     with HostSyncCounter() as quiet:
         y = x * 2 + 1
         rows = torch.arange(3, device=x.device)
-        y[rows], y.index_copy_(0, rows, x[:3]), x[2:4], y.sum(), torch.where(x > 2, x, y)  # stay on the device
+        # stay on the device
+        y[rows], y.index_copy_(0, rows, x[:3]), x[2:4], y.sum(), torch.where(x > 2, x, y)
     assert quiet.total == 0, quiet.ops
 CASES = {
     # name: (lookbacks, max_context, sliding, options)
-    "seeded-ragged": ([64, 40, 90], 128, "exact", ForecastOptions(10, sample_count=2, top_p=0.9, seed=7)),
+    "seeded-ragged": (
+        [64, 40, 90], 128, "exact", ForecastOptions(10, sample_count=2, top_p=0.9, seed=7),
+    ),
     "greedy-unpadded": ([64, 64], 128, "exact", ForecastOptions(10, top_k=1, top_p=1.0)),
     "unseeded-topk": ([50, 30], 128, "exact", ForecastOptions(10, top_k=20, temperature=0.8)),
     "rolling-slides": ([60, 75], 64, "rolling", ForecastOptions(10, seed=3)),
-    "exact-slides": ([58, 40], 64, "exact", ForecastOptions(10, seed=3)),  # row 0 recomputed from step 7
+    # row 0 recomputed from step 7
+    "exact-slides": ([58, 40], 64, "exact", ForecastOptions(10, seed=3)),
 }
 
 
@@ -75,4 +79,6 @@ def test_the_seeded_draws_table_is_the_counter_draws():
     assert table.shape == (6, 2, 6)
     for step in range(6):
         for kind in (0, 1):
-            np.testing.assert_array_equal(table[step, kind], counter_uniforms(keys, step, kind).numpy())
+            np.testing.assert_array_equal(
+                table[step, kind], counter_uniforms(keys, step, kind).numpy()
+            )

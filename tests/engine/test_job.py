@@ -57,8 +57,8 @@ def test_generate_is_a_job_run_to_the_end(tiny, goog):
     gen = Generator(*tiny)
     values, xs, ys = windows(goog, [0, 300], [64, 40], 8)
     batch = assemble(
-        [normalize(v)[0] for v in values], [time_features(x) for x in xs], [time_features(y) for y in ys],
-        sample_count=2, row_keys=row_keys(5, [1, 2], 2),
+        [normalize(v)[0] for v in values], [time_features(x) for x in xs],
+        [time_features(y) for y in ys], sample_count=2, row_keys=row_keys(5, [1, 2], 2),
     )
     cfg = GenerationConfig(8, 128, SamplingParams(top_p=0.9))
     whole = gen.generate(batch, cfg)
@@ -69,16 +69,23 @@ def test_generate_is_a_job_run_to_the_end(tiny, goog):
         steps += 1
     out = job.result()
     assert steps == 8 and job.rows == 4
-    assert torch.equal(out.s1, whole.s1) and torch.equal(out.s2, whole.s2) and torch.equal(out.candles, whole.candles)
+    assert (
+        torch.equal(out.s1, whole.s1)
+        and torch.equal(out.s2, whole.s2)
+        and torch.equal(out.candles, whole.candles)
+    )
     assert out.stats.tokens_generated == whole.stats.tokens_generated == 32
     with pytest.raises(RuntimeError, match="done"):
         job.step()
 
 
 def test_close_mid_way_frees_the_caches(tiny, goog):
-    """close() after a few steps drops every cache tensor; the job refuses further steps and results."""
+    """close() after a few steps drops every cache tensor; the job refuses further steps and
+    results."""
     predictor = KronosPredictor(*tiny, device="cpu", max_context=128)
-    job = predictor.start_forecast(*windows(goog, [0, 500], [64, 40], 10), ForecastOptions(10, seed=3))
+    job = predictor.start_forecast(
+        *windows(goog, [0, 500], [64, 40], 10), ForecastOptions(10, seed=3)
+    )
     with pytest.raises(RuntimeError, match="not done"):
         job.result()
     assert job.generation.cache_tensors() == []  # nothing before the prefill
@@ -91,7 +98,8 @@ def test_close_mid_way_frees_the_caches(tiny, goog):
     job.close()
     gc.collect()
     assert job.generation.cache_tensors() == []
-    assert all(r() is None for r in refs)  # the cache tensors themselves are gone, not just unreferenced here
+    # the cache tensors themselves are gone, not just unreferenced here
+    assert all(r() is None for r in refs)
     assert job.generation.closed and not job.done
     with pytest.raises(RuntimeError, match="closed"):
         job.step()

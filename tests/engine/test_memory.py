@@ -60,14 +60,22 @@ GRID = [
     ("bf16", [32] * 2, 8, 1, 512, "exact", torch.bfloat16),
     ("bf16-sliding", [40] * 2, 12, 2, 32, "exact", torch.bfloat16),
     ("bf16-rolling", [40] * 2, 12, 1, 32, "rolling", torch.bfloat16),
-    pytest.param("issue-9-case-1-sample", [32] * 16, 64, 1, 512, "exact", None, marks=pytest.mark.slow),
-    pytest.param("issue-9-case-4-samples", [32] * 16, 64, 4, 512, "exact", None, marks=pytest.mark.slow),
+    pytest.param(
+        "issue-9-case-1-sample", [32] * 16, 64, 1, 512, "exact", None, marks=pytest.mark.slow
+    ),
+    pytest.param(
+        "issue-9-case-4-samples", [32] * 16, 64, 4, 512, "exact", None, marks=pytest.mark.slow
+    ),
 ]
 
 
-def measured_and_estimated(tiny, lengths, horizon, samples, max_context, sliding, dtype) -> tuple[int, int]:
+def measured_and_estimated(
+    tiny, lengths, horizon, samples, max_context, sliding, dtype
+) -> tuple[int, int]:
     """Peak live tensor bytes of one forecast call, and the estimate for it (weights excluded)."""
-    predictor = KronosPredictor(*tiny, device="cpu", max_context=max_context, sliding=sliding, dtype=dtype)
+    predictor = KronosPredictor(
+        *tiny, device="cpu", max_context=max_context, sliding=sliding, dtype=dtype
+    )
     rng = np.random.default_rng(0)
     values = [np.abs(rng.normal(10, 1, (n, 6))).astype(np.float32) for n in lengths]
     ts = pd.date_range("2024-01-02 09:35", periods=max(lengths) + horizon, freq="5min")
@@ -79,23 +87,34 @@ def measured_and_estimated(tiny, lengths, horizon, samples, max_context, sliding
         )
     est = estimate_inference_bytes(
         tiny[0].config, tiny[1].config, len(lengths), max(lengths), horizon, samples,
-        dtype or torch.float32, max_context, ragged=len(set(lengths)) > 1, include_weights=False, sliding=sliding,
+        dtype or torch.float32, max_context, ragged=len(set(lengths)) > 1, include_weights=False,
+        sliding=sliding,
     )
     return meter.peak, est
 
 
-@pytest.mark.parametrize(("case", "lengths", "horizon", "samples", "max_context", "sliding", "dtype"), GRID)
-def test_estimate_bounds_measured_peak(tiny, case, lengths, horizon, samples, max_context, sliding, dtype):
-    """On every grid point the estimate covers the measured peak, and not by more than half again."""
+@pytest.mark.parametrize(
+    ("case", "lengths", "horizon", "samples", "max_context", "sliding", "dtype"), GRID
+)
+def test_estimate_bounds_measured_peak(
+    tiny, case, lengths, horizon, samples, max_context, sliding, dtype
+):
+    """On every grid point the estimate covers the measured peak, and not by more than half
+    again."""
     peak, est = measured_and_estimated(tiny, lengths, horizon, samples, max_context, sliding, dtype)
     assert peak > 0
-    assert peak <= est < 1.5 * peak, f"{case}: estimate {est} vs peak {peak} (ratio {est / peak:.2f})"
+    assert peak <= est < 1.5 * peak, (
+        f"{case}: estimate {est} vs peak {peak} (ratio {est / peak:.2f})"
+    )
 
 
 def test_parameters_counted_from_the_modules(tiny):
-    """The published checkpoints' parameter counts, from configs alone (modules built on the meta device)."""
+    """The published checkpoints' parameter counts, from configs alone (modules built on the meta
+    device)."""
     def model(layers, d, heads, ff):
-        return KronosConfig(s1_bits=10, s2_bits=10, n_layers=layers, d_model=d, n_heads=heads, ff_dim=ff)
+        return KronosConfig(
+            s1_bits=10, s2_bits=10, n_layers=layers, d_model=d, n_heads=heads, ff_dim=ff
+        )
 
     assert count_parameters(model(4, 256, 4, 512)).total == 4_108_032  # Kronos-mini
     assert count_parameters(model(8, 512, 8, 1024)).total == 24_741_376  # Kronos-small

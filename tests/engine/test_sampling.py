@@ -66,8 +66,13 @@ def test_counter_uniforms_depend_only_on_row_key():
     assert row_keys(42, [22], 2).tolist() == keys[2:4].tolist()
 
 
-@pytest.mark.parametrize("bad, named", [(dict(temperature=0), "temperature"), (dict(top_k=-1), "top_k"),
-                                        (dict(top_p=0), "top_p"), (dict(top_p=1.5), "top_p")])
+@pytest.mark.parametrize(
+    "bad, named",
+    [
+        (dict(temperature=0), "temperature"), (dict(top_k=-1), "top_k"), (dict(top_p=0), "top_p"),
+        (dict(top_p=1.5), "top_p"),
+    ],
+)
 def test_invalid_params(bad, named):
     with pytest.raises(ValueError, match=named):  # the message names the parameter and its value
         SamplingParams(**bad)
@@ -92,8 +97,12 @@ def test_splitmix64_matches_the_published_sequence():
     # output n is the finaliser applied to n golden-ratio increments of the state
     golden = 0x9E3779B97F4A7C15
     states = np.array([0, golden, (2 * golden) & _M64], dtype=np.uint64)
-    assert _splitmix64(states).tolist() == [0xE220A8397B1DCDAF, 0x6E789E6AA1B965F4, 0x06C45D188009454F]
-    xs = np.random.default_rng(3).integers(0, 2**63, size=64, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+    assert _splitmix64(states).tolist() == [
+        0xE220A8397B1DCDAF, 0x6E789E6AA1B965F4, 0x06C45D188009454F,
+    ]
+    xs = np.random.default_rng(3).integers(0, 2**63, size=64, dtype=np.uint64) * np.uint64(
+        2
+    ) + np.uint64(1)
     assert _splitmix64(xs).tolist() == [_splitmix64_int(int(x)) for x in xs]
 
 
@@ -118,8 +127,12 @@ def test_counter_uniforms_fill_the_unit_interval():
 
 def test_top_k_of_one_and_of_three():
     logits = torch.tensor([[0.0, 3.0, 1.0, 2.0, -1.0]])
-    assert torch.isfinite(filter_logits(logits, SamplingParams(top_k=1))).tolist() == [[False, True, False, False, False]]
-    assert torch.isfinite(filter_logits(logits, SamplingParams(top_k=3))).tolist() == [[False, True, True, True, False]]
+    assert torch.isfinite(filter_logits(logits, SamplingParams(top_k=1))).tolist() == [
+        [False, True, False, False, False]
+    ]
+    assert torch.isfinite(filter_logits(logits, SamplingParams(top_k=3))).tolist() == [
+        [False, True, True, True, False]
+    ]
 
 
 def test_a_filtered_token_is_never_drawn_even_at_u_zero():

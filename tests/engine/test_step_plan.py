@@ -8,10 +8,13 @@ from kronos_core.engine.plan import plan_schedule, plan_step
 
 
 def test_exact_mode_keeps_rows_cached_until_their_window_slides():
-    # max_context 10: row 0 (3 tokens) fits through step 7; row 1 (9) slides at step 2; row 2 (12) at step 1
+    # max_context 10: row 0 (3 tokens) fits through step 7; row 1 (9) slides at step 2; row 2 (12)
+    # at step 1
     plans = plan_schedule([3, 9, 12], horizon=10, max_context=10, mode="exact")
     first = plans[0]
-    assert first.prefill and first.cached == (0, 1, 2) and first.recompute == () and first.evict == ()
+    assert (
+        first.prefill and first.cached == (0, 1, 2) and first.recompute == () and first.evict == ()
+    )
     assert (plans[1].cached, plans[1].evict, plans[1].recompute) == ((0, 1), (2,), (2,))
     assert (plans[2].cached, plans[2].evict, plans[2].recompute) == ((0,), (1,), (1, 2))
     assert all(p.cached == (0,) and p.evict == () for p in plans[3:8])
@@ -45,7 +48,10 @@ def test_rows_recomputed_exactly_when_their_tokens_exceed_the_context():
 
 def test_rolling_never_recomputes_and_recompute_never_caches():
     rolling = plan_schedule([10, 200], 50, 64, "rolling")
-    assert all(p.cached == (0, 1) and p.recompute == () and p.evict == () and p.trim_window for p in rolling)
+    assert all(
+        p.cached == (0, 1) and p.recompute == () and p.evict == () and p.trim_window
+        for p in rolling
+    )
     assert rolling[0].prefill and not rolling[1].prefill
     recompute = plan_schedule([10, 200], 5, 64, "recompute")
     assert all(p.cached == () and p.recompute == (0, 1) and not p.prefill for p in recompute)

@@ -14,11 +14,13 @@ def inverted_eurusd(rows: int = 400) -> pd.DataFrame:
     """A series the project has never seen: USD/EUR (1 / EUR/USD, high and low swapped),
     the last ``rows`` hours, moved three years later."""
     df = pd.read_csv(REAL / "eurusd_hourly.csv", parse_dates=["timestamps"]).tail(rows)
-    out = pd.DataFrame({
-        "timestamps": df["timestamps"] + pd.DateOffset(years=3),
-        "open": 1 / df["open"], "high": 1 / df["low"], "low": 1 / df["high"], "close": 1 / df["close"],
-        "volume": df["volume"],
-    })
+    out = pd.DataFrame(
+        {
+            "timestamps": df["timestamps"] + pd.DateOffset(years=3), "open": 1 / df["open"],
+            "high": 1 / df["low"], "low": 1 / df["high"], "close": 1 / df["close"],
+            "volume": df["volume"],
+        }
+    )
     return out.reset_index(drop=True)
 
 
@@ -31,7 +33,9 @@ def spliced_universe(n_symbols: int = 3, rows: int = 200) -> list[pd.DataFrame]:
     out = []
     for k in range(n_symbols):
         src = (spx if k % 2 == 0 else goog).iloc[300 * k: 300 * k + rows]
-        f = pd.DataFrame({c: src[c].to_numpy() * (1 + k) / 10 for c in ("open", "high", "low", "close")})
+        f = pd.DataFrame(
+            {c: src[c].to_numpy() * (1 + k) / 10 for c in ("open", "high", "low", "close")}
+        )
         f["volume"] = src["volume"].to_numpy()
         f.insert(0, "timestamps", stamps)
         out.append(f)

@@ -21,14 +21,16 @@ def test_conformal_corrections_by_hand():
     s = np.arange(9.0, 0.0, -1.0)  # 9 scores, unsorted: ranks of 1..9
     assert aci.conformal_corrections(s, np.array(0.8)) == 8.0  # ceil(10 * 0.8) = 8th smallest
     assert aci.conformal_corrections(s, np.array(0.5)) == 5.0
-    assert aci.conformal_corrections(s, np.array(0.99)) == 9.0  # rank 10 > 9: clipped to the largest
+    # rank 10 > 9: clipped to the largest
+    assert aci.conformal_corrections(s, np.array(0.99)) == 9.0
     assert aci.conformal_corrections(s, np.array(-0.1)) == 1.0  # rank <= 0: the smallest
     two = np.stack([s, 10 * s], axis=1)  # (9, 2): elementwise levels
     np.testing.assert_array_equal(aci.conformal_corrections(two, np.array([0.5, 0.8])), [5.0, 80.0])
 
 
 def _state(gamma=0.1):
-    return aci.initial_state(np.array([1.0, 2.0, 3.0]).reshape(3, 1, 1, 1), [0.5], gamma)  # W = 3, one level
+    # W = 3, one level
+    return aci.initial_state(np.array([1.0, 2.0, 3.0]).reshape(3, 1, 1, 1), [0.5], gamma)
 
 
 def test_walk_by_hand_immediate_feedback():
@@ -36,12 +38,15 @@ def test_walk_by_hand_immediate_feedback():
     issued = np.array([0, 1, 2])
     corr, st = aci.walk(_state(), scores, issued, issued + 0.5, flush=False)
     # w0: a = 0.5, rank ceil(4 * 0.5) = 2 of [1, 2, 3] -> 2; score 5 > 2: miss
-    # w1: a = 0.5 + 0.1 (0.5 - 1) = 0.45, rank ceil(4 * 0.55) = 3 of [2, 3, 5] -> 5; 0.5 <= 5: covered
+    # w1: a = 0.5 + 0.1 (0.5 - 1) = 0.45, rank ceil(4 * 0.55) = 3 of [2, 3, 5] -> 5; 0.5 <= 5:
+    # covered
     # w2: a = 0.45 + 0.1 * 0.5 = 0.5, rank 2 of [3, 5, 0.5] -> 3
     np.testing.assert_allclose(corr.ravel(), [2.0, 5.0, 3.0])
     assert st.alpha.item() == pytest.approx(0.5) and st.scores.ravel().tolist() == [3.0, 5.0, 0.5]
     _, flushed = aci.walk(_state(), scores, issued, issued + 0.5)  # w2 (4 > 3, a miss) taken in too
-    assert flushed.alpha.item() == pytest.approx(0.45) and flushed.scores.ravel().tolist() == [5.0, 0.5, 4.0]
+    assert flushed.alpha.item() == pytest.approx(0.45) and flushed.scores.ravel().tolist() == [
+        5.0, 0.5, 4.0,
+    ]
 
 
 def test_walk_waits_for_the_truth():
@@ -63,7 +68,8 @@ def test_correction_depends_only_on_resolved_windows():
     st = aci.initial_state(rng.normal(size=(20, 2, 3, 1)), [0.5, 0.8], 0.05)
     corr, _ = aci.walk(st, scores, issued, resolved, flush=False)
     for i in range(0, n, 7):
-        future = resolved > issued[i]  # truths not yet complete when window i is issued (i itself included)
+        # truths not yet complete when window i is issued (i itself included)
+        future = resolved > issued[i]
         other = scores.copy()
         other[future] = rng.normal(5, 3, size=other[future].shape)
         got, _ = aci.walk(st, other, issued, resolved, flush=False)
@@ -76,10 +82,13 @@ def test_no_lookahead_on_real_windows():
     window does not change (its sample paths held fixed, as the forecast test shows for them)."""
     rng = np.random.default_rng(1)
     ts = pd.bdate_range("2020-01-01", periods=160)
-    vals = (100 * np.exp(np.cumsum(rng.normal(0, 0.01, (160, 1)), axis=0)) * np.ones((1, 6))).astype(np.float32)
+    vals = (
+        100 * np.exp(np.cumsum(rng.normal(0, 0.01, (160, 1)), axis=0)) * np.ones((1, 6))
+    ).astype(np.float32)
     s = Series("X", vals, ts, "x")
     w = build_windows([s], 10, 5, 70, 2)
-    samples = (w.context[:, -1][:, None, None, :] * np.exp(rng.normal(0, 0.01, (len(w), 8, 5, 6))))  # (N, S, H, 6)
+    # (N, S, H, 6)
+    samples = (w.context[:, -1][:, None, None, :] * np.exp(rng.normal(0, 0.01, (len(w), 8, 5, 6))))
     c_issued, c_resolved = _times(s, w.subset(np.arange(30)))
     cal = Calibration.fit(samples[:30], w.truth[:30], (0.5, 0.8), MODEL, "aci", issued=c_issued,
                           resolved=c_resolved)
@@ -90,7 +99,9 @@ def test_no_lookahead_on_real_windows():
         damaged = Series("X", damage_after(vals, o, seed=i), ts, "x")
         w2 = build_windows([damaged], 10, 5, 70, 2)
         assert (w2.truth[30 + i] != w.truth[30 + i]).any()  # its own truth did change
-        got = cal.walk(samples[30:], w2.truth[30:], *_times(damaged, w2.subset(np.arange(30, len(w2)))))
+        got = cal.walk(
+            samples[30:], w2.truth[30:], *_times(damaged, w2.subset(np.arange(30, len(w2))))
+        )
         np.testing.assert_array_equal(got[i], corr[i])
 
 
@@ -128,8 +139,10 @@ def test_select_prefers_width_scaled_scores_when_volatility_shifts():
     there, cqr-r's width-scaled one does not; the nested split sees it and keeps cqr-r."""
     rng = np.random.default_rng(3)
     t = np.arange(400)
-    cal = Calibration.fit(*_windows(rng, 400, np.where(t < 200, 1.0, 3.0)), (0.5, 0.8), MODEL, "select",
-                          issued=t, resolved=t)
+    cal = Calibration.fit(
+        *_windows(rng, 400, np.where(t < 200, 1.0, 3.0)), (0.5, 0.8), MODEL, "select", issued=t,
+        resolved=t,
+    )
     assert cal.method == "cqr-r" and cal.info["selection"]["chosen"] == "cqr-r"
     gaps = cal.info["selection"]["validation_gap"]
     assert gaps["cqr-r"] < gaps["cqr"]
@@ -162,7 +175,9 @@ def test_select_and_gamma_use_only_the_calibration_halves():
     with pytest.raises(CalibrationError, match="issue and resolution times"):
         Calibration.fit(paths, truth, (0.5,), MODEL, "aci")
     with pytest.raises(CalibrationError, match="at least"):
-        Calibration.fit(paths[:10], truth[:10], (0.9,), MODEL, "aci", issued=t[:10], resolved=t[:10])
+        Calibration.fit(
+            paths[:10], truth[:10], (0.9,), MODEL, "aci", issued=t[:10], resolved=t[:10]
+        )
 
 
 def test_aci_file_roundtrip_and_static_apply(tmp_path):
@@ -178,7 +193,8 @@ def test_aci_file_roundtrip_and_static_apply(tmp_path):
     new_p, new_t = _windows(rng, 20)
     tt = 200 + np.arange(20)
     np.testing.assert_allclose(back.walk(new_p, new_t, tt, tt), cal.walk(new_p, new_t, tt, tt))
-    # applied from the file it is static: the interval is the cqr one widened by the stored correction
+    # applied from the file it is static: the interval is the cqr one widened by the stored
+    # correction
     q = back.quantiles(new_p[..., 3], [0.1, 0.9])
     raw = np.quantile(new_p[..., 3], [0.1, 0.9], axis=1)
     np.testing.assert_allclose(np.log(q[1]), np.log(raw[1]) + back.corrections[1, :, 3], rtol=1e-10)

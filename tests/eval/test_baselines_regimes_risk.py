@@ -73,7 +73,9 @@ def test_risk_summary_against_numpy():
     calm = risk_summary(paths, last, history, vol_factor=10.0)
     assert not calm.vol_alert
     table = risk_table(["X"], [s])
-    assert table.schema == RISK_ARROW_SCHEMA and table.column("var_95")[0].as_py() == pytest.approx(-q)
+    assert table.schema == RISK_ARROW_SCHEMA and table.column("var_95")[0].as_py() == pytest.approx(
+        -q
+    )
 
 
 def test_risk_summary_gives_p_ups_resolution_and_a_signed_var():

@@ -91,26 +91,40 @@ def test_save_load_roundtrip(tmp_path):
 def _inputs(n=2, length=40, horizon=3):
     rng = np.random.default_rng(4)
     close = 50 * np.exp(np.cumsum(rng.normal(0, 0.01, size=(n, length)), axis=1))
-    vals = np.stack([close, close * 1.01, close * 0.99, close, np.full_like(close, 1e5), close * 1e5], -1)
+    vals = np.stack(
+        [close, close * 1.01, close * 0.99, close, np.full_like(close, 1e5), close * 1e5], -1
+    )
     ts = pd.date_range("2024-01-01", periods=length + horizon, freq="D")
     return list(vals.astype(np.float32)), [ts[:length]] * n, [ts[length:]] * n
 
 
 def test_forecast_applies_calibration_for_its_model(predictor):
     series, xts, yts = _inputs()
-    raw = predictor.forecast(series, xts, yts, ForecastOptions(3, sample_count=8, seed=1, quantiles=(0.1, 0.9)))
+    raw = predictor.forecast(
+        series, xts, yts, ForecastOptions(3, sample_count=8, seed=1, quantiles=(0.1, 0.9))
+    )
     rng = np.random.default_rng(5)
-    fake_truth = raw.paths.mean(axis=1) * np.exp(rng.normal(0, 0.2, size=raw.mean.shape))  # (B, H, 6)
+    # (B, H, 6)
+    fake_truth = raw.paths.mean(axis=1) * np.exp(rng.normal(0, 0.2, size=raw.mean.shape))
     paths = np.repeat(raw.paths, 10, axis=0)
-    cal = Calibration.fit(paths, np.repeat(fake_truth, 10, axis=0), (0.8,), predictor.identity.as_dict())
-    res = predictor.forecast(series, xts, yts, ForecastOptions(3, sample_count=8, seed=1, quantiles=(0.1, 0.9),
-                                                                 calibration=cal))
+    cal = Calibration.fit(
+        paths, np.repeat(fake_truth, 10, axis=0), (0.8,), predictor.identity.as_dict()
+    )
+    res = predictor.forecast(
+        series, xts, yts,
+        ForecastOptions(3, sample_count=8, seed=1, quantiles=(0.1, 0.9), calibration=cal),
+    )
     # the paths are mapped onto the corrected bands, as the service does (issue 27)
-    np.testing.assert_allclose(res.paths, cal.correct_paths(raw.paths, predictor.identity), rtol=1e-5)
+    np.testing.assert_allclose(
+        res.paths, cal.correct_paths(raw.paths, predictor.identity), rtol=1e-5
+    )
     assert not np.allclose(res.paths[..., 3], raw.paths[..., 3])
-    np.testing.assert_allclose(res.quantiles, cal.apply(raw.paths, (0.1, 0.9), predictor.identity), rtol=1e-6)
+    np.testing.assert_allclose(
+        res.quantiles, cal.apply(raw.paths, (0.1, 0.9), predictor.identity), rtol=1e-6
+    )
     assert not np.allclose(res.quantiles[..., 3], raw.quantiles[..., 3])
-    np.testing.assert_allclose(res.quantiles[..., 4], raw.quantiles[..., 4])  # volume not calibrated
+    # volume not calibrated
+    np.testing.assert_allclose(res.quantiles[..., 4], raw.quantiles[..., 4])
 
 
 def test_forecast_refuses_calibration_of_another_model(predictor):
@@ -119,5 +133,7 @@ def test_forecast_refuses_calibration_of_another_model(predictor):
     paths, truth = _lognormal_case(rng, 30, 0.02)
     other = Calibration.fit(paths, truth, (0.5,), {"name": "kronos-small", "sha256": "b" * 64})
     with pytest.raises(CalibrationMismatch, match="kronos-small.*cannot be applied to"):
-        predictor.forecast(series, xts, yts, ForecastOptions(3, sample_count=2, seed=1, quantiles=(0.25, 0.75),
-                                                          calibration=other))
+        predictor.forecast(
+            series, xts, yts,
+            ForecastOptions(3, sample_count=2, seed=1, quantiles=(0.25, 0.75), calibration=other),
+        )

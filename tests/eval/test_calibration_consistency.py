@@ -38,7 +38,8 @@ def too_narrow():
     rng = np.random.default_rng(0)
     paths = _candles(rng, 300, 32, 3, 0.002)
     truth = _candles(rng, 300, 1, 3, 0.03)[:, 0]
-    truth[..., H] = truth[..., C] * 1.0005  # truths' highs and lows hug the close: tiny corrections there
+    # truths' highs and lows hug the close: tiny corrections there
+    truth[..., H] = truth[..., C] * 1.0005
     truth[..., L] = truth[..., C] * 0.9995
     return Calibration.fit(paths, truth, (0.5, 0.8, 0.9), MODEL, "cqr"), rng
 
@@ -68,11 +69,14 @@ def test_corrected_paths_agree_with_the_corrected_quantiles(method):
         want = cal.quantiles(new[..., C], [lv])[0]  # (B, H)
         got = np.quantile(fixed[..., C], lv, axis=1)
         np.testing.assert_allclose(got, want, rtol=3e-3)
-    np.testing.assert_allclose(np.median(fixed[..., C], axis=1), np.median(new[..., C], axis=1), rtol=1e-6)
+    np.testing.assert_allclose(
+        np.median(fixed[..., C], axis=1), np.median(new[..., C], axis=1), rtol=1e-6
+    )
     np.testing.assert_array_equal(fixed[..., 4:], new[..., 4:])  # volume, amount untouched
     rank_before = np.argsort(np.argsort(new[..., C], axis=1), axis=1)
     rank_after = np.argsort(np.argsort(fixed[..., C], axis=1), axis=1)
-    np.testing.assert_array_equal(rank_before, rank_after)  # a monotone map: each path keeps its rank
+    # a monotone map: each path keeps its rank
+    np.testing.assert_array_equal(rank_before, rank_after)
     assert (fixed[..., H] >= fixed[..., C]).all() and (fixed[..., L] <= fixed[..., C]).all()
 
 

@@ -62,7 +62,9 @@ def test_one_file_per_group_applies_each_where_it_was_fitted(tmp_path):
     assert list(back.members) == ["1d", "1h"] and back.group_by == "frequency"
     assert back.covers(5, (0.1, 0.9), 128, "1d") is None
     assert back.covers(5, (0.1, 0.9), 128, "1h") == "fitted for horizon 3, asked 5"
-    assert back.covers(3, (0.1, 0.9), 128, "5min") == "no group for frequency 5min; fitted for 1d, 1h"
+    assert (
+        back.covers(3, (0.1, 0.9), 128, "5min") == "no group for frequency 5min; fitted for 1d, 1h"
+    )
     np.testing.assert_array_equal(back.select("1h").corrections, hourly.corrections)
     with pytest.raises(CalibrationError, match="per frequency"):
         back.quantiles(np.ones((1, 4, 3)), [0.1, 0.9])  # a grouped file: pick the group first
@@ -71,8 +73,12 @@ def test_one_file_per_group_applies_each_where_it_was_fitted(tmp_path):
 def _frame(stamps: pd.DatetimeIndex, seed: int) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
     close = 100 * np.exp(np.cumsum(rng.normal(0, 0.01, len(stamps))))
-    return pd.DataFrame({"timestamps": stamps, "open": close, "high": close * 1.01, "low": close * 0.99,
-                         "close": close, "volume": 1000.0})
+    return pd.DataFrame(
+        {
+            "timestamps": stamps, "open": close, "high": close * 1.01, "low": close * 0.99,
+            "close": close, "volume": 1000.0,
+        }
+    )
 
 
 def test_calibrate_per_frequency_into_one_file_then_eval_checks_the_scope(tmp_path, capsys):
@@ -84,12 +90,21 @@ def test_calibrate_per_frequency_into_one_file_then_eval_checks_the_scope(tmp_pa
         _frame(stamps, seed).to_csv(files[-1], index=False)
     model = ["--model", TINY, "--device", "cpu", "--sample-count", "2"]
     cal = tmp_path / "cal.json"
-    assert main(["calibrate", "--data", *files, "--lookback", "32", "--horizon", "2", "--windows", "12",
-                 "--group-by", "frequency", "--out", str(cal), *model]) == 0
+    assert (
+        main(
+            [
+                "calibrate", "--data", *files, "--lookback", "32", "--horizon", "2", "--windows",
+                "12", "--group-by", "frequency", "--out", str(cal), *model,
+            ]
+        )
+        == 0
+    )
     assert "one calibration per frequency: 1d, 1h" in capsys.readouterr().out
     saved = json.loads(cal.read_text())
     assert saved["group_by"] == "frequency" and set(saved["groups"]) == {"1d", "1h"}
-    assert saved["groups"]["1h"]["scope"] == {"lookback": [32, 32], "frequencies": ["1h"], "series": ["hourly"]}
+    assert saved["groups"]["1h"]["scope"] == {
+        "lookback": [32, 32], "frequencies": ["1h"], "series": ["hourly"],
+    }
     loaded = Calibration.load(cal)
     assert loaded.covers(2, (0.1, 0.9), 32, "1h") is None
     assert loaded.covers(2, (0.1, 0.9), 64, "1h") == "fitted for lookback 32, asked 64"
@@ -100,7 +115,9 @@ def test_calibrate_per_frequency_into_one_file_then_eval_checks_the_scope(tmp_pa
     assert "does not apply to hourly: fitted for lookback 32, asked 48" in capsys.readouterr().err
 
 
-def test_forecast_applies_a_calibration_only_in_its_scope_and_summarises_as_the_bands(tmp_path, capsys, caplog):
+def test_forecast_applies_a_calibration_only_in_its_scope_and_summarises_as_the_bands(
+    tmp_path, capsys, caplog
+):
     import logging
 
     path = tmp_path / "daily.csv"
@@ -108,8 +125,15 @@ def test_forecast_applies_a_calibration_only_in_its_scope_and_summarises_as_the_
     frame.to_csv(path, index=False)
     model = ["--model", TINY, "--device", "cpu"]
     cal = tmp_path / "cal.json"
-    assert main(["calibrate", "--data", str(path), "--lookback", "32", "--horizon", "2", "--windows", "12",
-                 "--sample-count", "4", "--out", str(cal), *model]) == 0
+    assert (
+        main(
+            [
+                "calibrate", "--data", str(path), "--lookback", "32", "--horizon", "2", "--windows",
+                "12", "--sample-count", "4", "--out", str(cal), *model,
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     args = ["forecast", "--csv", str(path), "--horizon", "2", "--samples", "100", "--seed", "1",
             "--quantiles", "0.05,0.95", "--summary", "--calibration", str(cal), *model]

@@ -20,9 +20,14 @@ def _png(path):
 
 def test_eval_on_real_and_unseen_data(real_dir, unseen_csv, tmp_path, capsys):
     out = tmp_path / "report.json"
-    rc = main(["eval", "--data", str(real_dir / "goog_daily.csv"), str(unseen_csv), "--lookback", "32",
-               "--horizon", "2", "--windows", "3", "--sample-count", "4", "--model", TINY, "--device", "cpu",
-               "--out", str(out), "--plot", str(tmp_path / "plots"), "--plot-series", "usdeur_hourly"])
+    rc = main(
+        [
+            "eval", "--data", str(real_dir / "goog_daily.csv"), str(unseen_csv), "--lookback", "32",
+            "--horizon", "2", "--windows", "3", "--sample-count", "4", "--model", TINY, "--device",
+            "cpu", "--out", str(out), "--plot", str(tmp_path / "plots"), "--plot-series",
+            "usdeur_hourly",
+        ]
+    )
     assert rc == 0
     text = capsys.readouterr().out
     assert "| forecaster |" in text and "windows/s" in text and "hist_vol" in text
@@ -38,42 +43,63 @@ def test_eval_on_real_and_unseen_data(real_dir, unseen_csv, tmp_path, capsys):
     assert report["data"]["windows"] == 6 and report["model"]["sha256"]
     assert sum(report["regimes"][r]["windows"] for r in ("bull", "bear", "sideways")) == 6
     assert report["data"]["series"][1]["season"] == 24  # hourly FX: a daily season
-    # per series: the same metrics on each series' own windows; pooled MAE is their window-weighted mean
+    # per series: the same metrics on each series' own windows; pooled MAE is their window-weighted
+    # mean
     per = report["series"]
-    assert list(per) == ["goog_daily", "usdeur_hourly"] and [c["windows"] for c in per.values()] == [3, 3]
+    assert list(per) == ["goog_daily", "usdeur_hourly"] and [
+        c["windows"] for c in per.values()
+    ] == [3, 3]
     for who in ("model", "last_value"):
         cards = [c[who] if who == "model" else c["baselines"][who] for c in per.values()]
         pooled = report["metrics"] if who == "model" else report["baselines"][who]
         assert pooled["mae"] == pytest.approx(sum(c["mae"] for c in cards) / 2)
     assert per["goog_daily"]["model"]["mae"] != pytest.approx(per["usdeur_hourly"]["model"]["mae"])
-    assert "### Series goog_daily (3 windows)" in text and "### Series usdeur_hourly (3 windows)" in text
+    assert (
+        "### Series goog_daily (3 windows)" in text
+        and "### Series usdeur_hourly (3 windows)" in text
+    )
     assert text.index("### Series goog_daily") < text.index("### Regime")
     for name in ("coverage.png", "pit.png", "fan_usdeur_hourly.png"):
         _png(tmp_path / "plots" / name)
-    resources = json.loads((tmp_path / "report.monitor.json").read_text())  # the run's ResourceMonitor report
+    # the run's ResourceMonitor report
+    resources = json.loads((tmp_path / "report.monitor.json").read_text())
     assert resources["summary"]["samples"] == 6 and resources["summary"]["rss_bytes_peak"] > 0
     assert "resource report written to" in text
 
 
 def test_calibrate_then_forecast_with_it(unseen_csv, tmp_path, capsys):
     cal = tmp_path / "cal.json"
-    rc = main(["calibrate", "--data", str(unseen_csv), "--lookback", "32", "--horizon", "2", "--windows", "10",
-               "--holdout", "0.3", "--holdout-windows", "3", "--sample-count", "2", "--model", TINY, "--device", "cpu",
-               "--out", str(cal)])
+    rc = main(
+        [
+            "calibrate", "--data", str(unseen_csv), "--lookback", "32", "--horizon", "2",
+            "--windows", "10", "--holdout", "0.3", "--holdout-windows", "3", "--sample-count", "2",
+            "--model", TINY, "--device", "cpu", "--out", str(cal),
+        ]
+    )
     assert rc == 0
     text = capsys.readouterr().out
     assert "| before | cqr |" in text and "| usdeur_hourly | 0.9 | 3 |" in text
     saved = json.loads(cal.read_text())
     assert saved["method"] == "cqr" and saved["horizon"] == 2 and saved["levels"] == [0.5, 0.8, 0.9]
     assert saved["model"]["sha256"] and "Romano" in saved["citation"]
-    rc = main(["forecast", "--csv", str(unseen_csv), "--horizon", "2", "--samples", "4", "--seed", "1",
-               "--quantiles", "0.1,0.9", "--calibration", str(cal), "--summary", "--model", TINY, "--device", "cpu"])
+    rc = main(
+        [
+            "forecast", "--csv", str(unseen_csv), "--horizon", "2", "--samples", "4", "--seed", "1",
+            "--quantiles", "0.1,0.9", "--calibration", str(cal), "--summary", "--model", TINY,
+            "--device", "cpu",
+        ]
+    )
     assert rc == 0
     text = capsys.readouterr().out
     assert "close_q0.9" in text and "var_95=" in text and "p_up=" in text
     report = tmp_path / "calibrated.json"
-    rc = main(["eval", "--data", str(unseen_csv), "--lookback", "32", "--horizon", "2", "--windows", "2",
-               "--sample-count", "2", "--calibration", str(cal), "--model", TINY, "--device", "cpu", "--out", str(report)])
+    rc = main(
+        [
+            "eval", "--data", str(unseen_csv), "--lookback", "32", "--horizon", "2", "--windows",
+            "2", "--sample-count", "2", "--calibration", str(cal), "--model", TINY, "--device",
+            "cpu", "--out", str(report),
+        ]
+    )
     assert rc == 0
     assert json.loads(report.read_text())["model"]["calibration"] == str(cal)
     capsys.readouterr()
@@ -92,25 +118,42 @@ def test_calibrate_aci_with_comparisons_then_forecast(unseen_csv, tmp_path, caps
     (ACI static and walked on), the file keeps the ACI state, forecast and eval accept it."""
     cal = tmp_path / "aci.json"
     cache = tmp_path / "cache"
-    args = ["calibrate", "--data", str(unseen_csv), "--lookback", "32", "--horizon", "2", "--windows", "24",
-            "--holdout", "0.3", "--holdout-windows", "4", "--sample-count", "2", "--model", TINY, "--device", "cpu",
-            "--method", "aci", "--compare", "cqr,select", "--paths-cache", str(cache), "--out", str(cal)]
+    args = [
+        "calibrate", "--data", str(unseen_csv), "--lookback", "32", "--horizon", "2", "--windows",
+        "24", "--holdout", "0.3", "--holdout-windows", "4", "--sample-count", "2", "--model", TINY,
+        "--device", "cpu", "--method", "aci", "--compare", "cqr,select", "--paths-cache",
+        str(cache), "--out", str(cal),
+    ]
     assert main(args) == 0
     text = capsys.readouterr().out
     header = next(line for line in text.splitlines() if line.startswith("| series"))
     assert "| before | aci | aci online | cqr | select (cqr" in header
     assert text.count("| usdeur_hourly |") == 3 and "gamma" in text
     saved = json.loads(cal.read_text())
-    assert saved["method"] == "aci" and "Gibbs" in saved["citation"] and saved["aci_state"]["window"] == 12
+    assert (
+        saved["method"] == "aci"
+        and "Gibbs" in saved["citation"]
+        and saved["aci_state"]["window"] == 12
+    )
     assert saved["info"]["aci"]["gamma"] in (0.005, 0.01, 0.02, 0.05)
     assert len(list(cache.glob("paths-*.npz"))) == 2  # calibration and held-out windows
-    assert main(args) == 0 and capsys.readouterr().out.splitlines()[-3:] == text.splitlines()[-3:]  # from the cache
-    rc = main(["forecast", "--csv", str(unseen_csv), "--horizon", "2", "--samples", "4", "--seed", "1",
-               "--quantiles", "0.1,0.9", "--calibration", str(cal), "--model", TINY, "--device", "cpu"])
+    # from the cache
+    assert main(args) == 0 and capsys.readouterr().out.splitlines()[-3:] == text.splitlines()[-3:]
+    rc = main(
+        [
+            "forecast", "--csv", str(unseen_csv), "--horizon", "2", "--samples", "4", "--seed", "1",
+            "--quantiles", "0.1,0.9", "--calibration", str(cal), "--model", TINY, "--device", "cpu",
+        ]
+    )
     assert rc == 0 and "close_q0.9" in capsys.readouterr().out
     report = tmp_path / "with_aci.json"
-    rc = main(["eval", "--data", str(unseen_csv), "--lookback", "32", "--horizon", "2", "--windows", "2",
-               "--sample-count", "2", "--calibration", str(cal), "--model", TINY, "--device", "cpu", "--out", str(report)])
+    rc = main(
+        [
+            "eval", "--data", str(unseen_csv), "--lookback", "32", "--horizon", "2", "--windows",
+            "2", "--sample-count", "2", "--calibration", str(cal), "--model", TINY, "--device",
+            "cpu", "--out", str(report),
+        ]
+    )
     assert rc == 0 and json.loads(report.read_text())["model"]["calibration"] == str(cal)
     capsys.readouterr()
     assert main(["calibrate", *args[1:-2], "--compare", "nope", "--out", str(cal)]) == 2
@@ -120,9 +163,13 @@ def test_calibrate_aci_with_comparisons_then_forecast(unseen_csv, tmp_path, caps
 @pytest.mark.parametrize("extra", [[], ["--long-short", "--rank", "sharpe"]])
 def test_backtest_on_unseen_universe(unseen_universe, tmp_path, capsys, extra):
     out = tmp_path / "bt"
-    rc = main(["backtest", "--data", *map(str, unseen_universe), "--lookback", "32", "--horizon", "2",
-               "--rebalance", "60", "--top", "1", "--cost-bps", "5", "--sample-count", "2", "--model", TINY, "--device", "cpu",
-               "--out", str(out), *extra])
+    rc = main(
+        [
+            "backtest", "--data", *map(str, unseen_universe), "--lookback", "32", "--horizon", "2",
+            "--rebalance", "60", "--top", "1", "--cost-bps", "5", "--sample-count", "2", "--model",
+            TINY, "--device", "cpu", "--out", str(out), *extra,
+        ]
+    )
     assert rc == 0
     assert "| momentum |" in capsys.readouterr().out
     report = json.loads((out / "backtest.json").read_text())
@@ -138,12 +185,20 @@ def test_backtest_on_unseen_universe(unseen_universe, tmp_path, capsys, extra):
 
 
 def test_backtest_on_real_data_and_bad_inputs(real_dir, tmp_path, capsys):
-    rc = main(["backtest", "--data", str(real_dir / "goog_daily.csv"), str(real_dir / "sp500_daily.csv"),
-               "--lookback", "32", "--horizon", "2", "--rebalance", "500", "--top", "1", "--sample-count", "2",
-               "--model", TINY, "--device", "cpu"])
+    rc = main(
+        [
+            "backtest", "--data", str(real_dir / "goog_daily.csv"),
+            str(real_dir / "sp500_daily.csv"), "--lookback", "32", "--horizon", "2", "--rebalance",
+            "500", "--top", "1", "--sample-count", "2", "--model", TINY, "--device", "cpu",
+        ]
+    )
     assert rc == 0 and "| model |" in capsys.readouterr().out
-    rc = main(["backtest", "--data", str(tmp_path / "missing.csv"), "--horizon", "2", "--rebalance", "5",
-               "--top", "1"])
+    rc = main(
+        [
+            "backtest", "--data", str(tmp_path / "missing.csv"), "--horizon", "2", "--rebalance",
+            "5", "--top", "1",
+        ]
+    )
     assert rc == 2 and "missing.csv" in capsys.readouterr().err
 
 
@@ -155,8 +210,12 @@ def _vendor_files(real_dir, tmp_path) -> list[str]:
     for name in ("goog_daily", "sp500_daily"):
         df = pd.read_csv(real_dir / f"{name}.csv")
         df = df[df["timestamps"].isin(dates)]  # one calendar, as a backtest needs
-        vendor = pd.DataFrame({"Date": df["timestamps"], "Open": df["open"], "High": df["high"], "Low": df["low"],
-                               "Close": df["close"], "Adj Close": df["close"] * 0.98, "Volume": df["volume"]})
+        vendor = pd.DataFrame(
+            {
+                "Date": df["timestamps"], "Open": df["open"], "High": df["high"], "Low": df["low"],
+                "Close": df["close"], "Adj Close": df["close"] * 0.98, "Volume": df["volume"],
+            }
+        )
         path = tmp_path / f"{name}_vendor.csv"
         vendor.iloc[::-1].to_csv(path, index=False)
         out.append(str(path))
@@ -164,20 +223,43 @@ def _vendor_files(real_dir, tmp_path) -> list[str]:
 
 
 def test_eval_calibrate_backtest_read_a_vendor_file_like_forecast(real_dir, tmp_path, capsys):
-    """The reader's flags (--time-column, --sort, --drop-nan, ...) on every command that reads candles;
-    unsorted rows are refused with the flag that fixes them, and --timestamp-column still works."""
+    """The reader's flags (--time-column, --sort, --drop-nan, ...) on every command that reads
+    candles; unsorted rows are refused with the flag that fixes them, and --timestamp-column still
+    works."""
     files = _vendor_files(real_dir, tmp_path)
     model = ["--model", TINY, "--device", "cpu"]
     window = ["--lookback", "32", "--horizon", "2", "--sample-count", "2"]
     assert main(["eval", "--data", *files, *window, "--windows", "2", *model]) == 2
     assert "--sort" in capsys.readouterr().err
-    assert main(["eval", "--data", *files, *window, "--windows", "2", "--time-column", "Date", "--sort", *model]) == 0
+    assert (
+        main(
+            [
+                "eval", "--data", *files, *window, "--windows", "2", "--time-column", "Date",
+                "--sort", *model,
+            ]
+        )
+        == 0
+    )
     assert "| forecaster |" in capsys.readouterr().out
     cal = tmp_path / "cal.json"
-    assert main(["calibrate", "--data", files[0], *window, "--windows", "12", "--sort", "--drop-nan",
-                 "--out", str(cal), *model]) == 0
+    assert (
+        main(
+            [
+                "calibrate", "--data", files[0], *window, "--windows", "12", "--sort", "--drop-nan",
+                "--out", str(cal), *model,
+            ]
+        )
+        == 0
+    )
     assert json.loads(cal.read_text())["horizon"] == 2
     capsys.readouterr()
-    assert main(["backtest", "--data", *files, *window, "--rebalance", "100", "--top", "1", "--sort",
-                 "--timestamp-column", "Date", *model]) == 0
+    assert (
+        main(
+            [
+                "backtest", "--data", *files, *window, "--rebalance", "100", "--top", "1", "--sort",
+                "--timestamp-column", "Date", *model,
+            ]
+        )
+        == 0
+    )
     assert "| model |" in capsys.readouterr().out

@@ -42,7 +42,9 @@ def test_a_constant_feature_is_left_out():
     window = np.zeros((2, 8, 6), dtype=np.float32)
     window[:, :, 3] = np.arange(8)
     got = tokenizer_fidelity(HalfGrid(), window)
-    assert got["volume"] == {"error_std": None, "move_std": None, "error_over_move": None, "windows": 0}
+    assert got["volume"] == {
+        "error_std": None, "move_std": None, "error_over_move": None, "windows": 0,
+    }
     assert got["close"]["windows"] == 2
 
 
@@ -54,7 +56,9 @@ def test_a_real_tokenizer_round_trip(tiny):
                         rng.uniform(1, 2, (3, 32))], axis=-1).astype(np.float32)  # (3, 32, 6)
     got = tokenizer_fidelity(tiny_tokenizer, windows)
     x = torch.from_numpy(windows)
-    norm = torch.clamp((x - x.mean(1, keepdim=True)) / (x.std(1, unbiased=False, keepdim=True) + 1e-5), -5, 5)
+    norm = torch.clamp(
+        (x - x.mean(1, keepdim=True)) / (x.std(1, unbiased=False, keepdim=True) + 1e-5), -5, 5
+    )
     with torch.no_grad():
         decoded = tiny_tokenizer.decode(*tiny_tokenizer.encode(norm))
     expected = (decoded[..., 3] - norm[..., 3]).abs().mean().item()

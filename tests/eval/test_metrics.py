@@ -15,7 +15,9 @@ def test_point_errors_by_hand():
     point = np.array([[1.0, 2.0], [3.0, 5.0]])
     truth = np.array([[2.0, 2.0], [1.0, 4.0]])
     assert m.abs_errors(point, truth).mean() == pytest.approx((1 + 0 + 2 + 1) / 4)
-    assert np.sqrt(m.squared_errors(point, truth).mean()) == pytest.approx(np.sqrt((1 + 0 + 4 + 1) / 4))
+    assert np.sqrt(m.squared_errors(point, truth).mean()) == pytest.approx(
+        np.sqrt((1 + 0 + 4 + 1) / 4)
+    )
     assert m.ape(point, truth).mean() == pytest.approx((50 + 0 + 200 + 25) / 4)
 
 
@@ -24,7 +26,9 @@ def test_mase_by_hand():
     assert m.mase_scale(history)[0] == pytest.approx(5 / 3)
     assert m.mase_scale(history, season=2)[0] == pytest.approx((1 + 1) / 2)
     point, truth = np.array([[4.0, 4.0]]), np.array([[5.0, 6.0]])  # errors 1, 2
-    assert m.scaled_errors(point, truth, m.mase_scale(history)).mean() == pytest.approx(1.5 / (5 / 3))
+    assert m.scaled_errors(point, truth, m.mase_scale(history)).mean() == pytest.approx(
+        1.5 / (5 / 3)
+    )
 
 
 def test_direction_hits_with_ties():
@@ -42,7 +46,9 @@ def test_crps_point_forecast_is_absolute_error():
 
 def test_crps_two_samples_by_hand():
     # X uniform on {0, 2}, y = 1: E|X - y| = 1, E|X - X'| = (0 + 2 + 2 + 0) / 4 = 1 -> CRPS 0.5
-    assert m.crps_elements(np.array([[[0.0], [2.0]]]), np.array([[1.0]]))[0, 0] == pytest.approx(0.5)
+    assert m.crps_elements(np.array([[[0.0], [2.0]]]), np.array([[1.0]]))[0, 0] == pytest.approx(
+        0.5
+    )
 
 
 @pytest.mark.parametrize("y", [0.0, 0.7, -2.0])
@@ -83,7 +89,8 @@ def test_pit_and_histogram():
 
 def test_brier_and_reliability_by_hand():
     last = np.array([1.0, 1.0, 1.0, 1.0])
-    samples = np.array([[[2.0], [0.0]], [[2.0], [2.0]], [[0.0], [0.0]], [[1.0], [2.0]]])  # (4, 2, 1)
+    # (4, 2, 1)
+    samples = np.array([[[2.0], [0.0]], [[2.0], [2.0]], [[0.0], [0.0]], [[1.0], [2.0]]])
     p = m.prob_up(samples, last)
     np.testing.assert_allclose(p, [0.5, 1.0, 0.0, 0.75])
     truth = np.array([[2.0], [0.5], [0.5], [3.0]])
@@ -116,6 +123,8 @@ def test_score_card_keeps_close_quantile_levels_apart():
     """Two levels that agree to six digits are two pinball entries (``f"{q:g}"`` merged them)."""
     rng = np.random.default_rng(1)
     samples, truth = rng.normal(size=(20, 16, 2)), rng.normal(size=(20, 2))
-    card = score(samples, samples.mean(axis=1), truth, np.zeros(20), rng.normal(size=(20, 10)).cumsum(axis=1),
-                 quantiles=(0.1234567, 0.1234568), coverage=(0.8,))
+    card = score(
+        samples, samples.mean(axis=1), truth, np.zeros(20),
+        rng.normal(size=(20, 10)).cumsum(axis=1), quantiles=(0.1234567, 0.1234568), coverage=(0.8,),
+    )
     assert set(card["pinball"]) == {"0.1234567", "0.1234568"}

@@ -69,8 +69,10 @@ def test_fan_chart_history_is_drawn_by_bar_index_with_times_as_labels(tmp_path, 
     label = ax.xaxis.get_major_formatter()
     assert label(32, 0) == stamps[32].strftime("%Y-%m-%d %H:%M")
     friday_last = int(np.flatnonzero(stamps.dayofweek == 4)[-1])
-    assert stamps[friday_last + 1] - stamps[friday_last] > pd.Timedelta(hours=1)  # a weekend between...
-    assert history.get_xdata()[friday_last + 1] - history.get_xdata()[friday_last] == 1  # ...takes one step
+    # a weekend between...
+    assert stamps[friday_last + 1] - stamps[friday_last] > pd.Timedelta(hours=1)
+    # ...takes one step
+    assert history.get_xdata()[friday_last + 1] - history.get_xdata()[friday_last] == 1
 
 
 def test_equity_plot_by_bar_index(tmp_path, saved_figures):

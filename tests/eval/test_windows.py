@@ -54,8 +54,10 @@ def test_paths_cache_reuses_only_the_same_windows_and_model(tmp_path):
 
     ts = pd.bdate_range("2024-01-01", periods=60)
     s = Series("X", np.tile(np.arange(1, 61, dtype=np.float32)[:, None], (1, 6)), ts, "x")
-    args = SimpleNamespace(lookback=10, horizon=3, windows=5, step=2, last_fraction=None, sample_count=4,
-                           seed=0, batch_size=8, paths_cache=tmp_path / "cache")
+    args = SimpleNamespace(
+        lookback=10, horizon=3, windows=5, step=2, last_fraction=None, sample_count=4, seed=0,
+        batch_size=8, paths_cache=tmp_path / "cache",
+    )
     p = _CountingPredictor("aa")
     first = walk_forward(args, p, [s])
     again = walk_forward(args, p, [s])

@@ -64,7 +64,9 @@ class LiveService:
         out = {}
         for namespace, name in predictor_replica_actors():
             actor = ray.get_actor(name, namespace=namespace)
-            out[name.rsplit("#", 1)[-1]] = int(ray.get(actor.get_num_ongoing_requests.remote(), timeout=60))
+            out[name.rsplit("#", 1)[-1]] = int(
+                ray.get(actor.get_num_ongoing_requests.remote(), timeout=60)
+            )
         return out
 
     def wait_idle(self, timeout: float = 300.0) -> None:
@@ -88,14 +90,18 @@ class LiveService:
         ids = list(self.replica_ongoing())
         before = {i: self.metric("kronos_batch_shards_total", {"replica": i}) for i in ids}
         bodies = []
-        # 64 symbols x lookback 128: four shards (min_shard_tokens keeps smaller requests whole, on one
-        # replica); the router places each on the replica with the fewest tokens in flight
+        # 64 symbols x lookback 128: four shards (min_shard_tokens keeps smaller requests whole, on
+        # one replica); the router places each on the replica with the fewest tokens in flight
         symbols = self.store.symbols()[:64]
         for _ in range(20):
-            r = self.client.post("/v1/forecast", json={"symbols": symbols, "lookback": 128, "horizon": 2, "seed": 0})
+            r = self.client.post(
+                "/v1/forecast", json={"symbols": symbols, "lookback": 128, "horizon": 2, "seed": 0}
+            )
             assert r.status_code == 200, r.text[:300]
             bodies.append(r.json())
-            if all(self.metric("kronos_batch_shards_total", {"replica": i}) > before[i] for i in ids):
+            if all(
+                self.metric("kronos_batch_shards_total", {"replica": i}) > before[i] for i in ids
+            ):
                 self.wait_idle()
                 return bodies
         raise AssertionError(f"replicas {ids} did not all answer 20 flush requests")
@@ -137,9 +143,12 @@ def init_ray(attempts: int = 3) -> None:
 
     for attempt in range(1, attempts + 1):
         try:
-            # 3 logical CPUs: the shared app's two replicas take one each; the third is for a small app a
-            # test deploys beside it (tests/integration/test_ledger_service_week.py). Threads are set per replica.
-            ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False, namespace="kronos-tests")
+            # 3 logical CPUs: the shared app's two replicas take one each; the third is for a small
+            # app a test deploys beside it (tests/integration/test_ledger_service_week.py). Threads
+            # are set per replica.
+            ray.init(
+                num_cpus=3, include_dashboard=False, log_to_driver=False, namespace="kronos-tests"
+            )
             return
         except Exception as exc:
             if "timed out during startup" not in str(exc) or attempt == attempts:
@@ -157,14 +166,16 @@ def live_service(tmp_path_factory):
 
     settings = Settings().model_copy(update=dict(
         num_replicas=2, replica_cpus=1, device="cpu", port=free_port(),
-        gateway_replicas=2,  # metrics summed over both gateways (prometheus_client multiprocess files)
+        # metrics summed over both gateways (prometheus_client multiprocess files)
+        gateway_replicas=2,
         metrics_dir=str(tmp_path_factory.mktemp("gateway-metrics")),
         ledger_dir=str(tmp_path_factory.mktemp("ledger")),  # not beside the shared sample store
         # the gateways' JSON log lines in files a test reads (tests/integration/test_request_id.py)
         log_format="json", log_dir=str(tmp_path_factory.mktemp("gateway-logs")),
         max_inflight_requests=4,  # per gateway; small, so that the overload test can reach it
         shard_retries=5,
-        # dispatch (shards_per_replica, shards_in_flight_per_replica, batching) stays at the defaults
+        # dispatch (shards_per_replica, shards_in_flight_per_replica, batching) stays at the
+        # defaults
     ))
     settings = settings.model_copy(update={"store_dir": settings.resolved_store_dir()})
     started_ray = not ray.is_initialized()

@@ -147,8 +147,12 @@ def main() -> int:
         "_system_config": {"health_check_period_ms": 1000, "health_check_failure_threshold": 3},
     })
     try:
-        nodes = [cluster.add_node(num_cpus=1, env_vars={"KRONOS_WEIGHTS_CACHE": str(work / f"cache-{i}")})
-                 for i in range(2)]
+        nodes = [
+            cluster.add_node(
+                num_cpus=1, env_vars={"KRONOS_WEIGHTS_CACHE": str(work / f"cache-{i}")}
+            )
+            for i in range(2)
+        ]
         cluster.connect(namespace="kronos")
         cluster.wait_for_nodes()
         model = work / "driver-model"
@@ -163,7 +167,10 @@ def main() -> int:
         settings = settings.model_copy(update={"store_dir": settings.resolved_store_dir()})
         app = build_app(settings)  # ships the weights; the replicas start below
         model.rename(work / "gone")  # no node can read the driver's folder any more
-        serve.start(proxy_location=cli.PROXY_LOCATION, http_options={"host": settings.host, "port": settings.port})
+        serve.start(
+            proxy_location=cli.PROXY_LOCATION,
+            http_options={"host": settings.host, "port": settings.port},
+        )
         serve.run(app, name=settings.app_name, route_prefix="/", blocking=False)
         url = f"http://{settings.host}:{settings.port}"
         client = httpx.Client(base_url=url, timeout=600)
@@ -172,7 +179,9 @@ def main() -> int:
         out["proxies"] = sorted(serve.status().proxies)  # node ids of the nodes running a proxy
         assert cluster.head_node is not None
         out["head_node"] = cluster.head_node.node_id
-        out["cached_on"] = sorted(p.name for p in work.glob("cache-*/*") if not p.name.startswith("."))
+        out["cached_on"] = sorted(
+            p.name for p in work.glob("cache-*/*") if not p.name.startswith(".")
+        )
         symbols = client.get("/v1/symbols", params={"limit": N_SYMBOLS}).json()["symbols"]
         bodies = []
 
@@ -180,8 +189,8 @@ def main() -> int:
         bodies.append(spread)
         out["spread_shards_by_replica"] = replica_shards(client)
 
-        # the replica of the node to be removed holds every shard it gets (the test-only fault hook):
-        # it has unanswered shards when the node goes, however fast the other one works
+        # the replica of the node to be removed holds every shard it gets (the test-only fault
+        # hook): it has unanswered shards when the node goes, however fast the other one works
         doomed = replica_on_node(nodes[1].node_id)
         ray.get(doomed.__ray_call__.remote(inject_fault, shard_delay_s=120), timeout=60)
 
@@ -200,9 +209,13 @@ def main() -> int:
         # shards in flight on both nodes: sent (the gateway's shard gauge), and a third of the
         # first request's time in, so that both replicas hold unanswered shards
         deadline = time.monotonic() + 60
-        while metric(client, "kronos_queue_depth", {"stage": "shards"}) < 1 and time.monotonic() < deadline:
+        while (
+            metric(client, "kronos_queue_depth", {"stage": "shards"}) < 1
+            and time.monotonic() < deadline
+        ):
             time.sleep(0.05)
-        time.sleep(max(1.0, 0.2 * out["spread_s"]))  # the doomed replica has been sent its first shards
+        # the doomed replica has been sent its first shards
+        time.sleep(max(1.0, 0.2 * out["spread_s"]))
         t_kill = time.monotonic()
         cluster.remove_node(nodes[1], allow_graceful=False)
         out["removed_at_s"] = round(t_kill - poller.t0, 2)
@@ -221,19 +234,25 @@ def main() -> int:
         t_join = time.monotonic()
         cluster.add_node(num_cpus=1, env_vars={"KRONOS_WEIGHTS_CACHE": str(work / "cache-new")})
         wait_replicas(client, 2, 300)
-        out["recovery_s"] = round(time.monotonic() - t_kill, 1)  # node lost -> 2 of 2 replicas again
+        # node lost -> 2 of 2 replicas again
+        out["recovery_s"] = round(time.monotonic() - t_kill, 1)
         out["rejoin_s"] = round(time.monotonic() - t_join, 1)  # new node added -> its replica ready
         time.sleep(1.0)
         poller.stop.set()
         poller.join()
         out["readyz"] = poller.samples
-        out["new_node_cached"] = [p.name for p in (work / "cache-new").glob("*") if not p.name.startswith(".")]
+        out["new_node_cached"] = [
+            p.name for p in (work / "cache-new").glob("*") if not p.name.startswith(".")
+        ]
 
         before = replica_shards(client)
         after, out["after_s"] = forecast(client, symbols)
         bodies.append(after)
-        out["after_shards_by_replica"] = {k: v - before.get(k, 0.0) for k, v in replica_shards(client).items()
-                                          if v > before.get(k, 0.0)}
+        out["after_shards_by_replica"] = {
+            k: v - before.get(k, 0.0)
+            for k, v in replica_shards(client).items()
+            if v > before.get(k, 0.0)
+        }
 
         ref = means(spread)
         out["answered"] = [len(b["forecasts"]) for b in bodies]

@@ -1,4 +1,5 @@
-"""``/docs`` through the real Serve proxy: the page and every asset it loads come from the service."""
+"""``/docs`` through the real Serve proxy: the page and every asset it loads come from the
+service."""
 
 from __future__ import annotations
 

@@ -19,19 +19,24 @@ pytestmark = pytest.mark.integration
 
 
 
-QUEUE_LENGTH_CACHE_S = 10.5  # Ray Serve's RAY_SERVE_QUEUE_LENGTH_CACHE_TIMEOUT_S default (10 s), and a margin
+# Ray Serve's RAY_SERVE_QUEUE_LENGTH_CACHE_TIMEOUT_S default (10 s), and a margin
+QUEUE_LENGTH_CACHE_S = 10.5
 
 def _actor(live_service, replica_id: str):
     import ray
 
-    namespace, name = next(a for a in live_service.replica_actors() if a[1].endswith("#" + replica_id))
+    namespace, name = next(
+        a for a in live_service.replica_actors() if a[1].endswith("#" + replica_id)
+    )
     return ray.get_actor(name, namespace=namespace)
 
 
 def _inject(live_service, replica_id: str, **faults) -> dict:
     import ray
 
-    return ray.get(_actor(live_service, replica_id).__ray_call__.remote(inject_fault, **faults), timeout=60)
+    return ray.get(
+        _actor(live_service, replica_id).__ray_call__.remote(inject_fault, **faults), timeout=60
+    )
 
 
 def test_slow_replica_its_shards_are_answered_by_the_other(live_service):
@@ -52,11 +57,13 @@ def test_slow_replica_its_shards_are_answered_by_the_other(live_service):
     time.sleep(QUEUE_LENGTH_CACHE_S)
     assert _inject(live_service, slow, shard_delay_s=3600)["shard_delay_s"] == 3600
     try:
-        sent = {"shard_timeouts": 0.0, "shard_retries": 0.0, "shards": 0.0}  # summed over the requests sent
+        # summed over the requests sent
+        sent = {"shard_timeouts": 0.0, "shard_retries": 0.0, "shards": 0.0}
         for _attempt in range(3):
-            r = live_service.client.post("/v1/forecast", json={"symbols": symbols, "lookback": 32, "horizon": 2,
-                                                               "seed": 3},
-                                         headers={"X-Kronos-Timeout-S": str(deadline_s)})
+            r = live_service.client.post(
+                "/v1/forecast", json={"symbols": symbols, "lookback": 32, "horizon": 2, "seed": 3},
+                headers={"X-Kronos-Timeout-S": str(deadline_s)},
+            )
             assert r.status_code == 200, r.text[:500]
             body = r.json()
             assert body["errors"] == [] and [f["symbol"] for f in body["forecasts"]] == symbols
@@ -67,18 +74,27 @@ def test_slow_replica_its_shards_are_answered_by_the_other(live_service):
                 break
             # Serve's router sent every shard to the fast replica (its picture of the slow one's
             # queue can lag a few seconds): no shard met the slow replica, so send the request again
-        assert timing["shard_timeouts"] >= 1, timing  # some shards went to the slow replica and waited
+        # some shards went to the slow replica and waited
+        assert timing["shard_timeouts"] >= 1, timing
         assert timing["shard_retries"] >= timing["shard_timeouts"]
-        assert live_service.metric("kronos_shard_timeouts_total") == timeouts0 + sent["shard_timeouts"]
+        assert (
+            live_service.metric("kronos_shard_timeouts_total") == timeouts0 + sent["shard_timeouts"]
+        )
         assert live_service.metric("kronos_shard_retries_total") == retries0 + sent["shard_retries"]
         # every shard was answered by the fast replica; the slow one ran no batch at all
         assert live_service.metric("kronos_batch_shards_total", {"replica": slow}) == slow_batches0
-        assert live_service.metric("kronos_batch_shards_total", {"replica": fast}) >= fast_batches0 + sent["shards"]
-        live_service.wait_idle(timeout=120)  # the slow replica's calls were cancelled, not left waiting
+        assert (
+            live_service.metric("kronos_batch_shards_total", {"replica": fast})
+            >= fast_batches0 + sent["shards"]
+        )
+        # the slow replica's calls were cancelled, not left waiting
+        live_service.wait_idle(timeout=120)
     finally:
         _inject(live_service, slow, shard_delay_s=0)
     live_service.settle()  # both replicas answer again (settle asks each of them)
-    assert live_service.metric("kronos_errors_total", {"code": "replica_unavailable"}) == unavailable0
+    assert (
+        live_service.metric("kronos_errors_total", {"code": "replica_unavailable"}) == unavailable0
+    )
 
 
 def test_replica_process_crash_is_replaced_while_requests_are_answered(live_service):
@@ -103,7 +119,9 @@ def test_replica_process_crash_is_replaced_while_requests_are_answered(live_serv
             while not stop.is_set():
                 t = time.monotonic()
                 r = c.post("/v1/forecast", json=req)
-                answers.append((t, r.status_code, r.json() if r.status_code == 200 else {"text": r.text[:300]}))
+                answers.append(
+                    (t, r.status_code, r.json() if r.status_code == 200 else {"text": r.text[:300]})
+                )
 
     worker = threading.Thread(target=stream, daemon=True)
     worker.start()
@@ -129,7 +147,9 @@ def test_replica_process_crash_is_replaced_while_requests_are_answered(live_serv
                 return False
             r = live_service.client.get("/readyz", timeout=30)
             seen_ready.append(r.json().get("replicas_ready", -1))
-            return victim not in ids and len(ids) == 2 and r.status_code == 200 and seen_ready[-1] == 2
+            return (
+                victim not in ids and len(ids) == 2 and r.status_code == 200 and seen_ready[-1] == 2
+            )
 
         _wait(replaced, 300, "Serve to replace the crashed replica")
         t_back = time.monotonic()
@@ -142,11 +162,19 @@ def test_replica_process_crash_is_replaced_while_requests_are_answered(live_serv
     assert min(seen_ready) < 2, f"/readyz never saw the crashed replica missing: {seen_ready}"
     during = [a for a in answers if t_crash <= a[0] < t_back]
     assert during, "no request was sent while the replica was down"
-    bad = [(s, b) for _, s, b in answers if s != 200 or b["errors"] or [f["symbol"] for f in b["forecasts"]] != symbols]
+    bad = [
+        (s, b)
+        for _, s, b in answers
+        if s != 200 or b["errors"] or [f["symbol"] for f in b["forecasts"]] != symbols
+    ]
     assert not bad, bad[:2]
     live_service.wait_idle(timeout=120)
-    assert live_service.metric("kronos_series_forecast_total") == series0 + len(symbols) * len(answers)
-    assert live_service.metric("kronos_errors_total", {"code": "replica_unavailable"}) == unavailable0
+    assert live_service.metric("kronos_series_forecast_total") == series0 + len(symbols) * len(
+        answers
+    )
+    assert (
+        live_service.metric("kronos_errors_total", {"code": "replica_unavailable"}) == unavailable0
+    )
     assert live_service.metric("kronos_replicas_ready") == 2
     live_service.settle()  # the new replica answers a request of its own too
 

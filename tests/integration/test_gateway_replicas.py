@@ -26,8 +26,11 @@ def _value(text: str, name: str, labels: dict) -> float:
                if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))
 
 
-def _totals_from_each_gateway(svc, gateways: int = 2, timeout: float = 60) -> dict[str, dict[str, float]]:
-    """The counters as each gateway replica answers them on /metrics (scraped until all answered)."""
+def _totals_from_each_gateway(
+    svc, gateways: int = 2, timeout: float = 60
+) -> dict[str, dict[str, float]]:
+    """The counters as each gateway replica answers them on /metrics (scraped until all
+    answered)."""
     seen: dict[str, dict[str, float]] = {}
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -58,8 +61,13 @@ def test_metric_totals_over_two_gateways_equal_the_requests_sent(live_service):
     svc.settle()  # idle; every replica's batch reports are in
     before = next(iter(_totals_from_each_gateway(svc).values()))
     symbols = svc.store.symbols()
-    reqs = [{"symbols": symbols[60 + 3 * i: 63 + 3 * i] + [f"NOPE{i}"], "lookback": 32, "horizon": 2 + i % 3,
-             "sample_count": 1 + i % 2, "seed": i} for i in range(12)]
+    reqs = [
+        {
+            "symbols": symbols[60 + 3 * i : 63 + 3 * i] + [f"NOPE{i}"], "lookback": 32,
+            "horizon": 2 + i % 3, "sample_count": 1 + i % 2, "seed": i,
+        }
+        for i in range(12)
+    ]
 
     def post(req):
         with httpx.Client(base_url=svc.url, timeout=300) as c:
@@ -67,11 +75,16 @@ def test_metric_totals_over_two_gateways_equal_the_requests_sent(live_service):
 
     with ThreadPoolExecutor(3) as pool:  # concurrent: Serve's proxy spreads them over both gateways
         responses = list(pool.map(post, reqs))
-    assert all(r.status_code == 200 for r in responses), [r.text[:200] for r in responses if r.status_code != 200]
+    assert all(r.status_code == 200 for r in responses), [
+        r.text[:200] for r in responses if r.status_code != 200
+    ]
     answered_by = {r.headers["X-Kronos-Gateway"] for r in responses}
-    assert len(answered_by) == 2, f"all {len(reqs)} requests went to {answered_by}: not a two-gateway check"
+    assert len(answered_by) == 2, (
+        f"all {len(reqs)} requests went to {answered_by}: not a two-gateway check"
+    )
     answered = list(zip(reqs, [r.json() for r in responses]))
-    flush = svc.settle()  # batch reports travel with a replica's next answer; these requests count too
+    # batch reports travel with a replica's next answer; these requests count too
+    flush = svc.settle()
     answered += [({"sample_count": 1}, body) for body in flush]
 
     after = _totals_from_each_gateway(svc)
@@ -110,7 +123,11 @@ def test_a_killed_gateway_loses_no_counts(live_service):
     for gw, totals in after.items():
         for metric in ("kronos_request_duration_seconds_count", "kronos_series_forecast_total",
                        "kronos_tokens_generated_total"):
-            assert totals[metric] == before[metric], f"{gw}: {metric} {totals[metric]} != {before[metric]}"
-    r = svc.client.post("/v1/forecast", json={"symbols": svc.store.symbols()[:4], "lookback": 32, "horizon": 2})
+            assert totals[metric] == before[metric], (
+                f"{gw}: {metric} {totals[metric]} != {before[metric]}"
+            )
+    r = svc.client.post(
+        "/v1/forecast", json={"symbols": svc.store.symbols()[:4], "lookback": 32, "horizon": 2}
+    )
     assert r.status_code == 200 and len(r.json()["forecasts"]) == 4
     assert svc.metric("kronos_series_forecast_total") == before["kronos_series_forecast_total"] + 4

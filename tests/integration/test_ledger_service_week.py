@@ -46,8 +46,10 @@ def aci_calibration(path: Path, model: dict):
 
     feats = ("open", "high", "low", "close")
     state = aci.initial_state(np.zeros((30, 1, HORIZON, len(feats))), (0.8,), gamma=0.05)
-    Calibration("aci", {"name": model["name"], "sha256": model["sha256"]}, (0.8,), feats, state.correction(), {},
-                state).save(path)
+    Calibration(
+        "aci", {"name": model["name"], "sha256": model["sha256"]}, (0.8,), feats,
+        state.correction(), {}, state,
+    ).save(path)
     return Calibration.load(path)
 
 
@@ -73,7 +75,9 @@ def metric(client: httpx.Client, name: str, labels: dict) -> float | None:
     return None
 
 
-def direct_scores(rows: pd.DataFrame, frames: dict[str, pd.DataFrame], known_until: pd.Timestamp) -> pd.DataFrame:
+def direct_scores(
+    rows: pd.DataFrame, frames: dict[str, pd.DataFrame], known_until: pd.Timestamp
+) -> pd.DataFrame:
     """The ledger's forecast rows whose truth is known (a real candle at exactly the step's
     time, no later than ``known_until``), with their scores from kronos_core.eval.metrics."""
     from kronos_core.eval import metrics as em
@@ -88,8 +92,13 @@ def direct_scores(rows: pd.DataFrame, frames: dict[str, pd.DataFrame], known_unt
         mean = np.array([[r["mean_close"]]])
         lo, mid, hi = (np.array([[r[f"close_q{q}"]]]) for q in ("0.1", "0.5", "0.9"))
         pins = [em.pinball_elements(v, y, lv)[0, 0] for lv, v in ((0.1, lo), (0.5, mid), (0.9, hi))]
-        out.append({**r.to_dict(), "truth_close": float(y[0, 0]), "covered": float(em.covered(lo, hi, y)[0, 0]),
-                    "crps": 2 * float(np.mean(pins)), "abs_error": float(em.abs_errors(mean, y)[0, 0])})
+        out.append(
+            {
+                **r.to_dict(), "truth_close": float(y[0, 0]),
+                "covered": float(em.covered(lo, hi, y)[0, 0]), "crps": 2 * float(np.mean(pins)),
+                "abs_error": float(em.abs_errors(mean, y)[0, 0]),
+            }
+        )
     return pd.DataFrame(out)
 
 
@@ -109,17 +118,21 @@ def week_service(live_service, tmp_path_factory):
     model = live_service.client.get("/v1/models").json()["models"][0]
     cal_path = root / "aci.json"
     aci_calibration(cal_path, model)
-    settings = live_service.settings.model_copy(update=dict(
-        app_name=APP, store_dir=str(root / "store"), ledger_dir=str(root / "ledger"), score_interval_s=1.0,
-        calibration=str(cal_path), num_replicas=1, replica_cpus=1, gateway_replicas=1,
-        metrics_dir=str(root / "metrics"),
-    ))
+    settings = live_service.settings.model_copy(
+        update=dict(
+            app_name=APP, store_dir=str(root / "store"), ledger_dir=str(root / "ledger"),
+            score_interval_s=1.0, calibration=str(cal_path), num_replicas=1, replica_cpus=1,
+            gateway_replicas=1, metrics_dir=str(root / "metrics"),
+        )
+    )
     serve.run(build_app(settings), name=APP, route_prefix=f"/{APP}", blocking=False)
     client = httpx.Client(base_url=f"{live_service.url}/{APP}", timeout=300)
     try:
         wait_for(lambda: client.get("/readyz").status_code == 200, 300, "the week service ready")
-        yield {"client": client, "store": store, "frames": frames, "root": root, "settings": settings,
-               "cal_path": cal_path}
+        yield {
+            "client": client, "store": store, "frames": frames, "root": root, "settings": settings,
+            "cal_path": cal_path,
+        }
     finally:
         client.close()
         serve.delete(APP)
@@ -152,25 +165,42 @@ def test_a_trading_week_is_recorded_scored_and_adapts(week_service):
             for sym, df in frames.items():
                 store.write(sym, df[df["timestamps"] == day], frequency="1d")
             known = day
-        n_rows = len(answers) * len(SYMBOLS) * HORIZON  # recorded off the request path: wait for the writer
-        rows = wait_for(lambda n=n_rows: t if len(t := ledger.read().to_pandas()) == n else None, 30, "rows recorded")
+        # recorded off the request path: wait for the writer
+        n_rows = len(answers) * len(SYMBOLS) * HORIZON
+        rows = wait_for(
+            lambda n=n_rows: t if len(t := ledger.read().to_pandas()) == n else None, 30,
+            "rows recorded",
+        )
         want = direct_scores(rows, frames, known)
         assert len(want) > 0 and "close_q0.1" in rows.columns
-        body = wait_for(lambda n=len(want): (b := client.get("/v1/accuracy").json())["all_time"]["scored"] == n and b,
-                        60, f"day {d}: {len(want)} steps scored")
+        body = wait_for(
+            lambda n=len(want): (
+                (b := client.get("/v1/accuracy").json())["all_time"]["scored"] == n and b
+            ),
+            60, f"day {d}: {len(want)} steps scored",
+        )
         version = wait_for(lambda d=d: state_version() if state_version() >= d + 1 else 0, 30,
                            f"day {d}: the ACI state updated") if len(want) else 0
         # /v1/accuracy against the direct computation on the same forecasts and truths
         assert body["all_time"]["coverage"]["0.8"] == pytest.approx(want["covered"].mean())
         assert body["all_time"]["crps"] == pytest.approx(want["crps"].mean())
         assert body["all_time"]["mae"] == pytest.approx(want["abs_error"].mean())
-        assert body["rolling"]["scored"] == min(len(want), week_service["settings"].score_window_steps)
+        assert body["rolling"]["scored"] == min(
+            len(want), week_service["settings"].score_window_steps
+        )
         model = answers[0]["model"]["name"]
-        wait_for(lambda n=len(want), m=model: metric(client, "kronos_forecasts_scored_total", {"model": m}) == n, 30,
-                 "the gauges set by the pass")  # the pass sets them last
-        assert metric(client, "kronos_forecast_coverage", {"model": model, "level": "0.8"}) == pytest.approx(
-            want["covered"].mean())
-        assert metric(client, "kronos_forecast_crps", {"model": model}) == pytest.approx(want["crps"].mean())
+        wait_for(
+            lambda n=len(want), m=model: (
+                metric(client, "kronos_forecasts_scored_total", {"model": m}) == n
+            ),
+            30, "the gauges set by the pass",
+        )  # the pass sets them last
+        assert metric(
+            client, "kronos_forecast_coverage", {"model": model, "level": "0.8"}
+        ) == pytest.approx(want["covered"].mean())
+        assert metric(client, "kronos_forecast_crps", {"model": model}) == pytest.approx(
+            want["crps"].mean()
+        )
         # the day's forecast, made as_of the day, corrected by the state the scorer just left
         r = client.post("/v1/forecast", json={**ask, "as_of": day.isoformat(), "seed": d})
         assert r.status_code == 200, r.text[:500]
@@ -179,53 +209,84 @@ def test_a_trading_week_is_recorded_scored_and_adapts(week_service):
         assert ans["calibrated"] is True
         assert ans["calibration_state"]["method"] == "aci"
         assert ans["calibration_state"]["version"] == version == state_version()
-        assert [f["last_timestamp"][:10] for f in ans["forecasts"]] == [day.strftime("%Y-%m-%d")] * 2
+        assert [f["last_timestamp"][:10] for f in ans["forecasts"]] == [
+            day.strftime("%Y-%m-%d")
+        ] * 2
 
     # every answer is in the ledger, as answered, with the calibration state it used
     n_rows = len(answers) * len(SYMBOLS) * HORIZON
-    rows = wait_for(lambda: t if len(t := ledger.read().to_pandas()) == n_rows else None, 30, "rows recorded")
+    rows = wait_for(
+        lambda: t if len(t := ledger.read().to_pandas()) == n_rows else None, 30, "rows recorded"
+    )
     assert len(rows) == len(answers) * len(SYMBOLS) * HORIZON
     for ans in answers:
         mine = rows[rows["request_id"] == ans["request_id"]]
         assert len(mine) == len(SYMBOLS) * HORIZON
         st = ans["calibration_state"]
-        assert set(mine["calibration_version"]) == {st["version"]} and set(mine["calibration_hash"]) == {st["hash"]}
+        assert set(mine["calibration_version"]) == {st["version"]} and set(
+            mine["calibration_hash"]
+        ) == {st["hash"]}
         for f in ans["forecasts"]:
             got = mine[mine["symbol"] == f["symbol"]].sort_values("horizon_step")
             np.testing.assert_allclose(got["mean_close"], f["mean"]["close"], rtol=1e-6)
             np.testing.assert_allclose(got["close_q0.9"], f["quantiles"]["0.9"]["close"], rtol=1e-6)
-    (root / "example.json").write_text(json.dumps({  # what docs/service.md's worked example shows
-        "request": {**ask, "as_of": day.isoformat(), "seed": d}, "answer": answers[-1],
-        "accuracy": client.get("/v1/accuracy").json(),
-        "accuracy_step1": client.get("/v1/accuracy", params={"symbol": "GOOG", "horizon_step": 1}).json()}, indent=1))
+    (root / "example.json").write_text(
+        json.dumps(
+            {  # what docs/service.md's worked example shows
+                "request": {**ask, "as_of": day.isoformat(), "seed": d}, "answer": answers[-1],
+                "accuracy": client.get("/v1/accuracy").json(),
+                "accuracy_step1": client.get(
+                    "/v1/accuracy", params={"symbol": "GOOG", "horizon_step": 1}
+                ).json(),
+            },
+            indent=1,
+        )
+    )
     versions = [a["calibration_state"]["version"] for a in answers]
     assert versions == sorted(versions) and versions[-1] >= 4  # the correction followed the week
 
     # the persisted scores equal the direct ones, each step once
     scores = ledger.read_scores().to_pandas()
     want = direct_scores(rows, frames, known)
-    assert len(scores) == len(want) == len(scores.drop_duplicates(["request_id", "symbol", "horizon_step"]))
-    merged = scores.merge(want, on=["request_id", "symbol", "horizon_step"], suffixes=("", "_direct"))
+    assert (
+        len(scores)
+        == len(want)
+        == len(scores.drop_duplicates(["request_id", "symbol", "horizon_step"]))
+    )
+    merged = scores.merge(
+        want, on=["request_id", "symbol", "horizon_step"], suffixes=("", "_direct")
+    )
     np.testing.assert_allclose(merged["crps"], merged["crps_direct"], rtol=1e-9)
     np.testing.assert_allclose(merged["covered_0.8"], merged["covered"], rtol=0)
 
     # the ACI state the service persisted equals an offline walk over the same scored steps
     replay = root / "replay" / "aci.state.json"
-    shutil.copytree(state_file.with_name(state_file.name + ".d"), replay.with_name(replay.name + ".d"))
+    shutil.copytree(
+        state_file.with_name(state_file.name + ".d"), replay.with_name(replay.name + ".d")
+    )
     import pyarrow as pa
 
-    table = pa.Table.from_pandas(want.drop(columns=["covered", "crps", "abs_error"]), preserve_index=False)
+    table = pa.Table.from_pandas(
+        want.drop(columns=["covered", "crps", "abs_error"]), preserve_index=False
+    )
     offline = OnlineCalibration(Calibration.load(week_service["cal_path"]), replay)
     offline.update(table)
     served = json.loads(state_file.read_text())["aci_state"]
-    np.testing.assert_allclose(offline.calibration.state.alpha, np.asarray(served["alpha"]), atol=1e-12)
-    np.testing.assert_allclose(offline.calibration.state.scores, np.asarray(served["scores"]), atol=1e-9)
+    np.testing.assert_allclose(
+        offline.calibration.state.alpha, np.asarray(served["alpha"]), atol=1e-12
+    )
+    np.testing.assert_allclose(
+        offline.calibration.state.scores, np.asarray(served["scores"]), atol=1e-9
+    )
 
 
 def test_a_corrupt_ledger_file_is_never_a_500(week_service):
     client, root = week_service["client"], week_service["root"]
     before = client.get("/v1/accuracy").json()["all_time"]["scored"]
-    for part in sorted((root / "ledger").glob("date=*"))[:1] + sorted((root / "ledger" / "scores").glob("date=*"))[:1]:
+    for part in (
+        sorted((root / "ledger").glob("date=*"))[:1]
+        + sorted((root / "ledger" / "scores").glob("date=*"))[:1]
+    ):
         (part / "zz-corrupt-0.parquet").write_bytes(b"PAR1 this is not a parquet file")
     r = client.get("/v1/accuracy")
     assert r.status_code == 200, r.text[:300]

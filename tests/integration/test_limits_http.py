@@ -46,7 +46,8 @@ def test_deadline_gives_504_and_cancels_pending_shards(live_service):
     live_service.wait_ready(2, timeout=120)
     symbols = live_service.store.symbols()[:1000]
     # ~10 s of work on 2 cores; lookback + horizon fit the bundled model's 256-candle context, so
-    # the shards still running after the 504 (they finish; only pending ones are cancelled) are short
+    # the shards still running after the 504 (they finish; only pending ones are cancelled) are
+    # short
     req = {"symbols": symbols, "lookback": 240, "horizon": 16}
     t0 = time.monotonic()
     r = live_service.client.post("/v1/forecast", json=req, headers={"X-Kronos-Timeout-S": "1"})
@@ -60,7 +61,11 @@ def test_deadline_gives_504_and_cancels_pending_shards(live_service):
     assert live_service.metric("kronos_errors_total", {"code": "deadline_exceeded"}) >= 1
     schema = live_service.client.get("/openapi.json").json()
     assert "504" in schema["paths"]["/v1/forecast"]["post"]["responses"]
-    r = live_service.client.post("/v1/forecast", json={"symbols": symbols[:3], "lookback": 32, "horizon": 2})
+    r = live_service.client.post(
+        "/v1/forecast", json={"symbols": symbols[:3], "lookback": 32, "horizon": 2}
+    )
     assert r.status_code == 200 and len(r.json()["forecasts"]) == 3
     with pytest.raises(httpx.HTTPStatusError):  # a deadline must be positive
-        live_service.client.post("/v1/forecast", json=req, headers={"X-Kronos-Timeout-S": "0"}).raise_for_status()
+        live_service.client.post(
+            "/v1/forecast", json=req, headers={"X-Kronos-Timeout-S": "0"}
+        ).raise_for_status()

@@ -23,7 +23,8 @@ def _ok_forecasts(metrics: str) -> float:
         s.value
         for fam in text_string_to_metric_families(metrics)
         for s in fam.samples
-        if s.name == "kronos_request_duration_seconds_count" and s.labels.get("route") == "/v1/forecast"
+        if s.name == "kronos_request_duration_seconds_count"
+        and s.labels.get("route") == "/v1/forecast"
         and s.labels.get("status") == "200"
     )
 
@@ -34,8 +35,11 @@ def test_locust_headless_run_against_the_service(live_service, tmp_path):
     min_ok = 3
     # bounded by request count, not wall time: a slow machine makes the run longer, not red
     proc = subprocess.run(
-        [sys.executable, "-m", "kronos_core.cli", "loadtest", "--host", live_service.url, "--users", "3",
-         "--spawn-rate", "3", "--requests", str(min_ok), "--out", str(tmp_path), "--min-ok", str(min_ok)],
+        [
+            sys.executable, "-m", "kronos_core.cli", "loadtest", "--host", live_service.url,
+            "--users", "3", "--spawn-rate", "3", "--requests", str(min_ok), "--out", str(tmp_path),
+            "--min-ok", str(min_ok),
+        ],
         cwd=REPO, capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]

@@ -27,13 +27,16 @@ ROOT = Path(__file__).resolve().parents[2]
 def figures() -> dict:
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # never the session's Ray
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    proc = subprocess.run([sys.executable, str(SCENARIO)], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=600)
+    proc = subprocess.run(
+        [sys.executable, str(SCENARIO)], cwd=ROOT, env=env, capture_output=True, text=True,
+        timeout=600,
+    )
     lines = proc.stdout.strip().splitlines()
     assert lines, f"no output (rc {proc.returncode}): {proc.stderr[-3000:]}"
     out = json.loads(lines[-1])
     assert proc.returncode == 0 and out["ok"], f"scenario failed: {out}\n{proc.stderr[-3000:]}"
-    print("multinode figures:", json.dumps({k: v for k, v in out.items() if k != "readyz"}))  # pytest -s shows them
+    # pytest -s shows them
+    print("multinode figures:", json.dumps({k: v for k, v in out.items() if k != "readyz"}))
     return out
 
 
@@ -59,17 +62,20 @@ def test_node_loss_mid_request_loses_nothing(figures):
     # spread, fault (node removed mid-request), single (one node left), after (node replaced)
     assert figures["answered"] == [1000, 1000, 1000, 1000] and figures["errors"] == [0, 0, 0, 0]
     assert figures["fault_retries"] > 0  # the lost node's shards went to the other replica
-    assert figures["identical"] == [True, True, True, True]  # seeded: equal to the single-node answer
+    # seeded: equal to the single-node answer
+    assert figures["identical"] == [True, True, True, True]
     assert figures["fault_s"] < 120
 
 
 def test_readyz_reflects_the_loss_and_the_recovery(figures):
     samples = figures["readyz"]
-    assert all(status == 200 for _t, status, _n in samples), samples  # one replica left: still ready
+    # one replica left: still ready
+    assert all(status == 200 for _t, status, _n in samples), samples
     after_loss = [n for t, _s, n in samples if t > figures["removed_at_s"]]
     assert 1 in after_loss and after_loss[-1] == 2
     seen = after_loss[after_loss.index(1):]
-    assert seen == sorted(seen)  # 2 -> 1 (Serve saw the loss) -> 2 (the new node's replica), in that order
+    # 2 -> 1 (Serve saw the loss) -> 2 (the new node's replica), in that order
+    assert seen == sorted(seen)
     assert figures["recovery_s"] < 240
 
 

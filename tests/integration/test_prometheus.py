@@ -30,7 +30,9 @@ def _binary(name: str) -> str:
     path = shutil.which(name)
     if path:
         return path
-    msg = f"`{name}` not found: apt-get install -y prometheus (scripts/ci-services.sh does it in CI)"
+    msg = (
+        f"`{name}` not found: apt-get install -y prometheus (scripts/ci-services.sh does it in CI)"
+    )
     if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
         pytest.fail(msg)
     pytest.skip(msg)
@@ -105,7 +107,8 @@ def _tokens(req: dict, body: dict) -> int:
 
 
 def _p99_from_buckets(buckets: dict[float, float]) -> float:
-    """histogram_quantile(0.99) done by hand: linear inside the bucket holding the 99th percentile."""
+    """histogram_quantile(0.99) done by hand: linear inside the bucket holding the 99th
+    percentile."""
     bounds = sorted(buckets)
     rank = 0.99 * buckets[math.inf]
     prev_bound, prev_count = 0.0, 0.0
@@ -123,7 +126,8 @@ def test_prometheus_scrapes_service_metrics(live_service, prometheus):
     live_service.settle()  # nothing in flight, every replica's batch reports delivered
     before = live_service.metric("kronos_series_forecast_total")
     tokens_before = live_service.metric("kronos_tokens_generated_total")
-    _wait_scraped(prometheus, "sum(kronos_series_forecast_total)", before)  # Prometheus saw the baseline
+    # Prometheus saw the baseline
+    _wait_scraped(prometheus, "sum(kronos_series_forecast_total)", before)
     store_symbols = live_service.store.symbols()
     answered = []
     for i in range(3):
@@ -138,7 +142,8 @@ def test_prometheus_scrapes_service_metrics(live_service, prometheus):
     series = live_service.metric("kronos_series_forecast_total")
     unknown = live_service.metric("kronos_errors_total", {"code": "unknown_symbol"})
     ok_requests = live_service.metric(
-        "kronos_request_duration_seconds_count", {"route": "/v1/forecast", "method": "POST", "status": "200"}
+        "kronos_request_duration_seconds_count",
+        {"route": "/v1/forecast", "method": "POST", "status": "200"},
     )
     tokens = live_service.metric("kronos_tokens_generated_total")
     assert series == before + sum(len(body["forecasts"]) for _, body in answered)
@@ -150,13 +155,19 @@ def test_prometheus_scrapes_service_metrics(live_service, prometheus):
     _wait_scraped(prometheus, "sum(kronos_tokens_generated_total)", tokens)
     assert _scalar(prometheus, 'up{job="kronos"}') == 1.0
     assert _scalar(prometheus, 'sum(kronos_errors_total{code="unknown_symbol"})') == unknown
-    assert _scalar(
-        prometheus, 'sum(kronos_request_duration_seconds_count{route="/v1/forecast",method="POST",status="200"})'
-    ) == ok_requests
+    assert (
+        _scalar(
+            prometheus,
+            'sum(kronos_request_duration_seconds_count{route="/v1/forecast",method="POST",status="200"})',
+        )
+        == ok_requests
+    )
     per_replica = _query(prometheus, "kronos_tokens_generated_total")
     assert len(per_replica) >= 2 and all(s["metric"]["replica"] for s in per_replica)
     mem = _query(prometheus, 'kronos_device_memory_bytes{kind="peak"}')
-    assert len({s["metric"]["replica"] for s in mem}) >= 2 and all(float(s["value"][1]) > 0 for s in mem)
+    assert len({s["metric"]["replica"] for s in mem}) >= 2 and all(
+        float(s["value"][1]) > 0 for s in mem
+    )
     assert _scalar(prometheus, "sum(kronos_batch_size_count)") >= 3
     assert _scalar(prometheus, 'kronos_queue_depth{stage="requests"}') == 0
 
@@ -167,12 +178,17 @@ def test_prometheus_scrapes_service_metrics(live_service, prometheus):
     buckets = {}
     for s in _query(prometheus, f"sum by (le) (kronos_request_duration_seconds_bucket{sel})"):
         buckets[float(s["metric"]["le"])] = float(s["value"][1])
-    p99 = _scalar(prometheus, f"histogram_quantile(0.99, sum by (le) (kronos_request_duration_seconds_bucket{sel}))")
+    p99 = _scalar(
+        prometheus,
+        f"histogram_quantile(0.99, sum by (le) (kronos_request_duration_seconds_bucket{sel}))",
+    )
     assert p99 is not None and math.isfinite(p99) and p99 > 0
     assert p99 == pytest.approx(_p99_from_buckets(buckets), rel=1e-9)
     # the shipped alert rules loaded and evaluate
     rules = prometheus.get("/api/v1/rules").json()["data"]["groups"]
-    assert rules and {r["name"] for g in rules for r in g["rules"]} >= {"KronosServiceDown", "KronosHighErrorRate"}
+    assert rules and {r["name"] for g in rules for r in g["rules"]} >= {
+        "KronosServiceDown", "KronosHighErrorRate",
+    }
     assert all(r["health"] in ("ok", "unknown") for g in rules for r in g["rules"]), rules
 
 
@@ -180,7 +196,13 @@ def test_deploy_prometheus_config_is_valid():
     promtool = shutil.which("promtool")
     if not promtool:
         _binary("promtool")
-    r = subprocess.run([promtool, "check", "config", str(DEPLOY / "prometheus.yml")], capture_output=True, text=True)
+    r = subprocess.run(
+        [promtool, "check", "config", str(DEPLOY / "prometheus.yml")], capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
-    r = subprocess.run([promtool, "check", "rules", str(DEPLOY / "prometheus-rules.yml")], capture_output=True, text=True)
+    r = subprocess.run(
+        [promtool, "check", "rules", str(DEPLOY / "prometheus-rules.yml")], capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stdout + r.stderr

@@ -45,8 +45,9 @@ def _wait_for(check, what: str, timeout: float = 120.0):
 def test_one_id_in_header_body_ledger_row_and_json_log_line(live_service, own_id):
     symbols = live_service.store.symbols()[:3]
     headers = {"X-Request-Id": f"it-{uuid.uuid4()}"} if own_id else {}
-    r = live_service.client.post("/v1/forecast", json={"symbols": symbols, "lookback": 32, "horizon": 2},
-                                 headers=headers)
+    r = live_service.client.post(
+        "/v1/forecast", json={"symbols": symbols, "lookback": 32, "horizon": 2}, headers=headers
+    )
     assert r.status_code == 200, r.text[:300]
     rid = r.headers["X-Request-Id"]
     if own_id:
@@ -55,5 +56,7 @@ def test_one_id_in_header_body_ledger_row_and_json_log_line(live_service, own_id
     settings = live_service.settings
     _wait_for(lambda: rid in _ledger_ids(settings.ledger_dir), f"ledger rows of {rid}")
     (line,) = _wait_for(lambda: _access_lines(settings.log_dir, rid), f"the access line of {rid}")
-    assert (line["method"], line["route"], line["status"], line["symbols"]) == ("POST", "/v1/forecast", 200, 3)
+    assert (line["method"], line["route"], line["status"], line["symbols"]) == (
+        "POST", "/v1/forecast", 200, 3,
+    )
     assert line["duration_ms"] > 0 and line["timing"]["series"] == 3.0 and line["level"] == "info"

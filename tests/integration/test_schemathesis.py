@@ -7,9 +7,9 @@ JSON Schema cannot state four rules the gateway enforces on inline series: times
 strictly increasing, within 1677-2262 (datetime64[ns]), values within float32, and, in a row
 without an amount, volume × mean price within float32 too (the amount the gateway derives). A series
 breaking them is an ``invalid_series`` entry in ``errors``, also when no series is usable (a
-200 with no forecasts; tests/integration/test_hostile_http.py covers those). Positive examples here are made
-to follow the rules (``_follow_runtime_rules``), as the Schemathesis docs advise for rules a
-schema cannot express; everything else is generated as is.
+200 with no forecasts; tests/integration/test_hostile_http.py covers those). Positive examples here
+are made to follow the rules (``_follow_runtime_rules``), as the Schemathesis docs advise for rules
+a schema cannot express; everything else is generated as is.
 """
 
 from __future__ import annotations
@@ -60,8 +60,10 @@ def _follow_runtime_rules(body):
             if isinstance(row, list) and row and _is_datetime(row[0]):
                 row[0] = (start + timedelta(hours=i)).isoformat() + "Z"  # RFC 3339: with an offset
                 # |v| <= 1e15: within float32, and so is a derived amount (volume x price <= 1e30)
-                row[1:] = [max(-1e15, min(1e15, v)) if isinstance(v, float) and math.isfinite(v) else v
-                           for v in row[1:]]
+                row[1:] = [
+                    max(-1e15, min(1e15, v)) if isinstance(v, float) and math.isfinite(v) else v
+                    for v in row[1:]
+                ]
     return body
 
 
@@ -79,7 +81,8 @@ def test_schemathesis_all_checks(live_service, api_schema, mode):
     from hypothesis.errors import Unsatisfiable
     from schemathesis import GenerationMode
 
-    # a bounded deadline per request: a generated 1,000-series, 100-sample forecast may not hog the replicas
+    # a bounded deadline per request: a generated 1,000-series, 100-sample forecast may not hog the
+    # replicas
     headers = {"X-Kronos-Timeout-S": "120"}
     failures: list[str] = []
     ran = 0
@@ -110,7 +113,8 @@ def test_schemathesis_all_checks(live_service, api_schema, mode):
 
         try:
             run()
-        except Unsatisfiable:  # no negative example exists (an operation without parameters or body)
+        # no negative example exists (an operation without parameters or body)
+        except Unsatisfiable:
             assert mode == "negative", op.label
     assert ran >= 2 * EXAMPLES[mode], ran
     assert not failures, "\n\n".join(failures[:10])
@@ -134,13 +138,18 @@ def test_schemathesis_cli_coverage_phase_all_checks(live_service, tmp_path):
     config = tmp_path / "schemathesis.toml"
     config.write_text("[generation]\nallow-extra-parameters = false\n")
     run = subprocess.run(
-        [st, "--config-file", str(config), "run", f"{live_service.url}/openapi.json", "--checks", "all",
-         "--phases", "coverage", "--generation-deterministic", "--request-timeout", "150", "--no-color",
-         # a deadline the work fits in, as above: the phase's smallest one (1 s) races a calendar's first
-         # build (``exchange``: XKRX takes seconds) and earns a 504, right for that deadline but a "server
-         # error" to Schemathesis; the header's own schema is checked by tests/service/test_openapi_parameters.py
-         "-H", "X-Kronos-Timeout-S: 120"],
-        capture_output=True, text=True, timeout=900, cwd=tmp_path,  # its .schemathesis/ cache goes there
+        [
+            st, "--config-file", str(config), "run", f"{live_service.url}/openapi.json", "--checks",
+            "all", "--phases", "coverage", "--generation-deterministic", "--request-timeout", "150",
+            "--no-color",
+            # a deadline the work fits in, as above: the phase's smallest one (1 s) races a
+            # calendar's first build (``exchange``: XKRX takes seconds) and earns a 504, right for
+            # that deadline but a "server error" to Schemathesis; the header's own schema is checked
+            # by tests/service/test_openapi_parameters.py
+            "-H", "X-Kronos-Timeout-S: 120",
+        ],
+        # its .schemathesis/ cache goes there
+        capture_output=True, text=True, timeout=900, cwd=tmp_path,
     )
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
     assert "No issues found" in run.stdout or "passed" in run.stdout, run.stdout[-3000:]

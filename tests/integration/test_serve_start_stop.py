@@ -54,9 +54,12 @@ def test_second_service_on_a_busy_port_exits_2_and_a_clean_stop_prints_no_failur
             assert time.monotonic() < deadline, "kronos serve not ready"
             time.sleep(0.5)
         second = subprocess.run(
-            [sys.executable, "-m", "kronos_core.cli", "serve", "--port", str(port), "--device", "cpu",
-             "--model-dir", str(TINY)],
-            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120,
+            [
+                sys.executable, "-m", "kronos_core.cli", "serve", "--port", str(port), "--device",
+                "cpu", "--model-dir", str(TINY),
+            ],
+            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
+            timeout=120,
         )
         assert second.returncode == 2, second.stdout + second.stderr
         assert f"port {port} on 127.0.0.1 is in use by pid" in second.stderr, second.stderr

@@ -1,5 +1,6 @@
 """The forecasting service over real HTTP: a real Ray Serve app with two CPU replicas,
-the bundled default model (trained, docs/model-card.md) and the sample store. Nothing is faked here."""
+the bundled default model (trained, docs/model-card.md) and the sample store. Nothing is faked
+here."""
 
 from __future__ import annotations
 
@@ -34,7 +35,11 @@ def test_health_ready_models_and_symbol_pages(live_service):
     c = live_service.client
     assert c.get("/healthz").json() == {"status": "ok"}
     ready = c.get("/readyz")
-    assert ready.status_code == 200 and ready.json()["ready"] is True and ready.json()["replicas_ready"] == 2
+    assert (
+        ready.status_code == 200
+        and ready.json()["ready"] is True
+        and ready.json()["replicas_ready"] == 2
+    )
     models = c.get("/v1/models").json()["models"]
     assert models[0]["bundled"] is True and models[0]["random_weights"] is False
     assert models[0]["name"] == "kronos-default" and "note" not in models[0]
@@ -69,7 +74,8 @@ def test_thousand_symbols_in_request_order(live_service):
 def test_mixed_request_unknown_and_invalid_symbols(live_service):
     good = live_service.store.symbols()[:3]
     req = [good[0], "NO_SUCH_SYMBOL", good[1], "../etc/passwd", good[2]]
-    r = live_service.client.post("/forecast", json={"symbols": req, **SMALL})  # the legacy route name
+    # the legacy route name
+    r = live_service.client.post("/forecast", json={"symbols": req, **SMALL})
     assert r.status_code == 200, r.text[:500]
     body = r.json()
     assert [f["symbol"] for f in body["forecasts"]] == good
@@ -93,7 +99,9 @@ def _inline(n=120, symbol="MINE", bad=None):
 
 def test_inline_series_request(live_service):
     s = _inline()
-    r = live_service.client.post("/v1/forecast", json={"series": [s, _inline(80, "OTHER")], "horizon": 6, "seed": 5})
+    r = live_service.client.post(
+        "/v1/forecast", json={"series": [s, _inline(80, "OTHER")], "horizon": 6, "seed": 5}
+    )
     assert r.status_code == 200, r.text[:500]
     body = r.json()
     assert [f["symbol"] for f in body["forecasts"]] == ["MINE", "OTHER"] and body["errors"] == []
@@ -133,10 +141,16 @@ def test_a_request_whose_only_series_is_invalid_answers_it_in_errors(live_servic
 
 def test_malformed_and_nan_literal_bodies(live_service):
     c = live_service.client
-    r = c.post("/v1/forecast", content=b'{"symbols": ["A"], "horizon": ', headers={"content-type": "application/json"})
+    r = c.post(
+        "/v1/forecast", content=b'{"symbols": ["A"], "horizon": ',
+        headers={"content-type": "application/json"},
+    )
     assert r.status_code == 422 and "json" in r.text.lower()
-    raw = ('{"series": [{"symbol": "X", "timestamps": ["2024-01-01", "2024-01-02", "2024-01-03"],'
-           ' "open": [1, 2, 3], "high": [1, 2, 3], "low": [1, 2, 3], "close": [1, NaN, 3]}], "horizon": 1}')
+    raw = (
+        '{"series": [{"symbol": "X", "timestamps": ["2024-01-01", "2024-01-02", "2024-01-03"],'
+        ' "open": [1, 2, 3], "high": [1, 2, 3], "low": [1, 2, 3], "close": [1, NaN, 3]}], '
+        '"horizon": 1}'
+    )
     r = c.post("/v1/forecast", content=raw.encode(), headers={"content-type": "application/json"})
     assert r.status_code == 200 and r.json()["forecasts"] == [] and "close[1] is NaN" in r.text
 
@@ -150,9 +164,13 @@ def test_arrow_stream_matches_json(live_service):
     arrow_headers = {"Accept": "application/vnd.apache.arrow.stream"}
     js = live_service.client.post("/v1/forecast", json=req).json()
     r = live_service.client.post("/v1/forecast", json=req, headers=arrow_headers)
-    assert r.status_code == 200 and r.headers["content-type"].startswith("application/vnd.apache.arrow.stream")
+    assert r.status_code == 200 and r.headers["content-type"].startswith(
+        "application/vnd.apache.arrow.stream"
+    )
     table = assert_arrow_equals_json(r.content, js, levels)
-    assert table.num_rows == 5 * SMALL["horizon"] and len({f["symbol"] for f in js["forecasts"]}) == 5
+    assert (
+        table.num_rows == 5 * SMALL["horizon"] and len({f["symbol"] for f in js["forecasts"]}) == 5
+    )
     assert js["errors"][0]["symbol"] == "NOPE" and js["errors"][0]["code"] == "unknown_symbol"
 
     empty = {**req, "symbols": ["NOPE", "ALSO_NOPE"]}
@@ -169,7 +187,9 @@ def test_arrow_stream_matches_json(live_service):
     table = assert_arrow_equals_json(r.content, js, levels, summary=True)
     assert sum("summary" in f for f in js["forecasts"]) == 5
     assert table.column("summary_p_up").null_count == 0
-    r = live_service.client.post("/v1/forecast", json={**empty, "summary": True}, headers=arrow_headers)
+    r = live_service.client.post(
+        "/v1/forecast", json={**empty, "summary": True}, headers=arrow_headers
+    )
     assert "summary_var_95" in pa.ipc.open_stream(r.content).read_all().column_names
 
 
@@ -228,9 +248,13 @@ def test_service_equals_engine_called_directly(live_service):
         series.append(np.asarray(v, np.float32))
         xts.append(ts)
         yts.append(ft(ts.to_numpy(), SMALL["horizon"]))
-    res = predictor.forecast(series, xts, yts, ForecastOptions(SMALL["horizon"], sample_count=2, seed=7))
+    res = predictor.forecast(
+        series, xts, yts, ForecastOptions(SMALL["horizon"], sample_count=2, seed=7)
+    )
     np.testing.assert_allclose(_closes(body), res.mean[:, :, 3], rtol=1e-5, atol=1e-5)
-    assert [list(pd.DatetimeIndex(f["timestamps"])) for f in body["forecasts"]] == [list(pd.DatetimeIndex(y)) for y in yts]
+    assert [list(pd.DatetimeIndex(f["timestamps"])) for f in body["forecasts"]] == [
+        list(pd.DatetimeIndex(y)) for y in yts
+    ]
 
 
 def test_replica_killed_during_request_still_succeeds(live_service):
@@ -249,7 +273,10 @@ def test_replica_killed_during_request_still_succeeds(live_service):
         with httpx.Client(base_url=live_service.url, timeout=600) as c:
             result["r"] = c.post("/v1/forecast", json=req)
 
-    done_before = {i: live_service.metric("kronos_batch_shards_total", {"replica": i}) for i in live_service.replica_ongoing()}
+    done_before = {
+        i: live_service.metric("kronos_batch_shards_total", {"replica": i})
+        for i in live_service.replica_ongoing()
+    }
     t = threading.Thread(target=call)
     t.start()
     # Precondition, not a sleep: the replica to kill has already answered a shard of this request
@@ -259,10 +286,16 @@ def test_replica_killed_during_request_still_succeeds(live_service):
     victim = None
     while victim is None:
         ongoing = live_service.replica_ongoing()
-        answered = [i for i in ongoing
-                    if live_service.metric("kronos_batch_shards_total", {"replica": i}) > done_before.get(i, 0.0)]
+        answered = [
+            i
+            for i in ongoing
+            if live_service.metric("kronos_batch_shards_total", {"replica": i})
+            > done_before.get(i, 0.0)
+        ]
         victim = next((i for i in answered if ongoing[i] >= 1), None)
-        assert time.monotonic() < deadline and t.is_alive(), f"no replica answered a shard and held another: {ongoing}"
+        assert time.monotonic() < deadline and t.is_alive(), (
+            f"no replica answered a shard and held another: {ongoing}"
+        )
         if victim is None:
             time.sleep(0.02)
     namespace, name = next(a for a in live_service.replica_actors() if a[1].endswith("#" + victim))
@@ -310,8 +343,10 @@ def _post_raw(url: str, body: dict) -> socket.socket:
     u = urlparse(url)
     sock = socket.create_connection((u.hostname, u.port), timeout=60)
     data = json.dumps(body).encode()
-    head = (f"POST /v1/forecast HTTP/1.1\r\nHost: {u.hostname}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(data)}\r\n\r\n")
+    head = (
+        f"POST /v1/forecast HTTP/1.1\r\nHost: {u.hostname}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(data)}\r\n\r\n"
+    )
     sock.sendall(head.encode() + data)
     return sock
 
@@ -332,23 +367,30 @@ def test_client_disconnect_stops_the_replicas_working_for_it(live_service):
             assert time.monotonic() < deadline, "the request never reached the replicas"
             time.sleep(0.02)
         done_before = live_service.metric("kronos_batch_size_sum") - series0
-        assert done_before <= n / 4, f"{done_before} of {n} series done before the client left: no work left to cancel"
+        assert done_before <= n / 4, (
+            f"{done_before} of {n} series done before the client left: no work left to cancel"
+        )
     finally:
         sock.close()
     deadline = time.monotonic() + 120
     while live_service.metric("kronos_queue_depth", {"stage": "requests"}) > 0:
-        assert time.monotonic() < deadline, "the gateway still runs the request 120 s after the client left"
+        assert time.monotonic() < deadline, (
+            "the gateway still runs the request 120 s after the client left"
+        )
         time.sleep(0.1)
     flushed = sum(len(b["forecasts"]) for b in live_service.settle())  # replicas idle, reports in
     done_after = live_service.metric("kronos_batch_size_sum") - series0 - flushed - done_before
-    shard = max(math.ceil(n / (settings.num_replicas * settings.shards_per_replica)),  # series per shard
+    # series per shard
+    shard = max(math.ceil(n / (settings.num_replicas * settings.shards_per_replica)),
                 math.ceil(settings.min_shard_tokens / LONG["lookback"]))
     in_flight = settings.num_replicas * settings.shards_in_flight_per_replica
     assert done_after <= (in_flight + 2) * shard, (
-        f"replicas ran {done_after} series after the client left; at most the {in_flight} shards in flight "
-        f"(+2 racing) of {shard} series may finish, not the remaining {n - done_before}"
+        f"replicas ran {done_after} series after the client left; at most the {in_flight} shards "
+        f"in flight (+2 racing) of {shard} series may finish, not the remaining {n - done_before}"
     )
-    r = live_service.client.post("/v1/forecast", json={"symbols": symbols[:3], "lookback": 32, "horizon": 2})
+    r = live_service.client.post(
+        "/v1/forecast", json={"symbols": symbols[:3], "lookback": 32, "horizon": 2}
+    )
     assert r.status_code == 200 and len(r.json()["forecasts"]) == 3
 
 
@@ -387,7 +429,9 @@ def test_a_new_users_first_requests_are_answered_with_what_happened(live_service
     assert r.json()["detail"][0]["loc"][-1] == "horizon" and f"max_context {mc}" in r.text
     # and the served schema says so: a schema-valid horizon is one the model can forecast
     schema = c.get("/openapi.json").json()
-    assert schema["components"]["schemas"]["ForecastRequest"]["properties"]["horizon"]["maximum"] == mc
+    assert (
+        schema["components"]["schemas"]["ForecastRequest"]["properties"]["horizon"]["maximum"] == mc
+    )
 
     sessions = pd.bdate_range("2024-02-01", "2024-04-30")  # with XNYS holidays removed below
     from kronos_core.data.calendars import exchange_sessions
@@ -402,7 +446,9 @@ def test_a_new_users_first_requests_are_answered_with_what_happened(live_service
                                             for t, c_ in zip(kept, close)]}
     r = c.post("/v1/forecast", json={"series": [gappy], "horizon": 3, "exchange": "XNYS"})
     assert r.status_code == 200, r.text[:300]
-    (warning,) = [w for w in r.json()["forecasts"][0]["warnings"] if w["code"] == "missing_sessions"]
+    (warning,) = [
+        w for w in r.json()["forecasts"][0]["warnings"] if w["code"] == "missing_sessions"
+    ]
     assert warning["message"].startswith(f"20 of the {len(sessions)} XNYS sessions")
 
     horizon = 8  # the default lookback is then mc - 8 candles (GOOG holds more)

@@ -1,8 +1,9 @@
 """Graceful shutdown of ``kronos serve`` as Kubernetes does it: SIGTERM to the process while a
 1,000-symbol request runs. The request completes, new requests get 503 from both gateway
-replicas, ``/readyz`` goes false, and the process exits 0 without stack dumps. The same service runs with API keys on,
-which are checked first (401, 403, 429 from the real gateway).
-The shutdown budget (a request that outlives the grace): tests/integration/test_shutdown_budget.py."""
+replicas, ``/readyz`` goes false, and the process exits 0 without stack dumps. The same service runs
+with API keys on, which are checked first (401, 403, 429 from the real gateway).
+The shutdown budget (a request that outlives the grace):
+tests/integration/test_shutdown_budget.py."""
 
 from __future__ import annotations
 
@@ -52,10 +53,20 @@ def _check_keys_and_rate_limit(url: str, symbols: list[str]) -> None:
     """API keys on (KRONOS_API_KEYS): 401 / 403 / 429 from the real gateway; keys in no metric."""
     req = {"symbols": symbols[:30], "lookback": 32, "horizon": 2}
     assert httpx.post(f"{url}/v1/forecast", json=req, timeout=60).status_code == 401
-    assert httpx.post(f"{url}/v1/forecast", json=req, headers={"X-API-Key": "nope"}, timeout=60).status_code == 401
+    assert (
+        httpx.post(
+            f"{url}/v1/forecast", json=req, headers={"X-API-Key": "nope"}, timeout=60
+        ).status_code
+        == 401
+    )
     r = httpx.get(f"{url}/v1/models", headers={"X-API-Key": SMALL}, timeout=60)
     assert r.status_code == 403 and r.json()["code"] == "forbidden"
-    assert httpx.get(f"{url}/v1/models", headers={"Authorization": f"Bearer {BIG}"}, timeout=60).status_code == 200
+    assert (
+        httpx.get(
+            f"{url}/v1/models", headers={"Authorization": f"Bearer {BIG}"}, timeout=60
+        ).status_code
+        == 200
+    )
     # 1 series/s with a 10 s burst, split over the two gateways (0.5 series/s and 5 series each):
     # each gateway admits its first 30-series request (into 25 series of debt, ~50 s) and
     # refuses the next: of three requests, at most two pass, the first always
@@ -79,8 +90,10 @@ def test_sigterm_lets_the_request_in_flight_finish_then_exits_0(tmp_path):
     url = f"http://127.0.0.1:{port}"
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # its own local Ray
     metrics_dir = tmp_path / "metrics"
-    env.update(PYTHONPATH=str(ROOT), KRONOS_SHUTDOWN_GRACE_S="300", KRONOS_METRICS_DIR=str(metrics_dir), KRONOS_API_KEYS=(
-        f"{hash_key(BIG)} big * -; {hash_key(SMALL)} small forecast 1"))
+    env.update(
+        PYTHONPATH=str(ROOT), KRONOS_SHUTDOWN_GRACE_S="300", KRONOS_METRICS_DIR=str(metrics_dir),
+        KRONOS_API_KEYS=(f"{hash_key(BIG)} big * -; {hash_key(SMALL)} small forecast 1"),
+    )
     log = open(tmp_path / "serve.log", "w+")
     proc = subprocess.Popen(
         [sys.executable, "-m", "kronos_core.cli", "serve", "--port", str(port), "--replicas", "2",
@@ -89,14 +102,18 @@ def test_sigterm_lets_the_request_in_flight_finish_then_exits_0(tmp_path):
     )
     try:
         _wait_ready(url, proc)
-        assert [p.name for p in metrics_dir.iterdir()] and all(p.name.startswith("kronos-") for p in metrics_dir.iterdir())
+        assert [p.name for p in metrics_dir.iterdir()] and all(
+            p.name.startswith("kronos-") for p in metrics_dir.iterdir()
+        )
         symbols = KlineStore(Settings().resolved_store_dir()).symbols()[:1000]
         _check_keys_and_rate_limit(url, symbols)
         result: dict = {}
 
         def call():
             with httpx.Client(base_url=url, timeout=400, headers={"X-API-Key": BIG}) as c:
-                result["r"] = c.post("/v1/forecast", json={"symbols": symbols, "lookback": 64, "horizon": 8})
+                result["r"] = c.post(
+                    "/v1/forecast", json={"symbols": symbols, "lookback": 64, "horizon": 8}
+                )
 
         t = threading.Thread(target=call)
         t.start()
@@ -113,8 +130,10 @@ def test_sigterm_lets_the_request_in_flight_finish_then_exits_0(tmp_path):
         # the drain call reached one gateway; both refuse new work (the shared drain marker)
         refused_by: set[str] = set()
         for _ in range(40):
-            late = httpx.post(f"{url}/v1/forecast", json={"symbols": symbols[:2], "horizon": 2}, timeout=15,
-                              headers={"X-API-Key": BIG})
+            late = httpx.post(
+                f"{url}/v1/forecast", json={"symbols": symbols[:2], "horizon": 2}, timeout=15,
+                headers={"X-API-Key": BIG},
+            )
             assert late.status_code == 503 and late.json()["code"] == "shutting_down"
             assert int(late.headers["Retry-After"]) >= 1
             refused_by.add(late.headers["X-Kronos-Gateway"])

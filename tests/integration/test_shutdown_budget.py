@@ -33,8 +33,10 @@ def test_sigterm_past_the_grace_answers_503_naming_the_unanswered_and_exits_in_t
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "KRONOS_API_KEY")}
-    env.update(PYTHONPATH=str(ROOT), KRONOS_SHUTDOWN_GRACE_S=str(GRACE_S), KRONOS_LEDGER_DIR="off",
-               KRONOS_METRICS_DIR=str(tmp_path / "metrics"), KRONOS_API_KEYS=f"{hash_key(BIG)} big * -")
+    env.update(
+        PYTHONPATH=str(ROOT), KRONOS_SHUTDOWN_GRACE_S=str(GRACE_S), KRONOS_LEDGER_DIR="off",
+        KRONOS_METRICS_DIR=str(tmp_path / "metrics"), KRONOS_API_KEYS=f"{hash_key(BIG)} big * -",
+    )
     log = open(tmp_path / "serve.log", "w+")
     proc = subprocess.Popen(
         [sys.executable, "-m", "kronos_core.cli", "serve", "--port", str(port), "--replicas", "1",
@@ -42,24 +44,31 @@ def test_sigterm_past_the_grace_answers_503_naming_the_unanswered_and_exits_in_t
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
     )
     try:
-        _wait_ready(url, proc, timeout=780, replicas=1)  # one replica: the lightest service to start
+        # one replica: the lightest service to start
+        _wait_ready(url, proc, timeout=780, replicas=1)
         # the ledger is off: /v1/accuracy is a coded error, never a 500
         acc = httpx.get(f"{url}/v1/accuracy", headers={"X-API-Key": BIG}, timeout=60)
         assert acc.status_code == 404 and acc.json()["code"] == "ledger_off", acc.text
         # the load tools stop at once on a 401, saying what to do
-        for tool, extra in (("loadtest", ["--requests", "3"]), ("soak", ["--duration", "5", "--warmup", "0"])):
+        for tool, extra in (
+            ("loadtest", ["--requests", "3"]), ("soak", ["--duration", "5", "--warmup", "0"]),
+        ):
             run = subprocess.run([sys.executable, "-m", "kronos_core.cli", tool, "--host", url,
                                   "--out", str(tmp_path / tool), *extra],
                                  cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
             assert run.returncode == 2, (tool, run.stdout[-1500:], run.stderr[-1500:])
-            assert "401" in run.stderr and "--api-key" in run.stderr and "KeyError" not in run.stderr, run.stderr
+            assert (
+                "401" in run.stderr and "--api-key" in run.stderr and "KeyError" not in run.stderr
+            ), run.stderr
         symbols = KlineStore(Settings().resolved_store_dir()).symbols()[:1000]
         result: dict = {}
 
         def call():
             with httpx.Client(base_url=url, timeout=400, headers={"X-API-Key": BIG}) as c:
-                result["r"] = c.post("/v1/forecast", json={"symbols": symbols, "lookback": 64, "horizon": 32,
-                                                           "sample_count": 4})
+                result["r"] = c.post(
+                    "/v1/forecast",
+                    json={"symbols": symbols, "lookback": 64, "horizon": 32, "sample_count": 4},
+                )
 
         t = threading.Thread(target=call)
         t.start()
@@ -78,9 +87,13 @@ def test_sigterm_past_the_grace_answers_503_naming_the_unanswered_and_exits_in_t
         assert body["code"] == "shutting_down" and int(r.headers["Retry-After"]) >= 1
         answered = [f["symbol"] for f in body["forecasts"]]
         assert body["unanswered"], "the request should have outlived the grace"
-        assert sorted(answered + body["unanswered"]) == sorted(symbols)  # each symbol: answered or named
+        # each symbol: answered or named
+        assert sorted(answered + body["unanswered"]) == sorted(symbols)
         assert {e["symbol"] for e in body["errors"]} == set(body["unanswered"])
-        print(f"exit {took:.1f} s after SIGTERM; {len(answered)} answered, {len(body['unanswered'])} unanswered")
+        print(
+            f"exit {took:.1f} s after SIGTERM; {len(answered)} answered, {len(body['unanswered'])} "
+            "unanswered"
+        )
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]  # ~60 s: 20 s of load, then the replicas' restart
+# ~60 s: 20 s of load, then the replicas' restart
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -20,18 +21,24 @@ REPO = Path(__file__).resolve().parents[2]
 def test_soak_with_chaos_against_the_live_service(live_service, tmp_path):
     live_service.settle()
     proc = subprocess.run(
-        [sys.executable, "-m", "kronos_core.cli", "soak", "--host", live_service.url, "--duration", "20",
-         "--warmup", "4", "--sample-every", "1", "--chaos-every", "8", "--users", "2", "--spawn-rate", "2",
-         "--symbols", "20", "--wait", "0.1,0.3", "--out", str(tmp_path)],
+        [
+            sys.executable, "-m", "kronos_core.cli", "soak", "--host", live_service.url,
+            "--duration", "20", "--warmup", "4", "--sample-every", "1", "--chaos-every", "8",
+            "--users", "2", "--spawn-rate", "2", "--symbols", "20", "--wait", "0.1,0.3", "--out",
+            str(tmp_path),
+        ],
         cwd=REPO, capture_output=True, text=True, timeout=600,
     )
     out = proc.stdout[-3000:] + proc.stderr[-3000:]
     summary = json.loads((tmp_path / "summary.json").read_text())
     fig, ok = summary["figures"], summary["checks"]
-    # the root of the service's process tree, found from its port, is this test session (it started Ray)
+    # the root of the service's process tree, found from its port, is this test session (it started
+    # Ray)
     assert summary["root_pid"] == os.getpid() and not summary["service_started_by_soak"]
-    for check in ("answered_some", "no_failed_requests", "no_series_lost", "counts_add_up", "chaos_ran",
-                  "replicas_recovered"):
+    for check in (
+        "answered_some", "no_failed_requests", "no_series_lost", "counts_add_up", "chaos_ran",
+        "replicas_recovered",
+    ):
         assert ok[check], (check, fig, summary["chaos"], out)
     assert fig["forecast_requests"] == fig["answered_200"] + fig["shed_503_429"] + fig["failed"]
     assert fig["series_per_s"] > 0 and fig["p50_ms"] <= fig["p99_ms"]
@@ -43,9 +50,12 @@ def test_soak_with_chaos_against_the_live_service(live_service, tmp_path):
     # every kind of service process was sampled from warm-up to the end
     roles = {p["role"] for p in summary["memory"]["processes"]}
     assert {"driver", "gcs", "raylet", "serve_controller", "serve_proxy", "gateway"} <= roles, roles
-    assert all(p["rss_start_mib"] > 0 and p["fds_start"] > 0 for p in summary["memory"]["processes"])
+    assert all(
+        p["rss_start_mib"] > 0 and p["fds_start"] > 0 for p in summary["memory"]["processes"]
+    )
     # the first kill hits a replica sampled since warm-up: its process is listed as gone; a later
-    # kill may hit a replacement still starting (titled ray::IDLE then): a process that came and went
+    # kill may hit a replacement still starting (titled ray::IDLE then): a process that came and
+    # went
     mem = summary["memory"]
     gone = sum(g["role"] == "predictor" for g in mem["gone_after_warmup"])
     assert gone >= 1, mem

@@ -22,8 +22,10 @@ def test_an_unwritable_ledger_folder_stops_the_start(tmp_path):
     ledger = blocker / "ledger"
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env.update(PYTHONPATH=str(ROOT), KRONOS_LEDGER_DIR=str(ledger))
-    run = subprocess.run([sys.executable, "-m", "kronos_core.cli", "serve", "--port", "0", "--device", "cpu"],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [sys.executable, "-m", "kronos_core.cli", "serve", "--port", "0", "--device", "cpu"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )
     assert run.returncode == 2, run.stdout[-2000:] + run.stderr[-2000:]
     assert f"the forecast ledger folder {ledger} is not writable" in run.stderr
     assert "KRONOS_LEDGER_DIR=off" in run.stderr

@@ -12,10 +12,13 @@ from kronos_core.ledger import CalibrationStamp, ForecastRecord
 FREQ = "1d"
 SHA = "ab" * 32
 START = pd.Timestamp("2026-01-01")
-Z = {0.05: -1.645, 0.1: -1.2816, 0.25: -0.6745, 0.5: 0.0, 0.75: 0.6745, 0.9: 1.2816, 0.95: 1.645}  # unit normal quantiles
+# unit normal quantiles
+Z = {0.05: -1.645, 0.1: -1.2816, 0.25: -0.6745, 0.5: 0.0, 0.75: 0.6745, 0.9: 1.2816, 0.95: 1.645}
 
 
-def candles(n: int, start: pd.Timestamp = START, seed: int = 0, base: float = 100.0) -> pd.DataFrame:
+def candles(
+    n: int, start: pd.Timestamp = START, seed: int = 0, base: float = 100.0
+) -> pd.DataFrame:
     """``n`` daily candles (positive, candle-consistent) from ``start``."""
     rng = np.random.default_rng(seed)
     close = base * np.exp(np.cumsum(rng.normal(0, 0.01, n)))
@@ -39,11 +42,13 @@ def append(store: KlineStore, symbol: str, frame: pd.DataFrame) -> None:
     store.clear_cache()
 
 
-def record(symbol: str, origin: pd.Timestamp, horizon: int, *, request_id: str = "r1", seed: int = 1,
-           level: float = 100.0, quantiles=(0.1, 0.5, 0.9), spread: float = 0.02,
-           calibration: CalibrationStamp | None = None, last_close: float | None = None,
-           source: str = "store", series_hash: str | None = None, paths=None,
-           features=("close",), request_time=None) -> ForecastRecord:
+def record(
+    symbol: str, origin: pd.Timestamp, horizon: int, *, request_id: str = "r1", seed: int = 1,
+    level: float = 100.0, quantiles=(0.1, 0.5, 0.9), spread: float = 0.02,
+    calibration: CalibrationStamp | None = None, last_close: float | None = None,
+    source: str = "store", series_hash: str | None = None, paths=None, features=("close",),
+    request_time=None,
+) -> ForecastRecord:
     """A forecast of ``horizon`` daily steps after ``origin``: the mean around ``level``, the
     quantiles spread by ``spread`` per unit normal quantile."""
     rng = np.random.default_rng(seed)

@@ -31,10 +31,15 @@ def _fitted(method="aci", seed=0):
     n = 40
     last = 100 * np.exp(np.cumsum(rng.normal(0, 0.01, n)))
     samples = _paths(rng, n, last)
-    truth = np.repeat((last[:, None] * np.exp(np.cumsum(rng.normal(0, 0.012, (n, H)), axis=1)))[..., None], 6, axis=2)
+    truth = np.repeat(
+        (last[:, None] * np.exp(np.cumsum(rng.normal(0, 0.012, (n, H)), axis=1)))[..., None], 6,
+        axis=2,
+    )
     issued = np.arange(n)
-    return Calibration.fit(samples, truth, (0.5, 0.8, 0.9), {"sha256": SHA, "name": "m"}, method=method,
-                           features=("close",), issued=issued, resolved=issued + H)
+    return Calibration.fit(
+        samples, truth, (0.5, 0.8, 0.9), {"sha256": SHA, "name": "m"}, method=method,
+        features=("close",), issued=issued, resolved=issued + H,
+    )
 
 
 def _forecast_round(online, frame, origins, rng, request_id):
@@ -43,15 +48,19 @@ def _forecast_round(online, frame, origins, rng, request_id):
     cal = online.calibration
     last = frame.close.to_numpy()[origins]
     samples = _paths(rng, len(origins), last)
-    q = cal.quantiles(samples[..., CLOSE], LEVELS, "close")  # (Q, n, H) corrected, as a replica answers
+    # (Q, n, H) corrected, as a replica answers
+    q = cal.quantiles(samples[..., CLOSE], LEVELS, "close")
     recs = []
     for k, o in enumerate(origins):
         steps = frame.timestamps.iloc[o + 1: o + 1 + H]
-        recs.append(ForecastRecord(
-            request_id=f"{request_id}-{k}", symbol="AAA", origin=frame.timestamps.iloc[o], timestamps=list(steps),
-            mean={"close": samples[k, :, :, CLOSE].mean(axis=0)},
-            quantiles={lv: {"close": q[i, k]} for i, lv in enumerate(LEVELS)}, model_sha256=SHA,
-            calibration=online.stamp, frequency="1d"))
+        recs.append(
+            ForecastRecord(
+                request_id=f"{request_id}-{k}", symbol="AAA", origin=frame.timestamps.iloc[o],
+                timestamps=list(steps), mean={"close": samples[k, :, :, CLOSE].mean(axis=0)},
+                quantiles={lv: {"close": q[i, k]} for i, lv in enumerate(LEVELS)}, model_sha256=SHA,
+                calibration=online.stamp, frequency="1d",
+            )
+        )
     return recs, samples
 
 
@@ -59,7 +68,9 @@ def test_aci_state_follows_the_scored_forecasts_and_persists(tmp_path):
     cal = _fitted()
     state_path = tmp_path / "ledger" / "calibration" / "cal.state.json"
     online = OnlineCalibration(cal, state_path)
-    assert online.adaptive and online.stamp.version == 0 and online.stamp.hash == corrections_hash(cal)
+    assert (
+        online.adaptive and online.stamp.version == 0 and online.stamp.hash == corrections_hash(cal)
+    )
     assert online.stamp.updated_at is None
     frame = candles(60, seed=5)
     store = make_store(tmp_path / "store", {"AAA": frame.iloc[:20]})
@@ -76,7 +87,10 @@ def test_aci_state_follows_the_scored_forecasts_and_persists(tmp_path):
         assert res.scores.num_rows == len(origins) * H
         result = online.update(res.scored)
         assert result.changed and result.version == r + 1 and result.steps == len(origins) * H
-        truth = np.repeat(np.stack([frame.close.to_numpy()[o + 1: o + 1 + H] for o in origins])[..., None], 6, axis=2)
+        truth = np.repeat(
+            np.stack([frame.close.to_numpy()[o + 1 : o + 1 + H] for o in origins])[..., None], 6,
+            axis=2,
+        )
         raw = conformity_scores(samples, truth, cal.levels, [CLOSE], "cqr")  # (n, C, H, 1)
         for k in range(len(origins)):
             direct.update(raw[k], corr_issued)
@@ -128,7 +142,11 @@ def test_static_calibration_never_changes(tmp_path):
     assert not out.changed and out.version == 0
     np.testing.assert_array_equal(online.calibration.corrections, before)
     assert online.calibration is cal and not (tmp_path / "s.json").exists()
-    assert online.stamp.method == "cqr" and online.stamp.version == 0 and online.stamp.hash == corrections_hash(cal)
+    assert (
+        online.stamp.method == "cqr"
+        and online.stamp.version == 0
+        and online.stamp.hash == corrections_hash(cal)
+    )
 
 
 def test_a_damaged_state_file_is_named(tmp_path):
@@ -185,7 +203,9 @@ def test_two_gateways_share_one_state(tmp_path):
     # the history of a's state is found beside the shared file, not beside alone's: copy it
     import shutil
 
-    shutil.copytree(path.with_name(path.name + ".d"), (tmp_path / "alone.json.d"), dirs_exist_ok=True)
+    shutil.copytree(
+        path.with_name(path.name + ".d"), (tmp_path / "alone.json.d"), dirs_exist_ok=True
+    )
     alone.update(second.scored)
     np.testing.assert_allclose(b.calibration.corrections, alone.calibration.corrections)
     assert a.refresh() and a.stamp == b.stamp

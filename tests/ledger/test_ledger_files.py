@@ -25,13 +25,17 @@ def test_record_and_read_round_trip(tmp_path):
     recs = [record("AAA", START, 4, request_id="req-1", calibration=stamp, last_close=99.5),
             record("BBB", START, 4, request_id="req-1", seed=2)]
     path = led.record(recs)
-    assert path is not None and path.parent.name.startswith("date=") and path.name.startswith("gw-1-")
+    assert (
+        path is not None and path.parent.name.startswith("date=") and path.name.startswith("gw-1-")
+    )
     t = led.read()
     assert t.num_rows == 8  # 2 symbols x 4 steps
     df = t.to_pandas()
     a = df[df.symbol == "AAA"].sort_values("horizon_step")
     assert list(a.horizon_step) == [1, 2, 3, 4]
-    assert list(a.step_time) == list(pd.date_range(START + pd.Timedelta(days=1), periods=4, freq="D"))
+    assert list(a.step_time) == list(
+        pd.date_range(START + pd.Timedelta(days=1), periods=4, freq="D")
+    )
     assert (a.origin == START).all() and (a.model_sha256 == SHA).all() and (a.horizon == 4).all()
     np.testing.assert_allclose(a.mean_close, recs[0].mean["close"])
     np.testing.assert_allclose(a["close_q0.1"], recs[0].quantiles[0.1]["close"])
@@ -52,7 +56,9 @@ def test_levels_differ_between_requests_and_paths_kept(tmp_path):
                        paths=np.arange(15, dtype=float).reshape(5, 3))])
     led.record([record("AAA", START, 3, request_id="b", quantiles=(0.05, 0.5, 0.95))])
     t = led.read().to_pandas().sort_values(["request_id", "horizon_step"])
-    assert {"close_q0.1", "close_q0.9", "close_q0.05", "close_q0.95", "close_q0.5"} <= set(t.columns)
+    assert {"close_q0.1", "close_q0.9", "close_q0.05", "close_q0.95", "close_q0.5"} <= set(
+        t.columns
+    )
     assert t[t.request_id == "a"]["close_q0.05"].isna().all()
     assert list(t[t.request_id == "a"].paths_close.iloc[1]) == [1.0, 4.0, 7.0, 10.0, 13.0]
     assert t[t.request_id == "b"].paths_close.isna().all()
@@ -92,7 +98,9 @@ def test_crash_before_rename_leaves_earlier_rows_readable(tmp_path):
         os.replace = lambda *a: os.kill(os.getpid(), 9)
         Ledger({str(tmp_path / "ledger")!r}).record([record("BBB", START, 3, request_id="crashed")])
     """)
-    proc = subprocess.run([sys.executable, "-c", script], cwd=os.path.dirname(__file__), timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", script], cwd=os.path.dirname(__file__), timeout=120
+    )
     assert proc.returncode == -9
     part = partition_files(tmp_path / "ledger")
     assert len(part) == 1
@@ -226,9 +234,11 @@ def test_step_times_are_the_wall_clock_whatever_their_type(tmp_path):
     from kronos_core.ledger.records import wall_clock_ns_array
 
     want = pd.Timestamp("2026-03-02 09:30").value
-    for spelling in (["2026-03-02T09:30:00"], ["2026-03-02 09:30"], [pd.Timestamp("2026-03-02 09:30")],
-                     [pd.Timestamp("2026-03-02 09:30", tz="America/New_York")], ["2026-03-02T09:30:00+01:00"],
-                     ["2026-03-02T09:30:00Z"], np.array(["2026-03-02T09:30"], dtype="datetime64[m]")):
+    for spelling in (
+        ["2026-03-02T09:30:00"], ["2026-03-02 09:30"], [pd.Timestamp("2026-03-02 09:30")],
+        [pd.Timestamp("2026-03-02 09:30", tz="America/New_York")], ["2026-03-02T09:30:00+01:00"],
+        ["2026-03-02T09:30:00Z"], np.array(["2026-03-02T09:30"], dtype="datetime64[m]"),
+    ):
         assert wall_clock_ns_array(spelling).tolist() == [want], spelling
 
 
@@ -241,10 +251,14 @@ def test_records_from_arrays_as_the_service_holds_them(tmp_path):
     steps = pd.date_range(START + pd.Timedelta(days=1), periods=h, freq="D").to_numpy()
     from kronos_core.ledger import ForecastRecord
 
-    rec = ForecastRecord(request_id="r", symbol="AAA", origin=np.datetime64(START), timestamps=steps, mean=mean,
-                         quantiles=qs, levels=[0.1, 0.9], model_sha256=SHA, paths=paths,
-                         calibration={"method": "aci", "version": 2, "hash": "beef",
-                                      "updated_at": "2026-01-02T00:00:00+00:00", "extra": 1})
+    rec = ForecastRecord(
+        request_id="r", symbol="AAA", origin=np.datetime64(START), timestamps=steps, mean=mean,
+        quantiles=qs, levels=[0.1, 0.9], model_sha256=SHA, paths=paths,
+        calibration={
+            "method": "aci", "version": 2, "hash": "beef",
+            "updated_at": "2026-01-02T00:00:00+00:00", "extra": 1,
+        },
+    )
     led = Ledger(tmp_path, keep_paths=True, features=("open", "close"))
     led.record([rec])
     t = led.read().to_pandas().sort_values("horizon_step")
@@ -256,8 +270,10 @@ def test_records_from_arrays_as_the_service_holds_them(tmp_path):
     assert (t.calibration_version == 2).all() and (t.calibration_hash == "beef").all()
     assert str(t.calibration_updated_at.iloc[0]) == "2026-01-02 00:00:00+00:00"
     with pytest.raises(ValueError, match="levels"):
-        ForecastRecord(request_id="r", symbol="AAA", origin=START, timestamps=steps, mean=mean, quantiles=qs,
-                       model_sha256=SHA)
+        ForecastRecord(
+            request_id="r", symbol="AAA", origin=START, timestamps=steps, mean=mean, quantiles=qs,
+            model_sha256=SHA,
+        )
 
 
 def test_write_errors_are_os_errors(tmp_path):
@@ -278,8 +294,10 @@ def test_several_writers_at_once_never_collide(tmp_path):
         for i in range(20):
             led.record([record("AAA", START, 4, request_id=f"{{sys.argv[1]}}-{{i}}")])
     """)
-    procs = [subprocess.Popen([sys.executable, "-c", script, f"gw{k}"], cwd=os.path.dirname(__file__))
-             for k in range(3)]
+    procs = [
+        subprocess.Popen([sys.executable, "-c", script, f"gw{k}"], cwd=os.path.dirname(__file__))
+        for k in range(3)
+    ]
     assert [p.wait(timeout=120) for p in procs] == [0, 0, 0]
     led = Ledger(root)
     assert len(led.files()) == 60

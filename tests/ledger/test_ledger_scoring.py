@@ -19,8 +19,13 @@ def _setup(tmp_path, history=30, horizon=5, symbols=("AAA", "BBB")):
     store = make_store(tmp_path / "store", {s: f.iloc[:history] for s, f in full.items()})
     led = Ledger(tmp_path / "ledger")
     origin = full[symbols[0]].timestamps.iloc[history - 1]
-    recs = [record(s, origin, horizon, request_id="req", seed=10 + i, level=float(full[s].close.iloc[history - 1]))
-            for i, s in enumerate(symbols)]
+    recs = [
+        record(
+            s, origin, horizon, request_id="req", seed=10 + i,
+            level=float(full[s].close.iloc[history - 1]),
+        )
+        for i, s in enumerate(symbols)
+    ]
     led.record(recs)
     return store, led, full, recs, origin
 
@@ -34,10 +39,13 @@ def test_scores_match_a_direct_computation_with_eval_metrics(tmp_path):
     got = res.scores.to_pandas().sort_values(["symbol", "horizon_step"])
     for rec in recs:
         truth = full[rec.symbol].close.iloc[30:35].to_numpy()[None, :]  # (1, H)
-        last = np.array([full[rec.symbol].close.iloc[29]])  # the origin's close, read from the store
+        # the origin's close, read from the store
+        last = np.array([full[rec.symbol].close.iloc[29]])
         mean = np.asarray(rec.mean["close"])[None, :]
         q = {lv: np.asarray(v["close"])[None, :] for lv, v in rec.quantiles.items()}
-        crps = 2 * np.mean([m.pinball_elements(q[lv], truth, lv) for lv in (0.1, 0.5, 0.9)], axis=0)[0]
+        crps = (
+            2 * np.mean([m.pinball_elements(q[lv], truth, lv) for lv in (0.1, 0.5, 0.9)], axis=0)[0]
+        )
         cov = m.covered(q[0.1], q[0.9], truth)[0]
         ae = m.abs_errors(mean, truth)[0]
         hits = [m.direction_hits(mean[:, : h + 1], truth[:, : h + 1], last)[0] for h in range(5)]
@@ -50,8 +58,16 @@ def test_scores_match_a_direct_computation_with_eval_metrics(tmp_path):
         np.testing.assert_allclose(mine.last_close, last[0])
     summary = accuracy(res.scores)
     assert summary["all_time"]["scored"] == 10
-    allcov = np.concatenate([m.covered(np.asarray(r.quantiles[0.1]["close"])[None], np.asarray(r.quantiles[0.9]["close"])[None],
-                                       full[r.symbol].close.iloc[30:35].to_numpy()[None])[0] for r in recs])
+    allcov = np.concatenate(
+        [
+            m.covered(
+                np.asarray(r.quantiles[0.1]["close"])[None],
+                np.asarray(r.quantiles[0.9]["close"])[None],
+                full[r.symbol].close.iloc[30:35].to_numpy()[None],
+            )[0]
+            for r in recs
+        ]
+    )
     assert summary["all_time"]["coverage"]["0.8"] == pytest.approx(allcov.mean())
     assert summary["all_time"]["mae"] == pytest.approx(got.abs_error.mean())
     assert summary["all_time"]["crps"] == pytest.approx(got.crps.mean())
@@ -85,7 +101,9 @@ def test_a_forecast_made_as_of_the_past_is_scored_at_once(tmp_path):
     led.record([record("AAA", f.timestamps.iloc[19], 5)])  # as_of day 20: its truths are stored
     res = score(led, store)
     assert res.scores.num_rows == 5
-    np.testing.assert_allclose(sorted(res.scores["truth_close"].to_pylist()), sorted(f.close.iloc[20:25]))
+    np.testing.assert_allclose(
+        sorted(res.scores["truth_close"].to_pylist()), sorted(f.close.iloc[20:25])
+    )
 
 
 def test_each_step_is_scored_once(tmp_path):
@@ -121,7 +139,9 @@ def test_inline_series_is_scored_once_its_symbol_arrives_by_import(tmp_path):
     f = candles(30)
     store = make_store(tmp_path / "store", {"AAA": f})
     led = Ledger(tmp_path / "ledger")
-    h = series_hash(f.timestamps[:20], f[["open", "high", "low", "close", "volume", "amount"]].to_numpy()[:20])
+    h = series_hash(
+        f.timestamps[:20], f[["open", "high", "low", "close", "volume", "amount"]].to_numpy()[:20]
+    )
     led.record([record("NEW", f.timestamps.iloc[19], 3, source="inline", series_hash=h)])
     first = score(led, store)
     assert first.scores.num_rows == 0 and first.waiting == 3  # NEW is not in the store
@@ -163,7 +183,12 @@ def test_accuracy_filters_and_rolling_window(tmp_path):
     assert all(r["all_time"]["scored"] == 2 for r in rows)
     with pytest.raises(ValueError):
         accuracy(scores, window=0)
-    assert accuracy(scores, since=pd.Timestamp.now(tz="UTC") + pd.Timedelta(days=1))["all_time"]["scored"] == 0
+    assert (
+        accuracy(scores, since=pd.Timestamp.now(tz="UTC") + pd.Timedelta(days=1))["all_time"][
+            "scored"
+        ]
+        == 0
+    )
 
 
 def test_completely_scored_files_are_not_read_again(tmp_path, monkeypatch):
@@ -217,7 +242,8 @@ def test_concurrent_scorers_score_each_step_once(tmp_path):
 
 def test_require_next_bar_waits_for_a_later_candle(tmp_path):
     store, led, full, _, _ = _setup(tmp_path, symbols=("AAA",))
-    append(store, "AAA", full["AAA"].iloc[30:32])  # steps 1 and 2; step 2's bar may still be forming
+    # steps 1 and 2; step 2's bar may still be forming
+    append(store, "AAA", full["AAA"].iloc[30:32])
     first = score(led, store, require_next_bar=True)
     assert first.scores["horizon_step"].to_pylist() == [1]
     append(store, "AAA", full["AAA"].iloc[32:33])
@@ -240,7 +266,9 @@ def _spy_reads(monkeypatch) -> list[list]:
     return read
 
 
-def test_files_waiting_for_truth_are_not_read_again_until_the_store_reaches_them(tmp_path, monkeypatch):
+def test_files_waiting_for_truth_are_not_read_again_until_the_store_reaches_them(
+    tmp_path, monkeypatch
+):
     from kronos_core.ledger.scoring import WaitingFiles
 
     store, led, full, _, origin = _setup(tmp_path)  # AAA and BBB, 5 steps each, none due yet
@@ -250,24 +278,29 @@ def test_files_waiting_for_truth_are_not_read_again_until_the_store_reaches_them
     assert first.scores.num_rows == 0 and first.waiting == 10 and len(read) == 1
     (key,) = memo.waits
     assert set(memo.waits[key]) == {("AAA", "1d"), ("BBB", "1d")}
-    assert score(led, store, waiting=memo).waiting == 0 and len(read) == 2 and read[1] == []  # nothing due: not read
+    # nothing due: not read
+    assert score(led, store, waiting=memo).waiting == 0 and len(read) == 2 and read[1] == []
     # a new file is read (alone); the old one still waits
     led.record([record("AAA", origin, 2, request_id="new")])
     assert score(led, store, waiting=memo).waiting == 2 and [len(r) for r in read] == [1, 0, 1]
-    # BBB's store reaches its first step: the old file is read again, and scored like a pass without memory
+    # BBB's store reaches its first step: the old file is read again, and scored like a pass without
+    # memory
     append(store, "BBB", full["BBB"].iloc[30:32])
     res = score(led, store, waiting=memo)
     assert len(read[-1]) == 1 and res.scores.num_rows == 2
     assert set(res.scores["symbol"].to_pylist()) == {"BBB"}
     append(store, "AAA", full["AAA"].iloc[30:35])
     append(store, "BBB", full["BBB"].iloc[32:35])
-    assert score(led, store, waiting=memo).scores.num_rows == 3 + 5 + 2  # BBB's rest, AAA's two requests
+    # BBB's rest, AAA's two requests
+    assert score(led, store, waiting=memo).scores.num_rows == 3 + 5 + 2
     assert memo.waits == {} and len(led.complete_files()) == 2
     keys = led.read_scores().to_pandas()[["request_id", "symbol", "horizon_step"]]
     assert len(keys) == 12 and not keys.duplicated().any()
 
 
-def test_a_new_process_resumes_from_the_saved_index_and_reads_no_file_not_due(tmp_path, monkeypatch):
+def test_a_new_process_resumes_from_the_saved_index_and_reads_no_file_not_due(
+    tmp_path, monkeypatch
+):
     """The first pass after a start: the memory saved by the last pass (a small JSON index), so the
     files still waiting are not read again; a missing or corrupt index costs one full read."""
     from kronos_core.ledger.scoring import WaitingFiles
@@ -281,7 +314,8 @@ def test_a_new_process_resumes_from_the_saved_index_and_reads_no_file_not_due(tm
     assert index.stat().st_size < 1000
     resumed = WaitingFiles.load(index)  # a new process
     assert resumed.waits == memo.waits
-    assert score(led, store, waiting=resumed).waiting == 0 and read[-1] == []  # nothing due: not read
+    # nothing due: not read
+    assert score(led, store, waiting=resumed).waiting == 0 and read[-1] == []
     append(store, "AAA", full["AAA"].iloc[30:32])  # now due: read, and scored as without the index
     assert score(led, store, waiting=resumed).scores.num_rows == 2 and len(read[-1]) == 1
     index.write_text("{not json")
@@ -289,7 +323,9 @@ def test_a_new_process_resumes_from_the_saved_index_and_reads_no_file_not_due(tm
     assert WaitingFiles.load(tmp_path / "absent.json").waits == {}
 
 
-def test_a_symbol_the_store_cannot_tell_the_last_candle_of_is_read_every_pass(tmp_path, monkeypatch):
+def test_a_symbol_the_store_cannot_tell_the_last_candle_of_is_read_every_pass(
+    tmp_path, monkeypatch
+):
     from kronos_core.ledger.scoring import WaitingFiles
 
     store, led, _, _, origin = _setup(tmp_path, symbols=("AAA",))

@@ -36,7 +36,8 @@ def test_a_week_of_forecasts_recorded_and_scored(tmp_path, tiny):
     ledger = Ledger(tmp_path / "ledger", writer_id="week")
     predictor = KronosPredictor(*tiny, device="cpu", max_context=64)
     options = ForecastOptions(horizon=H, sample_count=8, seed=7, quantiles=LEVELS)
-    made = {}  # (request, symbol) -> (mean close (H,), quantiles close (Q, H), origin close, step rows)
+    # (request, symbol) -> (mean close (H,), quantiles close (Q, H), origin close, step rows)
+    made = {}
     for day in range(DAYS):
         cut = HISTORY + day  # candles known this morning
         store.clear_cache()
@@ -44,15 +45,22 @@ def test_a_week_of_forecasts_recorded_and_scored(tmp_path, tiny):
         assert all(len(h) == cut for h in hist.values())
         series = [h[list(FEATURES)].to_numpy(np.float64)[-64:] for h in hist.values()]
         x_ts = [h.timestamps.to_numpy()[-64:] for h in hist.values()]
-        y_ts = [f.timestamps.to_numpy()[cut:cut + H] for f in frames.values()]  # the market's next days
+        # the market's next days
+        y_ts = [f.timestamps.to_numpy()[cut:cut + H] for f in frames.values()]
         res = predictor.forecast(series, x_ts, y_ts, options)
         recs = []
         for b, s in enumerate(frames):
-            recs.append(ForecastRecord(request_id=f"day{day}", symbol=s, origin=x_ts[b][-1], timestamps=y_ts[b],
-                                       mean=res.mean[b], quantiles=res.quantiles[:, b], levels=LEVELS,
-                                       model_sha256="0" * 64, model_name="tiny", frequency="1d"))
-            made[(f"day{day}", s)] = (res.mean[b, :, 3].astype(np.float64), res.quantiles[:, b, :, 3].astype(np.float64),
-                                      float(series[b][-1, 3]), cut)
+            recs.append(
+                ForecastRecord(
+                    request_id=f"day{day}", symbol=s, origin=x_ts[b][-1], timestamps=y_ts[b],
+                    mean=res.mean[b], quantiles=res.quantiles[:, b], levels=LEVELS,
+                    model_sha256="0" * 64, model_name="tiny", frequency="1d",
+                )
+            )
+            made[(f"day{day}", s)] = (
+                res.mean[b, :, 3].astype(np.float64), res.quantiles[:, b, :, 3].astype(np.float64),
+                float(series[b][-1, 3]), cut,
+            )
         ledger.record(recs)
         for s, f in frames.items():  # the day's real candle arrives after the close
             store.write(s, f.iloc[cut:cut + 1], frequency="1d")
@@ -72,7 +80,10 @@ def test_a_week_of_forecasts_recorded_and_scored(tmp_path, tiny):
         h = row.horizon_step - 1
         truth = np.array([[frames[row.symbol].close.iloc[cut + h]]])  # (1, 1)
         assert row.truth_close == pytest.approx(truth[0, 0])
-        pin = [m.pinball_elements(q[i, h:h + 1][None], truth, lv)[0, 0] for i, lv in enumerate(LEVELS)]
+        pin = [
+            m.pinball_elements(q[i, h : h + 1][None], truth, lv)[0, 0]
+            for i, lv in enumerate(LEVELS)
+        ]
         crps.append(2 * np.mean(pin))
         cov.append(m.covered(q[0, h:h + 1][None], q[2, h:h + 1][None], truth)[0, 0])
         ae.append(m.abs_errors(mean[h:h + 1][None], truth)[0, 0])

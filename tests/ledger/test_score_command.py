@@ -27,7 +27,9 @@ def test_score_command_prints_a_table_and_scores_once(tmp_path, capsys):
     doc = json.loads(capsys.readouterr().out)
     assert doc["scored_now"] == 0 and doc["waiting"] == 1
     assert [r["horizon_step"] for r in doc["rows"]] == [1, 2]
-    assert main(["score", "--store", str(tmp_path / "store"), "--since", "2099-01-01", "--json"]) == 0
+    assert (
+        main(["score", "--store", str(tmp_path / "store"), "--since", "2099-01-01", "--json"]) == 0
+    )
     assert json.loads(capsys.readouterr().out)["rows"] == []  # only forecasts requested since then
     assert main(["score", "--store", str(tmp_path / "store"), "--window", "1"]) == 0
     assert "the last 1 scored steps" in capsys.readouterr().out

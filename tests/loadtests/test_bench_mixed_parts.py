@@ -1,5 +1,5 @@
-"""``kronos bench mixed``'s arithmetic without a service: the same-work baseline of the mixed load and
-the bracketed ratio of the big request's runs."""
+"""``kronos bench mixed``'s arithmetic without a service: the same-work baseline of the mixed load
+and the bracketed ratio of the big request's runs."""
 
 import pytest
 
@@ -15,9 +15,11 @@ from loadtests.bench_mixed import (
 
 def test_same_work_ratio_weighs_each_shape_by_its_own_single_batch_rate():
     engine = {"shape_row_steps_per_s": [1000.0, 100.0]}
-    # 2,000 row-steps of a fast shape (2 s of engine time) and 300 of a slow one (3 s): 5 s of engine
-    # work, answered by the service in 10 s: half the engine's speed
-    assert same_work_ratio({"shape_row_steps": [2000, 300], "seconds": 10.0}, engine) == pytest.approx(0.5)
+    # 2,000 row-steps of a fast shape (2 s of engine time) and 300 of a slow one (3 s): 5 s of
+    # engine work, answered by the service in 10 s: half the engine's speed
+    assert same_work_ratio(
+        {"shape_row_steps": [2000, 300], "seconds": 10.0}, engine
+    ) == pytest.approx(0.5)
     # one rate for all (1000/s) would have called the same run 0.23
     assert same_work_ratio({"shape_row_steps": [0, 0], "seconds": 10.0}, engine) == 0.0
 
@@ -26,13 +28,17 @@ def test_quick_sizes_scale_the_mixed_shapes_down_and_full_sizes_keep_them():
     assert mixed_shapes(Sizes()) == MIXED_SHAPES
     quick = mixed_shapes(QUICK)
     assert len(quick) == len(MIXED_SHAPES)
-    assert all(q[0] <= m[0] and q[1] <= m[1] and q[2] <= m[2] and q[3] == m[3] for q, m in zip(quick, MIXED_SHAPES))
+    assert all(
+        q[0] <= m[0] and q[1] <= m[1] and q[2] <= m[2] and q[3] == m[3]
+        for q, m in zip(quick, MIXED_SHAPES)
+    )
 
 
 def test_bracketed_ratio_compares_each_run_with_the_alone_runs_around_it():
     # the machine slows down 2x over the rounds; each run is 10% above the alone runs around it
     alone = [5.0, 7.5, 10.0]
     assert bracketed_ratio([6.875, 9.625], alone) == pytest.approx(1.1)
-    assert bracketed_ratio([6.875, 9.625], alone) < 9.625 / min(alone)  # the drift a best-of would count
+    # the drift a best-of would count
+    assert bracketed_ratio([6.875, 9.625], alone) < 9.625 / min(alone)
     with pytest.raises(ValueError, match="need 3 alone runs"):
         bracketed_ratio([1.0, 1.0], [1.0, 1.0])

@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 # not imported here: locust monkey-patches the process (gevent); it runs in a subprocess
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("locust") is None, reason="pip install -e '.[load]'")
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("locust") is None, reason="pip install -e '.[load]'"
+)
 
 REPO = Path(__file__).resolve().parents[2]
 SYMBOLS = [f"S{i:03d}" for i in range(60)]
@@ -25,7 +27,10 @@ def _stub(shed: bool) -> ThreadingHTTPServer:
         def log_message(self, *a):  # quiet
             pass
 
-        def _send(self, code: int, body: bytes, ctype: str = "application/json", headers: dict | None = None):
+        def _send(
+            self, code: int, body: bytes, ctype: str = "application/json",
+            headers: dict | None = None,
+        ):
             self.send_response(code)
             self.send_header("Content-Type", ctype)
             self.send_header("Content-Length", str(len(body)))
@@ -40,7 +45,9 @@ def _stub(shed: bool) -> ThreadingHTTPServer:
         def do_POST(self):
             req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             if shed:
-                self._send(503, b'{"detail": "busy", "code": "overloaded"}', headers={"Retry-After": "1"})
+                self._send(
+                    503, b'{"detail": "busy", "code": "overloaded"}', headers={"Retry-After": "1"}
+                )
             elif "arrow" in (self.headers.get("Accept") or ""):
                 self._send(200, b"arrow-bytes", "application/vnd.apache.arrow.stream")
             else:
@@ -75,4 +82,5 @@ def test_shed_requests_are_not_successes(tmp_path, shed):
         assert "0 answered 200" in (tmp_path / "summary.md").read_text()
     else:
         assert code == 0 and summary["ok_200"] >= 3 and summary["shed_503_429"] == 0, summary
-        assert summary["failures"] == 0 and summary["ok_200"] < summary["requests"]  # + GET /v1/symbols
+        # + GET /v1/symbols
+        assert summary["failures"] == 0 and summary["ok_200"] < summary["requests"]

@@ -17,5 +17,9 @@ def test_the_service_never_imports_the_load_tools():
 
 
 def test_the_service_holds_no_load_tool_module():
-    tools = [p.name for p in (REPO / "service").rglob("*.py") if re.match(r"(soak|loadtest|locust|bench)", p.name)]
+    tools = [
+        p.name
+        for p in (REPO / "service").rglob("*.py")
+        if re.match(r"(soak|loadtest|locust|bench)", p.name)
+    ]
     assert not tools, tools

@@ -29,7 +29,9 @@ def test_fixture_loads_and_round_trips(fixture_dir, tmp_path):
         assert k == k2
         torch.testing.assert_close(a, b, rtol=0, atol=0)
     assert json.loads((tmp_path / "m" / "config.json").read_text()) == model.config.to_dict()
-    assert sorted(p.name for p in (tmp_path / "t").iterdir()) == ["config.json", "model.safetensors"]
+    assert sorted(p.name for p in (tmp_path / "t").iterdir()) == [
+        "config.json", "model.safetensors",
+    ]
 
 
 def test_missing_key_is_named(fixture_dir, tmp_path):
@@ -39,7 +41,9 @@ def test_missing_key_is_named(fixture_dir, tmp_path):
     state = load_file(str(folder / "model.safetensors"))
     del state["transformer.1.ffn.w2.weight"]
     save_file(state, str(folder / "model.safetensors"))
-    with pytest.raises(CheckpointError, match=r"missing keys \['transformer\.1\.ffn\.w2\.weight'\]"):
+    with pytest.raises(
+        CheckpointError, match=r"missing keys \['transformer\.1\.ffn\.w2\.weight'\]"
+    ):
         Kronos.from_pretrained(folder)
 
 
@@ -62,7 +66,9 @@ def test_config_keys_checked(fixture_dir, tmp_path):
     cfg = json.loads((folder / "config.json").read_text())
     cfg["n_layer"] = cfg.pop("n_layers")
     (folder / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(CheckpointError, match=r"missing keys \['n_layers'\]; unknown keys \['n_layer'\]"):
+    with pytest.raises(
+        CheckpointError, match=r"missing keys \['n_layers'\]; unknown keys \['n_layer'\]"
+    ):
         Kronos.from_pretrained(folder)
 
 
@@ -71,7 +77,9 @@ def test_corrupt_weights_file(fixture_dir, tmp_path, damage):
     folder = _copy(fixture_dir / "tokenizer", tmp_path / "t")
     f = folder / "model.safetensors"
     data = f.read_bytes()
-    f.write_bytes({"truncate": data[: len(data) // 2], "garbage": b"\x00\xff" * 100, "empty": b""}[damage])
+    f.write_bytes(
+        {"truncate": data[: len(data) // 2], "garbage": b"\x00\xff" * 100, "empty": b""}[damage]
+    )
     with pytest.raises(CheckpointError, match="corrupt or truncated"):
         KronosTokenizer.from_pretrained(folder)
 
@@ -97,10 +105,19 @@ def test_mismatched_tokenizer_checkpoint(fixture_dir, tmp_path):
     from kronos_core import KronosPredictor
     from kronos_core.model import TokenizerConfig
 
-    tok = KronosTokenizer(TokenizerConfig(**{**KronosTokenizer.from_pretrained(fixture_dir / "tokenizer").config.to_dict(), "s1_bits": 8}))
+    tok = KronosTokenizer(
+        TokenizerConfig(
+            **{
+                **KronosTokenizer.from_pretrained(fixture_dir / "tokenizer").config.to_dict(),
+                "s1_bits": 8,
+            }
+        )
+    )
     tok.save_pretrained(tmp_path / "t8")
     loaded = KronosTokenizer.from_pretrained(tmp_path / "t8")
-    with pytest.raises(ValueError, match=r"tokenizer bit widths \(s1_bits=8, s2_bits=10\) do not match the model's"):
+    with pytest.raises(
+        ValueError, match=r"tokenizer bit widths \(s1_bits=8, s2_bits=10\) do not match the model's"
+    ):
         KronosPredictor(Kronos.from_pretrained(fixture_dir / "model"), loaded, device="cpu")
 
 
@@ -142,5 +159,10 @@ def test_hub_download_path_uses_cached_snapshot(fixture_dir, tmp_path, monkeypat
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_download)
     monkeypatch.chdir(tmp_path)
     model = Kronos.from_pretrained("NeoQuasar/Kronos-tiny", revision="main")
-    assert isinstance(model, Kronos) and model.config == KronosConfig.from_dict(model.config.to_dict())
-    assert calls == [("NeoQuasar/Kronos-tiny", "config.json", "main"), ("NeoQuasar/Kronos-tiny", "model.safetensors", "main")]
+    assert isinstance(model, Kronos) and model.config == KronosConfig.from_dict(
+        model.config.to_dict()
+    )
+    assert calls == [
+        ("NeoQuasar/Kronos-tiny", "config.json", "main"),
+        ("NeoQuasar/Kronos-tiny", "model.safetensors", "main"),
+    ]

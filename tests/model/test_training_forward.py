@@ -25,7 +25,9 @@ def _reference_window(parity):
 def _prefill_hidden(model, s1, s2, stamp):
     """What the engine's prefill computes: trunk through key/value caches, positions 0..L-1."""
     c, (b, length) = model.config, s1.shape
-    caches = [KVCache(b, c.n_heads, length, c.head_dim, torch.float32, "cpu") for _ in range(c.n_layers)]
+    caches = [
+        KVCache(b, c.n_heads, length, c.head_dim, torch.float32, "cpu") for _ in range(c.n_layers)
+    ]
     positions, mask = padded_positions_and_mask(torch.zeros(b, dtype=torch.long), length)
     return model.trunk(model.embed(s1, s2, stamp), positions, mask, caches, 0)  # (B, L, d)
 
@@ -38,7 +40,9 @@ def test_last_s1_logits_equal_engine_prefill_and_reference(parity):
         engine = model.s1_logits(_prefill_hidden(model, s1, s2, stamp)[:, -1])  # (1, V1)
     assert s1_logits.shape == (1, s1.shape[1], 1024) and s2_logits.shape == (1, s1.shape[1], 1024)
     torch.testing.assert_close(s1_logits[:, -1], engine, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(s1_logits[0, -1].numpy(), inter["last_s1_logits"], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        s1_logits[0, -1].numpy(), inter["last_s1_logits"], rtol=1e-4, atol=1e-5
+    )
 
 
 def test_s2_logits_equal_engine_at_position_zero(parity):
@@ -98,16 +102,20 @@ def test_forward_trains(parity):
 
 def test_tokenizer_training_forward_matches_inference(parity):
     tok = parity.tokenizer
-    x = torch.tensor([parity.cases["intermediates"]["normalized_input"]], dtype=torch.float32)  # (1, L, 6)
+    # (1, L, 6)
+    x = torch.tensor([parity.cases["intermediates"]["normalized_input"]], dtype=torch.float32)
     with torch.no_grad():
         out = tok.training_forward(x)
         s1, s2 = tok.encode(x)
         decoded = tok.decode(s1, s2)
-    torch.testing.assert_close(out.code, tok.ids_to_code(s1, s2), rtol=0, atol=0)  # same bits as encode
+    # same bits as encode
+    torch.testing.assert_close(out.code, tok.ids_to_code(s1, s2), rtol=0, atol=0)
     torch.testing.assert_close(out.full, decoded, rtol=1e-5, atol=1e-6)
     assert out.coarse.shape == x.shape and not torch.allclose(out.coarse, out.full)
     assert torch.isfinite(out.quant.total)
-    assert out.quant.commitment > 0 and out.quant.sample_entropy > 0 and out.quant.codebook_entropy > 0
+    assert (
+        out.quant.commitment > 0 and out.quant.sample_entropy > 0 and out.quant.codebook_entropy > 0
+    )
 
 
 def test_tokenizer_gradients_pass_the_quantizer(parity):
@@ -123,9 +131,9 @@ def test_tokenizer_gradients_pass_the_quantizer(parity):
 
 
 def test_bsq_loss_parts():
-    """A latent on a corner has zero commitment and near-zero per-sample entropy (the soft assignment
-    is sharp: inverse temperature 100); spread codes raise the codebook entropy to its maximum,
-    group_size bits per group."""
+    """A latent on a corner has zero commitment and near-zero per-sample entropy (the soft
+    assignment is sharp: inverse temperature 100); spread codes raise the codebook entropy to its
+    maximum, group_size bits per group."""
     torch.manual_seed(0)
     dim, g = 8, 4
     corners = torch.where(torch.rand(4096, dim) > 0.5, 1.0, -1.0) / dim**0.5  # (T, D) on the sphere

@@ -91,7 +91,9 @@ def test_folder_model_loads_its_config(tmp_path):
     (tmp_path / "tokenizer" / "config.json").write_text(json.dumps(tok.to_dict()))
     (tmp_path / "kronos.json").write_text(json.dumps({"max_context": 1024}))
     resolved = P.resolve_model(str(tmp_path))
-    assert resolved.model.n_layers == 2 and resolved.tokenizer == tok and resolved.max_context == 1024
+    assert (
+        resolved.model.n_layers == 2 and resolved.tokenizer == tok and resolved.max_context == 1024
+    )
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match="no config.json"):
         P.resolve_model(str(tmp_path / "empty"))
@@ -109,39 +111,58 @@ def _plan_json(capsys, *args) -> dict:
 
 
 def test_cli_recommends_batch_accumulation_or_device(capsys):
-    fits = _plan_json(capsys, "--model", "small", "--window", "512", "--batch", "32", "--device", "a100-80gb")
-    assert fits["recommendation"]["fits"] is True and fits["recommendation"]["largest_micro_batch"] >= 32
+    fits = _plan_json(
+        capsys, "--model", "small", "--window", "512", "--batch", "32", "--device", "a100-80gb"
+    )
+    assert (
+        fits["recommendation"]["fits"] is True
+        and fits["recommendation"]["largest_micro_batch"] >= 32
+    )
     assert fits["time"]["total"] > 0
-    tight = _plan_json(capsys, "--model", "small", "--window", "512", "--batch", "1024", "--device", "rtx3080")
+    tight = _plan_json(
+        capsys, "--model", "small", "--window", "512", "--batch", "1024", "--device", "rtx3080"
+    )
     rec = tight["recommendation"]
     assert rec["fits"] is False and rec["accumulation"] >= 2
     assert rec["micro_batch"] * rec["accumulation"] >= 1024
-    micro_plan = P.plan_training(*P.MODEL_PRESETS["small"][:2], 512, rec["micro_batch"],
-                                 checkpointing=rec["checkpointing"], accumulation=rec["accumulation"])
+    micro_plan = P.plan_training(
+        *P.MODEL_PRESETS["small"][:2], 512, rec["micro_batch"], checkpointing=rec["checkpointing"],
+        accumulation=rec["accumulation"],
+    )
     assert micro_plan.total <= R.DEVICES["rtx3080"].usable_bytes
-    none = _plan_json(capsys, "--model", "base", "--window", "512", "--batch", "8", "--device", "1GiB")
+    none = _plan_json(
+        capsys, "--model", "base", "--window", "512", "--batch", "8", "--device", "1GiB"
+    )
     assert none["recommendation"]["fits"] is False and "h200" in none["recommendation"]["devices"]
     assert "time" not in none  # a bare byte budget has no speed figures
 
 
 def test_cli_inference_breakdown_and_time(capsys):
-    one = _plan_json(capsys, "--model", "small", "--mode", "infer", "--window", "400", "--horizon", "120",
-                     "--batch", "250", "--series", "1000", "--device", "a100-80gb")
-    four = _plan_json(capsys, "--model", "small", "--mode", "infer", "--window", "400", "--horizon", "120",
-                      "--batch", "250", "--series", "1000", "--device", "a100-80gb", "--gpus", "4")
+    one = _plan_json(
+        capsys, "--model", "small", "--mode", "infer", "--window", "400", "--horizon", "120",
+        "--batch", "250", "--series", "1000", "--device", "a100-80gb",
+    )
+    four = _plan_json(
+        capsys, "--model", "small", "--mode", "infer", "--window", "400", "--horizon", "120",
+        "--batch", "250", "--series", "1000", "--device", "a100-80gb", "--gpus", "4",
+    )
     plan = one["plan"]
-    assert plan["kv_cache"] == 8 * plan["s2_cache"]  # one key/value pair per layer (8) vs the s2 head's one
+    # one key/value pair per layer (8) vs the s2 head's one
+    assert plan["kv_cache"] == 8 * plan["s2_cache"]
     caches = plan["kv_cache"] + plan["s2_cache"]
     assert plan["peak_phase"] in ("prefill", "sample", "recompute") and plan["caches_at_peak"]
     assert plan["total"] == plan["weights"] + plan["inputs"] + caches + plan["working_set"]
     assert four["time"]["total"] == pytest.approx(one["time"]["total"] / 4)
     assert main(["plan", "--device", "tpu9"]) == 2
-    text_code = main(["plan", "--model", "small", "--mode", "infer", "--batch", "4", "--device", "h200"])
+    text_code = main(
+        ["plan", "--model", "small", "--mode", "infer", "--batch", "4", "--device", "h200"]
+    )
     out = capsys.readouterr().out
     assert text_code == 0 and "s2-head caches" in out and "KV caches" in out and "≈" in out
 
 
-@pytest.mark.parametrize("flag", ["--measure-cpu", "--calibrate-cpu"])  # --calibrate-cpu: the older spelling
+# --calibrate-cpu: the older spelling
+@pytest.mark.parametrize("flag", ["--measure-cpu", "--calibrate-cpu"])
 def test_measure_cpu_flag_runs_the_measurement(flag, monkeypatch):
     calls = []
     monkeypatch.setattr(C, "measure_cpu", lambda as_json=False: calls.append(as_json) or 0)

@@ -1,7 +1,7 @@
-"""Fakes for the service unit tests (imported as ``service_fakes``): they stand in for the store, the replicas and the
-engine so that the gateway, sharding, batching and metrics logic run without a model or
-Ray. Each implements the protocol of ``service.common.interfaces`` that the production piece does
-(``tests/service/test_interfaces.py`` checks it). The real pieces are exercised in
+"""Fakes for the service unit tests (imported as ``service_fakes``): they stand in for the store,
+the replicas and the engine so that the gateway, sharding, batching and metrics logic run without a
+model or Ray. Each implements the protocol of ``service.common.interfaces`` that the production
+piece does (``tests/service/test_interfaces.py`` checks it). The real pieces are exercised in
 tests/integration/."""
 
 from __future__ import annotations
@@ -58,17 +58,28 @@ class FakeStore:
     def metadata(self, symbol, frequency=None):
         if symbol not in self.symbols():
             raise KeyError(symbol)
-        return {"frequency": "1h", "timezone": None, "first": str(self.idx[0]), "last": str(self.idx[-1])}
+        return {
+            "frequency": "1h", "timezone": None, "first": str(self.idx[0]),
+            "last": str(self.idx[-1]),
+        }
 
     def read_windows(self, symbols, lookback, as_of=None, frequency=None):
         windows, errors = [], []
-        end = self.length if as_of is None else int(self.idx.searchsorted(pd.Timestamp(as_of), "right"))
+        end = (
+            self.length
+            if as_of is None
+            else int(self.idx.searchsorted(pd.Timestamp(as_of), "right"))
+        )
         for s in symbols:
             if s not in self.symbols():
-                errors.append(FakeSymbolError(s, ErrorCode.UNKNOWN_SYMBOL, f"{s} is not in the store"))
+                errors.append(
+                    FakeSymbolError(s, ErrorCode.UNKNOWN_SYMBOL, f"{s} is not in the store")
+                )
                 continue
             if end == 0:
-                errors.append(FakeSymbolError(s, ErrorCode.NO_DATA, f"{s}: no candles at or before {as_of}"))
+                errors.append(
+                    FakeSymbolError(s, ErrorCode.NO_DATA, f"{s}: no candles at or before {as_of}")
+                )
                 continue
             k = int(s[1:])
             v = np.full((end, 6), 100.0 + k, np.float32)
@@ -99,9 +110,9 @@ class FakeStats:
 
 
 class FakePredictor:
-    """A ``ForecastEngine``. forecast(): each series' forecast = its last close, so results identify their inputs.
-    Above ``oom_above`` series it runs out of memory for real: ``oom="cpu"`` asks the CPU
-    allocator for 2**62 bytes (a plain RuntimeError, "DefaultCPUAllocator: can't allocate
+    """A ``ForecastEngine``. forecast(): each series' forecast = its last close, so results identify
+    their inputs. Above ``oom_above`` series it runs out of memory for real: ``oom="cpu"`` asks the
+    CPU allocator for 2**62 bytes (a plain RuntimeError, "DefaultCPUAllocator: can't allocate
     memory ..."), ``oom="cuda"`` raises torch.OutOfMemoryError (what CUDA raises; no GPU here)."""
 
     def __init__(self, oom_above: int | None = None, oom: str = "cpu"):
@@ -109,10 +120,13 @@ class FakePredictor:
         self.oom = oom
         self.calls: list[int] = []
         self.options: list[ForecastOptions] = []  # what each call was given
-        self.identity = None  # a ForecastEngine's model identity: none, as a predictor not built by the loader
+        # a ForecastEngine's model identity: none, as a predictor not built by the loader
+        self.identity = None
 
-    def forecast(self, series, x_timestamps, y_timestamps, options: ForecastOptions, *, series_keys=None,
-                 verbose=False):
+    def forecast(
+        self, series, x_timestamps, y_timestamps, options: ForecastOptions, *, series_keys=None,
+        verbose=False,
+    ):
         import torch
 
         horizon, sample_count, quantiles = options.horizon, options.sample_count, options.quantiles
@@ -123,13 +137,20 @@ class FakePredictor:
                 torch.empty(2**62, dtype=torch.uint8)  # raises the CPU allocator's RuntimeError
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
         last = np.stack([s[-1] for s in series]).astype(np.float32)  # (B, 6)
-        paths = np.repeat(last[:, None, None, :], sample_count, 1).repeat(horizon, 2)  # (B, S, H, 6)
+        # (B, S, H, 6)
+        paths = np.repeat(last[:, None, None, :], sample_count, 1).repeat(horizon, 2)
         mean = paths.mean(1)
-        q = np.stack([mean * (1 + lv) for lv in quantiles]) if quantiles else np.zeros((0,) + mean.shape, np.float32)
+        q = (
+            np.stack([mean * (1 + lv) for lv in quantiles])
+            if quantiles
+            else np.zeros((0,) + mean.shape, np.float32)
+        )
         return FakeResult(paths, mean, q, FakeStats(len(series) * sample_count * horizon))
 
-    def start_forecast(self, series, x_timestamps, y_timestamps, options: ForecastOptions, *, series_keys=None,
-                       verbose=False) -> OneStepJob:
+    def start_forecast(
+        self, series, x_timestamps, y_timestamps, options: ForecastOptions, *, series_keys=None,
+        verbose=False,
+    ) -> OneStepJob:
         """The whole ``forecast`` as one step (its out-of-memory error raised at that step)."""
         return OneStepJob(self, series, x_timestamps, y_timestamps, options)
 
@@ -161,8 +182,10 @@ def make_options(**kw) -> ForecastOptions:
     return ForecastOptions(**{"horizon": 4, **kw})
 
 
-def make_shard(n: int, index: int = 0, length: int = 10, options: ForecastOptions | None = None, start: float = 0.0,
-               request_id: str = "r", return_paths: bool = False, calibrate: bool = False) -> Shard:
+def make_shard(
+    n: int, index: int = 0, length: int = 10, options: ForecastOptions | None = None,
+    start: float = 0.0, request_id: str = "r", return_paths: bool = False, calibrate: bool = False,
+) -> Shard:
     options = options or make_options()
     ts = pd.date_range("2024-01-01", periods=length, freq="h").to_numpy()
     yts = pd.date_range(ts[-1], periods=options.horizon + 1, freq="h")[1:].to_numpy()
@@ -171,11 +194,15 @@ def make_shard(n: int, index: int = 0, length: int = 10, options: ForecastOption
                  calibrate=calibrate)
 
 
-def run_shards(runner: StepRunner, shards: list[Shard]) -> tuple[list[ShardResult], list[BatchReport]]:
+def run_shards(
+    runner: StepRunner, shards: list[Shard]
+) -> tuple[list[ShardResult], list[BatchReport]]:
     """Run ``shards`` through ``runner`` as the replica does (submitted together: with no batch wait
     they coalesce at the first tick), until it is idle: (their results in shard order, the reports
     taken, one ``BatchReport`` per job it ran)."""
-    assert runner.policy.batch_wait_timeout_s == 0, "shards submitted together must coalesce at one tick"
+    assert runner.policy.batch_wait_timeout_s == 0, (
+        "shards submitted together must coalesce at one tick"
+    )
     results: list[ShardResult | None] = [None] * len(shards)
     for i, shard in enumerate(shards):
         runner.submit(shard, lambda res, i=i: results.__setitem__(i, res))
@@ -185,7 +212,9 @@ def run_shards(runner: StepRunner, shards: list[Shard]) -> tuple[list[ShardResul
     return [res for res in results if res is not None], runner.take_reports()
 
 
-def fake_info(budget: int = 1 << 30, max_context: int = 64, max_batch_tokens: int = 1 << 20) -> ReplicaInfo:
+def fake_info(
+    budget: int = 1 << 30, max_context: int = 64, max_batch_tokens: int = 1 << 20
+) -> ReplicaInfo:
     return ReplicaInfo("fake-replica", "cpu", budget, max_batch_tokens, max_context, None, None,
                        {"name": "fake", "bundled": True})
 
@@ -197,8 +226,10 @@ def fake_gateway(replicas=None, num_replicas: int = 2, **settings):
     replicas = replicas or FakeReplicas()
     s = Settings(**{"max_context": 64, "shards_per_replica": 2, "min_shard_tokens": 0, **settings})
     m = Metrics()
-    gw = ForecastPipeline(s, FakeStore(), replicas, m, num_replicas=num_replicas,
-                 fit_factory=lambda info, h, sc: (lambda L: 3), future=FutureTimestamps(fake_future))
+    gw = ForecastPipeline(
+        s, FakeStore(), replicas, m, num_replicas=num_replicas,
+        fit_factory=lambda info, h, sc: lambda L: 3, future=FutureTimestamps(fake_future),
+    )
     return gw, m, replicas
 
 
@@ -240,7 +271,9 @@ class RoutedReplicas:
     answer, None for one that never answers (only cancellation ends its calls). Records (shard
     index, replica) of every call sent, answered and cancelled, and when each was sent."""
 
-    def __init__(self, delays: dict[str, float | None] | None = None, info: ReplicaInfo | None = None):
+    def __init__(
+        self, delays: dict[str, float | None] | None = None, info: ReplicaInfo | None = None
+    ):
         self.runner = StepRunner(FakePredictor(), "fake-replica", "cpu")
         self.delays = delays if delays is not None else {"slow": None, "fast": 0.005}
         self.ongoing = dict.fromkeys(self.delays, 0)
@@ -251,7 +284,8 @@ class RoutedReplicas:
         self.cancelled: list[tuple[int, str]] = []
 
     async def forecast_shard(self, shard: Shard) -> ShardResult:
-        name = min(self.ongoing, key=lambda n: self.ongoing[n])  # fewest calls held; ties: first listed
+        # fewest calls held; ties: first listed
+        name = min(self.ongoing, key=lambda n: self.ongoing[n])
         self.ongoing[name] += 1
         self.sent.append((shard.index, name))
         self.sent_at.append(asyncio.get_running_loop().time())

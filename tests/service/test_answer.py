@@ -15,9 +15,11 @@ import pytest
 from service.common.answer import ForecastAnswer, ForecastResponse, SymbolForecast, wire_fields
 from service.gateway.encode import answer_to_arrow, answer_to_json
 
-MODEL = {"name": "fake", "sha256": "ab" * 32, "model_sha256": "cd" * 32, "tokenizer_sha256": "ef" * 32,
-         "bundled": True, "random_weights": True, "max_context": 64, "dtype": "float32", "sliding": "exact",
-         "compile": False}
+MODEL = {
+    "name": "fake", "sha256": "ab" * 32, "model_sha256": "cd" * 32, "tokenizer_sha256": "ef" * 32,
+    "bundled": True, "random_weights": True, "max_context": 64, "dtype": "float32",
+    "sliding": "exact", "compile": False,
+}
 
 
 def _answer() -> ForecastAnswer:
@@ -25,9 +27,9 @@ def _answer() -> ForecastAnswer:
     mean = np.arange(18, dtype=np.float32).reshape(3, 6)
     return ForecastAnswer(
         model=MODEL, request_id="r1", symbols=["A"], history_length=[10],
-        last_timestamp=[ts[0] - np.timedelta64(1, "h")], warnings=[[]], timestamps=[ts], mean=[mean],
-        quantiles=[np.stack([mean, mean + 1])], paths=[mean[None]], summaries=[None], errors=[],
-        timing={"total_ms": 1.0}, quantile_levels=(0.1, 0.9),
+        last_timestamp=[ts[0] - np.timedelta64(1, "h")], warnings=[[]], timestamps=[ts],
+        mean=[mean], quantiles=[np.stack([mean, mean + 1])], paths=[mean[None]], summaries=[None],
+        errors=[], timing={"total_ms": 1.0}, quantile_levels=(0.1, 0.9),
     )
 
 
@@ -43,7 +45,8 @@ def test_json_and_arrow_carry_every_declared_field():
     body = orjson.loads(orjson.dumps(answer_to_json(answer), option=orjson.OPT_SERIALIZE_NUMPY))
     ForecastResponse.model_validate(body)  # the schema accepts what the encoder writes
     assert set(body) == set(ForecastResponse.model_fields)
-    omitted = {w.name for _, w in wire_fields(per_symbol=True) if w.omit_none}  # summary is None here
+    # summary is None here
+    omitted = {w.name for _, w in wire_fields(per_symbol=True) if w.omit_none}
     assert set(body["forecasts"][0]) == set(SymbolForecast.model_fields) - {"summary"}
     assert "summary" in omitted
     meta = pa.ipc.open_stream(answer_to_arrow(answer)).read_all().schema.metadata

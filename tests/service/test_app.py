@@ -73,15 +73,22 @@ def _ingress(handle: FakeHandle, **settings) -> Ingress:
     # the user class under Serve's ASGI wrapper (whose async __del__ expects a running replica)
     cls = next(c for c in Ingress.func_or_class.__mro__ if "forecast" in c.__dict__)
     ing = object.__new__(cls)
-    ing.settings = Settings(**{"max_context": 64, "shards_per_replica": 2, "min_shard_tokens": 0, "retry_after_s": 7, **settings})
+    ing.settings = Settings(
+        **{
+            "max_context": 64, "shards_per_replica": 2, "min_shard_tokens": 0, "retry_after_s": 7,
+            **settings,
+        }
+    )
     ing.handle = handle
     ing.num_replicas = 2
     ing.metrics = Metrics()
     ing.store = FakeStore()
     ing._symbols = None
     ing.replicas = ServeReplicas(handle, ing.settings, ing.metrics)
-    ing.pipeline = ForecastPipeline(ing.settings, ing.store, ing.replicas, ing.metrics, 2,
-                          fit_factory=lambda info, h, sc: (lambda L: 3), future=FutureTimestamps(fake_future))
+    ing.pipeline = ForecastPipeline(
+        ing.settings, ing.store, ing.replicas, ing.metrics, 2,
+        fit_factory=lambda info, h, sc: lambda L: 3, future=FutureTimestamps(fake_future),
+    )
     return ing
 
 
@@ -108,7 +115,9 @@ REQ = ForecastRequest(symbols=[f"S{i:03d}" for i in range(8)], horizon=2)
 
 
 def test_full_replica_queue_is_503_with_retry_after():
-    handle = FakeHandle(lambda shard: BackPressureError(num_queued_requests=64, max_queued_requests=64))
+    handle = FakeHandle(
+        lambda shard: BackPressureError(num_queued_requests=64, max_queued_requests=64)
+    )
     ing = _ingress(handle)
     resp = asyncio.run(_answer(ing, REQ))
     assert resp.status_code == 503 and resp.headers["Retry-After"] == "7"
@@ -167,7 +176,8 @@ def test_cancelled_request_cancels_the_ray_call():
 
     asyncio.run(main())
     sent = handle.forecast_shard.responses
-    assert len(sent) == 4  # 8 series in shards of 2 (2 replicas x 2 shards each); 2 x 2 in flight: all sent
+    # 8 series in shards of 2 (2 replicas x 2 shards each); 2 x 2 in flight: all sent
+    assert len(sent) == 4
     assert all(r.cancelled for r in sent)
     assert ing.pipeline.dispatcher.shards_in_flight == 0
 
@@ -177,6 +187,10 @@ def test_request_the_deployment_cannot_run_is_422_naming_the_field():
     resp = asyncio.run(_answer(ing, REQ))
     assert resp.status_code == 422
     detail = orjson.loads(resp.body)["detail"]
-    assert len(detail) == 1 and detail[0]["loc"] == ["body", "symbols"] and detail[0]["type"] == "value_error"
+    assert (
+        len(detail) == 1
+        and detail[0]["loc"] == ["body", "symbols"]
+        and detail[0]["type"] == "value_error"
+    )
     assert "at most 2" in detail[0]["msg"]
     assert _errors(ing, "invalid_request") == 1

@@ -61,12 +61,22 @@ def test_401_without_or_with_unknown_key_403_without_access(caplog):
     c = _client(KeyRing(parse_keys(_keys_text(), "test")))
     with caplog.at_level(logging.DEBUG):
         r = c.post("/v1/forecast", json={})
-        assert r.status_code == 401 and r.json()["code"] == "unauthorized" and "Bearer" in r.headers["WWW-Authenticate"]
+        assert (
+            r.status_code == 401
+            and r.json()["code"] == "unauthorized"
+            and "Bearer" in r.headers["WWW-Authenticate"]
+        )
         assert c.post("/v1/forecast", headers={"X-API-Key": "wrong"}).status_code == 401
-        assert c.post("/v1/forecast", headers={"Authorization": f"Bearer {ALICE}"}).json() == {"key": "alice"}
+        assert c.post("/v1/forecast", headers={"Authorization": f"Bearer {ALICE}"}).json() == {
+            "key": "alice"
+        }
         assert c.post("/v1/forecast", headers={"X-API-Key": OPS}).json() == {"key": "ops"}
         r = c.get("/v1/models", headers={"X-API-Key": ALICE})
-        assert r.status_code == 403 and "alice" in r.json()["detail"] and "models" in r.json()["detail"]
+        assert (
+            r.status_code == 403
+            and "alice" in r.json()["detail"]
+            and "models" in r.json()["detail"]
+        )
         assert c.get("/v1/models", headers={"X-API-Key": OPS}).status_code == 200
         assert c.get("/healthz").status_code == 200  # probes stay open
     for secret in (ALICE, OPS):
@@ -98,7 +108,8 @@ def test_bad_key_lines_name_the_line_and_fix(line, fragment):
 def test_token_bucket_in_series_per_second():
     b = TokenBucket(rate=100, capacity=1000, stamp=0.0)
     assert b.take(1000, now=0.0) == 0.0  # the whole burst at once
-    assert b.take(500, now=0.0) == 0.0  # admitted into debt: a big portfolio is never refused forever
+    # admitted into debt: a big portfolio is never refused forever
+    assert b.take(500, now=0.0) == 0.0
     assert b.take(1, now=0.0) == pytest.approx(5.0)  # 500 series of debt at 100 series/s
     assert b.take(1, now=3.0) == pytest.approx(2.0)
     assert b.take(10, now=5.0) == 0.0
@@ -124,7 +135,9 @@ def _serve_args(*argv):
     return parser.parse_args(list(argv))
 
 
-def test_public_host_without_keys_is_refused_unless_allowed_and_bad_keys_stop_serve(tmp_path, capsys, monkeypatch):
+def test_public_host_without_keys_is_refused_unless_allowed_and_bad_keys_stop_serve(
+    tmp_path, capsys, monkeypatch
+):
     from service.cli import run
 
     monkeypatch.delenv("KRONOS_API_KEYS", raising=False)
@@ -156,4 +169,5 @@ def test_each_of_several_gateways_allows_its_share_of_the_rate():
     assert two.buckets[alice.name].rate * 2 == one.buckets[alice.name].rate
     assert two.buckets[alice.name].capacity * 2 == one.buckets[alice.name].capacity
     assert two.throttle(alice, 75) == 0.0
-    assert 0.4 < two.throttle(alice, 1) <= 0.5  # 25 series of debt at 50/s (one gateway alone: none)
+    # 25 series of debt at 50/s (one gateway alone: none)
+    assert 0.4 < two.throttle(alice, 1) <= 0.5

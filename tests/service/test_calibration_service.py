@@ -23,14 +23,19 @@ def _calibration(identity: dict, path, method: str = "cqr") -> Calibration:
     rng = np.random.default_rng(0)
     samples = rng.lognormal(4, 0.01, (40, 16, 3, 6))
     truth = rng.lognormal(4, 0.05, (40, 3, 6))  # wider than the samples: bands must widen
-    issued = np.arange(40) * 3  # windows 3 rows apart, horizon 3: each truth known before the next issue
-    cal = Calibration.fit(samples, truth, (0.5, 0.8), identity, method, issued=issued, resolved=issued + 3)
+    # windows 3 rows apart, horizon 3: each truth known before the next issue
+    issued = np.arange(40) * 3
+    cal = Calibration.fit(
+        samples, truth, (0.5, 0.8), identity, method, issued=issued, resolved=issued + 3
+    )
     cal.save(path)
     return cal
 
 
 def test_covers_only_what_the_calibration_was_fitted_for():
-    policy = CalibrationPolicy.from_description(CalibrationDescription(None, None, {"levels": [0.5, 0.8], "horizon": 3}))
+    policy = CalibrationPolicy.from_description(
+        CalibrationDescription(None, None, {"levels": [0.5, 0.8], "horizon": 3})
+    )
     assert policy.covers(3, [0.1, 0.5, 0.9])
     assert policy.covers(2, [0.25, 0.75])
     assert not policy.covers(4, [0.1, 0.9])  # horizon beyond the fitted one
@@ -43,18 +48,24 @@ def test_runner_applies_the_calibration_only_when_the_key_asks(tmp_path, method)
     predictor = load_predictor(PredictorConfig(model=TINY, device="cpu"))
     runner = StepRunner(predictor, "r", "cpu")
     _calibration(predictor.identity.as_dict(), tmp_path / "cal.json", method)
-    runner.calibration = load_calibration(str(tmp_path / "cal.json"), predictor.identity)  # as the replica does
+    # as the replica does
+    runner.calibration = load_calibration(str(tmp_path / "cal.json"), predictor.identity)
     assert runner.calibration.method in (("cqr", "cqr-r") if method == "select" else (method,))
     options = make_options(horizon=3, sample_count=8, seed=3, quantiles=(0.1, 0.9))
     shard = make_shard(2, length=40, options=options, start=100.0, return_paths=True)
     rng = np.random.default_rng(1)
-    shard.values = [np.abs(100 + np.cumsum(rng.normal(0, 1, (40, 6)), axis=0)).astype(np.float32) for _ in range(2)]
+    shard.values = [
+        np.abs(100 + np.cumsum(rng.normal(0, 1, (40, 6)), axis=0)).astype(np.float32)
+        for _ in range(2)
+    ]
     (raw,), _ = run_shards(runner, [shard])
     shard.calibrate = True
     (cal,), _ = run_shards(runner, [shard])
     np.testing.assert_array_equal(raw.mean, cal.mean)  # the mean stays raw
     # the paths are those of the corrected distribution, so summaries from them agree with the bands
-    np.testing.assert_allclose(cal.paths, runner.calibration.correct_paths(raw.paths, predictor.identity), rtol=1e-6)
+    np.testing.assert_allclose(
+        cal.paths, runner.calibration.correct_paths(raw.paths, predictor.identity), rtol=1e-6
+    )
     want = runner.calibration.apply(raw.paths, (0.1, 0.9), predictor.identity)  # (Q, B, H, 6)
     np.testing.assert_allclose(cal.quantiles, want, rtol=1e-6)
     assert not np.allclose(cal.quantiles, raw.quantiles)
@@ -94,7 +105,8 @@ def _inline(symbol: str, n: int, freq: str, seed: int) -> dict:
 
 
 def _calibrated_gateway(tmp_path, scope):
-    """A gateway over one real replica (tiny model, StepRunner) holding a calibration of ``scope``."""
+    """A gateway over one real replica (tiny model, StepRunner) holding a calibration of
+    ``scope``."""
     import dataclasses
 
     from service_fakes import FakeReplicas, fake_gateway, fake_info
@@ -106,7 +118,9 @@ def _calibrated_gateway(tmp_path, scope):
     replicas.runner = StepRunner(predictor, "r", "cpu")
     replicas.runner.calibration = cal
     replicas.info.calibration = CalibrationDescription.of(cal)
-    replicas.info.model = {**predictor.identity.as_dict(), "calibration": replicas.info.calibration.as_dict()}
+    replicas.info.model = {
+        **predictor.identity.as_dict(), "calibration": replicas.info.calibration.as_dict(),
+    }
     gw, _, _ = fake_gateway(replicas)
     return gw, cal, predictor
 
@@ -121,19 +135,31 @@ def test_gateway_calibrates_per_series_and_says_why_not(tmp_path):
 
     gw, cal, predictor = _calibrated_gateway(tmp_path, Scope((40, 40), ("1d",), ("D",)))
     series = [_inline("D", 40, "D", 0), _inline("H", 40, "h", 1)]
-    req = ForecastRequest(series=series, horizon=3, quantiles=[0.1, 0.5, 0.9], sample_count=8, seed=1, lookback=40)
+    req = ForecastRequest(
+        series=series, horizon=3, quantiles=[0.1, 0.5, 0.9], sample_count=8, seed=1, lookback=40
+    )
     out = asyncio.run(gw.forecast(req))
     assert out.symbols == ["D", "H"] and not out.calibrated  # not every series is
     codes = [[(w["code"], w["message"]) for w in ws] for ws in out.warnings]
     assert not any(c == "uncalibrated" for c, _ in codes[0])
     assert ("uncalibrated", "quantiles not calibrated: fitted on 1d bars, asked 1h") in codes[1]
-    out = asyncio.run(gw.forecast(ForecastRequest(series=series[:1], horizon=5, quantiles=[0.1, 0.9],
-                                                  sample_count=4, lookback=40)))
+    out = asyncio.run(
+        gw.forecast(
+            ForecastRequest(
+                series=series[:1], horizon=5, quantiles=[0.1, 0.9], sample_count=4, lookback=40
+            )
+        )
+    )
     assert not out.calibrated
     assert ("uncalibrated", "quantiles not calibrated: fitted for horizon 3, asked 5") in [
         (w["code"], w["message"]) for w in out.warnings[0]]
-    out = asyncio.run(gw.forecast(ForecastRequest(series=series[:1], horizon=3, quantiles=[0.1, 0.9],
-                                                  sample_count=4, lookback=40)))
+    out = asyncio.run(
+        gw.forecast(
+            ForecastRequest(
+                series=series[:1], horizon=3, quantiles=[0.1, 0.9], sample_count=4, lookback=40
+            )
+        )
+    )
     assert out.calibrated and out.warnings[0] == []
 
 
@@ -174,8 +200,10 @@ def test_calibrated_summaries_agree_with_the_calibrated_bands(tmp_path):
 
     gw, cal, _ = _calibrated_gateway(tmp_path, Scope())
     series = [_inline("D", 40, "D", 0)]
-    req = ForecastRequest(series=series, horizon=3, quantiles=[0.1, 0.5, 0.9], sample_count=100, seed=2,
-                          summary=True, return_paths=True)
+    req = ForecastRequest(
+        series=series, horizon=3, quantiles=[0.1, 0.5, 0.9], sample_count=100, seed=2, summary=True,
+        return_paths=True,
+    )
     out = asyncio.run(gw.forecast(req))
     assert out.calibrated
     close = FEATURES.index("close")
@@ -183,7 +211,8 @@ def test_calibrated_summaries_agree_with_the_calibrated_bands(tmp_path):
     q10 = float(out.quantiles[0][0, -1, close])
     ret = out.paths[0][:, -1, close] / last - 1
     assert np.quantile(ret, 0.1) == pytest.approx(q10 / last - 1, abs=2e-3)
-    raw = asyncio.run(gw.forecast(req.model_copy(update={"quantiles": []})))  # nothing to calibrate: raw paths
+    # nothing to calibrate: raw paths
+    raw = asyncio.run(gw.forecast(req.model_copy(update={"quantiles": []})))
     assert not np.allclose(raw.paths[0], out.paths[0])
     assert out.summaries[0]["var_95"] != pytest.approx(raw.summaries[0]["var_95"], abs=1e-4)
 
@@ -200,29 +229,42 @@ def test_gateway_picks_each_series_group_of_a_calibration_fitted_per_frequency(t
     predictor = load_predictor(PredictorConfig(model=TINY, device="cpu"))
     base = _calibration(predictor.identity.as_dict(), tmp_path / "cal.json")
     daily = dataclasses.replace(base, scope=Scope(None, ("1d",), ("D",)))
-    hourly = dataclasses.replace(base, corrections=base.corrections * 3, scope=Scope(None, ("1h",), ("H",)))
+    hourly = dataclasses.replace(
+        base, corrections=base.corrections * 3, scope=Scope(None, ("1h",), ("H",))
+    )
     cal = Calibration.grouped({"1d": daily, "1h": hourly}, "frequency")
     replicas = FakeReplicas(info=fake_info())
     replicas.runner = StepRunner(predictor, "r", "cpu")
     replicas.runner.calibration = cal
     replicas.info.calibration = CalibrationDescription.of(cal)
-    replicas.info.model = {**predictor.identity.as_dict(), "calibration": replicas.info.calibration.as_dict()}
+    replicas.info.model = {
+        **predictor.identity.as_dict(), "calibration": replicas.info.calibration.as_dict(),
+    }
     gw, _, _ = fake_gateway(replicas)
     series = [_inline("D", 40, "D", 0), _inline("H", 40, "h", 1), _inline("M", 40, "5min", 2)]
-    req = ForecastRequest(series=series, horizon=3, quantiles=[0.1, 0.9], sample_count=8, seed=1, return_paths=True)
+    req = ForecastRequest(
+        series=series, horizon=3, quantiles=[0.1, 0.9], sample_count=8, seed=1, return_paths=True
+    )
     out = asyncio.run(gw.forecast(req))
     assert out.symbols == ["D", "H", "M"] and not out.calibrated
     assert [w["code"] for w in out.warnings[0] + out.warnings[1]] == []
-    assert out.warnings[2] == [{"code": "uncalibrated", "message": "quantiles not calibrated: no group for "
-                                "frequency 5min; fitted for 1d, 1h"}]
-    raw = asyncio.run(gw.forecast(req.model_copy(update={"quantiles": []})))  # nothing to calibrate: raw paths
+    assert out.warnings[2] == [
+        {
+            "code": "uncalibrated",
+            "message": "quantiles not calibrated: no group for frequency 5min; fitted for 1d, 1h",
+        }
+    ]
+    # nothing to calibrate: raw paths
+    raw = asyncio.run(gw.forecast(req.model_copy(update={"quantiles": []})))
     for i, member in ((0, daily), (1, hourly)):
         want = member.apply(raw.paths[i][None], (0.1, 0.9), predictor.identity)[:, 0]  # (Q, H, 6)
         np.testing.assert_allclose(out.quantiles[i], want, rtol=1e-5)
 
 
 @pytest.mark.parametrize("levels, calibrated", [((0.1, 0.5, 0.9), True), ((0.01, 0.99), False)])
-def test_the_library_and_the_service_give_the_same_seeded_paths_and_quantiles(tmp_path, levels, calibrated):
+def test_the_library_and_the_service_give_the_same_seeded_paths_and_quantiles(
+    tmp_path, levels, calibrated
+):
     """``KronosPredictor.forecast`` with the request's options (and, where the policy applies, the
     calibration) on the gateway's own inputs, against the service's answer: the same paths,
     quantiles and means. 98% bands are outside the calibration: the uncalibrated case. The service

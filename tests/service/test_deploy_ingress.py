@@ -37,15 +37,21 @@ def test_kuberay_services_select_the_head_only():
     head_labels = cluster["headGroupSpec"]["template"]["metadata"]["labels"]
     services = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Service"}
     ingress = services["kronos-ingress"]["spec"]
-    assert ingress["selector"] == {"kronos.io/ingress": "true", "ray.io/node-type": "head", "ray.io/serve": "true"}
+    assert ingress["selector"] == {
+        "kronos.io/ingress": "true", "ray.io/node-type": "head", "ray.io/serve": "true",
+    }
     assert [p["port"] for p in ingress["ports"]] == [8000]
     for name, svc in services.items():  # every Service selects a label only the head carries
         selector = svc["spec"]["selector"]
         assert selector.get("ray.io/node-type") == "head", name
-        assert all(head_labels.get(k) == v for k, v in selector.items() if k.startswith("kronos.io/")), name
+        assert all(
+            head_labels.get(k) == v for k, v in selector.items() if k.startswith("kronos.io/")
+        ), name
     for group in cluster["workerGroupSpecs"]:
         template = group["template"]
-        assert "kronos.io/ingress" not in (template.get("metadata") or {}).get("labels", {}), group["groupName"]
+        assert "kronos.io/ingress" not in (template.get("metadata") or {}).get("labels", {}), group[
+            "groupName"
+        ]
         # KubeRay's default worker readiness probe checks the (absent) proxy, which keeps the GPU
         # workers out of KubeRay's own kronos-serve-svc: an explicit probe would drop that check
         for container in template["spec"]["containers"]:

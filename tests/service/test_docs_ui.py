@@ -44,6 +44,7 @@ def test_assets_are_the_packaged_files(client):
         r = client.get(f"/docs/assets/{name}")
         assert r.status_code == 200 and r.headers["content-type"].startswith(media)
         assert r.content == (assets_dir() / name).read_bytes()
-    assert client.get("/docs/assets/swagger-ui-bundle.js.map").status_code == 404  # only the listed files
+    # only the listed files
+    assert client.get("/docs/assets/swagger-ui-bundle.js.map").status_code == 404
     assert client.get("/docs/assets/..%2F..%2F__init__.py").status_code == 404
     assert client.get("/redoc").status_code == 404  # ReDoc loads from a CDN: off

@@ -16,7 +16,9 @@ from service.common.schemas import SymbolErrorOut
 REPO = Path(__file__).resolve().parents[2]
 # modules that produce per-symbol errors: the gateway, the replica side, the store
 EMITTERS = [REPO / "service", REPO / "kronos_core" / "data"]
-SOURCES = [p for d in (REPO / "service", REPO / "kronos_core", REPO / "loadtests") for p in d.rglob("*.py")]
+SOURCES = [
+    p for d in (REPO / "service", REPO / "kronos_core", REPO / "loadtests") for p in d.rglob("*.py")
+]
 
 
 def _used_members(paths) -> set[ErrorCode]:
@@ -47,8 +49,12 @@ def test_openapi_lists_the_same_codes():
     schemas = api.openapi()["components"]["schemas"]
     assert _schema_codes(schemas["SymbolErrorOut"]) == {c.value for c in SYMBOL_ERROR_CODES}
     body_codes = set(REQUEST_ERROR_CODES) - {ErrorCode.INVALID_REQUEST}  # 422 keeps FastAPI's shape
-    assert set(schemas["RequestErrorOut"]["properties"]["code"]["enum"]) == {c.value for c in body_codes}
-    assert schemas["SymbolWarning"]["properties"]["code"] == {"$ref": "#/components/schemas/WarningCode"}
+    assert set(schemas["RequestErrorOut"]["properties"]["code"]["enum"]) == {
+        c.value for c in body_codes
+    }
+    assert schemas["SymbolWarning"]["properties"]["code"] == {
+        "$ref": "#/components/schemas/WarningCode"
+    }
     assert set(schemas["WarningCode"]["enum"]) == {c.value for c in WarningCode}
 
 
@@ -70,11 +76,16 @@ def test_codes_are_never_bare_strings_in_the_code_base():
 
 
 def test_no_branch_reads_an_exception_message():
-    exc = r"(?:str\((?:exc|err|error|ex|e)\)|\b(?:exc|err|error|ex|e)\.(?:message|args)|\w+\.message|\w+\.error)"
-    pattern = re.compile(rf"""["'][^"']*["']\s+(not\s+)?in\s+{exc}|{exc}\.(startswith|endswith)\(""")
+    exc = (r"(?:str\((?:exc|err|error|ex|e)\)|\b(?:exc|err|error|ex|e)\.(?:message|args)"
+           r"|\w+\.message|\w+\.error)")
+    pattern = re.compile(
+        rf"""["'][^"']*["']\s+(not\s+)?in\s+{exc}|{exc}\.(startswith|endswith)\("""
+    )
     offenders = [
         f"{p.relative_to(REPO)}:{i}: {line.strip()}"
         for p in SOURCES
         for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)
     ]
-    assert not offenders, "branch on an error code or exception type instead:\n" + "\n".join(offenders)
+    assert not offenders, "branch on an error code or exception type instead:\n" + "\n".join(
+        offenders
+    )

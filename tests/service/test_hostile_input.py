@@ -32,8 +32,10 @@ def _rows(n=8, start_hour=0, close=1.0, width=7):
 
 
 def _gateway():
-    gw = ForecastPipeline(Settings(max_context=64), FakeStore(), FakeReplicas(), Metrics(), num_replicas=2,
-                 fit_factory=lambda info, h, sc: (lambda L: 3), future=FutureTimestamps(fake_future))
+    gw = ForecastPipeline(
+        Settings(max_context=64), FakeStore(), FakeReplicas(), Metrics(), num_replicas=2,
+        fit_factory=lambda info, h, sc: lambda L: 3, future=FutureTimestamps(fake_future),
+    )
     return gw
 
 
@@ -42,7 +44,10 @@ def test_schema_makes_inline_series_rectangular_and_sources_exclusive():
     row = schema["$defs"]["InlineSeries"]["properties"]["candles"]["items"]
     widths = sorted(alt["minItems"] for alt in row["anyOf"])
     assert widths == [5, 6, 7]
-    assert all(alt["minItems"] == alt["maxItems"] and len(alt["prefixItems"]) == alt["minItems"] for alt in row["anyOf"])
+    assert all(
+        alt["minItems"] == alt["maxItems"] and len(alt["prefixItems"]) == alt["minItems"]
+        for alt in row["anyOf"]
+    )
     assert schema["properties"]["symbols"]["uniqueItems"] is True
     assert {tuple(b["required"]) for b in schema["oneOf"]} == {("symbols",), ("series",)}
     q = schema["properties"]["quantiles"]["items"]
@@ -51,8 +56,13 @@ def test_schema_makes_inline_series_rectangular_and_sources_exclusive():
 
 def test_rows_and_legacy_columns_give_the_same_candles():
     rows = _rows(4)
-    legacy = {"symbol": "X", "timestamps": [r[0] for r in rows],
-              **{k: [r[i + 1] for r in rows] for i, k in enumerate(("open", "high", "low", "close", "volume", "amount"))}}
+    legacy = {
+        "symbol": "X", "timestamps": [r[0] for r in rows],
+        **{
+            k: [r[i + 1] for r in rows]
+            for i, k in enumerate(("open", "high", "low", "close", "volume", "amount"))
+        },
+    }
     a = ForecastRequest(series=[{"symbol": "X", "candles": rows}], horizon=2)
     b = ForecastRequest(series=[legacy], horizon=2)
     assert a.series[0].candles == b.series[0].candles
@@ -83,8 +93,9 @@ def test_huge_integers_inside_candles_are_validation_errors():
 
 def test_explicit_null_source_is_refused():
     with pytest.raises(ValidationError, match="symbols is null"):
-        ForecastRequest.model_validate({"symbols": None, "series": [{"symbol": "X", "candles": _rows(3)}],
-                                        "horizon": 2})
+        ForecastRequest.model_validate(
+            {"symbols": None, "series": [{"symbol": "X", "candles": _rows(3)}], "horizon": 2}
+        )
 
 
 def _bad_series():
@@ -101,7 +112,8 @@ def _bad_series():
     ancient = _rows(6)
     ancient[0][0] = "0001-01-01T00:00:00"  # outside datetime64[ns]
     derived = _rows(6, width=6)  # rows without an amount: the gateway derives volume x mean price
-    derived[3][1:6] = [1e30, 1e30, 1e30, 1e30, 1e30]  # each value fits float32, their product does not
+    # each value fits float32, their product does not
+    derived[3][1:6] = [1e30, 1e30, 1e30, 1e30, 1e30]
     return {"NAN": (nan, "high[2] is NaN"), "INF": (inf, "close[4] is infinite"),
             "OVER": (overflow, "open[1] is infinite or beyond float32"),
             "UNORDERED": (unordered, "timestamps[4]"), "DUP": (dup, "timestamps[5]"),
@@ -134,7 +146,9 @@ def test_a_request_with_no_usable_series_is_answered_with_every_series_in_errors
     # the same rule as store symbols: no usable series is an answer with no forecasts, not a 422
     gw = _gateway()
     bad = _bad_series()
-    req = ForecastRequest(series=[{"symbol": k, "candles": rows} for k, (rows, _) in bad.items()], horizon=2)
+    req = ForecastRequest(
+        series=[{"symbol": k, "candles": rows} for k, (rows, _) in bad.items()], horizon=2
+    )
     out = asyncio.run(gw.forecast(req))
     assert out.symbols == []
     assert [(e["symbol"], e["code"]) for e in out.errors] == [(k, "invalid_series") for k in bad]
@@ -153,37 +167,66 @@ def test_a_null_value_is_that_series_error_naming_row_and_column():
 
     good, gap = _rows(6, close=3.0), _rows(6)
     gap[3][4] = None
-    body = json.loads(json.dumps({"series": [{"symbol": "GOOD", "candles": good}, {"symbol": "GAP", "candles": gap},
-                                             {"symbol": "GOOD5", "candles": _rows(6, width=5)}], "horizon": 2}))
+    body = json.loads(
+        json.dumps(
+            {
+                "series": [
+                    {"symbol": "GOOD", "candles": good}, {"symbol": "GAP", "candles": gap},
+                    {"symbol": "GOOD5", "candles": _rows(6, width=5)},
+                ],
+                "horizon": 2,
+            }
+        )
+    )
     out = asyncio.run(_gateway().forecast(ForecastRequest.model_validate(body)))
     assert out.symbols == ["GOOD", "GOOD5"]
-    assert out.errors == [{"symbol": "GAP", "code": "invalid_series",
-                           "message": "series[1]: close[3] is null (1 bad value(s)); candles must be finite numbers"}]
+    assert out.errors == [
+        {
+            "symbol": "GAP", "code": "invalid_series",
+            "message": "series[1]: close[3] is null (1 bad value(s)); candles must be finite "
+                       "numbers",
+        }
+    ]
     for width, column in [(5, "close"), (6, "volume"), (7, "amount")]:
         rows = _rows(4, width=width)
-        rows[2][width - 1] = None  # the last value of the row (a derived amount is not the one named)
-        req = ForecastRequest(series=[{"symbol": "G", "candles": _rows(4)}, {"symbol": "N", "candles": rows}],
-                              horizon=1)
+        # the last value of the row (a derived amount is not the one named)
+        rows[2][width - 1] = None
+        req = ForecastRequest(
+            series=[{"symbol": "G", "candles": _rows(4)}, {"symbol": "N", "candles": rows}],
+            horizon=1,
+        )
         message = asyncio.run(_gateway().forecast(req)).errors[0]["message"]
         assert message.startswith(f"series[1]: {column}[2] is null"), message
 
 
 def test_width_six_rows_fill_amount_from_volume():
     gw = _gateway()
-    out = asyncio.run(gw.forecast(ForecastRequest(series=[{"symbol": "V", "candles": _rows(4, width=6)}],
-                                                  horizon=1)))
+    out = asyncio.run(
+        gw.forecast(
+            ForecastRequest(series=[{"symbol": "V", "candles": _rows(4, width=6)}], horizon=1)
+        )
+    )
     np.testing.assert_allclose(out.mean[0][0, 5], 10.0 * np.mean([1.0, 2.0, 0.5, 1.0]), rtol=1e-6)
 
 
-@pytest.mark.parametrize("message, root, expected", [
-    ("unknown symbol 'NOPE' in store /root/.cache/kronos/sample-store-v1", "/root/.cache/kronos/sample-store-v1",
-     "unknown symbol 'NOPE' in store sample-store-v1"),
-    ("AAPL: cannot open /srv/data/store/1h/AAPL.arrow: [Errno 2] gone", "/srv/data/store",
-     "AAPL: cannot open 1h/AAPL.arrow: [Errno 2] gone"),
-    ("RuntimeError: in /usr/lib/python3/site-packages/torch/x.py, line 3", None,
-     "RuntimeError: in x.py, line 3"),
-    ("ratio 1/2 at 2024-01-01T10:00:00", None, "ratio 1/2 at 2024-01-01T10:00:00"),
-])
+@pytest.mark.parametrize(
+    "message, root, expected",
+    [
+        (
+            "unknown symbol 'NOPE' in store /root/.cache/kronos/sample-store-v1",
+            "/root/.cache/kronos/sample-store-v1", "unknown symbol 'NOPE' in store sample-store-v1",
+        ),
+        (
+            "AAPL: cannot open /srv/data/store/1h/AAPL.arrow: [Errno 2] gone", "/srv/data/store",
+            "AAPL: cannot open 1h/AAPL.arrow: [Errno 2] gone",
+        ),
+        (
+            "RuntimeError: in /usr/lib/python3/site-packages/torch/x.py, line 3", None,
+            "RuntimeError: in x.py, line 3",
+        ),
+        ("ratio 1/2 at 2024-01-01T10:00:00", None, "ratio 1/2 at 2024-01-01T10:00:00"),
+    ],
+)
 def test_public_messages_carry_no_server_paths(message, root, expected):
     assert public_message(message, root) == expected
 
@@ -204,10 +247,14 @@ def test_store_errors_reach_clients_without_paths(tmp_path):
     assert str(tmp_path) not in str(out.errors)
 
 
-@pytest.mark.parametrize("as_of, expect", [
-    ("0001-01-01T00:00:00", "cut-all"), ("9999-12-31T23:59:59", None), ("9999-12-31T00:00:00-23:00", None),
-    ("1500-06-01T00:00:00", "cut-all"), ("2024-01-01T00:00:00", "2024-01-01"),
-])
+@pytest.mark.parametrize(
+    "as_of, expect",
+    [
+        ("0001-01-01T00:00:00", "cut-all"), ("9999-12-31T23:59:59", None),
+        ("9999-12-31T00:00:00-23:00", None), ("1500-06-01T00:00:00", "cut-all"),
+        ("2024-01-01T00:00:00", "2024-01-01"),
+    ],
+)
 def test_as_of_outside_the_nanosecond_range_is_clamped(as_of, expect):
     seen = []
 
@@ -239,8 +286,10 @@ def test_a_non_finite_forecast_is_that_series_error_not_a_null():
         res.mean = res.mean.copy()
         if shard.index % 2:
             res.mean[:, 0, 3] = np.nan  # every second shard: a NaN close
-        return ShardResult(res.request_id, res.index, res.replica_id, res.mean, res.quantiles, res.paths,
-                           reports=res.reports)
+        return ShardResult(
+            res.request_id, res.index, res.replica_id, res.mean, res.quantiles, res.paths,
+            reports=res.reports,
+        )
 
     gw.replicas.forecast_shard = nan_for_odd
     symbols = [f"S{i:03d}" for i in range(8)]

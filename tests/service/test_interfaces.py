@@ -65,7 +65,9 @@ def test_replica_deployment_adapter_and_fake_are_replicas():
     from service.replica.deployment import Predictor
     from service.serve_replicas import ServeReplicas
 
-    assert isinstance(FakeReplicas(), seams.Replicas) and isinstance(RoutedReplicas(), seams.Replicas)
+    assert isinstance(FakeReplicas(), seams.Replicas) and isinstance(
+        RoutedReplicas(), seams.Replicas
+    )
     assert isinstance(ServeReplicas(None, None, None), seams.Replicas)
     for cls in (Predictor.func_or_class, ServeReplicas, FakeReplicas, RoutedReplicas):
         _implements(cls, seams.Replicas)
@@ -77,7 +79,9 @@ def test_engine_and_fake_engine():
     _implements(FakePredictor, seams.ForecastEngine)
     z = np.zeros((1, 1, 1, 6), np.float32)
     real = ForecastResult(z, z[0], z, (), EngineStats())
-    fake = FakePredictor().forecast([np.ones((4, 6), np.float32)], [None], [None], ForecastOptions(2))
+    fake = FakePredictor().forecast(
+        [np.ones((4, 6), np.float32)], [None], [None], ForecastOptions(2)
+    )
     for res in (real, fake):
         assert isinstance(res, seams.EngineResult) and isinstance(res.stats, seams.EngineStatsView)
 

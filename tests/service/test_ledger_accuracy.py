@@ -1,6 +1,6 @@
 """The service's live accuracy (service/live_accuracy.py) and adaptive calibration
-(service/replica/calibration.py) over a real ledger and a real store in a temporary folder: a scoring
-pass scores only what has its truth, sets the gauges to what kronos_core.eval's metric
+(service/replica/calibration.py) over a real ledger and a real store in a temporary folder: a
+scoring pass scores only what has its truth, sets the gauges to what kronos_core.eval's metric
 functions give on the same forecasts and truths, answers /v1/accuracy's shape, runs in one
 gateway at a time, skips a corrupt file with a warning naming it, and moves the ACI state
 that the replicas then apply."""
@@ -29,7 +29,8 @@ from service.common.settings import Settings
 from service.live_accuracy import GatewayAdaptation, LiveAccuracy, scoring_lock
 from service.replica.calibration import ReplicaCalibration
 
-REAL = Path(__import__("kronos_core.data", fromlist=["x"]).__file__).parent / "real"  # the bundled real CSVs
+# the bundled real CSVs
+REAL = Path(__import__("kronos_core.data", fromlist=["x"]).__file__).parent / "real"
 LEVELS = (0.1, 0.5, 0.9)
 MODEL = {"name": "fake-model", "sha256": "ab" * 32}
 
@@ -62,7 +63,9 @@ def records(df: pd.DataFrame, origins: range, horizon: int = 3, width: float = 0
     return out
 
 
-def direct(df: pd.DataFrame, origins: range, horizon: int = 3, width: float = 0.02, upto: int | None = None):
+def direct(
+    df: pd.DataFrame, origins: range, horizon: int = 3, width: float = 0.02, upto: int | None = None
+):
     """coverage(0.8), CRPS (2 x mean pinball over the levels), MAE over every step with a truth,
     computed with kronos_core.eval.metrics' own functions."""
     cov, crps, mae = [], [], []
@@ -75,18 +78,26 @@ def direct(df: pd.DataFrame, origins: range, horizon: int = 3, width: float = 0.
             mean = np.array([[last]])
             lo, hi = mean * (1 - width), mean * (1 + width)
             cov.append(float(em.covered(lo, hi, y)[0, 0]))
-            pins = [em.pinball_elements(v, y, lv)[0, 0] for lv, v in ((0.1, lo), (0.5, mean), (0.9, hi))]
+            pins = [
+                em.pinball_elements(v, y, lv)[0, 0] for lv, v in ((0.1, lo), (0.5, mean), (0.9, hi))
+            ]
             crps.append(2 * float(np.mean(pins)))
             mae.append(float(em.abs_errors(mean, y)[0, 0]))
     return len(cov), float(np.mean(cov)), float(np.mean(crps)), float(np.mean(mae))
 
 
-def live(tmp_path: Path, store: KlineStore, adaptive=None, **settings) -> tuple[LiveAccuracy, Metrics]:
-    s = Settings(store_dir=str(tmp_path / "store"), ledger_dir=str(tmp_path / "ledger"), score_interval_s=0,
-                 **settings)
+def live(
+    tmp_path: Path, store: KlineStore, adaptive=None, **settings
+) -> tuple[LiveAccuracy, Metrics]:
+    s = Settings(
+        store_dir=str(tmp_path / "store"), ledger_dir=str(tmp_path / "ledger"), score_interval_s=0,
+        **settings,
+    )
     m = Metrics()
-    acc = LiveAccuracy(s, str(tmp_path / "ledger"), store, m, lambda: Ledger(tmp_path / "ledger", writer_id="gw0"),
-                       adaptive)
+    acc = LiveAccuracy(
+        s, str(tmp_path / "ledger"), store, m, lambda: Ledger(tmp_path / "ledger", writer_id="gw0"),
+        adaptive,
+    )
     return acc, m
 
 
@@ -97,10 +108,13 @@ def test_a_pass_scores_what_has_its_truth_and_sets_the_gauges(tmp_path):
     acc, m = live(tmp_path, store)
 
     done = acc.score_pass()
-    n, cov, crps, mae = direct(df, range(180, 200), upto=200)  # truths up to row 199 only: no look-ahead
+    # truths up to row 199 only: no look-ahead
+    n, cov, crps, mae = direct(df, range(180, 200), upto=200)
     assert done is not None and done["scored"] == n == 20 * 3 - 6
     labels = {"model": "fake-model"}
-    assert sample_value(m, "kronos_forecast_coverage", {**labels, "level": "0.8"}) == pytest.approx(cov)
+    assert sample_value(m, "kronos_forecast_coverage", {**labels, "level": "0.8"}) == pytest.approx(
+        cov
+    )
     assert sample_value(m, "kronos_forecast_crps", labels) == pytest.approx(crps)
     assert sample_value(m, "kronos_forecasts_scored_total", labels) == n
     assert sample_value(m, "kronos_forecast_window_scored", labels) == n
@@ -109,7 +123,9 @@ def test_a_pass_scores_what_has_its_truth_and_sets_the_gauges(tmp_path):
     assert acc.score_pass()["scored"] == 6  # only the steps that waited; nothing scored twice
     n, cov, crps, mae = direct(df, range(180, 200))
     assert sample_value(m, "kronos_forecasts_scored_total", labels) == n == 60
-    assert sample_value(m, "kronos_forecast_coverage", {**labels, "level": "0.8"}) == pytest.approx(cov)
+    assert sample_value(m, "kronos_forecast_coverage", {**labels, "level": "0.8"}) == pytest.approx(
+        cov
+    )
 
     body = AccuracyResponse.model_validate(acc.answer()).model_dump()
     assert body["all_time"]["scored"] == 60
@@ -122,8 +138,11 @@ def test_a_pass_scores_what_has_its_truth_and_sets_the_gauges(tmp_path):
     assert acc.answer(since=pd.Timestamp("2300-01-01").to_pydatetime())["all_time"]["scored"] == 0
     import datetime as dt
 
-    for extreme in (dt.datetime(1, 1, 1, tzinfo=dt.timezone(dt.timedelta(hours=23))), dt.datetime.max,
-                    dt.datetime(9999, 12, 31, tzinfo=dt.timezone(dt.timedelta(hours=-23)))):  # any date a client sends
+    for extreme in (
+        dt.datetime(1, 1, 1, tzinfo=dt.timezone(dt.timedelta(hours=23))), dt.datetime.max,
+        # any date a client sends
+        dt.datetime(9999, 12, 31, tzinfo=dt.timezone(dt.timedelta(hours=-23))),
+    ):
         assert acc.answer(since=extreme)["all_time"]["scored"] in (0, 60)
 
 
@@ -208,11 +227,15 @@ def test_scored_truths_move_the_aci_state_that_replicas_apply(tmp_path):
     replica = ReplicaCalibration(s, cal)
     runner = _Runner()
     before = replica.refresh(runner)
-    assert before == {"method": "aci", "version": 0, "hash": corrections_hash(cal), "updated_at": None}
+    assert before == {
+        "method": "aci", "version": 0, "hash": corrections_hash(cal), "updated_at": None,
+    }
 
     # bands far too narrow (0.1%): most truths fall outside -> ACI widens the correction
     stamp = CalibrationStamp("aci", 0, corrections_hash(cal), None)
-    Ledger(tmp_path / "ledger", writer_id="gw1").record(records(df, range(170, 197), width=0.001, stamp=stamp))
+    Ledger(tmp_path / "ledger", writer_id="gw1").record(
+        records(df, range(170, 197), width=0.001, stamp=stamp)
+    )
     adaptation = GatewayAdaptation.for_settings(s)
     assert adaptation is not None
     acc, _ = live(tmp_path, store, adaptation, **settings)
@@ -224,7 +247,8 @@ def test_scored_truths_move_the_aci_state_that_replicas_apply(tmp_path):
     after = replica.refresh(runner)  # the replica's next batch
     assert after["version"] == 1 and after["hash"] != before["hash"] and after["updated_at"]
     close = cal.features.index("close")
-    assert (runner.calibration.corrections[0, :, close] > cal.corrections[0, :, close]).all()  # wider
+    # wider
+    assert (runner.calibration.corrections[0, :, close] > cal.corrections[0, :, close]).all()
 
     # a restart resumes the state from the file
     again = ReplicaCalibration(s, Calibration.load(cal_path))
@@ -236,7 +260,10 @@ def test_a_static_calibration_never_changes(tmp_path):
     cal = aci_calibration(cal_path)
     static = Calibration("cqr", dict(MODEL), cal.levels, cal.features, cal.corrections)
     static.save(cal_path)
-    s = Settings(store_dir=str(tmp_path / "store"), ledger_dir=str(tmp_path / "ledger"), calibration=str(cal_path))
+    s = Settings(
+        store_dir=str(tmp_path / "store"), ledger_dir=str(tmp_path / "ledger"),
+        calibration=str(cal_path),
+    )
     assert GatewayAdaptation.for_settings(s) is None  # nothing is fed back
     replica = ReplicaCalibration(s, Calibration.load(cal_path))
     stamp = replica.refresh(_Runner())

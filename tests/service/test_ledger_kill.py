@@ -43,22 +43,30 @@ CHILD = textwrap.dedent("""
     ledger_mod.os.replace = stuck_replace
     ask(["S005", "S006", "S007"])
     time.sleep(120)
-""")
+""")  # noqa: E501
 
 
 def test_killed_mid_append_loses_only_the_request_in_flight(tmp_path: Path):
     root, marker = tmp_path / "ledger", tmp_path / "in-append"
     tests = str(Path(__file__).parent)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")])}
-    child = subprocess.Popen([sys.executable, "-c", CHILD.format(tests=tests, root=str(root), marker=str(marker))],
-                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            [str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")]
+        ),
+    }
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD.format(tests=tests, root=str(root), marker=str(marker))],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )
     try:
         deadline = time.monotonic() + 120
         while not marker.exists():
             assert child.poll() is None, child.stdout.read().decode()[-3000:]
             assert time.monotonic() < deadline, "the child never reached its 4th append"
             time.sleep(0.05)
-        os.kill(child.pid, signal.SIGKILL)  # mid-append: its temporary file is complete, not renamed
+        # mid-append: its temporary file is complete, not renamed
+        os.kill(child.pid, signal.SIGKILL)
         child.wait(30)
     finally:
         if child.poll() is None:
@@ -69,5 +77,7 @@ def test_killed_mid_append_loses_only_the_request_in_flight(tmp_path: Path):
     rows = ledger.read()
     assert ledger.skipped == []  # nothing unreadable: the half-written file is not a ledger file
     assert rows.num_rows == 3 * 2 * 4  # 3 requests x 2 symbols x 4 steps: every earlier row
-    assert sorted(set(rows["symbol"].to_pylist())) == ["S000", "S001", "S002", "S010", "S011", "S012"]
+    assert sorted(set(rows["symbol"].to_pylist())) == [
+        "S000", "S001", "S002", "S010", "S011", "S012",
+    ]
     assert len(set(rows["request_id"].to_pylist())) == 3

@@ -40,7 +40,8 @@ def test_answered_forecasts_are_the_ledger_rows(tmp_path):
     out = forecast(gw, symbols=["S000", "S001", "S002", "NOPE"])
     assert gw.recorder.flush()
     rows = Ledger(tmp_path).read().to_pandas()
-    assert len(rows) == 3 * 4  # the 3 forecast symbols x 4 steps; the unknown one is an error, not a row
+    # the 3 forecast symbols x 4 steps; the unknown one is an error, not a row
+    assert len(rows) == 3 * 4
     assert set(rows["request_id"]) == {out.request_id}
     assert out.request_id
     for i, sym in enumerate(out.symbols):
@@ -71,13 +72,18 @@ def test_record_false_records_nothing(tmp_path):
 def test_inline_series_are_recorded_with_their_candles_hash(tmp_path):
     gw, _ = recording_gateway(tmp_path)
     ts = pd.date_range("2024-03-01", periods=20, freq="h")
-    candles = [[t.isoformat(), 10.0 + i, 11.0 + i, 9.0 + i, 10.5 + i, 100.0, 1000.0] for i, t in enumerate(ts)]
+    candles = [
+        [t.isoformat(), 10.0 + i, 11.0 + i, 9.0 + i, 10.5 + i, 100.0, 1000.0]
+        for i, t in enumerate(ts)
+    ]
     out = forecast(gw, series=[{"symbol": "MINE", "candles": candles}])
     assert gw.recorder.flush()
     rows = Ledger(tmp_path).read().to_pandas()
     assert set(rows["symbol"]) == {"MINE"} and (rows["source"] == "inline").all()
-    values = np.asarray([c[1:] for c in candles], np.float32)  # the hash is of the candles the forecast used:
-    assert set(rows["series_hash"]) == {series_hash(ts.to_numpy()[-16:], values[-16:])}  # the lookback's
+    # the hash is of the candles the forecast used:
+    values = np.asarray([c[1:] for c in candles], np.float32)
+    # the lookback's
+    assert set(rows["series_hash"]) == {series_hash(ts.to_numpy()[-16:], values[-16:])}
     assert out.symbols == ["MINE"]
 
 
@@ -160,7 +166,9 @@ def test_the_calibration_state_the_replicas_applied_is_answered_and_recorded(tmp
     info = fake_info()
     info.calibration = CalibrationDescription("fake", "x", cal.describe())
     info.model["calibration"] = info.calibration.as_dict()
-    stamp = {"method": "aci", "version": 3, "hash": "c0ffee", "updated_at": "2026-01-05T10:00:00+00:00"}
+    stamp = {
+        "method": "aci", "version": 3, "hash": "c0ffee", "updated_at": "2026-01-05T10:00:00+00:00",
+    }
 
     class StampingReplicas(FakeReplicas):
         async def forecast_shard(self, shard):

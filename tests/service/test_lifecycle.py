@@ -39,7 +39,11 @@ def test_draining_refuses_new_work_and_keeps_probes_open():
     assert client.get("/work").json() == {"ok": True} and seen == [1] and state.active == 0
     state.draining = True
     r = client.get("/work")
-    assert r.status_code == 503 and r.json()["code"] == "shutting_down" and r.headers["Retry-After"] == "7"
+    assert (
+        r.status_code == 503
+        and r.json()["code"] == "shutting_down"
+        and r.headers["Retry-After"] == "7"
+    )
     assert seen == [1]  # the route did not run
     assert client.get("/readyz").json() == {"ready": False}
 
@@ -50,6 +54,8 @@ def test_kuberay_grace_period_covers_the_shutdown_grace_setting():
     args = yaml.safe_load(service["spec"]["serveConfigV2"])["applications"][0]["args"]
     settings = Settings(**args)  # extra="forbid": every key is a real setting
     cluster = service["spec"]["rayClusterConfig"]
-    pods = [cluster["headGroupSpec"]["template"]["spec"]] + [g["template"]["spec"] for g in cluster["workerGroupSpecs"]]
+    pods = [cluster["headGroupSpec"]["template"]["spec"]] + [
+        g["template"]["spec"] for g in cluster["workerGroupSpecs"]
+    ]
     for pod in pods:
         assert pod["terminationGracePeriodSeconds"] > settings.shutdown_grace_s

@@ -70,7 +70,10 @@ def test_chunked_body_is_cut_off_while_streaming():
 def test_default_limit_fits_a_thousand_inline_series_of_512_candles():
     import json
 
-    row = ["2024-03-01T09:30:00", 123.456789, 124.456789, 122.456789, 123.956789, 12345.678, 1523456.789]
+    row = [
+        "2024-03-01T09:30:00", 123.456789, 124.456789, 122.456789, 123.956789, 12345.678,
+        1523456.789,
+    ]
     one = json.dumps({"symbol": "SYM0000", "candles": [row] * 512})
     size = 1000 * (len(one) + 2) + 32  # {"series": [one, one, ...], "horizon": 16}
     assert size < Settings().max_body_bytes < 4 * size
@@ -99,8 +102,10 @@ def test_deadline_cancels_pending_shards():
     m = Metrics()
     # 2 s: time enough, even on a loaded box, for the gateway to hand shards to the (never
     # answering) replicas before the deadline, so there is running work to cancel
-    gw = ForecastPipeline(Settings(max_context=64, request_timeout_s=2.0), FakeStore(), reps, m,
-                 num_replicas=2, fit_factory=lambda info, h, sc: (lambda L: 2), future=FutureTimestamps(fake_future))
+    gw = ForecastPipeline(
+        Settings(max_context=64, request_timeout_s=2.0), FakeStore(), reps, m, num_replicas=2,
+        fit_factory=lambda info, h, sc: lambda L: 2, future=FutureTimestamps(fake_future),
+    )
     req = ForecastRequest(symbols=[f"S{i:03d}" for i in range(12)], horizon=2)
 
     async def run():

@@ -39,8 +39,12 @@ class _Recorder:
 
 def _call(limit: int, declared: int, body: bytes) -> _Recorder:
     rec = _Recorder(body)
-    scope = {"type": "http", "method": "POST", "path": "/v1/forecast",
-             "headers": [(b"content-type", b"application/json"), (b"content-length", str(declared).encode())]}
+    scope = {
+        "type": "http", "method": "POST", "path": "/v1/forecast",
+        "headers": [
+            (b"content-type", b"application/json"), (b"content-length", str(declared).encode()),
+        ],
+    }
     asyncio.run(BodyLimitMiddleware(rec.app, Limits(limit))(scope, rec.receive, rec.send))
     return rec
 

@@ -10,7 +10,10 @@ from service.common.messages import shard_tokens
 
 def test_shard_tokens():
     assert shard_tokens([10, 20], 5, 3) == 3 * 15 + 3 * 25
-    assert make_shard(2, length=10, options=make_options(horizon=4, sample_count=2)).tokens == 2 * 2 * 14
+    assert (
+        make_shard(2, length=10, options=make_options(horizon=4, sample_count=2)).tokens
+        == 2 * 2 * 14
+    )
 
 
 def test_a_shard_carries_no_calibration_and_is_sized_by_its_series():

@@ -20,20 +20,43 @@ def test_exposition_has_prefixed_metrics_and_no_double_counting():
     m.request_seconds.labels(route="/v1/forecast", method="POST", status="200").observe(0.2)
     fams = {f.name: f for f in text_string_to_metric_families(m.exposition().decode())}
     assert all(name.startswith("kronos_") for name in fams)
-    counts = {s.labels["replica"]: s.value for s in fams["kronos_batch_size"].samples if s.name.endswith("_count")}
+    counts = {
+        s.labels["replica"]: s.value
+        for s in fams["kronos_batch_size"].samples
+        if s.name.endswith("_count")
+    }
     assert counts == {"a": 2, "b": 1}
-    sums = {s.labels["replica"]: s.value for s in fams["kronos_batch_size"].samples if s.name.endswith("_sum")}
+    sums = {
+        s.labels["replica"]: s.value
+        for s in fams["kronos_batch_size"].samples
+        if s.name.endswith("_sum")
+    }
     assert sums == {"a": 15, "b": 30}
-    tokens = {s.labels["replica"]: s.value for s in fams["kronos_tokens_generated"].samples if s.name.endswith("_total")}
+    tokens = {
+        s.labels["replica"]: s.value
+        for s in fams["kronos_tokens_generated"].samples
+        if s.name.endswith("_total")
+    }
     assert tokens == {"a": 800, "b": 400}
-    mem = {(s.labels["replica"], s.labels["kind"]): s.value for s in fams["kronos_device_memory_bytes"].samples}
+    mem = {
+        (s.labels["replica"], s.labels["kind"]): s.value
+        for s in fams["kronos_device_memory_bytes"].samples
+    }
     assert mem[("a", "peak")] == 300 and mem[("b", "allocated")] == 100
-    errs = {s.labels["code"]: s.value for s in fams["kronos_errors"].samples if s.name == "kronos_errors_total"}
+    errs = {
+        s.labels["code"]: s.value
+        for s in fams["kronos_errors"].samples
+        if s.name == "kronos_errors_total"
+    }
     assert errs["unknown_symbol"] == 2
     # every code's series exists from the start, at 0 (dashboards and alerts never read "no data")
     assert {c.value for c in ErrorCode} == set(errs) and sum(errs.values()) == 2
     # so do the per-replica counters of each replica seen, oom splits included
-    oom = {s.labels["replica"]: s.value for s in fams["kronos_oom_splits"].samples if s.name.endswith("_total")}
+    oom = {
+        s.labels["replica"]: s.value
+        for s in fams["kronos_oom_splits"].samples
+        if s.name.endswith("_total")
+    }
     assert oom == {"a": 0, "b": 0}
 
 
@@ -82,7 +105,9 @@ def test_cli_flags_override_environment(monkeypatch):
     monkeypatch.setenv("KRONOS_NUM_REPLICAS", "3")
     parser = argparse.ArgumentParser()
     cli.add_arguments(parser)
-    s = cli.settings_from_args(parser.parse_args(["--replicas", "2", "--store", "/data/store", "--device-budget", "1000"]))
+    s = cli.settings_from_args(
+        parser.parse_args(["--replicas", "2", "--store", "/data/store", "--device-budget", "1000"])
+    )
     assert s.num_replicas == 2 and s.store_dir == "/data/store" and s.device_budget_bytes == 1000
     assert s.port == 9100  # not given as a flag: the environment's value
     assert cli.settings_from_args(parser.parse_args([])).num_replicas == 3
@@ -109,12 +134,18 @@ def test_gateway_replicas_flag_and_the_builder_pin_them():
 
     parser = argparse.ArgumentParser()
     cli.add_arguments(parser)
-    s = cli.settings_from_args(parser.parse_args(["--gateway-replicas", "3", "--device", "cpu", "--replicas", "1"]))
+    s = cli.settings_from_args(
+        parser.parse_args(["--gateway-replicas", "3", "--device", "cpu", "--replicas", "1"])
+    )
     assert s.gateway_replicas == 3
     gateway = build_app(s)._bound_deployment
     assert gateway.num_replicas == 3 and "resources" not in gateway.ray_actor_options
-    pinned = build_app(s.model_copy(update={"gateway_resource": "kronos_gateway"}))._bound_deployment
+    pinned = build_app(
+        s.model_copy(update={"gateway_resource": "kronos_gateway"})
+    )._bound_deployment
     assert pinned.ray_actor_options["resources"] == {"kronos_gateway": 0.001}
     # one folder per app and Ray node under KRONOS_METRICS_DIR
     a = Settings(metrics_dir="/m").gateway_shared_dir("node-a" * 8)
-    assert a.startswith("/m/kronos-") and a != Settings(metrics_dir="/m").gateway_shared_dir("node-b" * 8)
+    assert a.startswith("/m/kronos-") and a != Settings(metrics_dir="/m").gateway_shared_dir(
+        "node-b" * 8
+    )

@@ -30,10 +30,16 @@ from service.request_log import (
 
 def _echo_app(**middlewares) -> Starlette:
     async def echo(request):
-        return JSONResponse({"request_id": current_request_id(), "scope_id": request.scope["state"]["request_id"]})
+        return JSONResponse(
+            {"request_id": current_request_id(), "scope_id": request.scope["state"]["request_id"]}
+        )
 
-    app = Starlette(routes=[Route("/v1/forecast", echo, methods=["GET", "POST"]),
-                            Route("/v1/accuracy", echo), Route("/docs", echo), Route("/openapi.json", echo)])
+    app = Starlette(
+        routes=[
+            Route("/v1/forecast", echo, methods=["GET", "POST"]), Route("/v1/accuracy", echo),
+            Route("/docs", echo), Route("/openapi.json", echo),
+        ]
+    )
     return app
 
 
@@ -56,7 +62,9 @@ def test_access_lines_carry_the_request_in_json_and_text(tmp_path):
     handler = configure_logging(settings, "test")
     try:
         key = parse_keys(f"{hash_key('k')} alice * -", "test")[0]
-        scope = {"state": {"request_id": "r-1", "api_key": key, "symbols": 3, "timing": {"read_ms": 1.5}}}
+        scope = {
+            "state": {"request_id": "r-1", "api_key": key, "symbols": 3, "timing": {"read_ms": 1.5}}
+        }
         log_access("POST", "/v1/forecast", 200, 0.25, scope)
         logging.getLogger("service.gateway.dispatch").warning("shard r-1/0: replica gone")
         handler.flush()
@@ -64,10 +72,18 @@ def test_access_lines_carry_the_request_in_json_and_text(tmp_path):
         lines = [json.loads(line) for line in path.read_text().splitlines()]
         access = lines[0]
         assert access["logger"] == "service.access" and access["request_id"] == "r-1"
-        assert access["status"] == 200 and access["method"] == "POST" and access["route"] == "/v1/forecast"
-        assert (access["key"], access["symbols"], access["duration_ms"], access["timing"]) == ("alice", 3, 250.0, {"read_ms": 1.5})
-        assert "k" not in {access["key"]} and hash_key("k") not in path.read_text()  # the key's name only
-        assert lines[1]["level"] == "warning" and "request_id" not in lines[1]  # outside a request: none
+        assert (
+            access["status"] == 200
+            and access["method"] == "POST"
+            and access["route"] == "/v1/forecast"
+        )
+        assert (access["key"], access["symbols"], access["duration_ms"], access["timing"]) == (
+            "alice", 3, 250.0, {"read_ms": 1.5},
+        )
+        # the key's name only
+        assert "k" not in {access["key"]} and hash_key("k") not in path.read_text()
+        # outside a request: none
+        assert lines[1]["level"] == "warning" and "request_id" not in lines[1]
         text = Settings(log_format="text", log_dir=str(tmp_path / "text"))
         handler = configure_logging(text, "test")
         log_access("GET", "/v1/models", 403, 0.001, {"state": {"request_id": "r-2"}})
@@ -96,15 +112,21 @@ PREFLIGHT = {"Origin": "https://app.example", "Access-Control-Request-Method": "
 def test_a_preflight_is_answered_per_the_setting_and_never_401():
     with TestClient(_keyed_app(None)) as off:
         r = off.options("/v1/forecast", headers=PREFLIGHT)
-        assert r.status_code == 204 and not any(h.startswith("access-control-allow") for h in r.headers)
-        plain = off.get("/v1/forecast", headers={"Origin": "https://app.example", "X-API-Key": "fc"})
+        assert r.status_code == 204 and not any(
+            h.startswith("access-control-allow") for h in r.headers
+        )
+        plain = off.get(
+            "/v1/forecast", headers={"Origin": "https://app.example", "X-API-Key": "fc"}
+        )
         assert plain.status_code == 200 and "access-control-allow-origin" not in plain.headers
     with TestClient(_keyed_app("https://app.example, https://other.example/")) as on:
         r = on.options("/v1/forecast", headers=PREFLIGHT)
         assert r.status_code == 204 and r.headers["access-control-allow-origin"] == "https://app.example"
         assert "X-API-Key" in r.headers["access-control-allow-headers"]
         elsewhere = on.options("/v1/forecast", headers={**PREFLIGHT, "Origin": "https://evil.example"})
-        assert elsewhere.status_code == 204 and "access-control-allow-origin" not in elsewhere.headers
+        assert (
+            elsewhere.status_code == 204 and "access-control-allow-origin" not in elsewhere.headers
+        )
         real = on.get("/v1/forecast", headers={"Origin": "https://app.example", "X-API-Key": "fc"})
         assert real.headers["access-control-allow-origin"] == "https://app.example"
         assert "X-Request-Id" in real.headers["access-control-expose-headers"]
@@ -150,8 +172,13 @@ def test_accuracy_is_a_coded_error_never_a_500():
     ing.live = Broken()
     resp, exc = answer()
     body = orjson.loads(resp.body)
-    assert isinstance(exc, LedgerUnavailable) and resp.status_code == 503 and body["code"] == "ledger_unavailable"
-    assert "PermissionError" in body["detail"] and "/srv/secret" not in body["detail"]  # no server path
+    assert (
+        isinstance(exc, LedgerUnavailable)
+        and resp.status_code == 503
+        and body["code"] == "ledger_unavailable"
+    )
+    # no server path
+    assert "PermissionError" in body["detail"] and "/srv/secret" not in body["detail"]
 
 
 def test_an_unwritable_ledger_folder_is_refused_at_start_and_off_is_said_once(tmp_path, caplog):
@@ -165,7 +192,8 @@ def test_an_unwritable_ledger_folder_is_refused_at_start_and_off_is_said_once(tm
     with pytest.raises(StartupError, match="not writable"):
         check_ledger(bad)  # what each gateway runs as it starts (kronos serve: before Ray)
     good = Settings(ledger_dir=str(tmp_path / "new" / "ledger"))
-    assert ledger_problem(good) is None and list((tmp_path / "new" / "ledger").iterdir()) == []  # probe removed
+    # probe removed
+    assert ledger_problem(good) is None and list((tmp_path / "new" / "ledger").iterdir()) == []
     with caplog.at_level(logging.WARNING, logger="service.preflight"):
         check_startup(Settings(ledger_dir="off"))
         check_startup(Settings(ledger_dir="off"), announce=False)  # kronos serve said it itself
@@ -182,7 +210,10 @@ def test_build_app_refuses_a_public_bind_without_keys_unless_allowed(monkeypatch
         app.build_app({"host": "0.0.0.0", "device": "cpu"})  # the Serve-config path (KubeRay)
     monkeypatch.setattr(app, "ship_weights", lambda settings: None)  # past the check: no Ray here
     monkeypatch.setattr(app, "_cluster_gpus", lambda: 0)
-    assert app.build_app({"host": "0.0.0.0", "device": "cpu", "allow_public_without_keys": True}) is not None
+    assert (
+        app.build_app({"host": "0.0.0.0", "device": "cpu", "allow_public_without_keys": True})
+        is not None
+    )
     assert app.build_app({"host": "0.0.0.0", "device": "cpu",
                           "api_keys": f"{hash_key('k')} ops * -"}) is not None
 
@@ -196,7 +227,11 @@ def test_a_bad_setting_is_named_by_its_variable_without_a_pydantic_url(monkeypat
     with pytest.raises(StartupError) as caught:
         app.build_app({"device": "cpu"})
     message = str(caught.value)
-    assert "KRONOS_SHUTDOWN_GRACE_S" in message and "'soon'" in message and "errors.pydantic.dev" not in message
+    assert (
+        "KRONOS_SHUTDOWN_GRACE_S" in message
+        and "'soon'" in message
+        and "errors.pydantic.dev" not in message
+    )
 
 
 def test_serve_names_the_variable_and_the_flag(capsys, monkeypatch):
@@ -217,7 +252,9 @@ def test_a_streamed_body_past_the_limit_says_so():
     from service.limits import too_large_message
 
     assert too_large_message(None, 1024) .startswith("request body passed the limit of 1024 bytes")
-    assert too_large_message(2048, 1024).startswith("request body is 2048 bytes, above the limit of 1024")
+    assert too_large_message(2048, 1024).startswith(
+        "request body is 2048 bytes, above the limit of 1024"
+    )
 
 
 def test_metrics_on_their_own_port_one_holder_at_a_time():

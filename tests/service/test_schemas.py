@@ -53,7 +53,9 @@ def test_quantiles_strictly_inside_unit_interval(q):
 
 
 def test_quantiles_sorted():
-    assert ForecastRequest.model_validate({"symbols": ["A"], "horizon": 2, "quantiles": [0.9, 0.1, 0.5]}).quantiles == [0.1, 0.5, 0.9]
+    assert ForecastRequest.model_validate(
+        {"symbols": ["A"], "horizon": 2, "quantiles": [0.9, 0.1, 0.5]}
+    ).quantiles == [0.1, 0.5, 0.9]
 
 
 @pytest.mark.parametrize("bad", [None, "NaN", float("nan"), float("inf")])
@@ -66,13 +68,17 @@ def test_missing_candle_values_pass_the_schema_for_a_per_series_error(bad):
 
 def test_nan_literal_in_raw_json_reaches_the_series():
     # Python's json (used by FastAPI) accepts the non-standard NaN literal
-    body = json.loads('{"series": [{"symbol": "X", "candles": [["2024-01-01", 1, 1, 1, 1], ["2024-01-02", NaN, 2, 1, 2]]}],'
-                      ' "horizon": 1}')
+    body = json.loads(
+        '{"series": [{"symbol": "X", "candles": [["2024-01-01", 1, 1, 1, 1], ["2024-01-02", NaN, '
+        '2, 1, 2]]}], "horizon": 1}'
+    )
     assert math.isnan(ForecastRequest.model_validate(body).series[0].candles[1][1])
 
 
 def test_series_length_mismatch_and_non_numbers_named():
-    assert "high has 2 values but timestamps has 3" in _err(series=[_series(high=[1, 2])], horizon=1)
+    assert "high has 2 values but timestamps has 3" in _err(
+        series=[_series(high=[1, 2])], horizon=1
+    )
     assert "low[1] = 'x' is not a number" in _err(series=[_series(low=[1, "x", 2])], horizon=1)
 
 
@@ -89,8 +95,11 @@ def test_extra_fields_rejected():
 def test_null_in_a_candle_row_passes_the_schema_for_a_per_series_error():
     # JSON has no NaN: pandas' to_json writes a missing value as null. The row keeps it (the
     # gateway names it: "close[1] is null"), and the schema says a value may be null
-    body = json.loads('{"series": [{"symbol": "X", "candles": [["2024-01-01", 1, 2, 0.5, 1.5, 10, 15],'
-                      ' ["2024-01-02", 1, 2, 0.5, null, 10, 15], ["2024-01-03", null, 2, 0.5, 1.5]]}], "horizon": 1}')
+    body = json.loads(
+        '{"series": [{"symbol": "X", "candles": [["2024-01-01", 1, 2, 0.5, 1.5, 10, 15],'
+        ' ["2024-01-02", 1, 2, 0.5, null, 10, 15], ["2024-01-03", null, 2, 0.5, 1.5]]}], '
+        '"horizon": 1}'
+    )
     rows = ForecastRequest.model_validate(body).series[0].candles
     assert rows[1][4] is None and rows[2][1] is None and len(rows[1]) == 7 and len(rows[2]) == 5
     schema = ForecastRequest.model_json_schema()
@@ -99,12 +108,16 @@ def test_null_in_a_candle_row_passes_the_schema_for_a_per_series_error():
             assert {"type": "null"} in value["anyOf"] and {"type": "number"} in value["anyOf"]
 
 
-@pytest.mark.parametrize("over, field", [
-    ({"repair": 0}, "repair"), ({"summary": "true"}, "summary"), ({"return_paths": 1}, "return_paths"),
-    ({"horizon": "5"}, "horizon"), ({"horizon": True}, "horizon"), ({"temperature": "1.5"}, "temperature"),
-    ({"seed": "7"}, "seed"), ({"lookback": "64"}, "lookback"), ({"quantiles": ["0.5"]}, "quantiles"),
-    ({"as_of": 0}, "as_of"),
-])
+@pytest.mark.parametrize(
+    "over, field",
+    [
+        ({"repair": 0}, "repair"), ({"summary": "true"}, "summary"),
+        ({"return_paths": 1}, "return_paths"), ({"horizon": "5"}, "horizon"),
+        ({"horizon": True}, "horizon"), ({"temperature": "1.5"}, "temperature"),
+        ({"seed": "7"}, "seed"), ({"lookback": "64"}, "lookback"),
+        ({"quantiles": ["0.5"]}, "quantiles"), ({"as_of": 0}, "as_of"),
+    ],
+)
 def test_a_value_of_another_json_type_than_the_schema_says_is_refused(over, field):
     # pydantic's lax mode read these ("5" as 5, 0 as false, 0 as 1970): Schemathesis saw a
     # schema-violating body accepted. A body the schema refuses is a 422 naming the field
@@ -118,7 +131,10 @@ def test_a_value_of_another_json_type_than_the_schema_says_is_refused(over, fiel
 def test_a_candle_value_of_another_json_type_is_refused_naming_row_and_position(position, value):
     row = ["2024-01-02", 1.0, 2.0, 0.5, 1.5, 10.0, 15.0]
     row[position] = value
-    body = {"series": [{"symbol": "X", "candles": [["2024-01-01", 1, 2, 0.5, 1.5, 10, 15], row]}], "horizon": 1}
+    body = {
+        "series": [{"symbol": "X", "candles": [["2024-01-01", 1, 2, 0.5, 1.5, 10, 15], row]}],
+        "horizon": 1,
+    }
     assert f"candles[1][{position}] should be" in _err(**body)
 
 
@@ -128,10 +144,20 @@ def test_integral_numbers_and_python_values_are_still_read():
 
     import numpy as np
 
-    r = ForecastRequest.model_validate({"symbols": ["A"], "horizon": 5.0, "seed": 3.0, "as_of": datetime(2024, 1, 1)})
+    r = ForecastRequest.model_validate(
+        {"symbols": ["A"], "horizon": 5.0, "seed": 3.0, "as_of": datetime(2024, 1, 1)}
+    )
     assert (r.horizon, r.seed) == (5, 3)
-    rows = [[datetime(2024, 1, 1), np.float32(1), 2, 0.5, 1.5], [datetime(2024, 1, 2), np.float64(1), 2, 0.5, 1.5]]
-    assert ForecastRequest.model_validate({"series": [{"symbol": "X", "candles": rows}], "horizon": 1}).n_series == 1
+    rows = [
+        [datetime(2024, 1, 1), np.float32(1), 2, 0.5, 1.5],
+        [datetime(2024, 1, 2), np.float64(1), 2, 0.5, 1.5],
+    ]
+    assert (
+        ForecastRequest.model_validate(
+            {"series": [{"symbol": "X", "candles": rows}], "horizon": 1}
+        ).n_series
+        == 1
+    )
 
 
 def test_every_integer_bound_of_the_schema_is_exact_in_a_double():
@@ -142,7 +168,9 @@ def test_every_integer_bound_of_the_schema_is_exact_in_a_double():
     def bounds(node):
         if isinstance(node, dict):
             for key, value in node.items():
-                if key in ("maximum", "minimum", "exclusiveMaximum", "exclusiveMinimum") and isinstance(value, int):
+                if key in (
+                    "maximum", "minimum", "exclusiveMaximum", "exclusiveMinimum",
+                ) and isinstance(value, int):
                     yield value
                 else:
                     yield from bounds(value)
@@ -152,7 +180,12 @@ def test_every_integer_bound_of_the_schema_is_exact_in_a_double():
 
     found = list(bounds(ForecastRequest.model_json_schema()))
     assert 512 in found and all(abs(b) <= MAX_JSON_INTEGER for b in found), max(found)
-    assert ForecastRequest.model_validate({"symbols": ["A"], "horizon": 1, "seed": MAX_JSON_INTEGER}).seed == 2**53 - 1
+    assert (
+        ForecastRequest.model_validate(
+            {"symbols": ["A"], "horizon": 1, "seed": MAX_JSON_INTEGER}
+        ).seed
+        == 2**53 - 1
+    )
     assert "seed" in _err(symbols=["A"], horizon=1, seed=MAX_JSON_INTEGER + 1)
 
 

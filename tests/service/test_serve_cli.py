@@ -1,4 +1,5 @@
-"""``kronos serve`` start-up checks that need no Ray: a busy port and misspelt KRONOS_* variables."""
+"""``kronos serve`` start-up checks that need no Ray: a busy port and misspelt KRONOS_*
+variables."""
 
 from __future__ import annotations
 
@@ -67,13 +68,16 @@ def test_busy_port_without_a_visible_holder_is_just_in_use(listening, no_ray, ca
 def test_misspelt_kronos_variables_warn_with_the_nearest_setting():
     from service.common.settings import unknown_kronos_variables
 
-    env = {"KRONOS_DEVCIE": "cuda", "KRONOS_MAX_INFLIGHT_REQUEST": "3", "KRONOS_PORT": "9000", "HOME": "/root",
-           "KRONOS_RAY_ADDRESS": "ray://h:1", "KRONOS_HOME": "/tmp/k", "KRONOS_LOAD_WAIT_S": "0,1",
-           "kronos_device": "cpu", "KRONOS_ZZZ": "1"}
+    env = {
+        "KRONOS_DEVCIE": "cuda", "KRONOS_MAX_INFLIGHT_REQUEST": "3", "KRONOS_PORT": "9000",
+        "HOME": "/root", "KRONOS_RAY_ADDRESS": "ray://h:1", "KRONOS_HOME": "/tmp/k",
+        "KRONOS_LOAD_WAIT_S": "0,1", "kronos_device": "cpu", "KRONOS_ZZZ": "1",
+    }
     messages = unknown_kronos_variables(env)
     assert messages == [
         "KRONOS_DEVCIE is not a setting and is ignored (did you mean KRONOS_DEVICE?)",
-        "KRONOS_MAX_INFLIGHT_REQUEST is not a setting and is ignored (did you mean KRONOS_MAX_INFLIGHT_REQUESTS?)",
+        "KRONOS_MAX_INFLIGHT_REQUEST is not a setting and is ignored (did you mean "
+        "KRONOS_MAX_INFLIGHT_REQUESTS?)",
         "KRONOS_ZZZ is not a setting and is ignored (the settings are listed in docs/service.md)",
     ]
     assert unknown_kronos_variables({}) == []
@@ -85,7 +89,10 @@ def test_kronos_serve_warns_about_a_misspelt_variable_at_start(monkeypatch, caps
     monkeypatch.setattr(cli, "check_model", lambda settings: "stopped by the test")
     assert cli.run(_args()) == 2
     err = capsys.readouterr().err
-    assert "WARNING: KRONOS_DEVCIE is not a setting and is ignored (did you mean KRONOS_DEVICE?)" in err
+    assert (
+        "WARNING: KRONOS_DEVCIE is not a setting and is ignored (did you mean KRONOS_DEVICE?)"
+        in err
+    )
 
 
 def test_every_kronos_variable_the_code_reads_is_a_setting_or_allowed():
@@ -97,14 +104,18 @@ def test_every_kronos_variable_the_code_reads_is_a_setting_or_allowed():
     from service.common.settings import OTHER_KRONOS_VARIABLES, setting_variables
 
     root = Path(__file__).resolve().parents[2]
-    read = re.compile(r"""(?:environ\.get\(|environ\[|getenv\(|[,(]\s*)["']?(KRONOS_[A-Z0-9_]+)["']?\s*[,)\]=]""")
+    read = re.compile(
+        r"""(?:environ\.get\(|environ\[|getenv\(|[,(]\s*)["']?(KRONOS_[A-Z0-9_]+)["']?\s*[,)\]=]"""
+    )
     found = {}
     for folder in ("kronos_core", "service", "loadtests", "scripts"):
         for path in (root / folder).rglob("*.py"):
             for name in read.findall(path.read_text()):
                 found.setdefault(name, str(path.relative_to(root)))
     assert {"KRONOS_HOME", "KRONOS_LOAD_WAIT_S"} <= set(found)  # the scan sees the known readers
-    stray = {n: p for n, p in found.items() if n not in setting_variables() | set(OTHER_KRONOS_VARIABLES)}
+    stray = {
+        n: p for n, p in found.items() if n not in setting_variables() | set(OTHER_KRONOS_VARIABLES)
+    }
     assert stray == {}
 
 
@@ -118,4 +129,6 @@ def test_a_serve_config_build_warns_about_a_misspelt_variable_too(monkeypatch, c
     monkeypatch.setattr(app, "_cluster_gpus", lambda: 0)
     with caplog.at_level(logging.WARNING, logger="service.app"):
         app.build_app({"device": "cpu"})  # what `serve run deploy/serve_config.yaml` calls
-    assert "KRONOS_DEVCIE is not a setting and is ignored (did you mean KRONOS_DEVICE?)" in caplog.text
+    assert (
+        "KRONOS_DEVCIE is not a setting and is ignored (did you mean KRONOS_DEVICE?)" in caplog.text
+    )

@@ -32,14 +32,16 @@ m.record_error("unknown_symbol", n)
 if sys.argv[3] == "close":
     m.close()
 print(json.dumps({"exposition": m.exposition().decode(), "series": m.total("kronos_series_forecast_total")}))
-"""
+"""  # noqa: E501
 
 
 def _gateway(shared: Path, n: int, close: bool) -> dict:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    out = subprocess.run([sys.executable, "-c", GATEWAY, str(shared), str(n), "close" if close else "crash"],
-                         capture_output=True, text=True, env=env, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", GATEWAY, str(shared), str(n), "close" if close else "crash"],
+        capture_output=True, text=True, env=env, timeout=120,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -47,7 +49,11 @@ def _gateway(shared: Path, n: int, close: bool) -> dict:
 def _samples(shared: Path) -> dict[tuple, float]:
     reg = CollectorRegistry()
     MultiProcessCollector(reg, path=str(shared))
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value for fam in reg.collect() for s in fam.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for fam in reg.collect()
+        for s in fam.samples
+    }
 
 
 def test_gateways_sum_their_counts_and_a_dead_ones_counts_stay(tmp_path):
@@ -71,7 +77,8 @@ def test_gateways_sum_their_counts_and_a_dead_ones_counts_stay(tmp_path):
     dead = forget_dead_processes(shared)
     assert len(dead) == 1
     after = _samples(shared)
-    assert after.get(("kronos_queue_depth", (("stage", "requests"),)), 0) == 0  # no live gateway left
+    # no live gateway left
+    assert after.get(("kronos_queue_depth", (("stage", "requests"),)), 0) == 0
     assert after[("kronos_series_forecast_total", ())] == 8  # counts are never dropped
 
 

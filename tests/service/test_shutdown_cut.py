@@ -24,7 +24,9 @@ SYMBOLS = [f"S{i:03d}" for i in range(20)]
 
 def test_the_cut_leaves_a_reserve_of_the_grace_and_the_pod_a_margin_above_it():
     assert stop_reserve(60) == 8 and stop_reserve(12) == 4  # a third of a short grace
-    assert pod_termination_s(60) == 60 + POD_MARGIN_S and pod_termination_s(59.5) == 60 + POD_MARGIN_S
+    assert (
+        pod_termination_s(60) == 60 + POD_MARGIN_S and pod_termination_s(59.5) == 60 + POD_MARGIN_S
+    )
     lc = Lifecycle(grace_s=30)
     assert lc.cut_at() is None  # not draining: never cut
     lc.start_drain()
@@ -36,7 +38,9 @@ def test_the_cut_leaves_a_reserve_of_the_grace_and_the_pod_a_margin_above_it():
 
 def test_every_gateway_cuts_at_the_time_the_first_drain_set(tmp_path):
     """The drain marker's mtime is the drain's start for every gateway of the node."""
-    first, other = Lifecycle(grace_s=30, shared_dir=tmp_path), Lifecycle(grace_s=30, shared_dir=tmp_path)
+    first, other = (
+        Lifecycle(grace_s=30, shared_dir=tmp_path), Lifecycle(grace_s=30, shared_dir=tmp_path),
+    )
     first.start_drain()
     stamp = time.time() - 100
     os.utime(tmp_path / DRAIN_MARKER, (stamp, stamp))  # as if the drain began 100 s ago
@@ -57,7 +61,9 @@ def test_a_cut_request_keeps_its_answered_symbols_and_marks_the_rest_interrupted
     reps = RoutedReplicas({"fast": 0.005, "stuck": None})  # the stuck replica never answers
     gw, m, _ = fake_gateway(reps, shard_retries=0)  # no re-send: the stuck shards wait for the cut
     gw.dispatcher.cut = _answered_then_cut(reps, 2)
-    out = asyncio.run(asyncio.wait_for(gw.forecast(ForecastRequest(symbols=SYMBOLS, horizon=2)), 60))
+    out = asyncio.run(
+        asyncio.wait_for(gw.forecast(ForecastRequest(symbols=SYMBOLS, horizon=2)), 60)
+    )
     interrupted = [e["symbol"] for e in out.errors if e["code"] == ErrorCode.INTERRUPTED]
     assert out.symbols and interrupted  # some answered, some cut
     assert sorted(out.symbols + interrupted) == SYMBOLS  # each symbol once: answered or named
@@ -74,7 +80,9 @@ def test_no_cut_no_change():
         await asyncio.Event().wait()
 
     gw.dispatcher.cut = never
-    out = asyncio.run(asyncio.wait_for(gw.forecast(ForecastRequest(symbols=SYMBOLS, horizon=2)), 60))
+    out = asyncio.run(
+        asyncio.wait_for(gw.forecast(ForecastRequest(symbols=SYMBOLS, horizon=2)), 60)
+    )
     assert out.symbols == SYMBOLS and out.errors == []
 
 
@@ -89,17 +97,22 @@ def test_the_route_answers_a_cut_request_503_naming_the_unanswered_symbols():
     reps = RoutedReplicas({"fast": 0.005, "stuck": None})
     ing = _ingress(handle=None, shard_retries=0)  # type: ignore[arg-type]
     ing.replicas = reps
-    ing.pipeline = ForecastPipeline(ing.settings, ing.store, reps, ing.metrics, 2,
-                                    fit_factory=lambda info, h, sc: (lambda L: 3),
-                                    future=FutureTimestamps(fake_future), cut=_answered_then_cut(reps, 2))
-    resp = asyncio.run(asyncio.wait_for(ing.forecast(ForecastRequest(symbols=SYMBOLS, horizon=2), accept=None), 60))
+    ing.pipeline = ForecastPipeline(
+        ing.settings, ing.store, reps, ing.metrics, 2, fit_factory=lambda info, h, sc: lambda L: 3,
+        future=FutureTimestamps(fake_future), cut=_answered_then_cut(reps, 2),
+    )
+    resp = asyncio.run(
+        asyncio.wait_for(ing.forecast(ForecastRequest(symbols=SYMBOLS, horizon=2), accept=None), 60)
+    )
     assert resp.status_code == 503 and resp.headers["Retry-After"] == "7"
     body = orjson.loads(resp.body)
     assert body["code"] == "shutting_down" and "send them again" in body["detail"]
     answered = [f["symbol"] for f in body["forecasts"]]
     assert answered and body["unanswered"] and sorted(answered + body["unanswered"]) == SYMBOLS
     assert {e["code"] for e in body["errors"]} == {"interrupted"}
-    assert ing.metrics.registry.get_sample_value("kronos_errors_total", {"code": "shutting_down"}) == 1
+    assert (
+        ing.metrics.registry.get_sample_value("kronos_errors_total", {"code": "shutting_down"}) == 1
+    )
 
 
 def test_the_manifest_termination_period_is_derived_from_the_grace():
@@ -110,9 +123,15 @@ def test_the_manifest_termination_period_is_derived_from_the_grace():
     from service.common.settings import Settings
 
     path = Path(__file__).resolve().parents[2] / "deploy" / "kuberay-rayservice.yaml"
-    (service,) = [d for d in yaml.safe_load_all(path.read_text()) if d and d["kind"] == "RayService"]
+    (service,) = [
+        d for d in yaml.safe_load_all(path.read_text()) if d and d["kind"] == "RayService"
+    ]
     args = yaml.safe_load(service["spec"]["serveConfigV2"])["applications"][0]["args"]
     grace = Settings(**args).shutdown_grace_s
     cluster = service["spec"]["rayClusterConfig"]
-    pods = [cluster["headGroupSpec"]["template"]["spec"]] + [g["template"]["spec"] for g in cluster["workerGroupSpecs"]]
-    assert [p["terminationGracePeriodSeconds"] for p in pods] == [pod_termination_s(grace)] * len(pods)
+    pods = [cluster["headGroupSpec"]["template"]["spec"]] + [
+        g["template"]["spec"] for g in cluster["workerGroupSpecs"]
+    ]
+    assert [p["terminationGracePeriodSeconds"] for p in pods] == [pod_termination_s(grace)] * len(
+        pods
+    )

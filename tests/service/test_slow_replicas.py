@@ -26,7 +26,9 @@ def _gateway(replicas, num_replicas: int = 2, **settings) -> tuple[ForecastPipel
 
 
 def _forecast(gw: ForecastPipeline, symbols: list[str]):
-    return asyncio.run(asyncio.wait_for(gw.forecast(ForecastRequest(symbols=symbols, horizon=2)), 60))
+    return asyncio.run(
+        asyncio.wait_for(gw.forecast(ForecastRequest(symbols=symbols, horizon=2)), 60)
+    )
 
 
 def _sample(m: Metrics, name: str) -> float:
@@ -38,19 +40,26 @@ def test_shards_stuck_on_a_slow_replica_are_answered_by_the_other():
     gw, m = _gateway(reps, shard_timeout_s=0.5, shard_retries=3)
     out = _forecast(gw, SYMBOLS)
     assert out.symbols == SYMBOLS and out.errors == []
-    assert [float(a[0, 3]) for a in out.mean] == [100.0 + i for i in range(20)]  # each its own symbol
+    # each its own symbol
+    assert [float(a[0, 3]) for a in out.mean] == [100.0 + i for i in range(20)]
     stuck = [sent for sent in reps.sent if sent[1] == "slow"]
     assert stuck, "precondition: the router sent some shards to the slow replica"
-    assert {i for i, _ in reps.answered} == set(range(7)) and {n for _, n in reps.answered} == {"fast"}
-    assert sorted(reps.cancelled) == sorted(stuck)  # every call left on the slow replica was cancelled
+    assert {i for i, _ in reps.answered} == set(range(7)) and {n for _, n in reps.answered} == {
+        "fast"
+    }
+    # every call left on the slow replica was cancelled
+    assert sorted(reps.cancelled) == sorted(stuck)
     assert reps.ongoing == {"slow": 0, "fast": 0}
-    assert out.timing["shard_timeouts"] == len(stuck)  # each stuck call was hedged once, onto "fast"
+    # each stuck call was hedged once, onto "fast"
+    assert out.timing["shard_timeouts"] == len(stuck)
     assert out.timing["shard_retries"] == out.timing["shard_timeouts"]  # no replica died
     assert _sample(m, "kronos_shard_timeouts_total") == out.timing["shard_timeouts"]
     assert _sample(m, "kronos_shard_retries_total") == out.timing["shard_retries"]
     assert _sample(m, "kronos_errors_total") == 0
     assert m.registry.get_sample_value("kronos_queue_depth", {"stage": "shards"}) == 0
-    assert m.registry.get_sample_value("kronos_batch_shards_total", {"replica": "fake-replica"}) == 7
+    assert (
+        m.registry.get_sample_value("kronos_batch_shards_total", {"replica": "fake-replica"}) == 7
+    )
 
 
 def test_a_service_slow_everywhere_is_not_hedged():
@@ -82,7 +91,8 @@ def test_the_deadline_follows_the_requests_own_answer_times():
 
 
 def test_a_hedged_call_that_dies_leaves_its_copy_to_answer():
-    """The first call of shard 0 dies once its copy has been sent: no further send, the copy answers."""
+    """The first call of shard 0 dies once its copy has been sent: no further send, the copy
+    answers."""
 
     class DiesOnceCopied(FakeReplicas):
         def __init__(self):
@@ -102,10 +112,15 @@ def test_a_hedged_call_that_dies_leaves_its_copy_to_answer():
             return await super().forecast_shard(shard)
 
     reps = DiesOnceCopied()
-    gw, m = _gateway(reps, shard_timeout_s=0.05, shard_retries=1)  # 2 shards of 1 series; shard 1 answers at once
+    # 2 shards of 1 series; shard 1 answers at once
+    gw, m = _gateway(reps, shard_timeout_s=0.05, shard_retries=1)
     out = _forecast(gw, ["S001", "S002"])
     assert out.symbols == ["S001", "S002"] and out.errors == []
-    assert reps.shard0_calls == 2 and out.timing["shard_timeouts"] == 1 and out.timing["shard_retries"] == 1
+    assert (
+        reps.shard0_calls == 2
+        and out.timing["shard_timeouts"] == 1
+        and out.timing["shard_retries"] == 1
+    )
     assert _sample(m, "kronos_shard_retries_total") == 1
 
 
@@ -119,8 +134,12 @@ def test_the_hedge_deadline_and_the_shard_timeout_setting():
     assert ShardRun(None).hedge_after() is None
     gw, _ = _gateway(FakeReplicas(), shard_retries=3)
     assert gw.shard_timeout(300.0) == 30.0  # default: 30 s ...
-    assert gw.shard_timeout(20.0) == 5.0  # ... or the deadline shared by the 4 sends (X-Kronos-Timeout-S 20)
+    # ... or the deadline shared by the 4 sends (X-Kronos-Timeout-S 20)
+    assert gw.shard_timeout(20.0) == 5.0
     gw, _ = _gateway(FakeReplicas(), shard_timeout_s=60.0)
     assert gw.shard_timeout(300.0) == 60.0 and gw.shard_timeout(10.0) == 10.0
-    assert _gateway(FakeReplicas(), num_replicas=1, shard_timeout_s=30.0)[0].shard_timeout(300.0) is None
+    assert (
+        _gateway(FakeReplicas(), num_replicas=1, shard_timeout_s=30.0)[0].shard_timeout(300.0)
+        is None
+    )
     assert _gateway(FakeReplicas(), shard_retries=0)[0].shard_timeout(300.0) is None

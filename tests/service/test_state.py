@@ -25,14 +25,19 @@ def fresh_state(monkeypatch) -> ProcessState:
 
 
 def test_start_fills_every_part_from_the_settings(fresh_state, tmp_path):
-    assert current() is fresh_state and fresh_state.metrics is None and not fresh_state.keyring.enabled
+    assert (
+        current() is fresh_state and fresh_state.metrics is None and not fresh_state.keyring.enabled
+    )
     metrics = Metrics(shared_dir=None)
     settings = Settings(max_body_bytes=1234, retry_after_s=9,
                         api_keys=f"{hash_key('k')} alice forecast 5")
     fresh_state.start(settings, metrics, "gw-7")
     assert current().metrics is metrics and current().gateway_id == "gw-7"
     assert current().limits.max_body_bytes == 1234
-    assert current().lifecycle.retry_after_s == 9 and current().lifecycle.gauge is metrics.http_in_flight
+    assert (
+        current().lifecycle.retry_after_s == 9
+        and current().lifecycle.gauge is metrics.http_in_flight
+    )
     assert current().keyring.enabled and current().keyring.lookup("k").name == "alice"
 
 
@@ -48,16 +53,22 @@ def test_the_app_reads_the_state_at_each_request(fresh_state):
     r = client.get("/healthz-nope")
     assert r.status_code == 404 and r.headers["X-Kronos-Gateway"] == "gw-1"
     seen = fresh_state.metrics.registry.get_sample_value(
-        "kronos_request_duration_seconds_count", {"route": "unmatched", "method": "GET", "status": "404"})
+        "kronos_request_duration_seconds_count",
+        {"route": "unmatched", "method": "GET", "status": "404"},
+    )
     assert seen == 1
     fresh_state.limits.max_body_bytes = 10
     r = client.post("/v1/forecast", content=b"x" * 11)
     assert r.status_code == 413 and r.json()["code"] == "too_large"
-    # a ServiceError a route raises: answered by the app's one handler, counted in this state's metrics
+    # a ServiceError a route raises: answered by the app's one handler, counted in this state's
+    # metrics
     resp = asyncio.run(api.exception_handlers[ServiceError](None, Overloaded("queues are full", 3)))
     assert resp.status_code == 503 and resp.headers["Retry-After"] == "3"
     assert orjson.loads(resp.body) == {"detail": "queues are full", "code": "overloaded"}
-    assert fresh_state.metrics.registry.get_sample_value("kronos_errors_total", {"code": "overloaded"}) == 1
+    assert (
+        fresh_state.metrics.registry.get_sample_value("kronos_errors_total", {"code": "overloaded"})
+        == 1
+    )
     fresh_state.lifecycle.draining = True
     r = client.get("/healthz-nope")
     assert r.status_code == 503 and r.json()["code"] == "shutting_down"

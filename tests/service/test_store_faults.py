@@ -30,11 +30,14 @@ def _store(tmp_path) -> KlineStore:
 
 def test_corrupted_and_removed_files_while_serving(tmp_path):
     store = _store(tmp_path)
-    gw = ForecastPipeline(Settings(max_context=64), store, FakeReplicas(), Metrics(), num_replicas=2,
-                 fit_factory=lambda info, h, sc: (lambda L: 3), future=FutureTimestamps(fake_future))
+    gw = ForecastPipeline(
+        Settings(max_context=64), store, FakeReplicas(), Metrics(), num_replicas=2,
+        fit_factory=lambda info, h, sc: lambda L: 3, future=FutureTimestamps(fake_future),
+    )
     req = ForecastRequest(symbols=["AAA", "BBB", "CCC", "DDD"], horizon=2, lookback=16)
     assert asyncio.run(gw.forecast(req)).symbols == ["AAA", "BBB", "CCC", "DDD"]
-    # a writer replaces BBB's file (atomic rename, as the store itself writes) with garbage; CCC is deleted
+    # a writer replaces BBB's file (atomic rename, as the store itself writes) with garbage; CCC is
+    # deleted
     bad = store.path("BBB", "1h")
     tmp = bad.with_name(".BBB.tmp")
     tmp.write_bytes(b"not an arrow file at all" * 10)
@@ -56,10 +59,17 @@ def test_simulated_out_of_memory_in_a_replica_splits_and_the_answer_is_complete(
     predictor = FakePredictor(oom_above=1)  # any batch of 2+ series: torch.OutOfMemoryError
     replicas.runner = StepRunner(predictor, "fake-replica", "cpu")
     m = Metrics()
-    gw = ForecastPipeline(Settings(max_context=64, shards_per_replica=1), _store(tmp_path), replicas, m, num_replicas=1,
-                 fit_factory=lambda info, h, sc: (lambda L: 4), future=FutureTimestamps(fake_future))
-    out = asyncio.run(gw.forecast(ForecastRequest(symbols=["AAA", "BBB", "CCC", "DDD"], horizon=2, lookback=16)))
+    gw = ForecastPipeline(
+        Settings(max_context=64, shards_per_replica=1), _store(tmp_path), replicas, m,
+        num_replicas=1, fit_factory=lambda info, h, sc: lambda L: 4,
+        future=FutureTimestamps(fake_future),
+    )
+    out = asyncio.run(
+        gw.forecast(ForecastRequest(symbols=["AAA", "BBB", "CCC", "DDD"], horizon=2, lookback=16))
+    )
     assert out.symbols == ["AAA", "BBB", "CCC", "DDD"] and out.errors == []
-    assert [float(x[0, 3]) for x in out.mean] == [100.0, 101.0, 102.0, 103.0]  # each series its own answer
-    assert max(predictor.calls) == 4 and predictor.calls.count(1) == 4  # tried whole, then halved to singles
+    # each series its own answer
+    assert [float(x[0, 3]) for x in out.mean] == [100.0, 101.0, 102.0, 103.0]
+    # tried whole, then halved to singles
+    assert max(predictor.calls) == 4 and predictor.calls.count(1) == 4
     assert m.registry.get_sample_value("kronos_oom_splits_total", {"replica": "fake-replica"}) >= 3

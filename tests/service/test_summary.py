@@ -29,7 +29,8 @@ def test_summary_matches_numpy_on_the_forecast_paths(return_paths):
         SymbolForecast.model_validate(f)  # the schema accepts it
         assert ("paths" in f) == return_paths
         close = hist[:, 3].astype(np.float64)
-        paths = np.repeat(close[-1], 4 * 3).reshape(4, 3)  # the fake replica repeats the last candle
+        # the fake replica repeats the last candle
+        paths = np.repeat(close[-1], 4 * 3).reshape(4, 3)
         want = risk_summary(paths, float(close[-1]), close, 3.0).to_dict()
         assert f["summary"] == pytest.approx(want, nan_ok=True)
         assert f["summary"]["var_95"] == pytest.approx(0.0) and f["summary"]["p_up"] == 0.0
@@ -41,9 +42,17 @@ def test_no_summary_unless_asked():
 
 
 def test_arrow_summary_columns_hold_the_gateways_summaries():
-    out = asyncio.run(_gateway().forecast(ForecastRequest(symbols=["S003", "S007"], horizon=3, sample_count=4,
-                                                          quantiles=[0.25, 0.75], summary=True)))
+    out = asyncio.run(
+        _gateway().forecast(
+            ForecastRequest(
+                symbols=["S003", "S007"], horizon=3, sample_count=4, quantiles=[0.25, 0.75],
+                summary=True,
+            )
+        )
+    )
     assert out.summary and all(s is not None for s in out.summaries)
-    table = assert_arrow_equals_json(answer_to_arrow(out), answer_to_json(out), (0.25, 0.75), summary=True)
+    table = assert_arrow_equals_json(
+        answer_to_arrow(out), answer_to_json(out), (0.25, 0.75), summary=True
+    )
     assert table.column("summary_realized_volatility").to_pylist()[::3] == [
         s["realized_volatility"] for s in out.summaries]

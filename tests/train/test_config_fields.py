@@ -1,9 +1,9 @@
 """The training YAML's ``tokenizer:`` and ``model:`` sections name the same hyper-parameters as the
 checkpoint configs (``kronos_core/model/config.py``), minus what training derives itself: ``d_in``
-(always the 6 candle features) and the predictor's bit widths (taken from the tokenizer). The sections are
-derived from the checkpoint dataclasses (``kronos_core.train.config._fields_of``): validated YAML
-with CPU-sized defaults, where a checkpoint config has no defaults for its sizes. This test checks
-the derivation: same names, types and defaults."""
+(always the 6 candle features) and the predictor's bit widths (taken from the tokenizer). The
+sections are derived from the checkpoint dataclasses (``kronos_core.train.config._fields_of``):
+validated YAML with CPU-sized defaults, where a checkpoint config has no defaults for its sizes.
+This test checks the derivation: same names, types and defaults."""
 
 from __future__ import annotations
 
@@ -26,5 +26,6 @@ def test_training_sections_name_the_checkpoint_fields(section, checkpoint, deriv
         if name in derived:
             continue
         assert section.model_fields[name].annotation.__name__ == f.type, name  # same type
-        if f.default is not dataclasses.MISSING:  # a default of the checkpoint's is the training one too
+        # a default of the checkpoint's is the training one too
+        if f.default is not dataclasses.MISSING:
             assert section.model_fields[name].default == f.default, name

@@ -32,7 +32,9 @@ def test_it_writes_a_bundle_the_loader_reads(trained):
     out = tmp_path / "out"
     meta = json.loads((out / "kronos.json").read_text())
     assert meta["tokenizer"]["kind"] == "thermometer"
-    assert meta["predictor_steps"]["schedule"] == 2 and meta["predictor_steps"]["anneal"] is not None
+    assert (
+        meta["predictor_steps"]["schedule"] == 2 and meta["predictor_steps"]["anneal"] is not None
+    )
     assert meta["data"]["corpus"] == "corpus"
     assert set(meta["wall_time_s"]) == {"tokenizer", "predictor", "anneal"}
     predictor = load_predictor(PredictorConfig(model=str(out), device="cpu"))

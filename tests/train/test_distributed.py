@@ -1,4 +1,5 @@
-"""Data-parallel training: two gloo processes with half the batch each follow one process with all of it."""
+"""Data-parallel training: two gloo processes with half the batch each follow one process with all
+of it."""
 
 from __future__ import annotations
 
@@ -56,13 +57,17 @@ def test_two_gloo_processes_follow_the_single_process_curve(tmp_path):
 
 @pytest.mark.slow
 def test_torchrun_launch_matches_one_process(tmp_path):
-    config = write_config_yaml(tmp_path / "tiny.yaml", tiny_overrides(tmp_path / "x", **EXTRA), skip=("out", "kind"))
+    config = write_config_yaml(
+        tmp_path / "tiny.yaml", tiny_overrides(tmp_path / "x", **EXTRA), skip=("out", "kind")
+    )
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     train = ["-m", "kronos_core.cli", "train", "predictor", "--config", str(config)]
     subprocess.run([sys.executable, *train, "--out", str(tmp_path / "one")], check=True, env=env,
                    capture_output=True, timeout=600)
-    launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-              str(_free_port())]
+    launch = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+        str(_free_port()),
+    ]
     subprocess.run([*launch, *train, "--out", str(tmp_path / "two")], check=True, env=env,
                    capture_output=True, timeout=600)
     one, two = read_metrics(tmp_path / "one"), read_metrics(tmp_path / "two")

@@ -27,12 +27,16 @@ def _fine_tune(tmp_path, **extra):
     }
     Trainer(load_config(None, overrides)).fit()
     out = tmp_path / "ft"
-    return (yaml.safe_load((out / "config.yaml").read_text()), json.loads((out / "best" / "kronos.json").read_text()),
-            json.loads((out / "best" / "model" / "config.json").read_text()))
+    return (
+        yaml.safe_load((out / "config.yaml").read_text()),
+        json.loads((out / "best" / "kronos.json").read_text()),
+        json.loads((out / "best" / "model" / "config.json").read_text()),
+    )
 
 
 def test_fine_tune_keeps_the_checkpoint_context_sizes_and_dropout(tmp_path):
-    assert BUNDLED_CONTEXT != 512 and BUNDLED_MODEL["ffn_dropout_p"] > 0  # the defaults differ, so this shows
+    # the defaults differ, so this shows
+    assert BUNDLED_CONTEXT != 512 and BUNDLED_MODEL["ffn_dropout_p"] > 0
     written, manifest, model_config = _fine_tune(tmp_path)
     assert manifest["max_context"] == BUNDLED_CONTEXT
     assert written["max_context"] == BUNDLED_CONTEXT
@@ -44,12 +48,14 @@ def test_fine_tune_keeps_the_checkpoint_context_sizes_and_dropout(tmp_path):
 
 
 def test_what_the_user_sets_wins_and_is_recorded(tmp_path):
-    written, manifest, model_config = _fine_tune(tmp_path, max_context=128, **{"model.ffn_dropout_p": 0.0,
-                                                                               "model.d_model": 32})
+    written, manifest, model_config = _fine_tune(
+        tmp_path, max_context=128, **{"model.ffn_dropout_p": 0.0, "model.d_model": 32}
+    )
     assert manifest["max_context"] == written["max_context"] == 128
     assert written["model"]["ffn_dropout_p"] == model_config["ffn_dropout_p"] == 0.0
     assert written["model"]["resid_dropout_p"] == BUNDLED_MODEL["resid_dropout_p"]
-    assert written["model"]["d_model"] == BUNDLED_MODEL["d_model"]  # a size cannot change under loaded weights
+    # a size cannot change under loaded weights
+    assert written["model"]["d_model"] == BUNDLED_MODEL["d_model"]
 
 
 def test_a_window_longer_than_the_checkpoint_context_is_refused(tmp_path):

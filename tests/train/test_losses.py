@@ -37,10 +37,15 @@ def test_tokenizer_loss_matches_direct_computation():
         commit = ((hard - z) ** 2).sum(-1).mean()
         flat = z.reshape(-1, 8)
         # per-sample entropy over the whole 2^8 codebook; codebook entropy per group of 4 bits
-        codes = torch.tensor(list(itertools.product([-1.0, 1.0], repeat=8))) / math.sqrt(8)  # (256, 8)
+        # (256, 8)
+        codes = torch.tensor(list(itertools.product([-1.0, 1.0], repeat=8))) / math.sqrt(8)
         per_sample = _entropy(torch.softmax(200 * flat @ codes.T, -1)).mean()
-        group_codes = torch.tensor(list(itertools.product([-1.0, 1.0], repeat=4))) / math.sqrt(8)  # (16, 4)
-        codebook = sum(_entropy(torch.softmax(200 * flat[:, g:g + 4] @ group_codes.T, -1).mean(0)) for g in (0, 4))
+        # (16, 4)
+        group_codes = torch.tensor(list(itertools.product([-1.0, 1.0], repeat=4))) / math.sqrt(8)
+        codebook = sum(
+            _entropy(torch.softmax(200 * flat[:, g : g + 4] @ group_codes.T, -1).mean(0))
+            for g in (0, 4)
+        )
         quant = c.beta * commit + c.zeta * (c.gamma0 * per_sample - c.gamma * codebook)
         expected = ((coarse - x) ** 2).mean() + ((full - x) ** 2).mean() + quant
     torch.testing.assert_close(out.loss.detach(), expected, rtol=1e-4, atol=1e-5)
@@ -49,7 +54,9 @@ def test_tokenizer_loss_matches_direct_computation():
 
 def test_grouped_per_sample_entropy_equals_full_codebook_entropy():
     z = torch.nn.functional.normalize(torch.randn(50, 8), dim=-1)
-    per_sample = bsq_loss(z, quantize_ste(z), 0.05, 1.0, 1.1, 0.05, group_size=2, inv_temperature=3.0).sample_entropy
+    per_sample = bsq_loss(
+        z, quantize_ste(z), 0.05, 1.0, 1.1, 0.05, group_size=2, inv_temperature=3.0
+    ).sample_entropy
     codes = torch.tensor(list(itertools.product([-1.0, 1.0], repeat=8))) / math.sqrt(8)
     direct = _entropy(torch.softmax(2 * 3.0 * z @ codes.T, -1)).mean()
     torch.testing.assert_close(per_sample, direct, rtol=1e-5, atol=1e-6)
@@ -58,20 +65,25 @@ def test_grouped_per_sample_entropy_equals_full_codebook_entropy():
 def test_tokenizer_loss_gradients_reach_the_encoder():
     tok = _tokenizer().train()
     tokenizer_loss(tok, torch.randn(2, 8, 6)).loss.backward()
-    assert tok.embed.weight.grad is not None and tok.embed.weight.grad.abs().sum() > 0  # straight-through
+    # straight-through
+    assert tok.embed.weight.grad is not None and tok.embed.weight.grad.abs().sum() > 0
     assert tok.post_quant_embed_pre.weight.grad.abs().sum() > 0  # coarse path trained
 
 
 def test_predictor_loss_is_teacher_forced_cross_entropy():
     tok = _tokenizer()
     torch.manual_seed(1)
-    model = Kronos(KronosConfig(s1_bits=4, s2_bits=4, n_layers=1, d_model=16, n_heads=2, ff_dim=32)).eval()
+    model = Kronos(
+        KronosConfig(s1_bits=4, s2_bits=4, n_layers=1, d_model=16, n_heads=2, ff_dim=32)
+    ).eval()
     x, stamp = torch.randn(2, 9, 6), torch.randint(0, 7, (2, 9, 5)).float()
     out = predictor_loss(model, tok, x, stamp)
     with torch.no_grad():
         s1, s2 = tok.encode(x)
         l1, l2 = model(s1[:, :-1], s2[:, :-1], stamp[:, :-1], s1[:, 1:])
-        nll = lambda logits, target: -torch.log_softmax(logits, -1).gather(-1, target[..., None]).mean()  # noqa: E731
+        nll = lambda logits, target: (  # noqa: E731
+            -torch.log_softmax(logits, -1).gather(-1, target[..., None]).mean()
+        )
         expected = (nll(l1, s1[:, 1:]) + nll(l2, s2[:, 1:])) / 2
     torch.testing.assert_close(out.loss.detach(), expected, rtol=1e-5, atol=1e-6)
     assert not any(p.requires_grad and p.grad is not None for p in tok.parameters())

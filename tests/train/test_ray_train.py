@@ -21,7 +21,9 @@ def test_two_ray_workers_train_like_one_process(tmp_path):
     Trainer(load_config(None, tiny_overrides(tmp_path / "one", **EXTRA))).fit()
     ray.init(num_cpus=2, include_dashboard=False)
     try:
-        summary = train_with_ray(load_config(None, tiny_overrides(tmp_path / "ray", **EXTRA)), workers=2)
+        summary = train_with_ray(
+            load_config(None, tiny_overrides(tmp_path / "ray", **EXTRA)), workers=2
+        )
     finally:
         ray.shutdown()
     assert summary["steps"] == 3 and summary["backend"] == "ray"

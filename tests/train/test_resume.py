@@ -62,11 +62,15 @@ def test_sigkill_then_resume_from_the_command_line(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
 
     def cmd(out, *more):
-        return [sys.executable, "-m", "kronos_core.cli", "train", "predictor", "--config", str(config),
-                "--out", str(out), *more]
+        return [
+            sys.executable, "-m", "kronos_core.cli", "train", "predictor", "--config", str(config),
+            "--out", str(out), *more,
+        ]
 
     subprocess.run(cmd(tmp_path / "whole"), check=True, env=env, capture_output=True, timeout=600)
-    proc = subprocess.Popen(cmd(tmp_path / "cut"), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        cmd(tmp_path / "cut"), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     deadline = time.time() + 300
     while len(read_metrics(tmp_path / "cut")) < 4 and time.time() < deadline:
         time.sleep(0.05)
@@ -74,6 +78,8 @@ def test_sigkill_then_resume_from_the_command_line(tmp_path):
     proc.wait()
     done = len(read_metrics(tmp_path / "cut"))
     assert 4 <= done < 8, "the run finished before it could be killed"
-    subprocess.run(cmd(tmp_path / "cut", "--resume"), check=True, env=env, capture_output=True, timeout=600)
+    subprocess.run(
+        cmd(tmp_path / "cut", "--resume"), check=True, env=env, capture_output=True, timeout=600
+    )
     _same_curve(tmp_path / "cut", tmp_path / "whole")
     assert load_config(tmp_path / "cut" / "config.yaml").max_steps == 8

@@ -114,7 +114,9 @@ def test_warmup_then_cosine_schedule(tiny_config, tmp_path):
     assert warmup_cosine(20, 4, 20, 0.1) == pytest.approx(0.1)
     values = [warmup_cosine(s, 4, 20, 0.1) for s in range(4, 21)]
     assert all(a >= b for a, b in zip(values, values[1:]))
-    trainer = Trainer(tiny_config(out=tmp_path / "a", max_steps=6, **{"optim.warmup_steps": 2, "optim.lr": 0.01}))
+    trainer = Trainer(
+        tiny_config(out=tmp_path / "a", max_steps=6, **{"optim.warmup_steps": 2, "optim.lr": 0.01})
+    )
     trainer.fit()
     lrs = [r["lr"] for r in trainer.history]
     expected = [0.01 * warmup_cosine(s, 2, 6, 0.1) for s in range(6)]
@@ -142,14 +144,18 @@ def test_seeds_make_runs_repeatable(tiny_config, tmp_path):
     assert losses(2, "c") != first
 
 
-def test_out_of_memory_halves_the_micro_batch_and_keeps_the_update(tiny_config, tmp_path, monkeypatch):
+def test_out_of_memory_halves_the_micro_batch_and_keeps_the_update(
+    tiny_config, tmp_path, monkeypatch
+):
     ref = Trainer(tiny_config(out=tmp_path / "ref"))
     oom = Trainer(tiny_config(out=tmp_path / "oom"))
     forward = type(oom.objective).forward
 
     def limited(self, x, stamp):
         if x.shape[0] > 2:
-            raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1 bytes")
+            raise RuntimeError(
+                "DefaultCPUAllocator: can't allocate memory: you tried to allocate 1 bytes"
+            )
         return forward(self, x, stamp)
 
     batch = _first_batch(ref)
@@ -184,11 +190,14 @@ def test_auto_batch_size_asks_the_planner(tiny_config, tmp_path, monkeypatch):
 
     monkeypatch.setattr(planner, "largest_batch", largest_batch)
     trainer = Trainer(tiny_config(out=tmp_path / "a", batch_size="auto", accum_steps=2))
-    assert trainer.batch_size == 8 and trainer.micro_batch_size == 4  # planner's micro-batch x accumulation
+    # planner's micro-batch x accumulation
+    assert trainer.batch_size == 8 and trainer.micro_batch_size == 4
     assert asked["window"] == 32 and asked["mode"] == "train" and asked["model"] is trainer.model
 
 
-def test_auto_batch_size_falls_back_when_the_planner_cannot_answer(tiny_config, tmp_path, monkeypatch):
+def test_auto_batch_size_falls_back_when_the_planner_cannot_answer(
+    tiny_config, tmp_path, monkeypatch
+):
     from kronos_core.plan import planner
 
     def broken(**kwargs):

@@ -75,12 +75,16 @@ def test_it_saves_and_loads_as_an_ordinary_checkpoint(built, tmp_path):
 def test_the_engine_forecasts_with_it(built):
     tok, _ = built
     torch.manual_seed(0)
-    model = Kronos(KronosConfig(s1_bits=10, s2_bits=10, n_layers=1, d_model=32, n_heads=2, ff_dim=64))
+    model = Kronos(
+        KronosConfig(s1_bits=10, s2_bits=10, n_layers=1, d_model=32, n_heads=2, ff_dim=64)
+    )
     predictor = KronosPredictor(model.eval(), tok, device="cpu", max_context=128)
     raw = random_walk_windows(2, 80, seed=3)
     stamps = [pd.date_range("2024-01-01", periods=80, freq="D")] * 2
     future = [pd.date_range("2024-03-21", periods=3, freq="D")] * 2
-    out = predictor.forecast(list(raw), stamps, future, ForecastOptions(horizon=3, sample_count=4, seed=1))
+    out = predictor.forecast(
+        list(raw), stamps, future, ForecastOptions(horizon=3, sample_count=4, seed=1)
+    )
     mean = np.asarray(out.mean)
     assert mean.shape[:2] == (2, 3) and np.isfinite(mean).all()
 
@@ -89,6 +93,8 @@ def test_a_config_without_twenty_bits_is_refused():
     from kronos_core.train.thermometer import build_encoder
 
     cfg = thermometer_config()
-    bad = KronosTokenizer(type(cfg)(**{**cfg.__dict__, "s1_bits": 8, "s2_bits": 8, "group_size": 4}))
+    bad = KronosTokenizer(
+        type(cfg)(**{**cfg.__dict__, "s1_bits": 8, "s2_bits": 8, "group_size": 4})
+    )
     with pytest.raises(ValueError, match="20"):
         build_encoder(bad, {"body": [0, 0], "wick_up": [0], "wick_down": [0], "volume": [0]})

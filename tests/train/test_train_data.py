@@ -53,7 +53,9 @@ def test_split_by_time_without_overlap():
 
 def test_too_short_data_names_the_file(tmp_path):
     small = tmp_path / "short.csv"
-    small.write_text(GOOG.read_text().splitlines()[0] + "\n" + "\n".join(GOOG.read_text().splitlines()[1:20]))
+    small.write_text(
+        GOOG.read_text().splitlines()[0] + "\n" + "\n".join(GOOG.read_text().splitlines()[1:20])
+    )
     cfg = DataConfig(paths=[str(small)], lookback=64, horizon=16)
     with pytest.raises(ValueError, match="short.csv"):
         split_windows(load_series(cfg), cfg)
@@ -82,7 +84,9 @@ def test_loader_with_worker_processes_matches_in_process():
     series = load_series(cfg)
     train, _ = split_windows(series, cfg)
     ds = WindowDataset(series, train, cfg)
-    get = lambda workers: [b["x"] for b in make_loader(ds, StepBatchSampler(len(ds), 8, seed=0), workers)]  # noqa: E731
+    get = lambda workers: [  # noqa: E731
+        b["x"] for b in make_loader(ds, StepBatchSampler(len(ds), 8, seed=0), workers)
+    ]
     for a, b in zip(get(0), get(2)):
         assert torch.equal(a, b)
 

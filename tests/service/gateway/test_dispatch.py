@@ -55,8 +55,9 @@ def test_shards_are_pulled_a_few_at_a_time(per_replica):
 
 
 class BlockingReplicas(FakeReplicas):
-    """forecast_shard() blocks until released (a slow replica); records which shards started, finished
-    and were cancelled. ``fail_index``: that shard raises Overloaded (a full replica queue)."""
+    """forecast_shard() blocks until released (a slow replica); records which shards started,
+    finished and were cancelled. ``fail_index``: that shard raises Overloaded (a full replica
+    queue)."""
 
     def __init__(self, fail_index: int | None = None):
         super().__init__()
@@ -81,7 +82,8 @@ class BlockingReplicas(FakeReplicas):
 
 
 async def _until(cond, what: str, timeout: float = 30.0) -> None:
-    """Polls ``cond()`` on the event loop until true (generous deadline: this is not a timing test)."""
+    """Polls ``cond()`` on the event loop until true (generous deadline: this is not a timing
+    test)."""
     deadline = asyncio.get_running_loop().time() + timeout
     while not cond():
         assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
@@ -123,7 +125,9 @@ def test_a_failing_shard_cancels_the_other_shards():
 
     async def main():
         with pytest.raises(Overloaded):
-            await asyncio.wait_for(gw.forecast(ForecastRequest(symbols=symbols, horizon=2)), timeout=10)
+            await asyncio.wait_for(
+                gw.forecast(ForecastRequest(symbols=symbols, horizon=2)), timeout=10
+            )
         # checked before asyncio.run's own clean-up could cancel leftovers
         return list(reps.started), list(reps.cancelled), gw.dispatcher.shards_in_flight
 

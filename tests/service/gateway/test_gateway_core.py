@@ -23,7 +23,9 @@ def test_inflight_bound_rejects_with_overloaded():
     assert sum(1 for r in res if not isinstance(r, Exception)) == 2
     assert sample_value(m, "kronos_queue_depth", {"stage": "requests"}) == 0
     # serves again afterwards
-    assert asyncio.run(gw.forecast(ForecastRequest(symbols=["S001"], horizon=2))).symbols == ["S001"]
+    assert asyncio.run(gw.forecast(ForecastRequest(symbols=["S001"], horizon=2))).symbols == [
+        "S001"
+    ]
 
 
 def test_deployment_symbol_limit_names_field():
@@ -34,7 +36,8 @@ def test_deployment_symbol_limit_names_field():
 
 
 class _KindsStore:
-    """A FakeStore whose symbols belong to three kinds (exchange, session clock); counts window reads."""
+    """A FakeStore whose symbols belong to three kinds (exchange, session clock); counts window
+    reads."""
 
     def __init__(self, fail: bool = False):
         from service_fakes import FakeStore
@@ -60,7 +63,8 @@ class _KindsStore:
 def test_warm_up_prepares_one_symbol_of_each_kind_before_the_first_request():
     gw, _, _ = fake_gateway()
     gw.store = store = _KindsStore()
-    assert gw.warm_up() == ["S000", "S001", "S002"]  # one per (exchange, session clock), in store order
+    # one per (exchange, session clock), in store order
+    assert gw.warm_up() == ["S000", "S001", "S002"]
     assert store.reads == [["S000", "S001", "S002"]]  # one window read of them, through prepare
     assert gw.warm_up(limit=2) == ["S000", "S001"]
     assert gw.warm_up(scan=2) == ["S000", "S001"]  # the kinds of the first symbols only

@@ -20,7 +20,10 @@ def test_forecast_in_request_order_with_unknown_symbols():
     assert len(out.timestamps[0]) == 4
     assert sample_value(m, "kronos_series_forecast_total") == 3
     assert sample_value(m, "kronos_errors_total", {"code": "unknown_symbol"}) == 2
-    assert sample_value(m, "kronos_batch_size_count", {"replica": "fake-replica"}) == out.timing["shards"]
+    assert (
+        sample_value(m, "kronos_batch_size_count", {"replica": "fake-replica"})
+        == out.timing["shards"]
+    )
 
 
 def test_a_failed_shard_reports_the_replicas_code_not_its_wording():

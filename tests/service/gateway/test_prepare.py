@@ -23,8 +23,12 @@ def test_inline_series_and_json_arrow_encoders():
     gw, _, _ = fake_gateway()
     ts = [f"2024-01-01T{h:02d}:00:00" for h in range(6)]
     req = ForecastRequest(
-        series=[{"symbol": "MINE", "timestamps": ts, "open": [1] * 6, "high": [2] * 6, "low": [0.5] * 6,
-                 "close": [1, 1, 1, 1, 1, 7], "volume": [10] * 6}],
+        series=[
+            {
+                "symbol": "MINE", "timestamps": ts, "open": [1] * 6, "high": [2] * 6,
+                "low": [0.5] * 6, "close": [1, 1, 1, 1, 1, 7], "volume": [10] * 6,
+            }
+        ],
         horizon=3, quantiles=[0.1, 0.9],
     )
     out = asyncio.run(gw.forecast(req))
@@ -80,15 +84,21 @@ def test_each_forecast_says_what_history_it_used():
     gw, _, _ = fake_gateway(min_history_warning=32)
     ts = [f"2024-01-01T{h:02d}:00:00" for h in range(6)]
     req = ForecastRequest(
-        series=[{"symbol": "MINE", "timestamps": ts, "open": [1] * 6, "high": [2] * 6, "low": [0.5] * 6,
-                 "close": [1] * 6}],
+        series=[
+            {
+                "symbol": "MINE", "timestamps": ts, "open": [1] * 6, "high": [2] * 6,
+                "low": [0.5] * 6, "close": [1] * 6,
+            }
+        ],
         horizon=2,
     )
     out = asyncio.run(gw.forecast(req))
     assert out.timing["lookback"] == 62 and out.history_length == [6]
     f = answer_to_json(out)["forecasts"][0]
     assert f["history_length"] == 6 and f["last_timestamp"] == "2024-01-01T05:00:00"
-    assert [w["code"] for w in f["warnings"]] == ["short_history"] and "6 candles" in f["warnings"][0]["message"]
+    assert [w["code"] for w in f["warnings"]] == ["short_history"] and "6 candles" in f["warnings"][
+        0
+    ]["message"]
     inputs = pa.ipc.open_stream(answer_to_arrow(out)).read_all().schema.metadata[b"kronos.inputs"]
     assert b'"history_length":6' in inputs and b"short_history" in inputs
     # a long enough store series carries no warning
@@ -124,8 +134,13 @@ def test_exchange_reaches_the_future_timestamps_from_the_request_or_the_metadata
     class TaggedStore(FakeStore):
         def read_windows(self, symbols, lookback, as_of=None, frequency=None):
             batch = super().read_windows(symbols, lookback, as_of, frequency)
-            batch.windows = [dataclasses.replace(w, metadata={"timezone": None, "exchange": "XNAS" if w.symbol == "S001" else None})
-                             for w in batch.windows]
+            batch.windows = [
+                dataclasses.replace(
+                    w,
+                    metadata={"timezone": None, "exchange": "XNAS" if w.symbol == "S001" else None},
+                )
+                for w in batch.windows
+            ]
             return batch
 
     gw, _, _ = fake_gateway()
@@ -145,7 +160,9 @@ def test_an_exchange_calendar_skips_the_holiday_and_an_unknown_one_is_a_422():
     rows = [[d.isoformat(), 1.0, 2.0, 0.5, 1.5, 10.0] for d in days]
     req = ForecastRequest(series=[{"symbol": "SPY", "candles": rows}], horizon=3, exchange="XNYS")
     out = asyncio.run(gw.forecast(req))
-    assert [str(pd.Timestamp(t).date()) for t in out.timestamps[0]] == ["2024-07-05", "2024-07-08", "2024-07-09"]
+    assert [str(pd.Timestamp(t).date()) for t in out.timestamps[0]] == [
+        "2024-07-05", "2024-07-08", "2024-07-09",
+    ]
     with pytest.raises(RequestInvalid) as ei:
         asyncio.run(gw.forecast(req.model_copy(update={"exchange": "NOPE"})))
     assert ei.value.field == "exchange"
@@ -154,8 +171,11 @@ def test_an_exchange_calendar_skips_the_holiday_and_an_unknown_one_is_a_422():
     with pytest.raises(RequestInvalid, match="ASEX calendar cannot be built") as ei:
         asyncio.run(gw.forecast(req.model_copy(update={"exchange": "ASEX"})))
     assert ei.value.field == "exchange"
-    enum = next(alt for alt in ForecastRequest.model_json_schema()["properties"]["exchange"]["anyOf"]
-                if alt.get("type") == "string")["enum"]
+    enum = next(
+        alt
+        for alt in ForecastRequest.model_json_schema()["properties"]["exchange"]["anyOf"]
+        if alt.get("type") == "string"
+    )["enum"]
     assert "XNYS" in enum and "ASEX" not in enum and "XTAE" not in enum
 
 
@@ -168,20 +188,34 @@ def test_session_clock_reaches_future_timestamps_through_the_real_store(tmp_path
     from kronos_core.data.timestamps import future_timestamps
     from kronos_core.data.validate import validate_candles
 
-    frame, _, _ = validate_candles(pd.read_csv(REAL_DIR / "eurusd_hourly.csv"), source="eurusd_hourly.csv")
+    frame, _, _ = validate_candles(
+        pd.read_csv(REAL_DIR / "eurusd_hourly.csv"), source="eurusd_hourly.csv"
+    )
     store = KlineStore(tmp_path)
-    store.write("EURUSD", frame, frequency="1h", timezone="UTC", extra_metadata={"session_timezone": "America/New_York"},
-                fsync=False)
+    store.write(
+        "EURUSD", frame, frequency="1h", timezone="UTC",
+        extra_metadata={"session_timezone": "America/New_York"}, fsync=False,
+    )
     store.write("EURUSD.UTC", frame, frequency="1h", timezone="UTC", fsync=False)
     reps = FakeReplicas()
     gw = ForecastPipeline(Settings(max_context=512), store, reps, Metrics(), num_replicas=1,
                  fit_factory=lambda info, h, sc: (lambda L: 8))
     as_of, lookback, horizon = pd.Timestamp("2017-11-03 12:00"), 200, 24
-    out = asyncio.run(gw.forecast(ForecastRequest(symbols=["EURUSD", "EURUSD.UTC"], as_of=as_of.isoformat(),
-                                                  lookback=lookback, horizon=horizon)))
+    out = asyncio.run(
+        gw.forecast(
+            ForecastRequest(
+                symbols=["EURUSD", "EURUSD.UTC"], as_of=as_of.isoformat(), lookback=lookback,
+                horizon=horizon,
+            )
+        )
+    )
     assert out.symbols == ["EURUSD", "EURUSD.UTC"] and out.errors == []
-    hist = pd.DatetimeIndex(store.read_windows(["EURUSD"], lookback, as_of=as_of).windows[0].timestamps)
-    ny = pd.DatetimeIndex(future_timestamps(hist, horizon, timezone="UTC", session_timezone="America/New_York"))
+    hist = pd.DatetimeIndex(
+        store.read_windows(["EURUSD"], lookback, as_of=as_of).windows[0].timestamps
+    )
+    ny = pd.DatetimeIndex(
+        future_timestamps(hist, horizon, timezone="UTC", session_timezone="America/New_York")
+    )
     plain = pd.DatetimeIndex(future_timestamps(hist, horizon))
     ny = ny.tz_convert("UTC").tz_localize(None) if ny.tz is not None else ny
     plain = plain.tz_convert("UTC").tz_localize(None) if plain.tz is not None else plain

@@ -11,7 +11,8 @@ def test_replicas_rank_by_tokens_in_flight_not_by_calls():
     flight.routed("big", "r1", 10_000)
     flight.routed("s1", "r2", 50)
     flight.routed("s2", "r2", 50)
-    assert flight.ranked(["r1", "r2", "r3"]) == ["r3", "r2", "r1"]  # two small calls weigh less than one big
+    # two small calls weigh less than one big
+    assert flight.ranked(["r1", "r2", "r3"]) == ["r3", "r2", "r1"]
     flight.completed("big", "r1")
     assert flight.ranked(["r1", "r2"]) == ["r1", "r2"]
     flight.completed("big", "r1")  # once only (Serve calls it once per call; a second is ignored)

@@ -1,5 +1,5 @@
-"""The replica's step scheduler (``service.replica.scheduler``), planned step by step without a model:
-small work first, preemption at step boundaries, aging, the memory budget, cancellation."""
+"""The replica's step scheduler (``service.replica.scheduler``), planned step by step without a
+model: small work first, preemption at step boundaries, aging, the memory budget, cancellation."""
 
 import pytest
 
@@ -7,7 +7,8 @@ from service.replica.scheduler import BatchTicket, Scheduler
 
 
 def drive(s: Scheduler, steps: int) -> list[int]:
-    """Carry out ``steps`` plans as the replica would: every admitted job is live, the planned one steps."""
+    """Carry out ``steps`` plans as the replica would: every admitted job is live, the planned one
+    steps."""
     ran = []
     for _ in range(steps):
         plan = s.next_step()
@@ -68,7 +69,8 @@ def test_no_starvation_a_big_job_gets_a_step_in_every_max_skipped_plus_one():
             if last is not None:
                 gaps.append(i - last)
             last = i
-    assert ran.count(1) == 10 and max(gaps) <= 4  # the big job finished, one step in every 4 at worst
+    # the big job finished, one step in every 4 at worst
+    assert ran.count(1) == 10 and max(gaps) <= 4
 
 
 def test_admission_respects_the_budget_and_a_job_that_does_not_fit_waits():
@@ -76,8 +78,10 @@ def test_admission_respects_the_budget_and_a_job_that_does_not_fit_waits():
     s.submit(BatchTicket(1, rows=100, steps=5, resident_bytes=60, transient_bytes=20))
     assert s.next_step().admit == (1,)
     s.stepped(1, 4)
-    s.submit(BatchTicket(2, rows=10, steps=5, resident_bytes=30, transient_bytes=10))  # 60 + 30 + 20 > 100
-    s.submit(BatchTicket(3, rows=10, steps=5, resident_bytes=15, transient_bytes=5))  # 60 + 15 + 20 fits
+    # 60 + 30 + 20 > 100
+    s.submit(BatchTicket(2, rows=10, steps=5, resident_bytes=30, transient_bytes=10))
+    # 60 + 15 + 20 fits
+    s.submit(BatchTicket(3, rows=10, steps=5, resident_bytes=15, transient_bytes=5))
     plan = s.next_step()
     assert plan.admit == (3,) and 2 in s.queued
     assert s.memory_in_use() <= 100
@@ -146,8 +150,9 @@ def test_discard_forgets_a_job_and_duplicates_are_refused():
 
 
 def test_parts_of_one_big_request_do_not_age_together_ahead_of_a_later_small_job():
-    # a big request cut into four jobs; a small job that comes later and runs longer than max_skipped
-    # is interrupted by one step of the oldest job per max_skipped steps, never by the other parts
+    # a big request cut into four jobs; a small job that comes later and runs longer than
+    # max_skipped is interrupted by one step of the oldest job per max_skipped steps, never by the
+    # other parts
     s = Scheduler(budget_bytes=10**6, max_skipped=3)
     for j in (1, 2, 3, 4):
         s.submit(BatchTicket(j, rows=100, steps=10))

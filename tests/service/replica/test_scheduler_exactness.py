@@ -28,12 +28,15 @@ def _window(df: pd.DataFrame, start: int, lookback: int, horizon: int):
 
 def _shard(df, starts, lookbacks, options: ForecastOptions, request_id: str) -> Shard:
     wins = [_window(df, s, lb, options.horizon) for s, lb in zip(starts, lookbacks)]
-    return Shard(request_id, 0, [w[0] for w in wins], [w[1] for w in wins], [w[2] for w in wins], options,
-                 return_paths=True)
+    return Shard(
+        request_id, 0, [w[0] for w in wins], [w[1] for w in wins], [w[2] for w in wins], options,
+        return_paths=True,
+    )
 
 
 def _run(runner: StepRunner, arrivals: list[tuple[int, Shard]]) -> dict[str, ShardResult]:
-    """Submit each shard after ``ticks`` steps of the device loop; run until every one is answered."""
+    """Submit each shard after ``ticks`` steps of the device loop; run until every one is
+    answered."""
     out: dict[str, ShardResult] = {}
     tick = 0
     for ticks, shard in sorted(arrivals, key=lambda a: a[0]):
@@ -61,10 +64,17 @@ def test_seeded_paths_do_not_depend_on_company_or_joining_time(predictor, goog, 
     lone = predictor.forecast(*(_shard(goog, starts, lookbacks, SEEDED, "x").__dict__[k]
                                 for k in ("values", "x_timestamps", "y_timestamps")), SEEDED).paths
     runner = StepRunner(predictor, "r", "cpu", max_skipped=2)
-    big = _shard(goog, range(0, 2000, 250), [120] * 8, ForecastOptions(horizon=8, sample_count=2, seed=7), "big")
-    other = _shard(goog, [1500, 1700], [70, 128], ForecastOptions(horizon=3, sample_count=1, seed=1), "other")
-    if company == "coalesced":  # the series share one job with others of the same options (no longer
-        # than they are: a longer series pads the job wider, which moves floats at 1e-7, tokens stay)
+    big = _shard(
+        goog, range(0, 2000, 250), [120] * 8, ForecastOptions(horizon=8, sample_count=2, seed=7),
+        "big",
+    )
+    other = _shard(
+        goog, [1500, 1700], [70, 128], ForecastOptions(horizon=3, sample_count=1, seed=1), "other"
+    )
+    # the series share one job with others of the same options (no longer
+    if company == "coalesced":
+        # than they are: a longer series pads the job wider, which moves floats at 1e-7, tokens
+        # stay)
         mine = _shard(goog, [1200, *starts, 2000], [60, *lookbacks, 90], SEEDED, "mine")
         pick = slice(1, 3)
     else:
@@ -86,7 +96,10 @@ def test_greedy_forecasts_equal_the_reference_with_other_jobs_interleaved(parity
     runner = StepRunner(predictor, "r", "cpu", max_skipped=1)
     options = ForecastOptions(horizon=c["horizon"], **GREEDY)
     ref = _shard(parity.candles, starts, [c["lookback"]] * len(starts), options, "ref")
-    big = _shard(parity.candles, range(0, 1500, 250), [100] * 6, ForecastOptions(horizon=12, sample_count=2, seed=3), "big")
+    big = _shard(
+        parity.candles, range(0, 1500, 250), [100] * 6,
+        ForecastOptions(horizon=12, sample_count=2, seed=3), "big",
+    )
     out = _run(runner, [(0, big), (2, ref)])
     expected = np.array(c["expected"]).reshape(len(starts), c["horizon"], 6)
     np.testing.assert_allclose(out["ref"].mean, expected, rtol=1e-4)

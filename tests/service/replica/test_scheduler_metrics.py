@@ -1,5 +1,6 @@
-"""The step scheduler's metrics: a replica's BatchReport carries them, the gateway's ``Metrics.record_batch``
-records them once, and the dashboard's scheduling panels query metrics that exist."""
+"""The step scheduler's metrics: a replica's BatchReport carries them, the gateway's
+``Metrics.record_batch`` records them once, and the dashboard's scheduling panels query metrics that
+exist."""
 
 import json
 import re
@@ -16,14 +17,19 @@ NEW = ("kronos_replica_queue_wait_seconds", "kronos_decode_step_rows", "kronos_a
 
 
 def report(**kw) -> BatchReport:
-    base = dict(replica_id="r1", device="cpu", series=5, shards=2, engine_calls=1, oom_splits=0,
-                tokens_generated=10, seconds=0.1, queue_depth=0, mem_allocated=1, mem_reserved=1, mem_peak=1)
+    base = dict(
+        replica_id="r1", device="cpu", series=5, shards=2, engine_calls=1, oom_splits=0,
+        tokens_generated=10, seconds=0.1, queue_depth=0, mem_allocated=1, mem_reserved=1,
+        mem_peak=1,
+    )
     return BatchReport(**{**base, **kw})
 
 
 def test_record_batch_records_queue_waits_step_rows_and_mid_batch_admissions():
     m = Metrics()
-    m.record_batch(report(queue_wait_s=[0.002, 0.3], decode_steps=24, step_rows=5, admitted_mid_batch=2))
+    m.record_batch(
+        report(queue_wait_s=[0.002, 0.3], decode_steps=24, step_rows=5, admitted_mid_batch=2)
+    )
     lbl = {"replica": "r1"}
     assert sample_value(m, "kronos_replica_queue_wait_seconds_count", lbl) == 2
     assert abs(sample_value(m, "kronos_replica_queue_wait_seconds_sum", lbl) - 0.302) < 1e-9

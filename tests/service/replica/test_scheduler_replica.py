@@ -1,5 +1,7 @@
-"""The predictor replica's device loop (``service.replica.deployment``) outside Serve, on the reference fixture
-checkpoint: it warms up before it is ready, answers shards through the step scheduler, lets a small shard
+"""The predictor replica's device loop (``service.replica.deployment``) outside Serve, on the
+reference fixture
+checkpoint: it warms up before it is ready, answers shards through the step scheduler, lets a small
+    shard
 overtake a big job, and frees a cancelled shard's job at the next step."""
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ def replica():
 
 def test_the_replica_warmed_up_before_it_was_ready(replica):
     assert replica.warmup_seconds > 0 and replica.loop.alive
-    assert replica.runner.take_reports() == [] and replica.runner.scheduler.idle  # the warm-up is not reported
+    # the warm-up is not reported
+    assert replica.runner.take_reports() == [] and replica.runner.scheduler.idle
 
 
 def test_a_small_shard_overtakes_a_big_job_and_a_cancelled_shard_frees_its_job(replica):
@@ -33,8 +36,9 @@ def test_a_small_shard_overtakes_a_big_job_and_a_cancelled_shard_frees_its_job(r
             make_shard(48, length=100, options=make_options(horizon=60, seed=2), request_id="big")))
         while not replica.runner.scheduler.live:  # the big job is decoding
             await asyncio.sleep(0.005)
-        small = await replica.forecast_shard(make_shard(2, length=50, options=make_options(horizon=4),
-                                                        request_id="small"))
+        small = await replica.forecast_shard(
+            make_shard(2, length=50, options=make_options(horizon=4), request_id="small")
+        )
         assert not big.done()  # it finished first, admitted mid-batch
         assert sum(r.admitted_mid_batch for r in small.reports) == 1
         big.cancel()
@@ -47,5 +51,6 @@ def test_a_small_shard_overtakes_a_big_job_and_a_cancelled_shard_frees_its_job(r
 
     small = asyncio.run(scenario())
     assert small.error is None and small.mean.shape == (2, 4, 6)
-    assert not replica.runner.jobs and replica.runner.scheduler.idle  # the big job left, its memory freed
+    # the big job left, its memory freed
+    assert not replica.runner.jobs and replica.runner.scheduler.idle
     replica.check_health()

@@ -1,6 +1,7 @@
-"""The replica's step runner (``service.replica.step_runner.StepRunner``) carrying out the scheduler's plan over
-fake step-at-a-time engine jobs: preemption at step boundaries, state kept across it, cancellation frees
-the job, out-of-memory halves lose nothing, coalescing within the wait and the token cap, reports."""
+"""The replica's step runner (``service.replica.step_runner.StepRunner``) carrying out the
+scheduler's plan over fake step-at-a-time engine jobs: preemption at step boundaries, state kept
+across it, cancellation frees the job, out-of-memory halves lose nothing, coalescing within the wait
+and the token cap, reports."""
 
 import numpy as np
 import torch
@@ -21,7 +22,10 @@ class FakeStepJob:
 
     def step(self):
         assert not self.closed and not self.done
-        if self.oom_at_step is not None and self.options.horizon - self.steps_left == self.oom_at_step:
+        if (
+            self.oom_at_step is not None
+            and self.options.horizon - self.steps_left == self.oom_at_step
+        ):
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
         self.engine.log.append((self.tag, len(self.series)))
         self.steps_left -= 1
@@ -35,15 +39,22 @@ class FakeStepJob:
         assert self.done
         o = self.options
         last = np.stack([s[-1] for s in self.series]).astype(np.float32)  # (B, 6)
-        paths = np.repeat(last[:, None, None, :], o.sample_count, 1).repeat(o.horizon, 2)  # (B, S, H, 6)
+        # (B, S, H, 6)
+        paths = np.repeat(last[:, None, None, :], o.sample_count, 1).repeat(o.horizon, 2)
         mean = paths.mean(1)
-        q = np.stack([mean * (1 + lv) for lv in o.quantiles]) if o.quantiles else np.zeros((0, *mean.shape))
+        q = (
+            np.stack([mean * (1 + lv) for lv in o.quantiles])
+            if o.quantiles
+            else np.zeros((0, *mean.shape))
+        )
         return FakeResult(paths, mean, q, FakeStats(self.rows * o.horizon))
 
 
 class FakeSteppingEngine(FakePredictor):
-    """A ``ForecastEngine`` with ``start_forecast``; ``oom_above``: starting more series runs out of memory;
-    ``oom_step``: a job of more than ``oom_step[0]`` series runs out of memory at step ``oom_step[1]``."""
+    """A ``ForecastEngine`` with ``start_forecast``; ``oom_above``: starting more series runs out of
+    memory;
+    ``oom_step``: a job of more than ``oom_step[0]`` series runs out of memory at step
+        ``oom_step[1]``."""
 
     def __init__(self, oom_above=None, oom_step=None):
         super().__init__(oom_above=oom_above, oom="cuda")
@@ -79,17 +90,25 @@ def collect(results):
 def test_a_small_shard_arriving_mid_job_runs_first_and_the_big_job_resumes_with_its_state():
     engine, out = FakeSteppingEngine(), []
     r = runner(engine, max_skipped=100)
-    r.submit(make_shard(50, index=0, start=1000, options=make_options(horizon=6), request_id="big"), collect(out))
+    r.submit(
+        make_shard(50, index=0, start=1000, options=make_options(horizon=6), request_id="big"),
+        collect(out),
+    )
     for _ in range(3):
         r.tick()
-    r.submit(make_shard(2, index=0, start=5, options=make_options(horizon=3, seed=1), request_id="small"),
-             collect(out))
+    r.submit(
+        make_shard(
+            2, index=0, start=5, options=make_options(horizon=3, seed=1), request_id="small"
+        ),
+        collect(out),
+    )
     r.run_until_idle()
     assert [tag for tag, _ in engine.log] == [1000] * 3 + [5] * 3 + [1000] * 3
     assert [res.request_id for res in out] == ["small", "big"]
     np.testing.assert_allclose(out[0].mean[:, 0, 0], [5, 6])
     np.testing.assert_allclose(out[1].mean[:, 0, 0], np.arange(1000, 1050))
-    assert engine.started == [50, 2] and sorted(engine.closed) == [5, 1000]  # every job's memory freed
+    # every job's memory freed
+    assert engine.started == [50, 2] and sorted(engine.closed) == [5, 1000]
     small, big = r.take_reports()
     assert small.admitted_mid_batch == 1 and big.admitted_mid_batch == 0
     assert (small.decode_steps, small.step_rows, big.decode_steps, big.step_rows) == (3, 2, 6, 50)
@@ -153,7 +172,8 @@ def test_a_job_with_one_shard_cancelled_keeps_running_for_the_others():
     r.tick()
     r.cancel(gone)
     r.run_until_idle()
-    assert [res.index for res in out] == [1]  # the cancelled shard's answer goes nowhere: its caller left
+    # the cancelled shard's answer goes nowhere: its caller left
+    assert [res.index for res in out] == [1]
     assert engine.started == [4]
 
 
@@ -177,7 +197,8 @@ def test_out_of_memory_mid_decode_discards_the_job_and_reruns_its_halves():
     r = runner(engine)
     r.submit(make_shard(6, 0, start=0), collect(out))
     r.run_until_idle()
-    assert engine.started == [6, 3, 3] and engine.closed.count(0) == 2  # the failed job was closed too
+    # the failed job was closed too
+    assert engine.started == [6, 3, 3] and engine.closed.count(0) == 2
     np.testing.assert_allclose(out[0].mean[:, 0, 0], np.arange(6))
 
 
@@ -205,11 +226,14 @@ def test_other_errors_fail_the_shards_without_splitting():
 
 def test_admission_waits_for_the_memory_budget():
     engine, out = FakeSteppingEngine(), []
-    r = runner(engine, budget_bytes=100, memory_model=lambda options, lengths: (10 * len(lengths), 0),
-               max_batch_tokens=14 * 8)
+    r = runner(
+        engine, budget_bytes=100, memory_model=lambda options, lengths: (10 * len(lengths), 0),
+        max_batch_tokens=14 * 8,
+    )
     r.submit(make_shard(8, 0, start=0, options=make_options(horizon=3)), collect(out))
     r.tick()
-    r.submit(make_shard(3, 1, start=50, options=make_options(horizon=3, seed=2)), collect(out))  # 80 + 30 > 100
+    # 80 + 30 > 100
+    r.submit(make_shard(3, 1, start=50, options=make_options(horizon=3, seed=2)), collect(out))
     r.tick()
     assert engine.started == [8]
     r.run_until_idle()

@@ -40,12 +40,15 @@ def checkpoint(tmp_path):
 def test_cached_copy_loads_as_the_same_model(checkpoint, tmp_path):
     shipped = _shipped(checkpoint)
     files = W.collect_files(checkpoint / "model", checkpoint / "tokenizer")
-    assert set(files) >= {"model/model.safetensors", "model/config.json", "tokenizer/model.safetensors"}
+    assert set(files) >= {
+        "model/model.safetensors", "model/config.json", "tokenizer/model.safetensors",
+    }
     dest = W.write_cache(files, shipped, tmp_path / "cache")
     assert dest == tmp_path / "cache" / shipped.sha256 and W.is_cached(dest, shipped)
     shutil.rmtree(checkpoint)  # the driver's folder is gone: the copy stands alone
     loaded = load_checkpoints(PredictorConfig(model=str(dest)))
-    assert loaded.identity.sha256 == shipped.sha256 and loaded.identity.name == shipped.name  # the manifest's
+    # the manifest's
+    assert loaded.identity.sha256 == shipped.sha256 and loaded.identity.name == shipped.name
     assert loaded.max_context == shipped.max_context
     assert loaded.identity.random_weights == shipped.random_weights
     assert W.write_cache(files, shipped, tmp_path / "cache") == dest  # already there: reused
@@ -57,14 +60,18 @@ def test_bytes_that_do_not_match_are_refused(checkpoint, tmp_path):
     files = W.collect_files(checkpoint / "model", checkpoint / "tokenizer")
     data = files["tokenizer/model.safetensors"]
     files["tokenizer/model.safetensors"] = data[:-1] + bytes([data[-1] ^ 0xFF])  # one byte flipped
-    with pytest.raises(W.WeightsError, match=r"node n1: the tokenizer weights shipped from .*my-model on node "
-                                              r"driver have SHA-256"):
+    with pytest.raises(
+        W.WeightsError,
+        match=r"node n1: the tokenizer weights shipped from .*my-model on node "
+        r"driver have SHA-256",
+    ):
         W.write_cache(files, shipped, tmp_path / "cache", "node n1")
     assert not (tmp_path / "cache" / shipped.sha256).exists()
 
 
-def test_localize_uses_the_node_cache_and_names_node_and_path_when_the_store_is_gone(checkpoint, tmp_path,
-                                                                                      monkeypatch):
+def test_localize_uses_the_node_cache_and_names_node_and_path_when_the_store_is_gone(
+    checkpoint, tmp_path, monkeypatch
+):
     shipped = _shipped(checkpoint)
     monkeypatch.setenv(W.CACHE_ENV, str(tmp_path / "node-cache"))
     settings = Settings(model_dir="/only/on/the/driver", tokenizer_dir="/nor/this")
@@ -78,9 +85,14 @@ def test_localize_uses_the_node_cache_and_names_node_and_path_when_the_store_is_
 
     monkeypatch.setattr(W, "_fetch", fetch)
     local = W.localize(settings, shipped)
-    assert local.model_dir == str(tmp_path / "node-cache" / shipped.sha256) and local.tokenizer_dir is None
-    assert W.localize(settings, shipped).model_dir == local.model_dir and len(fetched) == 1  # cached
-    monkeypatch.setenv(W.CACHE_ENV, str(tmp_path / "other-node"))  # a node with no copy, and the store gone
+    assert (
+        local.model_dir == str(tmp_path / "node-cache" / shipped.sha256)
+        and local.tokenizer_dir is None
+    )
+    # cached
+    assert W.localize(settings, shipped).model_dir == local.model_dir and len(fetched) == 1
+    # a node with no copy, and the store gone
+    monkeypatch.setenv(W.CACHE_ENV, str(tmp_path / "other-node"))
     monkeypatch.setattr(W, "_fetch", REAL_FETCH)
     monkeypatch.setattr(W, "_node_id", lambda: "n2")
     import ray
@@ -90,10 +102,14 @@ def test_localize_uses_the_node_cache_and_names_node_and_path_when_the_store_is_
 
     monkeypatch.setattr(ray, "is_initialized", lambda: True)
     monkeypatch.setattr(ray, "get_actor", no_actor)
-    with pytest.raises(W.WeightsError, match=r"node n2: model '.*' is not cached here and its weight store "
-                                              r"\(kronos-weights-x, holding .*my-model on node driver\)"):
+    with pytest.raises(
+        W.WeightsError,
+        match=r"node n2: model '.*' is not cached here and its weight store "
+        r"\(kronos-weights-x, holding .*my-model on node driver\)",
+    ):
         W.localize(settings, shipped)
-    # the store gone, but the very same folder mounted on this node too (a shared volume): used as is
+    # the store gone, but the very same folder mounted on this node too (a shared volume): used as
+    # is
     on_volume = Settings(model_dir=str(checkpoint))
     assert W.localize(on_volume, shipped) is on_volume
     other = tmp_path / "other-weights"
@@ -116,7 +132,9 @@ def test_nothing_is_shipped_without_ray_or_for_the_bundled_model(monkeypatch):
 
 
 @pytest.mark.parametrize("damage", ["truncated", "corrupted"])
-def test_a_damaged_cached_copy_is_fetched_again_not_trusted(checkpoint, tmp_path, monkeypatch, damage):
+def test_a_damaged_cached_copy_is_fetched_again_not_trusted(
+    checkpoint, tmp_path, monkeypatch, damage
+):
     """A copy under the right cache folder name (``<cache>/<sha256>``) whose weights are cut
     short or have a changed byte is not used: ``localize`` checks its SHA-256, fetches the
     files again and replaces it; with the store gone too, a ``WeightsError`` names the node."""
@@ -128,7 +146,8 @@ def test_a_damaged_cached_copy_is_fetched_again_not_trusted(checkpoint, tmp_path
     weights = dest / "model" / "model.safetensors"
     good = weights.read_bytes()
     if damage == "truncated":
-        weights.write_bytes(good[: len(good) // 2])  # a copy cut short (a disk full, a replica killed)
+        # a copy cut short (a disk full, a replica killed)
+        weights.write_bytes(good[: len(good) // 2])
     else:
         weights.write_bytes(good[:100] + bytes([good[100] ^ 0xFF]) + good[101:])  # one bit flipped
     assert dest.name == shipped.sha256 and not W.is_cached(dest, shipped)
@@ -142,12 +161,16 @@ def test_a_damaged_cached_copy_is_fetched_again_not_trusted(checkpoint, tmp_path
     settings = Settings(model_dir="/only/on/the/driver")
     local = W.localize(settings, shipped)
     assert fetched == [shipped.sha256]  # fetched again
-    assert local.model_dir == str(dest) and weights.read_bytes() == good and W.is_cached(dest, shipped)
+    assert (
+        local.model_dir == str(dest) and weights.read_bytes() == good and W.is_cached(dest, shipped)
+    )
     # damaged again, and this time the fetch fails: refused, never loaded
     weights.write_bytes(good[: len(good) // 3])
 
     def gone(s: W.ShippedWeights) -> dict[str, bytes]:
-        raise W.WeightsError(f"node n3: model {s.name!r} is not cached here and its weight store did not answer")
+        raise W.WeightsError(
+            f"node n3: model {s.name!r} is not cached here and its weight store did not answer"
+        )
 
     monkeypatch.setattr(W, "_fetch", gone)
     with pytest.raises(W.WeightsError, match="node n3: model .* is not cached here"):
