@@ -491,6 +491,10 @@ def run(args: argparse.Namespace) -> int:
         with open(args.json, "w") as f:
             json.dump(fig, f, indent=2)
         print(f"wrote {args.json}")
+    missed = [k for k, g in fig["goals"].items() if g["met"] is False]
+    if missed and not args.quick:  # --quick sizes are a smoke test: its figures judge nothing
+        print(f"goals missed: {', '.join(missed)}", file=sys.stderr)
+        return 1
     return 0
 
 
