@@ -46,7 +46,9 @@ def test_bracketed_ratio_compares_each_run_with_the_alone_runs_around_it():
 
 @pytest.mark.parametrize(("met", "quick", "rc"), [
     (True, False, 0), (False, False, 1), (False, True, 0), (None, False, 0)])
-def test_a_missed_goal_makes_the_run_exit_1_except_the_quick_smoke(monkeypatch, capsys, met, quick, rc):
+def test_a_missed_goal_makes_the_run_exit_1_except_the_quick_smoke(
+    monkeypatch, capsys, met, quick, rc
+):
     """The run's own verdict: a goal missed on a full run is an exit status of 1 and a line naming
     it. The measuring parts are replaced here (they need the service and minutes of CPU; the
     integration smoke test runs them for real); ``met`` None is a goal not measured."""
@@ -58,6 +60,8 @@ def test_a_missed_goal_makes_the_run_exit_1_except_the_quick_smoke(monkeypatch, 
     monkeypatch.setattr(bm, "_engine_throughput", lambda *a: {})
     monkeypatch.setattr(bm, "measure", lambda *a, **k: {"goals": goals})
     monkeypatch.setattr(bm, "table", lambda fig: "| table |")
-    args = argparse.Namespace(host="http://127.0.0.1:1", quick=quick, mixed_seconds=1.0, json=None, replicas=1)
+    args = argparse.Namespace(
+        host="http://127.0.0.1:1", quick=quick, mixed_seconds=1.0, json=None, replicas=1
+    )
     assert bm.run(args) == rc
     assert ("goals missed: big_with_small_over_alone" in capsys.readouterr().err) == (rc == 1)
