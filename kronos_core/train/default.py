@@ -22,6 +22,7 @@ import argparse
 import json
 import logging
 import os
+import shlex
 import shutil
 import time
 from pathlib import Path
@@ -37,8 +38,6 @@ DEFAULT_OUT = HERE.parent / "assets" / "models" / "kronos-default"
 DEFAULT_WORK = Path.home() / ".cache" / "kronos" / "train" / "kronos-default"
 SUMMARY = "summary.json"
 WALL_TIME = "wall_time.json"
-COMMAND = ("kronos train default --corpus ../shared/data/corpus "
-           "--out kronos_core/assets/models/kronos-default")
 
 
 class CorpusNotFound(FileNotFoundError):
@@ -139,6 +138,14 @@ def _build_tokenizer(args: argparse.Namespace, work: Path, corpus: Path) -> dict
     return summary
 
 
+def _command_line(args: argparse.Namespace, corpus: Path) -> str:
+    """The command that made the model, as run: the corpus and output folders as given."""
+    words = ["kronos", "train", "default", "--corpus", getattr(args, "corpus", None) or str(corpus)]
+    if getattr(args, "out", None):
+        words += ["--out", str(args.out)]
+    return shlex.join(words)
+
+
 def train_default(args: argparse.Namespace) -> dict:
     out = Path(getattr(args, "out", None) or DEFAULT_OUT)
     work = Path(getattr(args, "work", None) or DEFAULT_WORK)
@@ -158,7 +165,7 @@ def train_default(args: argparse.Namespace) -> dict:
     cfg = load_config(CONFIGS / "default-predictor.yaml")
     times = json.loads((work / WALL_TIME).read_text()) if (work / WALL_TIME).is_file() else {}
     info = {
-        "name": cfg.name, "max_context": cfg.max_context, "command": COMMAND,
+        "name": cfg.name, "max_context": cfg.max_context, "command": _command_line(args, corpus),
         "seed": getattr(args, "seed", None) or cfg.seed,
         "data": {"corpus": corpus.name, "rule": "split=train instruments, rows before eval_from "
                  "and outside every evaluation period of the same underlying"},

@@ -36,6 +36,10 @@ def test_it_writes_a_bundle_the_loader_reads(trained):
         meta["predictor_steps"]["schedule"] == 2 and meta["predictor_steps"]["anneal"] is not None
     )
     assert meta["data"]["corpus"] == "corpus"
+    # the command as run, with the folders given (the package names no corpus location of its own)
+    assert meta["command"] == (
+        f"kronos train default --corpus {tmp_path / 'corpus'} --out {tmp_path / 'out'}"
+    )
     assert set(meta["wall_time_s"]) == {"tokenizer", "predictor", "anneal"}
     predictor = load_predictor(PredictorConfig(model=str(out), device="cpu"))
     assert predictor.tokenizer.config.s1_bits + predictor.tokenizer.config.s2_bits == 20
