@@ -34,7 +34,7 @@ from kronos_core.candles import (
 from kronos_core.engine.batch import assemble
 from kronos_core.engine.config import EngineStats, GenerationConfig
 from kronos_core.engine.generate import Generator
-from kronos_core.engine.job import Generation
+from kronos_core.engine.job import Generation, step_together
 from kronos_core.engine.sampling import row_keys
 from kronos_core.model import Kronos, KronosTokenizer
 from kronos_core.options import ForecastOptions
@@ -81,6 +81,12 @@ class ForecastJob:
         """One decode step of the engine (the first also tokenizes and prefills; the last
         detokenizes)."""
         self.generation.step()
+
+    @property
+    def shares_steps(self) -> bool:
+        """Whether the next step can share one decode step with other jobs
+        (``KronosPredictor.step_together``)."""
+        return self.generation.shares_steps
 
     def close(self) -> None:
         self.generation.close()
@@ -266,6 +272,18 @@ class KronosPredictor:
         while not job.done:
             job.step()
         return job.result()
+
+    @staticmethod
+    def step_together(jobs: Sequence[object]) -> None:
+        """One step of every job in ``jobs`` (``ForecastJob``s that each ``shares_steps``), their
+        cached rows in one shared decode step (continuous batching,
+        ``kronos_core.engine.shared_step``); each job's paths are what it gives stepped alone."""
+        generations = []
+        for job in jobs:
+            if not isinstance(job, ForecastJob):
+                raise TypeError(f"step_together takes ForecastJobs, got {type(job).__name__}")
+            generations.append(job.generation)
+        step_together(generations)
 
     def start_forecast(
         self,

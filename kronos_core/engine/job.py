@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -34,6 +34,7 @@ from kronos_core.engine.batch import EngineBatch
 from kronos_core.engine.config import EngineStats, GenerationConfig, GenerationOutput
 from kronos_core.engine.plan import StepPlan, plan_schedule
 from kronos_core.engine.sampling import counter_uniforms_table, sample_tokens
+from kronos_core.engine.shared_step import DecodeMember, shared_decode_step
 from kronos_core.model.config import DEP_HEADS
 from kronos_core.model.kronos import Kronos
 from kronos_core.model.layers import KVCache, padded_positions_and_mask
@@ -231,26 +232,45 @@ class Generation:
 
     def step(self) -> None:
         """Advance one decode step (the first also tokenizes and prefills; the last detokenizes)."""
-        if self._closed:
-            raise RuntimeError("this generation job was closed")
-        if self.done:
-            raise RuntimeError("this generation job is done; read result()")
+        self._check_steppable()
         with torch.inference_mode(), _autocast(self.device, self.cfg.autocast_dtype):
             if self._seqs is None:
                 self._start()
             t0 = time.perf_counter()
             plan = self.plans[self._step]
-            groups = self._run(plan)
-            s1, s2 = self._sample(groups, plan.step)
-            assert self._seqs is not None
-            self._seqs.append(plan.step, s1, s2)
-            self.stats.recomputed_row_steps += len(plan.recompute)
-            self.stats.generate_seconds += time.perf_counter() - t0
-            self._step += 1
-            if self._bar is not None:
-                self._bar.update(1)
-            if self._step == self.cfg.horizon:
-                self._finish()
+            self._end_step(plan, self._run(plan), t0)
+
+    @property
+    def shares_steps(self) -> bool:
+        """Whether the next step can run in a shared decode step with other jobs
+        (``step_together``): the job is prefilled, its next step decodes cached rows, and its
+        decode step is the eager one (a compiled or CUDA-graph step runs alone)."""
+        if self._closed or self.done or self._seqs is None or self._cached is None:
+            return False
+        plan = self.plans[self._step]
+        if plan.prefill or not plan.cached or self._cached.static:
+            return False
+        return self.generator.decode_fn(self.cfg, self.device) is decode_step
+
+    def _check_steppable(self) -> None:
+        if self._closed:
+            raise RuntimeError("this generation job was closed")
+        if self.done:
+            raise RuntimeError("this generation job is done; read result()")
+
+    def _end_step(self, plan: StepPlan, groups: list[_StepInputs], t0: float) -> None:
+        """Sample the step's tokens from ``groups``, append them, count the step (the last one
+        detokenizes)."""
+        s1, s2 = self._sample(groups, plan.step)
+        assert self._seqs is not None
+        self._seqs.append(plan.step, s1, s2)
+        self.stats.recomputed_row_steps += len(plan.recompute)
+        self.stats.generate_seconds += time.perf_counter() - t0
+        self._step += 1
+        if self._bar is not None:
+            self._bar.update(1)
+        if self._step == self.cfg.horizon:
+            self._finish()
 
     def result(self) -> GenerationOutput:
         """The generated tokens and candles; only when ``done``."""
@@ -408,26 +428,42 @@ class Generation:
 
     def _decode(self, state: _CachedRows, plan: StepPlan) -> _StepInputs:
         """Feed each cached row's newest token (column lmax + step - 1) through the caches."""
+        m = self._decode_member(state, plan)
+        step_fn = self.generator.decode_fn(self.cfg, self.device)
+        hidden, key_mask = step_fn(
+            self.model, m.s1, m.s2, m.stamp, m.slot, m.pad, m.real, m.slots, m.caches, m.dep,
+            m.max_context, m.rolling,
+        )  # (n, 1, d), (n, C)
+        return self._decoded(state, hidden, key_mask)
+
+    def _decode_member(self, state: _CachedRows, plan: StepPlan) -> DecodeMember:
+        """The cached rows' inputs of this step's decode: each row's newest token (column
+        lmax + step - 1), the new token's slot (a 0-d tensor, set with no host read), the
+        caches."""
         assert self._seqs is not None
         seqs, rows = self._seqs, state.rows
-        # 0-d: the new token's cache slot (no host read)
         slot = state.slot.fill_(state.width + plan.step - 1)
         end = seqs.lmax + plan.step
         col = slice(end - 1, end)
-        every_row = len(state.ids) == self.rows  # nothing evicted: rows is arange(N)
-        if every_row:
+        if len(state.ids) == self.rows:  # nothing evicted: rows is arange(N)
             # (N, 1), (N, 1), (N, 1, 5)
             s1, s2, stamp = seqs.s1[:, col], seqs.s2[:, col], seqs.stamps[:, col]
         else:
             # (n, 1) ...
             s1, s2, stamp = seqs.s1[rows, col], seqs.s2[rows, col], seqs.stamps[rows, col]
-        step_fn = self.generator.decode_fn(self.cfg, self.device)
-        hidden, key_mask = step_fn(
-            self.model, s1, s2, stamp, slot, state.pad, state.real, state.slots, state.caches,
-            state.dep, self.cfg.max_context, plan.trim_window,
-        )  # (n, 1, d), (n, C)
+        return DecodeMember(
+            s1, s2, stamp, slot, state.pad, state.real, state.slots, state.caches, state.dep,
+            self.cfg.max_context, plan.trim_window,
+        )
+
+    def _decoded(
+        self, state: _CachedRows, hidden: torch.Tensor, key_mask: torch.Tensor
+    ) -> _StepInputs:
+        """The s2 head's inputs of the cached rows from their decode step's hidden (n, 1, d)
+        and key mask (n, C)."""
+        every_row = len(state.ids) == self.rows
         return _StepInputs(
-            rows, hidden[:, 0], state.dep.k, state.dep.v, key_mask, every_row=every_row
+            state.rows, hidden[:, 0], state.dep.k, state.dep.v, key_mask, every_row=every_row
         )
 
     def _rows_tensor(self, rows: tuple[int, ...]) -> torch.Tensor:
@@ -461,4 +497,47 @@ class Generation:
         return _StepInputs(rows, hidden[:, -1], k, v, key_mask, every_row=len(row_ids) == self.rows)
 
 
-__all__ = ["Generation", "decode_step"]
+def step_together(jobs: Sequence[Generation]) -> None:
+    """Advance every job in ``jobs`` one step, their cached rows in one shared decode step
+    (``kronos_core.engine.shared_step``); each job then samples its own tokens, with its own
+    options and seeded draws, so each gives exactly what it gives stepped alone.
+
+    Every job must ``shares_steps``, and all must run the same model on the same device with
+    the same autocast dtype (``ValueError`` otherwise, before any job moves). One job is
+    ``step()``.
+    """
+    if len(jobs) == 1:
+        jobs[0].step()
+        return
+    if not jobs:
+        return
+    first = jobs[0]
+    for job in jobs:
+        job._check_steppable()
+        if not job.shares_steps:
+            raise ValueError("a job whose next step is not a plain cached decode cannot share it")
+        if (job.model, job.device, job.cfg.autocast_dtype) != (
+            first.model, first.device, first.cfg.autocast_dtype
+        ):
+            raise ValueError("jobs share a decode step only on one model, device and dtype")
+    if len({id(job) for job in jobs}) != len(jobs):
+        raise ValueError("a job appears twice in one shared step")
+    with torch.inference_mode(), _autocast(first.device, first.cfg.autocast_dtype):
+        t0 = time.perf_counter()
+        begun: list[tuple[Generation, StepPlan, _CachedRows]] = []
+        for job in jobs:
+            plan, state = job.plans[job._step], job._cached
+            assert state is not None
+            if plan.evict:
+                state.evict(plan.evict)
+            begun.append((job, plan, state))
+        members = [job._decode_member(state, plan) for job, plan, state in begun]
+        outputs = shared_decode_step(first.model, members)
+        for (job, plan, state), (hidden, key_mask) in zip(begun, outputs):
+            groups = [job._decoded(state, hidden, key_mask)]
+            if plan.recompute:
+                groups.append(job._recompute(plan.recompute, plan.step))
+            job._end_step(plan, groups, t0)
+
+
+__all__ = ["Generation", "decode_step", "step_together"]

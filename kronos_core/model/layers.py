@@ -157,19 +157,15 @@ class SelfAttention(AttentionProjections):
         (B, 1, 1, capacity) is then required and hides the slots the row does not hold.
         """
         length = x.shape[1]
-        cos, sin = self.rotary.cos_sin(positions)
-        q = apply_rotary(self.heads(self.q_proj(x)), cos, sin)  # (B, H, L, D)
-        k = apply_rotary(self.heads(self.k_proj(x)), cos, sin)  # (B, H, L, D)
-        v = self.heads(self.v_proj(x))  # (B, H, L, D)
+        q, k, v = self.project(x, positions)  # (B, H, L, D) each
         causal = mask is None
         if isinstance(cache_start, torch.Tensor):
             if cache is None or mask is None or length != 1:
                 raise ValueError(
                     "a tensor cache_start needs a cache, a mask and one new token per row"
                 )
-            cache.write_at(cache_start, k, v)
-            k, v, causal = cache.k, cache.v, False  # (B, H, capacity, D): shapes fixed by the cache
-        elif cache is not None:
+            return self.finish(self.attend_at_slot(q, k, v, cache, cache_start, mask))
+        if cache is not None:
             cache.write(cache_start, k, v)
             end = cache_start + length
             k, v = cache.k[:, :, :end], cache.v[:, :, :end]  # (B, H, S, D)
@@ -178,7 +174,37 @@ class SelfAttention(AttentionProjections):
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=causal and length > 1
         )  # (B, H, L, D)
-        return self.out_dropout(self.merge(out))  # (B, L, d)
+        return self.finish(out)  # (B, L, d)
+
+    # ---- the pieces of a cached decode step (one new token per row), also run apart by the
+    # engine's shared decode step (kronos_core.engine.shared_step), which projects the rows of
+    # several jobs at once and attends each job's rows over that job's own cache ----
+    def project(
+        self, x: torch.Tensor, positions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x (B, L, d), positions (B, L) -> rotated q, rotated k, v: (B, H, L, D) each."""
+        cos, sin = self.rotary.cos_sin(positions)
+        q = apply_rotary(self.heads(self.q_proj(x)), cos, sin)
+        k = apply_rotary(self.heads(self.k_proj(x)), cos, sin)
+        return q, k, self.heads(self.v_proj(x))
+
+    def attend_at_slot(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: KVCache, slot: torch.Tensor,
+        mask: torch.Tensor,
+    ) -> torch.Tensor:
+        """One new token per row: k, v (B, H, 1, D) go to ``slot`` (0-d) of ``cache``, and q
+        (B, H, 1, D) attends over every slot of it, ``mask`` (B, 1, 1, capacity) hiding the
+        slots the row does not hold -> (B, H, 1, D)."""
+        cache.write_at(slot, k, v)
+        # (B, H, capacity, D): shapes fixed by the cache
+        dropout = self.attn_dropout if self.training else 0.0
+        return F.scaled_dot_product_attention(
+            q, cache.k, cache.v, attn_mask=mask, dropout_p=dropout
+        )
+
+    def finish(self, out: torch.Tensor) -> torch.Tensor:
+        """(B, H, L, D) attention output -> (B, L, d): ``out_proj`` and the residual dropout."""
+        return self.out_dropout(self.merge(out))
 
 
 class TransformerBlock(nn.Module):

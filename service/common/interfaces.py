@@ -138,6 +138,11 @@ class ForecastJob(Protocol):
     @property
     def steps_left(self) -> int: ...
 
+    @property
+    def shares_steps(self) -> bool:
+        """Whether its next step may run in ``ForecastEngine.step_together`` with others."""
+        ...
+
     def step(self) -> None: ...
 
     def close(self) -> None: ...
@@ -159,4 +164,9 @@ class ForecastEngine(Protocol):
                        verbose: bool = False) -> ForecastJob:
         """A forecast of ``series`` with every option of the call in ``options``, not yet run:
         the replica's device loop steps it between other jobs' steps."""
+        ...
+
+    def step_together(self, jobs: Sequence[ForecastJob]) -> None:
+        """One step of each of ``jobs`` (each ``shares_steps``) in one shared decode step; each
+        job's result is what it gives stepped alone."""
         ...

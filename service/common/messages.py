@@ -78,6 +78,7 @@ class BatchReport:
     decode_steps: int = 0  # decode steps it ran
     step_rows: int = 0  # rows (series x samples) of each of those steps
     admitted_mid_batch: int = 0  # shards it admitted while another job was mid-decode
+    shared_steps: int = 0  # of its decode steps, those shared with other jobs (continuous batching)
 
 
 @dataclass

@@ -182,6 +182,11 @@ class Metrics:
             "shards a replica started while another job was mid-decode (they did "
             "not wait for it to finish)", ["replica"], registry=r,
         )
+        self.shared_steps = Counter(
+            "kronos_shared_decode_steps",
+            "job decode steps a replica ran in one shared decode step with other jobs "
+            "(continuous batching)", ["replica"], registry=r,
+        )
         # -- forecast ledger and live accuracy (set by the gateway whose scoring pass holds the
         # ledger's
         # lock: "mostrecent", so the figures of the last pass win whichever gateway ran it)
@@ -239,6 +244,7 @@ class Metrics:
         """The per-replica counters of ``replica_id`` exist from now on, at 0 until it reports."""
         for counter in (
             self.oom_splits, self.batch_shards, self.tokens_generated, self.admitted_mid_batch,
+            self.shared_steps,
         ):
             counter.labels(replica=replica_id)
 
@@ -269,6 +275,8 @@ class Metrics:
             rows.observe(rep.step_rows)
         if rep.admitted_mid_batch:
             self.admitted_mid_batch.labels(replica=lbl).inc(rep.admitted_mid_batch)
+        if rep.shared_steps:
+            self.shared_steps.labels(replica=lbl).inc(rep.shared_steps)
 
     def record_error(self, code: ErrorCode, n: int = 1) -> None:
         if n:

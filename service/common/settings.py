@@ -96,6 +96,11 @@ class Settings(BaseSettings):
         description="history tokens (rows x lookback) one device batch prefills at most, since its "
         "first step cannot be preempted; default: 2,048 on CPU, 32,768 on GPU; 0: no cap",
     )
+    max_step_rows: int | None = Field(
+        None, ge=0,
+        description="continuous batching: rows (series x sample paths) of live batches that share "
+        "one decode step at most; default: 32 on CPU, 4,096 on GPU; 0: each batch steps alone",
+    )
     max_skipped: int = Field(
         32, ge=0,
         description="step scheduler: steps of other batches the oldest live batch waits at most, "

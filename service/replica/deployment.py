@@ -283,7 +283,7 @@ class Predictor:
 
     def reconfigure(self, user_config: dict) -> None:
         """Live-tunable batching: ``max_batch_tokens``, ``batch_wait_timeout_s``,
-        ``max_prefill_tokens``."""
+        ``max_prefill_tokens``, ``max_step_rows``."""
         policy = self._policy(user_config or {})
         self.max_batch_tokens = policy.max_batch_tokens
         self.runner.use_policy(policy)

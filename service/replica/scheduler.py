@@ -30,6 +30,9 @@ then
   (the live jobs drain until it fits), so a big queued job is not starved by small ones either. A
   job is always admitted onto an empty device, fitting or not: out-of-memory splitting (the
   replica's) is the answer to a job the model says is too big.
+* **Shared steps.** The job picked to run may take other live jobs into its decode step
+  (continuous batching: ``by_priority`` gives the order, the replica's batching policy the
+  row cap); every job in it counts the step (``stepped_together``).
 * **Determinism.** Ties break by arrival order; the plan depends only on the calls made, never on
 time.
 """
@@ -108,14 +111,26 @@ class Scheduler:
 
     def stepped(self, job_id: int, steps_left: int) -> None:
         """``job_id`` ran one step; ``steps_left`` remain (0: finished, it leaves the live set)."""
-        ran = self.live[job_id]
-        ran.steps_left = steps_left
-        ran.skipped = 0
+        self.stepped_together({job_id: steps_left})
+
+    def stepped_together(self, steps_left: dict[int, int]) -> None:
+        """The jobs in ``steps_left`` ran one (shared) step; each has ``steps_left[job]`` left
+        (0: finished, it leaves the live set). One step for aging: the oldest live job ages by one
+        unless it ran."""
         oldest = min(self.live.values(), key=lambda t: t.arrival)
-        if oldest is not ran:  # only the oldest live job ages (see Aging in the module docstring)
+        if oldest.job_id not in steps_left:  # only the oldest ages (Aging in the module docstring)
             oldest.skipped += 1
-        if steps_left <= 0:
-            del self.live[job_id]
+        for job_id, left in steps_left.items():
+            ran = self.live[job_id]
+            ran.steps_left, ran.skipped = left, 0
+            if left <= 0:
+                del self.live[job_id]
+
+    def by_priority(self, exclude: int | None = None) -> list[int]:
+        """The live jobs (but ``exclude``), least remaining work first, then by arrival: the order
+        in which others join a shared decode step."""
+        ts = sorted(self.live.values(), key=lambda t: (t.work, t.arrival))
+        return [t.job_id for t in ts if t.job_id != exclude]
 
     def discard(self, job_id: int) -> None:
         """Forget a job without running it further (it failed, or was split into new jobs)."""

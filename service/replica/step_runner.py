@@ -127,6 +127,7 @@ class DeviceBatch:
     engine: ForecastJob | None = None
     started_at: float = 0.0
     decode_steps: int = 0  # steps it ran
+    shared_steps: int = 0  # of those, steps shared with other jobs
     queue_wait_s: list[float] = field(default_factory=list)  # shards whose first series it admitted
     admitted_mid_batch: int = 0  # of those, shards admitted while another job was mid-decode
     options: ForecastOptions | None = None  # what it runs with, its calibration chosen at its start
@@ -395,18 +396,46 @@ class StepRunner:
             self._failed(job, exc)
 
     def _step(self, job_id: int) -> None:
+        """One step of the picked job, shared with the live jobs the policy lets join it."""
         job = self.jobs[job_id]
-        engine = job.engine
-        assert engine is not None
+        group = [job, *self._joining(job)]
         try:
-            engine.step()
-            job.decode_steps += 1
-            steps_left = 0 if engine.done else max(1, int(engine.steps_left))
-            self.scheduler.stepped(job_id, steps_left)
-            if engine.done:
-                self._finish(job)
-        except Exception as exc:
-            self._failed(job, exc)
+            if len(group) == 1:
+                assert job.engine is not None
+                job.engine.step()
+            else:
+                self.predictor.step_together([j.engine for j in group if j.engine is not None])
+        except Exception as exc:  # a shared step's error is each job's (halves on out-of-memory)
+            for j in group:
+                self._failed(j, exc)
+            return
+        steps_left: dict[int, int] = {}
+        for j in group:
+            assert j.engine is not None
+            j.decode_steps += 1
+            j.shared_steps += int(len(group) > 1)
+            steps_left[j.job_id] = 0 if j.engine.done else max(1, int(j.engine.steps_left))
+        self.scheduler.stepped_together(steps_left)
+        for j in group:
+            try:
+                if steps_left[j.job_id] == 0:
+                    self._finish(j)
+            except Exception as exc:
+                self._failed(j, exc)
+
+    def _joining(self, job: DeviceBatch) -> list[DeviceBatch]:
+        """The other live jobs that share ``job``'s next decode step (continuous batching): those
+        whose next step is a cached decode too, least remaining work first, within the policy's
+        row cap."""
+        if self.policy.max_step_rows <= 0 or job.engine is None or not job.engine.shares_steps:
+            return []
+        others = [
+            other
+            for other in (self.jobs.get(i) for i in self.scheduler.by_priority(exclude=job.job_id))
+            if other is not None and other.engine is not None and other.engine.shares_steps
+        ]
+        rows = [o.engine.rows for o in others if o.engine is not None]
+        return [others[i] for i in self.policy.shares(job.engine.rows, rows)]
 
     def _finish(self, job: DeviceBatch) -> None:
         engine = job.engine
@@ -485,6 +514,7 @@ class StepRunner:
             decode_steps=job.decode_steps,
             step_rows=job.series * job.key[0].sample_count,
             admitted_mid_batch=job.admitted_mid_batch,
+            shared_steps=job.shared_steps,
         )
         with self._lock:
             self._reports.append(report)

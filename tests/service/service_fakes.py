@@ -154,6 +154,11 @@ class FakePredictor:
         """The whole ``forecast`` as one step (its out-of-memory error raised at that step)."""
         return OneStepJob(self, series, x_timestamps, y_timestamps, options)
 
+    def step_together(self, jobs) -> None:
+        """Each job's step in turn (a fake job's steps share nothing)."""
+        for job in jobs:
+            job.step()
+
 
 class OneStepJob:
     """A ``ForecastJob`` of a fake engine: the whole ``forecast`` call is its one step."""
@@ -163,6 +168,7 @@ class OneStepJob:
         self.rows = len(series) * options.sample_count
         self.steps_left = 1
         self.done = False
+        self.shares_steps = False  # its one step is the whole forecast
         self._result = None
 
     def step(self) -> None:

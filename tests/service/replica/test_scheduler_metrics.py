@@ -13,7 +13,10 @@ from service.common.metrics import Metrics
 from service.replica.step_runner import StepRunner
 
 DASHBOARD = Path(__file__).resolve().parents[3] / "deploy" / "grafana-dashboard.json"
-NEW = ("kronos_replica_queue_wait_seconds", "kronos_decode_step_rows", "kronos_admitted_mid_batch")
+NEW = (
+    "kronos_replica_queue_wait_seconds", "kronos_decode_step_rows", "kronos_admitted_mid_batch",
+    "kronos_shared_decode_steps",
+)
 
 
 def report(**kw) -> BatchReport:
@@ -28,7 +31,10 @@ def report(**kw) -> BatchReport:
 def test_record_batch_records_queue_waits_step_rows_and_mid_batch_admissions():
     m = Metrics()
     m.record_batch(
-        report(queue_wait_s=[0.002, 0.3], decode_steps=24, step_rows=5, admitted_mid_batch=2)
+        report(
+            queue_wait_s=[0.002, 0.3], decode_steps=24, step_rows=5, admitted_mid_batch=2,
+            shared_steps=20,
+        )
     )
     lbl = {"replica": "r1"}
     assert sample_value(m, "kronos_replica_queue_wait_seconds_count", lbl) == 2
@@ -36,6 +42,7 @@ def test_record_batch_records_queue_waits_step_rows_and_mid_batch_admissions():
     assert sample_value(m, "kronos_decode_step_rows_count", lbl) == 24
     assert sample_value(m, "kronos_decode_step_rows_sum", lbl) == 24 * 5
     assert sample_value(m, "kronos_admitted_mid_batch_total", lbl) == 2
+    assert sample_value(m, "kronos_shared_decode_steps_total", lbl) == 20
     m.record_batch(report())  # a batch run to completion adds nothing to them
     assert sample_value(m, "kronos_decode_step_rows_count", lbl) == 24
 

@@ -4,6 +4,7 @@ across it, cancellation frees the job, out-of-memory halves lose nothing, coales
 and the token cap, reports."""
 
 import numpy as np
+import pytest
 import torch
 from service_fakes import FakePredictor, FakeResult, FakeStats, make_options, make_shard
 
@@ -31,6 +32,11 @@ class FakeStepJob:
         self.steps_left -= 1
         self.done = self.steps_left == 0
 
+    @property
+    def shares_steps(self) -> bool:
+        """Past its first step (its prefill), when its engine shares steps."""
+        return self.engine.sharing and not self.done and self.steps_left < self.options.horizon
+
     def close(self):
         self.closed = True
         self.engine.closed.append(self.tag)
@@ -56,9 +62,12 @@ class FakeSteppingEngine(FakePredictor):
     ``oom_step``: a job of more than ``oom_step[0]`` series runs out of memory at step
         ``oom_step[1]``."""
 
-    def __init__(self, oom_above=None, oom_step=None):
+    def __init__(self, oom_above=None, oom_step=None, sharing=False, shared_oom=False):
         super().__init__(oom_above=oom_above, oom="cuda")
         self.oom_step = oom_step
+        self.sharing = sharing  # its jobs share decode steps after their first
+        self.shared_oom = shared_oom  # the first shared step runs out of memory
+        self.shared: list[tuple[float, ...]] = []  # job tags of every shared step
         self.log: list[tuple[float, int]] = []  # (job tag, series) of every step run
         self.closed: list[float] = []
         self.started: list[int] = []
@@ -69,6 +78,15 @@ class FakeSteppingEngine(FakePredictor):
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
         oom_at = self.oom_step[1] if self.oom_step and len(series) > self.oom_step[0] else None
         return FakeStepJob(self, series, options, oom_at)
+
+    def step_together(self, jobs):
+        assert len(jobs) > 1 and all(job.shares_steps for job in jobs)
+        if self.shared_oom:
+            self.shared_oom = False
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        self.shared.append(tuple(job.tag for job in jobs))
+        for job in jobs:
+            job.step()
 
 
 class Clock:
@@ -250,3 +268,57 @@ def test_jobs_are_cut_to_the_prefill_cap_and_the_shards_put_back_together():
     by_index = {res.index: res for res in out}
     np.testing.assert_allclose(by_index[0].mean[:, 0, 0], [0, 1, 2, 3])
     np.testing.assert_allclose(by_index[1].mean[:, 0, 0], [10, 11, 12, 13])
+
+
+def _three_jobs(r, out):
+    """A 10-series job (horizon 6) decoding, then a 2-series and a 5-series one (horizon 4, other
+    options: three jobs)."""
+    r.submit(make_shard(10, 0, start=1000, options=make_options(horizon=6), request_id="big"),
+             collect(out))
+    r.tick()  # big's prefill
+    r.submit(make_shard(2, 0, start=5, options=make_options(seed=1), request_id="small"),
+             collect(out))
+    r.submit(make_shard(5, 0, start=50, options=make_options(seed=2), request_id="mid"),
+             collect(out))
+
+
+@pytest.mark.parametrize("cap", [11, 12, 100])
+def test_a_preempted_job_rides_along_the_steps_of_the_job_that_preempted_it_within_the_cap(cap):
+    engine, out = FakeSteppingEngine(sharing=True), []
+    r = runner(engine, max_step_rows=cap, max_skipped=100)
+    _three_jobs(r, out)
+    r.run_until_idle()
+    # small (least work) prefills, then its 3 decode steps take big in (2 + 10 rows) when the cap
+    # allows; big then finishes (its work ties mid's, it came first), then mid runs alone
+    shared = 3 if cap >= 12 else 0
+    assert engine.shared == [(5, 1000)] * shared
+    assert {res.request_id for res in out} == {"big", "small", "mid"}
+    reports = {rep.series: rep for rep in r.take_reports()}
+    assert [reports[n].shared_steps for n in (2, 5, 10)] == [shared, 0, shared]
+    assert [reports[n].decode_steps for n in (2, 5, 10)] == [4, 4, 6]
+    np.testing.assert_allclose(
+        next(res for res in out if res.request_id == "big").mean[:, 0, 0], np.arange(1000, 1010)
+    )
+
+
+def test_no_step_is_shared_when_the_cap_is_zero():
+    engine, out = FakeSteppingEngine(sharing=True), []
+    r = runner(engine, max_step_rows=0)
+    _three_jobs(r, out)
+    r.run_until_idle()
+    assert engine.shared == [] and len(out) == 3
+
+
+def test_out_of_memory_in_a_shared_step_halves_every_job_in_it_and_loses_nothing():
+    engine, out = FakeSteppingEngine(sharing=True, shared_oom=True), []
+    r = runner(engine, max_step_rows=100)
+    _three_jobs(r, out)
+    r.run_until_idle()
+    assert {res.request_id for res in out} == {"big", "small", "mid"}
+    assert all(res.error is None for res in out)
+    by_id = {res.request_id: res for res in out}
+    np.testing.assert_allclose(by_id["small"].mean[:, 0, 0], [5, 6])
+    np.testing.assert_allclose(by_id["big"].mean[:, 0, 0], np.arange(1000, 1010))
+    # the two jobs of the failed step (small, big) were halved; mid was not in it
+    assert sum(rep.oom_splits for rep in r.take_reports()) == 2
+    assert engine.started.count(1) == 2 and engine.started.count(5) == 3  # the halves, and mid
