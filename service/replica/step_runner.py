@@ -335,25 +335,39 @@ class StepRunner:
         self, segments: list[Segment], options: ForecastOptions
     ) -> list[list[Segment]]:
         """``segments`` cut into jobs of at most ``max_prefill_tokens`` history tokens (a shard may
-        be cut; its parts are put back together by ``PendingShard``); one series is never cut."""
+        be cut; its parts are put back together by ``PendingShard``); one series is never cut.
+
+        Shards that fit in one job are packed together; a shard that does not fit in the current
+        job's room starts a job of its own, and the last job of a shard that was cut takes no
+        other shard. So a small request's shard that arrives beside a part of a big one never
+        shares a job with the big one's series: its own job has less work and runs before that
+        part's jobs (the scheduler), instead of after all of them.
+        """
         cap = self.policy.max_prefill_tokens
         if not cap:
             return [segments]
         jobs: list[list[Segment]] = [[]]
         used = 0
         for g in segments:
-            lo = g.lo
-            for i in range(g.lo, g.hi):
-                cost = self.policy.prefill_cost(
-                    len(g.pending.shard.values[i]), options.sample_count
-                )
+            costs = [
+                self.policy.prefill_cost(len(g.pending.shard.values[i]), options.sample_count)
+                for i in range(g.lo, g.hi)
+            ]
+            if used and used + sum(costs) > cap:  # no room for all of it: a job of its own
+                jobs.append([])
+                used = 0
+            lo, cut = g.lo, False
+            for i, cost in zip(range(g.lo, g.hi), costs):
                 if used and used + cost > cap:
                     if i > lo:
                         jobs[-1].append(Segment(g.pending, lo, i))
                     jobs.append([])
-                    lo, used = i, 0
+                    lo, used, cut = i, 0, True
                 used += cost
             jobs[-1].append(Segment(g.pending, lo, g.hi))
+            if cut:  # its last job takes no other shard
+                jobs.append([])
+                used = 0
         return [j for j in jobs if j]
 
     def _queue(self, key: GroupKey, segments: list[Segment]) -> None:

@@ -264,10 +264,25 @@ def test_jobs_are_cut_to_the_prefill_cap_and_the_shards_put_back_together():
     r.submit(make_shard(4, 0, start=0), collect(out))
     r.submit(make_shard(4, 1, start=10), collect(out))
     r.run_until_idle()
-    assert sorted(engine.started) == [2, 3, 3]
+    # each shard is cut 3 + 1; the first's last job takes none of the second
+    assert sorted(engine.started) == [1, 1, 3, 3]
     by_index = {res.index: res for res in out}
     np.testing.assert_allclose(by_index[0].mean[:, 0, 0], [0, 1, 2, 3])
     np.testing.assert_allclose(by_index[1].mean[:, 0, 0], [10, 11, 12, 13])
+
+
+def test_a_small_shard_beside_part_of_a_big_one_gets_a_job_of_its_own_and_runs_first():
+    """Arriving together with the same options, the small shard is not the tail of a job of the
+    big one's series: its own job (least work) runs first."""
+    engine, out = FakeSteppingEngine(), []
+    r = runner(engine, max_prefill_tokens=4 * 10, max_skipped=100)
+    r.submit(make_shard(10, 0, start=1000, request_id="big"), collect(out))
+    r.submit(make_shard(2, 0, start=5, request_id="small"), collect(out))
+    r.submit(make_shard(1, 0, start=7, request_id="tiny"), collect(out))
+    r.run_until_idle()
+    # big: 4 + 4 + 2, its last job closed to others; small and tiny share a job of 3 series
+    assert sorted(engine.started) == [2, 3, 4, 4]
+    assert [res.request_id for res in out] == ["small", "tiny", "big"]
 
 
 def _three_jobs(r, out):
