@@ -4,7 +4,8 @@ The first ``step()`` tokenizes the history and runs step 0 (the prefill in a cac
 mode); every later call runs one decode step; the last one also detokenizes. Between
 calls the job holds its state (token sequences, key/value caches, the precomputed
 seeded uniforms), so a scheduler can interleave the steps of several jobs on one
-device, and ``close()`` frees the caches of a cancelled job at once.
+device, and ``close()`` frees the caches of a cancelled job at once. ``step_together`` runs the
+next step of several jobs as one shared decode step (``kronos_core.engine.shared_step``).
 
 Each step is plan -> run -> sample -> append. The plan (``kronos_core.engine.plan``,
 a pure function of the rows' lengths) is made on the host before the first step.
