@@ -35,7 +35,7 @@ from kronos_core.engine.batch import EngineBatch
 from kronos_core.engine.config import EngineStats, GenerationConfig, GenerationOutput
 from kronos_core.engine.plan import StepPlan, plan_schedule
 from kronos_core.engine.sampling import counter_uniforms_table, sample_tokens
-from kronos_core.engine.shared_step import DecodeMember, shared_decode_step
+from kronos_core.engine.shared_step import DecodeMember, held_slots, shared_decode_step
 from kronos_core.model.config import DEP_HEADS
 from kronos_core.model.kronos import Kronos
 from kronos_core.model.layers import KVCache, padded_positions_and_mask
@@ -162,9 +162,7 @@ def decode_step(
     first real token; slots (C,) = arange(C). Writes the trunk's and the s2 head's
     keys/values at ``slot``. Returns hidden (n, 1, d) and the s2 head's key mask (n, C).
     """
-    key_mask = real & (slots[None, :] <= slot)  # (n, C) the slots each row holds
-    if rolling:  # the window keeps the last max_context slots (a no-op before it slides)
-        key_mask = key_mask & (slots[None, :] > slot - max_context)
+    key_mask = held_slots(real, slots, slot, max_context, rolling)  # (n, C)
     positions = (slot - pad)[:, None]  # (n, 1)
     # (n, 1, d)
     hidden = model.trunk(
@@ -507,10 +505,9 @@ def step_together(jobs: Sequence[Generation]) -> None:
     the same autocast dtype (``ValueError`` otherwise, before any job moves). One job is
     ``step()``.
     """
-    if len(jobs) == 1:
-        jobs[0].step()
-        return
-    if not jobs:
+    if len(jobs) <= 1:
+        for job in jobs:
+            job.step()
         return
     first = jobs[0]
     for job in jobs:

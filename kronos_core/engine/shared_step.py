@@ -26,6 +26,17 @@ from kronos_core.model.kronos import Kronos
 from kronos_core.model.layers import KVCache, TransformerBlock
 
 
+def held_slots(
+    real: torch.Tensor, slots: torch.Tensor, slot: torch.Tensor, max_context: int, rolling: bool
+) -> torch.Tensor:
+    """(n, C) the cache slots each row holds once the new token is written at ``slot``: real
+    slots up to it, and in rolling mode only the last ``max_context`` of them."""
+    mask = real & (slots[None, :] <= slot)
+    if rolling:  # the window keeps the last max_context slots (a no-op before it slides)
+        mask = mask & (slots[None, :] > slot - max_context)
+    return mask
+
+
 @dataclass
 class DecodeMember:
     """One job's part of a shared decode step: its cached rows' newest tokens and its caches
@@ -49,10 +60,7 @@ class DecodeMember:
 
     def key_mask(self) -> torch.Tensor:
         """(n, C) the slots each row holds after this step's token is written."""
-        mask = self.real & (self.slots[None, :] <= self.slot)
-        if self.rolling:  # the window keeps the last max_context slots
-            mask = mask & (self.slots[None, :] > self.slot - self.max_context)
-        return mask
+        return held_slots(self.real, self.slots, self.slot, self.max_context, self.rolling)
 
 
 def shared_decode_step(
@@ -94,4 +102,4 @@ def shared_decode_step(
     return [(hidden[a:b], mask) for (a, b), mask in zip(spans, key_masks)]
 
 
-__all__ = ["DecodeMember", "shared_decode_step"]
+__all__ = ["DecodeMember", "held_slots", "shared_decode_step"]

@@ -444,12 +444,12 @@ class StepRunner:
         if self.policy.max_step_rows <= 0 or job.engine is None or not job.engine.shares_steps:
             return []
         others = [
-            other
+            (other, other.engine.rows)
             for other in (self.jobs.get(i) for i in self.scheduler.by_priority(exclude=job.job_id))
             if other is not None and other.engine is not None and other.engine.shares_steps
         ]
-        rows = [o.engine.rows for o in others if o.engine is not None]
-        return [others[i] for i in self.policy.shares(job.engine.rows, rows)]
+        joined = self.policy.shares(job.engine.rows, [rows for _, rows in others])
+        return [others[i][0] for i in joined]
 
     def _finish(self, job: DeviceBatch) -> None:
         engine = job.engine
