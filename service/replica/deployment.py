@@ -13,6 +13,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +32,7 @@ from service.replica.step_runner import StepRunner
 from service.replica.weights import ShippedWeights, localize
 
 log = logging.getLogger(__name__)
+
 
 @dataclass
 class InjectedFaults:
@@ -74,18 +76,39 @@ async def _test_delay() -> None:
 
 
 class DeviceLoop:
-    """The one thread that drives the device: ticks ``runner`` while it has work, sleeps on its
-    ``wakeup`` condition otherwise (a shard's arrival, or the end of the coalescing wait, wakes
-    it)."""
+    """The one thread that drives the device. It first builds the replica's runner (``build``: load
+    the model, warm up), then ticks the runner while it has work and sleeps on its ``wakeup``
+    condition otherwise (a shard's arrival, or the end of the coalescing wait, wakes it).
 
-    def __init__(self, runner: StepRunner):
-        self.runner = runner
+    Every torch call of the replica runs on this thread, the model's loading and warm-up included.
+    On a CPU, torch's OpenMP runtime keeps a team of worker threads per calling thread; a second
+    thread that has used it (the one that ran ``__init__``, which stays alive in Serve) puts more
+    OpenMP threads in the process than there are cores, and OpenMP then parks its workers between
+    parallel regions instead of letting them spin: the same decode ran ~2x slower in the device
+    thread (0.28 s against 0.12 s for a 5-symbol forecast, 2 cores; docs/service.md, "Measured").
+    """
+
+    def __init__(self, build: Callable[[], StepRunner]):
         self._stop = False
-        self.thread = threading.Thread(target=self._run, name="kronos-device-loop", daemon=True)
+        self._built = threading.Event()
+        self._error: BaseException | None = None
+        self.runner: StepRunner | None = None
+        self.thread = threading.Thread(
+            target=self._run, args=(build,), name="kronos-device-loop", daemon=True
+        )
         self.thread.start()
+        self._built.wait()
+        if self._error is not None:
+            raise self._error
 
-    def _run(self) -> None:
-        runner = self.runner
+    def _run(self, build: Callable[[], StepRunner]) -> None:
+        try:
+            self.runner = runner = build()
+        except BaseException as exc:  # raised again in __init__, on the replica's thread
+            self._error = exc
+            return
+        finally:
+            self._built.set()
         while not self._stop:
             with runner.wakeup:  # checked and waited under the lock: no arrival is missed
                 wait = runner.next_wakeup()
@@ -99,8 +122,9 @@ class DeviceLoop:
 
     def stop(self) -> None:
         self._stop = True
-        with self.runner.wakeup:
-            self.runner.wakeup.notify_all()
+        if self.runner is not None:
+            with self.runner.wakeup:
+                self.runner.wakeup.notify_all()
 
     @property
     def alive(self) -> bool:
@@ -177,16 +201,30 @@ LEAST_TOKENS = RequestRouterConfig(
 )
 class Predictor:
     def __init__(self, settings: Settings, shipped: ShippedWeights | None = None):
-        import torch
-
-        from kronos_core.loading import load_predictor
-
         settings = localize(settings, shipped)  # the driver's checkpoint, cached on this node
         self.settings = settings
         try:
             self.replica_id = serve.get_replica_context().replica_id.unique_id
         except Exception:  # outside Serve (unit use)
             self.replica_id = f"local-{os.getpid()}"
+        # the model is loaded and warmed up on the device loop's thread (see DeviceLoop)
+        self.loop = DeviceLoop(self._load)
+        log.info(
+            "replica %s ready on %s, budget %d bytes, batch tokens %d, warm-up %.2f s",
+            self.replica_id,
+            self.device,
+            self.budget,
+            self.max_batch_tokens,
+            self.warmup_seconds,
+        )
+
+    def _load(self) -> StepRunner:
+        """Load the model, build the step runner, warm up (on the device loop's thread)."""
+        import torch
+
+        from kronos_core.loading import load_predictor
+
+        settings = self.settings
         if settings.device != "cpu" and torch.cuda.is_available():
             self.device = "cuda:0"  # Ray sets CUDA_VISIBLE_DEVICES to this replica's GPU
         else:
@@ -227,15 +265,7 @@ class Predictor:
         self.max_batch_tokens = 0
         self.reconfigure({})
         self.warmup_seconds = self._warm_up()
-        self.loop = DeviceLoop(self.runner)
-        log.info(
-            "replica %s ready on %s, budget %d bytes, batch tokens %d, warm-up %.2f s",
-            self.replica_id,
-            self.device,
-            self.budget,
-            self.max_batch_tokens,
-            self.warmup_seconds,
-        )
+        return self.runner
 
     def _weight_bytes(self) -> int:
         from kronos_core.engine.memory import memory_breakdown
