@@ -80,12 +80,8 @@ class DeviceLoop:
     the model, warm up), then ticks the runner while it has work and sleeps on its ``wakeup``
     condition otherwise (a shard's arrival, or the end of the coalescing wait, wakes it).
 
-    Every torch call of the replica runs on this thread, the model's loading and warm-up included.
-    On a CPU, torch's OpenMP runtime keeps a team of worker threads per calling thread; a second
-    thread that has used it (the one that ran ``__init__``, which stays alive in Serve) puts more
-    OpenMP threads in the process than there are cores, and OpenMP then parks its workers between
-    parallel regions instead of letting them spin: the same decode ran ~2x slower in the device
-    thread (0.28 s against 0.12 s for a 5-symbol forecast, 2 cores; docs/service.md, "Measured").
+    Every torch call of the replica runs on this thread: a second thread using torch on a CPU made
+    every step ~2x slower (OpenMP; docs/service.md, "Scheduling", "One thread runs torch").
     """
 
     def __init__(self, build: Callable[[], StepRunner]):
