@@ -39,6 +39,9 @@ _FLAGS = {
     "device": ("--device", str, "auto | cpu | cuda"),
     "device_budget_bytes": ("--device-budget", int, "bytes one replica may use per batch"),
     "replica_cpus": ("--replica-cpus", float, "CPUs (torch threads) per CPU replica"),
+    "cpu_step_loops": (
+        "--cpu-step-loops", int, "device loops per CPU replica (default: one per CPU)",
+    ),
     "max_inflight_requests": (
         "--max-inflight", int, "forecast requests in flight per gateway replica before 503",
     ),

@@ -106,7 +106,7 @@ class ReplicaInfo:
 
     replica_id: str
     device: str
-    budget_bytes: int  # device memory one batch may use
+    budget_bytes: int  # device memory the batches of one step loop may use
     max_batch_tokens: int  # token budget of one coalesced batch
     max_context: int
     model_cfg: Any  # model.config dataclass, for the memory model
@@ -114,3 +114,6 @@ class ReplicaInfo:
     model: dict[str, Any]  # ModelInfo fields (its "calibration" block is ``calibration.as_dict()``)
     # what the replica's calibration covers (None: none)
     calibration: CalibrationDescription | None = None
+    # device loops that run batches side by side (a GPU: one; a CPU: one per core by default);
+    # budget_bytes is each loop's
+    step_loops: int = 1

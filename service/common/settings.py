@@ -79,10 +79,16 @@ class Settings(BaseSettings):
         None, gt=0,
         description="CPUs per CPU replica (also its torch threads); default: cores / replicas",
     )
+    cpu_step_loops: int | None = Field(
+        None, ge=1,
+        description="CPU replica: device loops that run batches side by side, each on its own "
+        "thread with an equal share of the replica's CPUs as torch threads; default: one per CPU "
+        "(one torch thread each); 1: one loop on all of them",
+    )
     device_budget_bytes: int | None = Field(
         None, gt=0,
-        description="memory one replica may use for a batch; default: 90% of free GPU memory, 2 "
-                    "GiB on CPU",
+        description="memory one replica may use for its batches (its step loops split it); "
+                    "default: 90% of free GPU memory, 2 GiB on CPU",
     )
     max_batch_tokens: int | None = Field(
         None, gt=0,
@@ -99,13 +105,12 @@ class Settings(BaseSettings):
     max_step_rows: int | None = Field(
         None, ge=0,
         description="continuous batching: rows (series x sample paths) of live batches that share "
-        "one decode step at most; default: 32 on CPU, 4,096 on GPU; 0: each batch steps alone",
+        "one decode step at most; default: 0 on CPU, 4,096 on GPU; 0: each batch steps alone",
     )
     max_skipped: int = Field(
         32, ge=0,
         description="step scheduler: steps of other batches the oldest live batch waits at most, "
-                    "and "
-        "plans a batch that does not fit the memory budget waits before it goes first",
+        "and plans a batch that does not fit the memory budget waits before it goes first",
     )
     gateway_replicas: int = Field(
         1, ge=1,
@@ -128,7 +133,7 @@ class Settings(BaseSettings):
         "system temp folder",
     )
     shards_per_replica: int = Field(
-        8, ge=1, description="target shards per replica for one request"
+        8, ge=1, description="target shards per replica step loop for one request"
     )
     min_shard_tokens: int = Field(
         2048, ge=0,
@@ -139,9 +144,9 @@ class Settings(BaseSettings):
     )
     shards_in_flight_per_replica: int = Field(
         2, ge=1,
-        description="shards of one request in flight per replica (2: one running, one queued "
-                    "behind it); the "
-        "rest wait and go to whichever replica frees up first, which balances the load",
+        description="shards of one request in flight per replica step loop (a GPU replica has one, "
+        "a CPU replica one per CPU; 2: one running, one queued behind it); the rest wait and go "
+        "to whichever replica frees up first, which balances the load",
     )
 
     # -- limits and back-pressure

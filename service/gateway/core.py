@@ -203,12 +203,14 @@ class ForecastPipeline:
         # errors; a series is judged alone, whatever stands beside it (docs/service.md)
         fit = self.fit_factory(info, req.horizon, req.sample_count)
         record = self.recorder is not None and req.record
+        # each step loop of a replica runs batches of its own: sharding and dispatch count loops
+        lanes = self.num_replicas * max(1, info.step_loops)
         slices, shards = make_shards(
             req,
             prep,
             info,
             fit,
-            self.num_replicas,
+            lanes,
             self.settings.shards_per_replica,
             want_paths=record and self.settings.ledger_paths,
             min_shard_tokens=self.settings.min_shard_tokens,
@@ -216,7 +218,7 @@ class ForecastPipeline:
             request_id=request_id,
         )
         run = ShardRun(shard_timeout_s)
-        results = await self.dispatcher.run_all(shards, run)
+        results = await self.dispatcher.run_all(shards, run, lanes)
         t_fc = time.perf_counter()
         g = gather(prep, slices, results)
         n = len(g.symbols)

@@ -81,15 +81,19 @@ class Dispatcher:
         self.cut = cut
         self.shards_in_flight = 0
 
-    async def run_all(self, shards: list[Shard], run: ShardRun) -> list[ShardResult]:
+    async def run_all(
+        self, shards: list[Shard], run: ShardRun, lanes: int | None = None
+    ) -> list[ShardResult]:
         """Every shard's answer, in shard order. Once ``cut`` returns, the shards not answered
-        yet are cancelled and answered ``interrupted`` (the answered ones are kept)."""
-        # Pull model: a request keeps only a few shards in flight (by default two per replica: one
-        # running, one queued so the replica never idles between shards); the next shard goes to
-        # the replica that frees up first (the handle routes to the shorter queue). Sending all
-        # shards at once let the router pile 3 of 4 on one replica while the other idled.
+        yet are cancelled and answered ``interrupted`` (the answered ones are kept). ``lanes``:
+        the replicas' step loops in all (default: one per replica)."""
+        # Pull model: a request keeps only a few shards in flight (by default two per step loop:
+        # one running, one queued so the loop never idles between shards); the next shard goes to
+        # the replica that frees up first (the router counts tokens in flight). Sending all shards
+        # at once let Serve's default router pile 3 of 4 on one replica while the other idled.
+        lanes = lanes or self.num_replicas
         in_flight = asyncio.Semaphore(
-            max(1, self.num_replicas * self.settings.shards_in_flight_per_replica)
+            max(1, lanes * self.settings.shards_in_flight_per_replica)
         )
 
         async def one(shard: Shard) -> ShardResult:

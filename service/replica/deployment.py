@@ -1,9 +1,11 @@
 """The predictor replica: a Ray Serve deployment that owns one device and loads the model once.
-Shards from concurrent requests go to one device-loop thread (``DeviceLoop``) that coalesces the
-shards arriving together into jobs and runs them one decode step at a time as the step scheduler
-plans (``service.replica.scheduler``; execution, cancellation and out-of-memory splitting in
-``service.replica.step_runner.StepRunner``): small work first, big jobs preempted at step boundaries
-and resumed where they stopped. Before it reports ready a replica runs one small forecast (warm-up).
+Shards from concurrent requests go to a device-loop thread (``service.replica.device_loop``: one on
+a GPU, one per core on a CPU, each shard to the loop with the fewest tokens in flight) that
+coalesces the shards arriving together into jobs and runs them one decode step at a time as the
+step scheduler plans (``service.replica.scheduler``; execution, cancellation and out-of-memory
+splitting in ``service.replica.step_runner.StepRunner``): small work first, big jobs preempted at
+step boundaries and resumed where they stopped. Before it reports ready each loop runs one small
+forecast (warm-up).
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +27,7 @@ from kronos_core.options import ForecastOptions
 from service.common.messages import ReplicaInfo, Shard, ShardResult
 from service.common.settings import Settings
 from service.replica.calibration import ReplicaCalibration
+from service.replica.device_loop import DeviceLoop, DeviceLoops
 from service.replica.memory import memory_model_for
 from service.replica.policy import BatchingPolicy, replica_budget
 from service.replica.step_runner import StepRunner
@@ -75,58 +77,6 @@ async def _test_delay() -> None:
         await asyncio.sleep(0.05)
 
 
-class DeviceLoop:
-    """The one thread that drives the device. It first builds the replica's runner (``build``: load
-    the model, warm up), then ticks the runner while it has work and sleeps on its ``wakeup``
-    condition otherwise (a shard's arrival, or the end of the coalescing wait, wakes it).
-
-    Every torch call of the replica runs on this thread: a second thread using torch on a CPU made
-    every step ~2x slower (OpenMP; docs/service.md, "Scheduling", "One thread runs torch").
-    """
-
-    def __init__(self, build: Callable[[], StepRunner]):
-        self._stop = False
-        self._built = threading.Event()
-        self._error: BaseException | None = None
-        self.runner: StepRunner | None = None
-        self.thread = threading.Thread(
-            target=self._run, args=(build,), name="kronos-device-loop", daemon=True
-        )
-        self.thread.start()
-        self._built.wait()
-        if self._error is not None:
-            raise self._error
-
-    def _run(self, build: Callable[[], StepRunner]) -> None:
-        try:
-            self.runner = runner = build()
-        except BaseException as exc:  # raised again in __init__, on the replica's thread
-            self._error = exc
-            return
-        finally:
-            self._built.set()
-        while not self._stop:
-            with runner.wakeup:  # checked and waited under the lock: no arrival is missed
-                wait = runner.next_wakeup()
-                if wait is None or wait > 0:
-                    runner.wakeup.wait(wait)
-                    continue
-            try:
-                runner.tick()
-            except Exception:  # the loop must outlive any one job's failure
-                log.exception("replica %s: device loop step failed", runner.replica_id)
-
-    def stop(self) -> None:
-        self._stop = True
-        if self.runner is not None:
-            with self.runner.wakeup:
-                self.runner.wakeup.notify_all()
-
-    @property
-    def alive(self) -> bool:
-        return self.thread.is_alive()
-
-
 # the warm-up forecast: series, their longest lookback and horizon (run once at load)
 WARMUP_SERIES = 8
 WARMUP_LOOKBACK = 256
@@ -166,6 +116,13 @@ def load_calibration(path: str, identity):
     return cal
 
 
+def _replica_cpus(settings: Settings) -> int | None:
+    """The CPUs a CPU replica runs on: the setting (Serve sets it for each replica), else
+    ``OMP_NUM_THREADS``, else None (torch's default)."""
+    from_env = int(os.environ.get("OMP_NUM_THREADS", "0") or 0)
+    return int(settings.replica_cpus or 0) or from_env or None
+
+
 def model_info(identity, max_context: int, cfg) -> dict[str, Any]:
     """The model block of ``/v1/models`` and every forecast response: identity, no server paths."""
     info = identity.as_dict()
@@ -203,33 +160,54 @@ class Predictor:
             self.replica_id = serve.get_replica_context().replica_id.unique_id
         except Exception:  # outside Serve (unit use)
             self.replica_id = f"local-{os.getpid()}"
-        # the model is loaded and warmed up on the device loop's thread (see DeviceLoop)
-        self.loop = DeviceLoop(self._load)
+        self._user_config: dict = {}
+        self._choose_loops(_replica_cpus(settings))
+        # the first loop loads the model; every loop builds its own runner on the one model and
+        # warms it up, on the loop's own thread (see DeviceLoop)
+        loops: list[DeviceLoop] = []
+        try:
+            for k in range(self.step_loops):
+                build = self._load if k == 0 else self._another_runner
+                loops.append(DeviceLoop(build, self.torch_threads, name=str(k)))
+        except BaseException:
+            for loop in loops:
+                loop.stop()
+            raise
+        self.loops = DeviceLoops(loops)
         log.info(
-            "replica %s ready on %s, budget %d bytes, batch tokens %d, warm-up %.2f s",
+            "replica %s ready on %s: %d step loop(s) of %d torch thread(s), budget %d bytes per "
+            "loop, batch tokens %d, warm-up %.2f s",
             self.replica_id,
             self.device,
+            self.step_loops,
+            self.torch_threads or 0,
             self.budget,
             self.max_batch_tokens,
             self.warmup_seconds,
         )
 
+    def _choose_loops(self, cpus: int | None) -> None:
+        """The device, the step loops and their torch threads: a GPU, one loop (torch's threads);
+        a CPU, ``cpu_step_loops`` loops (default one per CPU) sharing the CPUs evenly."""
+        import torch
+
+        self.step_loops: int = 1
+        self.torch_threads: int | None = None
+        if self.settings.device != "cpu" and torch.cuda.is_available():
+            self.device = "cuda:0"  # Ray sets CUDA_VISIBLE_DEVICES to this replica's GPU
+            return
+        self.device = "cpu"
+        cpus = cpus or torch.get_num_threads()
+        self.step_loops = max(1, min(self.settings.cpu_step_loops or cpus, cpus))
+        self.torch_threads = max(1, cpus // self.step_loops)
+
     def _load(self) -> StepRunner:
-        """Load the model, build the step runner, warm up (on the device loop's thread)."""
+        """Load the model, then build the first loop's runner (on that loop's thread)."""
         import torch
 
         from kronos_core.loading import load_predictor
 
         settings = self.settings
-        if settings.device != "cpu" and torch.cuda.is_available():
-            self.device = "cuda:0"  # Ray sets CUDA_VISIBLE_DEVICES to this replica's GPU
-        else:
-            self.device = "cpu"
-            threads = int(settings.replica_cpus or 0) or int(
-                os.environ.get("OMP_NUM_THREADS", "0") or 0
-            )
-            if threads > 0:
-                torch.set_num_threads(threads)
         self.predictor_config = settings.predictor_config(device=self.device)
         self.predictor = load_predictor(self.predictor_config)
         self.max_context = self.predictor.max_context
@@ -237,16 +215,10 @@ class Predictor:
         self.tokenizer_cfg = self.predictor.tokenizer.config
         self.model = model_info(self.predictor.identity, self.max_context, self.predictor_config)
         free = torch.cuda.mem_get_info()[0] if self.device.startswith("cuda") else None
-        self.budget = replica_budget(settings, self.device, free)
-        self.runner = StepRunner(
-            self.predictor,
-            self.replica_id,
-            self.device,
-            policy=self._policy({}),
-            memory_model=memory_model_for(
-                self.model_cfg, self.tokenizer_cfg, self.max_context, self.predictor_config.sliding
-            ),
-        )
+        weights = self._weight_bytes()
+        # the loops share the weights and split the rest of the replica's budget
+        replica = replica_budget(settings, self.device, free)
+        self.budget = weights + max(0, replica - weights) // self.step_loops
         # the calibration kept current (aci: online)
         self.adaptive: ReplicaCalibration | None = None
         # what it covers, as answers and the gateway see it
@@ -255,13 +227,28 @@ class Predictor:
             self.adaptive = ReplicaCalibration(
                 settings, load_calibration(settings.calibration, self.predictor.identity)
             )
-            self.adaptive.refresh(self.runner)  # the calibration and its stamp
             self.calibration = CalibrationDescription.of(self.adaptive.calibration)
             self.model["calibration"] = self.calibration.as_dict()
-        self.max_batch_tokens = 0
-        self.reconfigure({})
-        self.warmup_seconds = self._warm_up()
-        return self.runner
+        self.max_batch_tokens = self._policy({}).max_batch_tokens
+        self.warmup_seconds = 0.0
+        return self._another_runner()
+
+    def _another_runner(self) -> StepRunner:
+        """A step runner on the shared model, with the replica's policy and calibration, warmed up
+        (on its loop's thread)."""
+        runner = StepRunner(
+            self.predictor,
+            self.replica_id,
+            self.device,
+            policy=self._policy(self._user_config),
+            memory_model=memory_model_for(
+                self.model_cfg, self.tokenizer_cfg, self.max_context, self.predictor_config.sliding
+            ),
+        )
+        if self.adaptive is not None:
+            self.adaptive.refresh(runner)  # the calibration and its stamp
+        self.warmup_seconds += self._warm_up(runner)
+        return runner
 
     def _weight_bytes(self) -> int:
         from kronos_core.engine.memory import memory_breakdown
@@ -270,13 +257,13 @@ class Predictor:
             self.model_cfg, self.tokenizer_cfg, 1, 1, 1, max_context=self.max_context
         ).weights
 
-    def _warm_up(self) -> float:
-        """One small forecast through the replica's own path, before the replica reports ready."""
+    def _warm_up(self, runner: StepRunner) -> float:
+        """One small forecast through the runner, before the replica reports ready."""
         t0 = time.perf_counter()
         out: list[ShardResult] = []
-        self.runner.submit(warmup_shard(self.max_context), out.append)
-        self.runner.run_until_idle()
-        self.runner.take_reports()  # not a user's batch: not reported
+        runner.submit(warmup_shard(self.max_context), out.append)
+        runner.run_until_idle()
+        runner.take_reports()  # not a user's batch: not reported
         if not out or out[0].error:
             raise RuntimeError(f"warm-up forecast failed: {out[0].error if out else 'no answer'}")
         return time.perf_counter() - t0
@@ -297,8 +284,8 @@ class Predictor:
         return max(1, int(n)) * self.max_context
 
     def _policy(self, user_config: dict) -> BatchingPolicy:
-        """The batching policy of this replica (``service.replica.policy``): its memory is the
-        budget less the weights, which are loaded once and counted once."""
+        """The batching policy of each of this replica's loops (``service.replica.policy``): its
+        memory is the loop's budget less the weights, which are loaded once and counted once."""
         return BatchingPolicy.for_replica(
             self.settings,
             self.device,
@@ -310,9 +297,11 @@ class Predictor:
     def reconfigure(self, user_config: dict) -> None:
         """Live-tunable batching: ``max_batch_tokens``, ``batch_wait_timeout_s``,
         ``max_prefill_tokens``, ``max_step_rows``."""
-        policy = self._policy(user_config or {})
+        self._user_config = dict(user_config or {})
+        policy = self._policy(self._user_config)
         self.max_batch_tokens = policy.max_batch_tokens
-        self.runner.use_policy(policy)
+        for runner in self.loops.runners:
+            runner.use_policy(policy)
 
     async def describe(self) -> ReplicaInfo:
         return ReplicaInfo(
@@ -325,6 +314,7 @@ class Predictor:
             tokenizer_cfg=self.tokenizer_cfg,
             model=self.model,
             calibration=self.calibration,
+            step_loops=self.step_loops,
         )
 
     async def forecast_shard(self, shard: Shard) -> ShardResult:
@@ -338,27 +328,30 @@ class Predictor:
         def deliver(res: ShardResult) -> None:  # on the device thread
             loop.call_soon_threadsafe(_resolve, answer, res)
 
+        index = self.loops.least_loaded()
         if self.adaptive is not None and shard.calibrate:
             # the latest persisted state, for the jobs that start next
-            self.adaptive.refresh(self.runner)
-        pending = self.runner.submit(shard, deliver)
+            self.adaptive.refresh(self.loops.loops[index].runner)
+        placed = self.loops.submit(index, shard, deliver)
         try:
             res = await answer
         except asyncio.CancelledError:
-            self.runner.cancel(pending)
+            placed.loop.runner.cancel(placed.pending)
             raise
+        finally:
+            self.loops.release(placed)
         # hand every batch report not yet delivered to this result: each is recorded once
-        res.reports = self.runner.take_reports()
+        res.reports = [r for runner in self.loops.runners for r in runner.take_reports()]
         return res
 
     def check_health(self) -> None:
-        if not self.loop.alive:
-            raise RuntimeError("the device loop thread has stopped")
+        if not self.loops.alive:
+            raise RuntimeError("a device loop thread has stopped")
 
     def __del__(self) -> None:
-        loop = getattr(self, "loop", None)
-        if loop is not None:
-            loop.stop()
+        loops = getattr(self, "loops", None)
+        if loops is not None:
+            loops.stop()
 
 
 def _resolve(fut: asyncio.Future, res: ShardResult) -> None:

@@ -31,19 +31,16 @@ from service.common.settings import Settings
 from service.replica.scheduler import DEFAULT_MAX_SKIPPED
 
 # History tokens one batch may prefill, per device kind, when the setting is unset. CPU: a prefill
-# of
-# 2,048 tokens is about 50 ms on one core, so a small request waits for at most that; GPU: small
+# of 2,048 tokens is about 50 ms on one core, so a small request waits for at most that; GPU: small
 # batches waste a GPU, and its prefill of 32,768 tokens is milliseconds (an estimate from the
-# model's
-# FLOPs). The measurements behind the CPU figure: docs/service.md, "Scheduling".
+# model's FLOPs). The measurements behind the CPU figure: docs/service.md, "Scheduling".
 DEFAULT_MAX_PREFILL_TOKENS = {"cpu": 2048, "cuda": 32768}
-# Rows one shared decode step holds at most, per device kind, when the setting is unset. CPU: a
-# decode step costs about 4.5 ms plus 0.45 ms a row (the bundled model, one core), so a 5-row batch
-# alone takes ~7 ms and with 27 rows of others ~17 ms: a small request's steps slow down at most
-# ~2.5x while each 10-row batch riding along saves the ~4.5 ms of a step of its own. GPU: a step's
-# cost hardly grows with rows; the cap bounds the step's working memory. The measurements:
-# docs/service.md, "Scheduling".
-DEFAULT_MAX_STEP_ROWS = {"cpu": 32, "cuda": 4096}
+# Rows one shared decode step holds at most, per device kind, when the setting is unset. CPU: 0, no
+# shared steps: with one single-thread step loop per core, a small request runs on a loop of its
+# own share of the cores, and with 32 the big request with a small one arriving every second took
+# 1.30-1.34x its time alone against 1.06-1.13x with 0 (docs/service.md, "Scheduling"). GPU: a
+# step's cost hardly grows with rows; the cap bounds the step's working memory.
+DEFAULT_MAX_STEP_ROWS = {"cpu": 0, "cuda": 4096}
 CPU_DEFAULT_BUDGET = 2 << 30  # bytes a CPU replica plans its batches for, when the setting is unset
 GPU_BUDGET_SHARE = 0.9  # of the free GPU memory at start, when the setting is unset
 # a batch of this many series or fewer is not halved on out-of-memory: its shard fails

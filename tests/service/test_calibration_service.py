@@ -88,7 +88,7 @@ def test_replica_reports_its_calibration(tmp_path):
     path = tmp_path / "cal.json"
     cal = _calibration(predictor.identity.as_dict(), path)
     replica = Predictor.func_or_class(Settings(model_dir=TINY, device="cpu", calibration=str(path)))
-    assert replica.runner.calibration is not None
+    assert replica.loops.runners and all(r.calibration is not None for r in replica.loops.runners)
     assert replica.calibration == CalibrationDescription.of(cal)  # typed, in its ReplicaInfo too
     assert replica.model["calibration"] == replica.calibration.as_dict()
     assert replica.model["calibration"]["model_sha256"] == replica.model["sha256"]

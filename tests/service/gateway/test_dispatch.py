@@ -1,5 +1,6 @@
-"""Stage dispatch (``service.gateway.dispatch``): shards pulled a few at a time, a dead
-replica's shard re-sent (bounded), and a cancelled or failed request cancels its shards."""
+"""Stage dispatch (``service.gateway.dispatch``): shards pulled a few at a time (per replica step
+loop), a dead replica's shard re-sent (bounded), and a cancelled or failed request cancels its
+shards."""
 
 import asyncio
 
@@ -41,16 +42,18 @@ class CountingReplicas(FakeReplicas):
             self.now -= 1
 
 
-@pytest.mark.parametrize("per_replica", [1, 2])
-def test_shards_are_pulled_a_few_at_a_time(per_replica):
-    """A request keeps at most replicas x shards_in_flight_per_replica shards in flight, so the
-    next shard goes to whichever replica frees up first; all still come back in request order."""
+@pytest.mark.parametrize("per_replica, step_loops", [(1, 1), (2, 1), (1, 3)])
+def test_shards_are_pulled_a_few_at_a_time(per_replica, step_loops):
+    """A request keeps at most replicas x step loops x shards_in_flight_per_replica shards in
+    flight, so the next shard goes to whichever replica frees up first; all still come back in
+    request order."""
     reps = CountingReplicas()
+    reps.info.step_loops = step_loops
     gw, _, _ = fake_gateway(reps, shards_in_flight_per_replica=per_replica)
     symbols = [f"S{i:03d}" for i in range(20)]  # all the fake store holds
     out = asyncio.run(gw.forecast(ForecastRequest(symbols=symbols, horizon=2)))
     assert out.timing["shards"] >= 5 and reps.calls == out.timing["shards"]
-    assert reps.peak == 2 * per_replica  # num_replicas=2 in _gateway
+    assert reps.peak == 2 * step_loops * per_replica  # num_replicas=2 in _gateway
     assert out.symbols == symbols
 
 

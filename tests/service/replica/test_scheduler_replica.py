@@ -19,22 +19,24 @@ from service.replica.deployment import Predictor
 
 @pytest.fixture(scope="module")
 def replica():
-    rep = Predictor.func_or_class(Settings(model_dir=TINY, device="cpu"))
+    # one step loop: the scenario is the scheduler's, within one loop (placement over several
+    # loops: test_device_loop.py)
+    rep = Predictor.func_or_class(Settings(model_dir=TINY, device="cpu", cpu_step_loops=1))
     yield rep
-    rep.loop.stop()
+    rep.loops.stop()
 
 
 def test_the_replica_warmed_up_before_it_was_ready(replica):
-    assert replica.warmup_seconds > 0 and replica.loop.alive
+    assert replica.warmup_seconds > 0 and replica.loops.alive
     # the warm-up is not reported
-    assert replica.runner.take_reports() == [] and replica.runner.scheduler.idle
+    assert replica.loops.runners[0].take_reports() == [] and replica.loops.runners[0].scheduler.idle
 
 
 def test_a_small_shard_overtakes_a_big_job_and_a_cancelled_shard_frees_its_job(replica):
     async def scenario():
         big = asyncio.ensure_future(replica.forecast_shard(
             make_shard(48, length=100, options=make_options(horizon=60, seed=2), request_id="big")))
-        while not replica.runner.scheduler.live:  # the big job is decoding
+        while not replica.loops.runners[0].scheduler.live:  # the big job is decoding
             await asyncio.sleep(0.005)
         small = await replica.forecast_shard(
             make_shard(2, length=50, options=make_options(horizon=4), request_id="small")
@@ -45,12 +47,12 @@ def test_a_small_shard_overtakes_a_big_job_and_a_cancelled_shard_frees_its_job(r
         with pytest.raises(asyncio.CancelledError):
             await big
         deadline = time.monotonic() + 10
-        while replica.runner.jobs and time.monotonic() < deadline:
+        while replica.loops.runners[0].jobs and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
         return small
 
     small = asyncio.run(scenario())
     assert small.error is None and small.mean.shape == (2, 4, 6)
     # the big job left, its memory freed
-    assert not replica.runner.jobs and replica.runner.scheduler.idle
+    assert not replica.loops.runners[0].jobs and replica.loops.runners[0].scheduler.idle
     replica.check_health()
