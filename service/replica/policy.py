@@ -36,10 +36,11 @@ from service.replica.scheduler import DEFAULT_MAX_SKIPPED
 # model's FLOPs). The measurements behind the CPU figure: docs/service.md, "Scheduling".
 DEFAULT_MAX_PREFILL_TOKENS = {"cpu": 2048, "cuda": 32768}
 # Rows one shared decode step holds at most, per device kind, when the setting is unset. CPU: 0, no
-# shared steps: with one single-thread step loop per core, a small request runs on a loop of its
-# own share of the cores, and with 32 the big request with a small one arriving every second took
-# 1.30-1.34x its time alone against 1.06-1.13x with 0 (docs/service.md, "Scheduling"). GPU: a
-# step's cost hardly grows with rows; the cap bounds the step's working memory.
+# shared steps: a shared step runs at the cost of all its rows, so a small job sharing with big
+# ones runs slower, and on one replica with a loop per core the small request beside a big one
+# read 1.55-1.74x its idle latency with 0 against 2.19x with 15 and 2.75x with 32
+# (docs/service.md, "Scheduling"). GPU: a step's cost hardly grows with rows; the cap bounds the
+# step's working memory.
 DEFAULT_MAX_STEP_ROWS = {"cpu": 0, "cuda": 4096}
 CPU_DEFAULT_BUDGET = 2 << 30  # bytes a CPU replica plans its batches for, when the setting is unset
 GPU_BUDGET_SHARE = 0.9  # of the free GPU memory at start, when the setting is unset
