@@ -40,7 +40,7 @@ _FLAGS = {
     "device_budget_bytes": ("--device-budget", int, "bytes one replica may use per batch"),
     "replica_cpus": ("--replica-cpus", float, "CPUs (torch threads) per CPU replica"),
     "cpu_step_loops": (
-        "--cpu-step-loops", int, "device loops per CPU replica (default: one per CPU)",
+        "--cpu-step-loops", int, "device loops per CPU replica (default and most: one per CPU)",
     ),
     "max_inflight_requests": (
         "--max-inflight", int, "forecast requests in flight per gateway replica before 503",

@@ -83,7 +83,7 @@ class Settings(BaseSettings):
         None, ge=1,
         description="CPU replica: device loops that run batches side by side, each on its own "
         "thread with an equal share of the replica's CPUs as torch threads; default: one per CPU "
-        "(one torch thread each); 1: one loop on all of them",
+        "(one torch thread each), and never more loops than CPUs; 1: one loop on all of them",
     )
     device_budget_bytes: int | None = Field(
         None, gt=0,
