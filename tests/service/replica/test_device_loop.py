@@ -125,8 +125,9 @@ def test_a_replica_needs_a_loop():
 
 def test_a_replica_on_two_cpus_runs_one_single_thread_loop_per_cpu_and_paths_do_not_depend_on_it():
     """The real replica class outside Serve, on the reference fixture checkpoint: two CPUs give
-    two loops of one torch thread (``cpu_step_loops=1``: one loop of two); two copies of one
-    seeded shard, sent together, run on different loops and give the library's paths."""
+    two loops of one torch thread (``cpu_step_loops=1``: one loop of two); a live user_config
+    reaches both; two copies of one seeded shard, sent together, run on different loops and give
+    the library's paths."""
     import asyncio
 
     import numpy as np
@@ -149,6 +150,10 @@ def test_a_replica_on_two_cpus_runs_one_single_thread_loop_per_cpu_and_paths_do_
         assert len({loop.thread.name for loop in replica.loops.loops}) == 2 and replica.loops.alive
         # each loop plans for half of the memory beyond the weights
         assert replica.budget < 2 << 30
+        # a live user_config reaches every loop's runner
+        replica.reconfigure({"max_step_rows": 8, "batch_wait_timeout_s": 0.001})
+        assert [(r.policy.max_step_rows, r.policy.batch_wait_timeout_s)
+                for r in replica.loops.runners] == [(8, 0.001), (8, 0.001)]
         ran_on: list[int] = []
         for k, runner in enumerate(replica.loops.runners):
             def recording_submit(shard, on_done, k=k, submit=runner.submit):
