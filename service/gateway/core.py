@@ -204,7 +204,7 @@ class ForecastPipeline:
         fit = self.fit_factory(info, req.horizon, req.sample_count)
         record = self.recorder is not None and req.record
         # each step loop of a replica runs batches of its own: sharding and dispatch count loops
-        lanes = self.num_replicas * max(1, info.step_loops)
+        lanes = self.num_replicas * info.step_loops
         slices, shards = make_shards(
             req,
             prep,

@@ -336,7 +336,7 @@ class Predictor:
         try:
             res = await answer
         except asyncio.CancelledError:
-            placed.loop.runner.cancel(placed.pending)
+            placed.cancel()
             raise
         finally:
             self.loops.release(placed)

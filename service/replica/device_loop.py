@@ -89,13 +89,17 @@ class DeviceLoop:
         return self.thread.is_alive()
 
 
-@dataclass
+@dataclass(frozen=True)
 class Placed:
-    """A shard on one loop: cancel it there, and ``DeviceLoops.release`` it when its call ends."""
+    """A shard on one loop: ``cancel`` it there, and ``DeviceLoops.release`` it when its call
+    ends."""
 
-    loop: DeviceLoop
+    index: int  # of the loop
+    runner: StepRunner
     pending: PendingShard
-    tokens: int
+
+    def cancel(self) -> None:
+        self.runner.cancel(self.pending)
 
 
 class DeviceLoops:
@@ -126,14 +130,14 @@ class DeviceLoops:
         self, index: int, shard: Shard, on_done: Callable[[ShardResult], None]
     ) -> Placed:
         """Hand ``shard`` to loop ``index`` (from ``least_loaded``)."""
-        loop = self.loops[index]
+        runner = self.loops[index].runner
         with self._lock:
             self._tokens[index] += shard.tokens
-        return Placed(loop, loop.runner.submit(shard, on_done), shard.tokens)
+        return Placed(index, runner, runner.submit(shard, on_done))
 
     def release(self, placed: Placed) -> None:
         with self._lock:
-            self._tokens[self.loops.index(placed.loop)] -= placed.tokens
+            self._tokens[placed.index] -= placed.pending.shard.tokens
 
     def tokens_in_flight(self) -> list[int]:
         with self._lock:
