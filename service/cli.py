@@ -42,6 +42,9 @@ _FLAGS = {
     "cpu_step_loops": (
         "--cpu-step-loops", int, "device loops per CPU replica (default and most: one per CPU)",
     ),
+    "cpu_step_loop_mode": (
+        "--cpu-step-loop-mode", str, "process (default) or thread: where a CPU replica's loops run",
+    ),
     "max_inflight_requests": (
         "--max-inflight", int, "forecast requests in flight per gateway replica before 503",
     ),

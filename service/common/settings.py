@@ -85,6 +85,12 @@ class Settings(BaseSettings):
         "thread with an equal share of the replica's CPUs as torch threads; default: one per CPU "
         "(one torch thread each), and never more loops than CPUs; 1: one loop on all of them",
     )
+    cpu_step_loop_mode: Literal["process", "thread"] = Field(
+        "process",
+        description="CPU replica with more than one step loop: `process` runs each loop in its own "
+        "process (a Ray actor on the replica's node), `thread` runs them as threads of the "
+        "replica's process, where they share one interpreter lock",
+    )
     device_budget_bytes: int | None = Field(
         None, gt=0,
         description="memory one replica may use for its batches (its step loops split it); "

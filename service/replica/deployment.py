@@ -1,6 +1,7 @@
-"""The predictor replica: a Ray Serve deployment that owns one device and loads the model once.
-Shards from concurrent requests go to a device-loop thread (``service.replica.device_loop``: one on
-a GPU, one per core on a CPU, each shard to the loop with the fewest tokens in flight) that
+"""The predictor replica: a Ray Serve deployment that owns one device.
+Shards from concurrent requests go to a device loop (``service.replica.device_loop``: one on
+a GPU, one per core on a CPU, each shard to the loop with the fewest tokens in flight; a CPU
+replica's loops run in child processes by default, ``service.replica.loop_processes``) that
 coalesces the shards arriving together into jobs and runs them one decode step at a time as the
 step scheduler plans (``service.replica.scheduler``; execution, cancellation and out-of-memory
 splitting in ``service.replica.step_runner.StepRunner``): small work first, big jobs preempted at
@@ -28,6 +29,7 @@ from service.common.messages import ReplicaInfo, Shard, ShardResult
 from service.common.settings import Settings
 from service.replica.calibration import ReplicaCalibration
 from service.replica.device_loop import DeviceLoop, DeviceLoops
+from service.replica.loop_processes import LoopProcesses
 from service.replica.memory import memory_model_for
 from service.replica.policy import BatchingPolicy, replica_budget
 from service.replica.step_runner import StepRunner
@@ -76,6 +78,10 @@ async def _test_delay() -> None:
     while time.monotonic() - start < _faults().shard_delay_s:
         await asyncio.sleep(0.05)
 
+
+# a step-loop process that does not answer a health check in this long counts as dead (Serve's own
+# health-check timeout is 30 s)
+CHILD_HEALTH_TIMEOUT_S = 20.0
 
 # the warm-up forecast: series, their longest lookback and horizon (run once at load)
 WARMUP_SERIES = 8
@@ -153,37 +159,72 @@ LEAST_TOKENS = RequestRouterConfig(
     request_router_config=LEAST_TOKENS,
 )
 class Predictor:
-    def __init__(self, settings: Settings, shipped: ShippedWeights | None = None):
+    """A replica. ``replica_id`` and ``loop_name`` are given only to a step-loop process
+    (``service.replica.loop_processes``): the replica it serves, and its loop's name."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        shipped: ShippedWeights | None = None,
+        replica_id: str | None = None,
+        loop_name: str = "",
+    ):
         settings = localize(settings, shipped)  # the driver's checkpoint, cached on this node
         self.settings = settings
+        in_serve = True
         try:
-            self.replica_id = serve.get_replica_context().replica_id.unique_id
-        except Exception:  # outside Serve (unit use)
-            self.replica_id = f"local-{os.getpid()}"
+            serve_id = serve.get_replica_context().replica_id.unique_id
+        except Exception:  # outside Serve: unit use, or a step-loop process
+            serve_id, in_serve = f"local-{os.getpid()}", False
+        self.replica_id = replica_id or serve_id
         self._user_config: dict = {}
         self._choose_loops(_replica_cpus(settings))
+        self.processes: LoopProcesses | None = None
+        if in_serve and self.step_loops > 1 and settings.cpu_step_loop_mode == "process":
+            self._start_processes()
+            return
         # the first loop loads the model; every loop builds its own runner on the one model and
         # warms it up, on the loop's own thread (see DeviceLoop)
         loops: list[DeviceLoop] = []
         try:
             for k in range(self.step_loops):
                 build = self._load if k == 0 else self._another_runner
-                loops.append(DeviceLoop(build, self.torch_threads, name=str(k)))
+                loops.append(DeviceLoop(build, self.torch_threads, name=f"{loop_name}{k}"))
         except BaseException:
             for loop in loops:
                 loop.stop()
             raise
         self.loops = DeviceLoops(loops)
         log.info(
-            "replica %s ready on %s: %d step loop(s) of %d torch thread(s), budget %d bytes per "
+            "replica %s%s ready on %s: %d step loop(s) of %d torch thread(s), budget %d bytes per "
             "loop, batch tokens %d, warm-up %.2f s",
             self.replica_id,
+            f" (step-loop process {loop_name}, pid {os.getpid()})" if loop_name else "",
             self.device,
             self.step_loops,
             self.torch_threads or 0,
             self.budget,
             self.max_batch_tokens,
             self.warmup_seconds,
+        )
+
+    def _start_processes(self) -> None:
+        """Run each step loop in a child process (``service.replica.loop_processes``), with an
+        equal share of the replica's CPUs and memory budget; this process only places shards."""
+        cpus = self.step_loops * (self.torch_threads or 1)
+        budget = replica_budget(self.settings, self.device) // self.step_loops
+        t0 = time.perf_counter()
+        self.processes = LoopProcesses(
+            type(self), self.settings, self.replica_id, self.step_loops, cpus // self.step_loops,
+            budget, warmup=warmup_shard,
+        )
+        info = self.processes.info()
+        self.budget, self.max_batch_tokens = info.budget_bytes, info.max_batch_tokens
+        log.info(
+            "replica %s ready on cpu: %d step-loop processes of %d torch thread(s), budget %d "
+            "bytes per loop, batch tokens %d, started in %.2f s",
+            self.replica_id, self.step_loops, self.torch_threads or 0, self.budget,
+            self.max_batch_tokens, time.perf_counter() - t0,
         )
 
     def _choose_loops(self, cpus: int | None) -> None:
@@ -294,16 +335,21 @@ class Predictor:
             user_config,
         )
 
-    def reconfigure(self, user_config: dict) -> None:
+    async def reconfigure(self, user_config: dict) -> None:
         """Live-tunable batching: ``max_batch_tokens``, ``batch_wait_timeout_s``,
-        ``max_prefill_tokens``, ``max_step_rows``."""
+        ``max_prefill_tokens``, ``max_step_rows`` (handed on to the step-loop processes)."""
         self._user_config = dict(user_config or {})
+        if self.processes is not None:
+            await self.processes.reconfigure(self._user_config)
+            return
         policy = self._policy(self._user_config)
         self.max_batch_tokens = policy.max_batch_tokens
         for runner in self.loops.runners:
             runner.use_policy(policy)
 
     async def describe(self) -> ReplicaInfo:
+        if self.processes is not None:
+            return self.processes.info()
         return ReplicaInfo(
             replica_id=self.replica_id,
             device=self.device,
@@ -322,6 +368,8 @@ class Predictor:
         gone, deadline passed, a hedged copy answered first), its rows leave at the next step."""
         if _faults().shard_delay_s:
             await _test_delay()
+        if self.processes is not None:
+            return await self.processes.forecast_shard(shard)
         loop = asyncio.get_running_loop()
         answer: asyncio.Future[ShardResult] = loop.create_future()
 
@@ -344,14 +392,17 @@ class Predictor:
         res.reports = [r for runner in self.loops.runners for r in runner.take_reports()]
         return res
 
-    def check_health(self) -> None:
-        if not self.loops.alive:
+    async def check_health(self) -> None:
+        if self.processes is not None:
+            await self.processes.check_health(CHILD_HEALTH_TIMEOUT_S)
+        elif not self.loops.alive:
             raise RuntimeError("a device loop thread has stopped")
 
     def __del__(self) -> None:
-        loops = getattr(self, "loops", None)
-        if loops is not None:
-            loops.stop()
+        for part in ("loops", "processes"):
+            held = getattr(self, part, None)
+            if held is not None:
+                held.stop()
 
 
 def _resolve(fut: asyncio.Future, res: ShardResult) -> None:

@@ -151,7 +151,7 @@ def test_a_replica_on_two_cpus_runs_one_single_thread_loop_per_cpu_and_paths_do_
         # each loop plans for half of the memory beyond the weights
         assert replica.budget < 2 << 30
         # a live user_config reaches every loop's runner
-        replica.reconfigure({"max_step_rows": 8, "batch_wait_timeout_s": 0.001})
+        asyncio.run(replica.reconfigure({"max_step_rows": 8, "batch_wait_timeout_s": 0.001}))
         assert [(r.policy.max_step_rows, r.policy.batch_wait_timeout_s)
                 for r in replica.loops.runners] == [(8, 0.001), (8, 0.001)]
         ran_on: list[int] = []
