@@ -268,3 +268,39 @@ def test_a_static_calibration_never_changes(tmp_path):
     replica = ReplicaCalibration(s, Calibration.load(cal_path))
     stamp = replica.refresh(_Runner())
     assert stamp["version"] == 0 and stamp["method"] == "cqr" and stamp["updated_at"] is None
+
+
+def test_the_scoring_index_is_saved_after_the_first_pass_then_at_most_every_interval_and_at_stop(
+    tmp_path, monkeypatch
+):
+    """Saving the index costs O(waiting files) (service.live_accuracy.INDEX_SAVE_INTERVAL_S), so a
+    gateway saves it after its first pass, then only once the interval has passed, and when it
+    stops; what a later start loads is what the last save held."""
+    import service.live_accuracy as la
+    from kronos_core.ledger.scoring import WaitingFiles
+
+    df = goog()
+    store = make_store(tmp_path / "store", 200)
+    ledger = Ledger(tmp_path / "ledger", writer_id="gw1")
+    ledger.record(records(df, range(180, 200)))
+    acc, _ = live(tmp_path, store)
+    index = acc.index_path
+
+    acc.score_pass()
+    first = WaitingFiles.load(index).waits
+    assert first and first == acc.waiting.waits  # saved by the first pass
+    ledger.record(records(df, range(190, 200)))  # a new file, waiting too
+    acc.score_pass()
+    assert len(acc.waiting.waits) == len(first) + 1
+    assert WaitingFiles.load(index).waits == first  # within the interval: not saved again
+
+    monkeypatch.setattr(la, "INDEX_SAVE_INTERVAL_S", 0.0)  # the interval has passed
+    acc.score_pass()
+    assert WaitingFiles.load(index).waits == acc.waiting.waits
+
+    monkeypatch.setattr(la, "INDEX_SAVE_INTERVAL_S", 3600.0)
+    ledger.record(records(df, range(195, 200)))
+    acc.score_pass()
+    assert len(WaitingFiles.load(index).waits) == len(acc.waiting.waits) - 1
+    acc.stop()  # the gateway stops: what the passes learnt is kept
+    assert WaitingFiles.load(index).waits == acc.waiting.waits
