@@ -3,7 +3,7 @@
 Two step loops in one Python process take turns holding the interpreter lock between torch
 operations, and a decode step of a small model is mostly such turns: offline, two threads ran a
 10-row step in ~11 ms each against 6.65 ms alone, and two processes in ~8 ms (docs/service.md,
-"Scheduling", "Two loops share one interpreter"). So a CPU replica with more than one loop runs
+"Scheduling", "Each loop in its own process"). So a CPU replica with more than one loop runs
 each loop in a child process by default (``Settings.cpu_step_loop_mode``): a Ray actor of the
 replica's own class with one loop and the loop's share of the CPUs and of the memory budget,
 pinned to the replica's node and owned by it (Ray ends the children when the replica ends).
