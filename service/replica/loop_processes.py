@@ -18,6 +18,7 @@ makes the replica report itself unhealthy, so Serve replaces it and its children
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable
@@ -92,19 +93,10 @@ class LoopProcesses:
             raise
 
     def info(self) -> ReplicaInfo:
-        """The replica's description: its first child's, with the loops counted."""
-        first = self.infos[0]
-        return ReplicaInfo(
-            replica_id=self.replica_id,
-            device=first.device,
-            budget_bytes=first.budget_bytes,  # each loop's, as with thread loops
-            max_batch_tokens=first.max_batch_tokens,
-            max_context=first.max_context,
-            model_cfg=first.model_cfg,
-            tokenizer_cfg=first.tokenizer_cfg,
-            model=first.model,
-            calibration=first.calibration,
-            step_loops=len(self.children),
+        """The replica's description: its first child's (``budget_bytes`` is each loop's, as with
+        thread loops), with the loops counted."""
+        return dataclasses.replace(
+            self.infos[0], replica_id=self.replica_id, step_loops=len(self.children)
         )
 
     def least_loaded(self) -> int:
