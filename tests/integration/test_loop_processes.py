@@ -155,11 +155,25 @@ def test_a_cancelled_call_leaves_no_rows_in_its_loop_process(loop_processes):
     assert held == [([0], True)] * 2
 
 
+def _kill(child) -> None:
+    """End a child and wait until Ray reports it dead (``ray.kill`` returns before it is)."""
+    import ray
+    from ray.exceptions import RayActorError
+
+    ray.kill(child)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            ray.get(child.__ray_ready__.remote(), timeout=10)
+        except RayActorError:
+            return
+        time.sleep(0.1)
+    raise AssertionError("the killed child still answers after 60 s")
+
+
 def test_a_dead_loop_process_fails_only_the_calls_that_need_it_and_the_replica_turns_unhealthy(
     live_service,
 ):
-    import ray
-
     from service.replica.deployment import Predictor
     from service.replica.loop_processes import LoopProcessDied, LoopProcesses
 
@@ -169,14 +183,14 @@ def test_a_dead_loop_process_fails_only_the_calls_that_need_it_and_the_replica_t
     )
     try:
         shard, options = _seeded_shard(2)
-        ray.kill(processes.children[0])
+        _kill(processes.children[0])
         with pytest.raises(LoopProcessDied, match="doomed-replica: step-loop process 0 ended"):
             asyncio.run(processes.check_health(10))
         # the live one answers every call meanwhile
         for _ in range(2):
             res = asyncio.run(processes.forecast_shard(shard))
             assert res.error is None
-        ray.kill(processes.children[1])
+        _kill(processes.children[1])
         with pytest.raises(LoopProcessDied, match="step-loop process 1 ended"):
             asyncio.run(processes.forecast_shard(shard))
         with pytest.raises(LoopProcessDied, match="process 0 ended.*process 1 ended"):
