@@ -211,11 +211,10 @@ class Predictor:
     def _start_processes(self) -> None:
         """Run each step loop in a child process (``service.replica.loop_processes``), with an
         equal share of the replica's CPUs and memory budget; this process only places shards."""
-        cpus = self.step_loops * (self.torch_threads or 1)
         budget = replica_budget(self.settings, self.device) // self.step_loops
         t0 = time.perf_counter()
         self.processes = LoopProcesses(
-            type(self), self.settings, self.replica_id, self.step_loops, cpus // self.step_loops,
+            type(self), self.settings, self.replica_id, self.step_loops, self.torch_threads or 1,
             budget, warmup=warmup_shard,
         )
         info = self.processes.info()
