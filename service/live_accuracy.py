@@ -338,7 +338,9 @@ def ledger_service(settings: Settings, store: Any, metrics: Metrics, gateway_id:
             retention_bytes=settings.ledger_retention_bytes,
         )
 
-    recorder = LedgerRecorder(open_ledger, metrics, settings.ledger_queue)
+    recorder = LedgerRecorder(
+        open_ledger, metrics, settings.ledger_queue, gather_s=settings.ledger_gather_s
+    )
     adaptive = GatewayAdaptation.for_settings(settings)
     live = LiveAccuracy(settings, ledger_dir, store, metrics, open_ledger, adaptive)
     log.info(

@@ -47,6 +47,7 @@ PARTITION = re.compile(r"^date=(\d{4}-\d{2}-\d{2})$")
 WRITER_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 SUFFIX = ".parquet"
 STALE_TMP_S = 3600.0  # a temporary file older than this is a crashed write
+NS_PER_DAY = 86_400 * 10**9
 
 
 def default_ledger_dir(store_dir: str | os.PathLike) -> Path:
@@ -169,18 +170,26 @@ class Ledger:
     # -- writing ---------------------------------------------------------------
 
     def record(self, records: Sequence[ForecastRecord]) -> Path | None:
-        """Append one request's forecasts as one new file (atomic); returns its path, None
-        when there is nothing to record. Raises ``LedgerWriteError`` (unwritable folder, full
-        disk): nothing of this call is in the ledger then, and earlier files are untouched."""
+        """Append forecasts (of one request or several) as one new file (atomic) in the day
+        partition of their request time, one file per day when they span midnight; returns the
+        (last) file's path, None when there is nothing to record. Raises ``LedgerWriteError``
+        (unwritable folder, full disk): the files of days already written stay, and earlier
+        files are untouched."""
         if not records:
             return None
         now = datetime.now(timezone.utc)
         table = to_table(records, self.features, self.keep_paths, now_ns=utc_ns(now))
         if table.num_rows == 0:
             return None
-        first = pc.min(table["request_time"]).cast(pa.int64()).as_py()
-        path = self.root / _partition_of(int(first)) / _file_name(self.writer_id, now)
-        write_parquet_atomic(path, table)
+        times = table["request_time"].cast(pa.int64()).to_numpy()  # (rows,) ns
+        days = times // NS_PER_DAY
+        path = None
+        for day in np.unique(days):
+            part = table if days.min() == days.max() else table.filter(pa.array(days == day))
+            path = self.root / _partition_of(int(day) * NS_PER_DAY) / _file_name(
+                self.writer_id, now
+            )
+            write_parquet_atomic(path, part)
         return path
 
     def write_scores(self, table: pa.Table) -> Path | None:

@@ -111,7 +111,7 @@ class Settings(BaseSettings):
     max_step_rows: int | None = Field(
         None, ge=0,
         description="continuous batching: rows (series x sample paths) of live batches that share "
-        "one decode step at most; default: 0 on CPU, 4,096 on GPU; 0: each batch steps alone",
+        "one decode step at most; default: 20 on CPU, 4,096 on GPU; 0: each batch steps alone",
     )
     max_skipped: int = Field(
         32, ge=0,
@@ -254,6 +254,11 @@ class Settings(BaseSettings):
                     "request's rows are "
         "dropped and counted in kronos_ledger_write_failures_total (the forecast never waits for "
         "the disk)",
+    )
+    ledger_gather_s: float = Field(
+        5.0, ge=0,
+        description="seconds the ledger writer waits after an answer for more to write into the "
+        "same file (a file costs ~15 ms of gateway CPU whatever its size); 0: no wait",
     )
     score_interval_s: float = Field(
         60.0, ge=0,

@@ -13,7 +13,9 @@ The
   live job with the least runs the next step, so a 5-symbol request admitted while a 1,000-symbol
   job decodes finishes after its own few steps, waiting at most one step of the big job. The big job
   keeps its state (caches, tokens) and resumes where it stopped: preemption costs nothing but the
-  wait.
+  wait. Equal work goes to the job cut from the smaller shard (``shard_rows``), then by arrival:
+  the replica cuts a big shard into jobs no bigger than a small request's own, and arrival alone
+  put a small request behind every part of a big one that came first.
 * **Aging.** The oldest live job runs next, whatever its size, once other jobs have run
   ``max_skipped`` steps since it last ran, so a stream of small jobs slows a big one down but never
   starves it: the oldest live job gets at least one step in every ``max_skipped + 1``, and since
@@ -33,6 +35,11 @@ then
 * **Shared steps.** The job picked to run may take other live jobs into its decode step
   (continuous batching: ``by_priority`` gives the order, the replica's batching policy the
   row cap); every job in it counts the step (``stepped_together``).
+* **Ride along.** With shared steps on (``max_step_rows``), a job that has not prefilled, has
+  fewer rows than the decoding job that would run, and fits beside it under the cap, prefills
+  first, so that it rides along that job's remaining steps. By work alone, a 5-row job that
+  arrived while a 10-row job had fewer than half its steps left waited for that job to finish,
+  then stepped alone: it neither shared a step nor started at once.
 * **Determinism.** Ties break by arrival order; the plan depends only on the calls made, never on
 time.
 """
@@ -56,6 +63,8 @@ class BatchTicket:
     resident_bytes: int = 0  # memory the job holds while admitted (inputs, caches)
     transient_bytes: int = 0  # extra memory while one of its steps runs
     steps_left: int = -1  # -1: ``steps``
+    # rows of the largest shard the job carries (a part of): equal work goes to the smaller one
+    shard_rows: int = 0
     cancelled: bool = False
     started: bool = False  # admitted (prefilled)
     # the oldest live job: steps of others since it last ran; queued: plans it waited
@@ -70,6 +79,17 @@ class BatchTicket:
     def work(self) -> int:
         """Remaining row-steps: the priority (smaller runs first)."""
         return self.rows * max(self.steps_left, 0)
+
+    @property
+    def prefilled(self) -> bool:
+        """It ran its first step (tokenize and prefill): its next ones are decode steps."""
+        return self.steps_left < self.steps
+
+    @property
+    def priority(self) -> tuple[int, int, int]:
+        """Smaller runs first: remaining work, then the size of the shard it was cut from, then
+        arrival."""
+        return (self.work, self.shard_rows, self.arrival)
 
 
 @dataclass(frozen=True)
@@ -86,11 +106,16 @@ class NextStep:
 class Scheduler:
     """Plans the replica's device loop; see the module docstring for the policy."""
 
-    def __init__(self, budget_bytes: int, max_skipped: int = DEFAULT_MAX_SKIPPED):
+    def __init__(
+        self, budget_bytes: int, max_skipped: int = DEFAULT_MAX_SKIPPED, max_step_rows: int = 0
+    ):
+        """``max_step_rows``: the batching policy's row cap of a shared step (0: no shared steps,
+        no riding along)."""
         if max_skipped < 0:
             raise ValueError(f"max_skipped must be >= 0, got {max_skipped}")
         self.budget_bytes = int(budget_bytes)
         self.max_skipped = max_skipped
+        self.max_step_rows = max_step_rows
         self.queued: dict[int, BatchTicket] = {}  # submitted, not admitted
         self.live: dict[int, BatchTicket] = {}  # admitted, not finished
         self._arrivals = 0
@@ -127,9 +152,9 @@ class Scheduler:
                 del self.live[job_id]
 
     def by_priority(self, exclude: int | None = None) -> list[int]:
-        """The live jobs (but ``exclude``), least remaining work first, then by arrival: the order
-        in which others join a shared decode step."""
-        ts = sorted(self.live.values(), key=lambda t: (t.work, t.arrival))
+        """The live jobs (but ``exclude``) by ``BatchTicket.priority``: the order in which others
+        join a shared decode step."""
+        ts = sorted(self.live.values(), key=lambda t: t.priority)
         return [t.job_id for t in ts if t.job_id != exclude]
 
     def discard(self, job_id: int) -> None:
@@ -162,14 +187,11 @@ class Scheduler:
     def _admit(self) -> list[int]:
         admitted: list[int] = []
         live = list(self.live.values())
-        # jobs that waited too long go first, by arrival; then the rest, least work first
+        # jobs that waited too long go first, by arrival; then the rest by priority
         order = sorted(
             self.queued.values(),
-            key=lambda t: (
-                t.skipped < self.max_skipped,
-                t.arrival if t.skipped >= self.max_skipped else t.work,
-                t.arrival,
-            ),
+            key=lambda t: (True, t.priority) if t.skipped < self.max_skipped
+            else (False, (t.arrival, 0, 0)),
         )
         for t in order:
             if not live or self.memory_in_use([*live, t]) <= self.budget_bytes:
@@ -191,4 +213,13 @@ class Scheduler:
         oldest = min(self.live.values(), key=lambda t: t.arrival)
         if oldest.skipped >= self.max_skipped:
             return oldest.job_id
-        return min(self.live.values(), key=lambda t: (t.work, t.arrival)).job_id
+        best = min(self.live.values(), key=lambda t: t.priority)
+        if self.max_step_rows > 0 and best.prefilled:  # Ride along (module docstring)
+            riders = [
+                t for t in self.live.values()
+                if not t.prefilled and t.rows < best.rows
+                and t.rows + best.rows <= self.max_step_rows
+            ]
+            if riders:
+                return min(riders, key=lambda t: t.priority).job_id
+        return best.job_id

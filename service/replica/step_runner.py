@@ -198,7 +198,11 @@ class StepRunner:
         self.calibration: Calibration | None = None  # this model's calibration, when configured
         # its stamp (adaptive calibration: version, hash, updated_at)
         self.calibration_state: dict | None = None
-        self.scheduler = Scheduler(self.policy.budget_bytes, max_skipped=self.policy.max_skipped)
+        self.scheduler = Scheduler(
+            self.policy.budget_bytes,
+            max_skipped=self.policy.max_skipped,
+            max_step_rows=self.policy.max_step_rows,
+        )
         self.memory_model = memory_model
         self.clock = clock
         self.jobs: dict[int, DeviceBatch] = {}
@@ -230,6 +234,7 @@ class StepRunner:
             self.policy = policy
             self.scheduler.budget_bytes = policy.budget_bytes
             self.scheduler.max_skipped = policy.max_skipped
+            self.scheduler.max_step_rows = policy.max_step_rows
 
     def take_reports(self) -> list[BatchReport]:
         with self._lock:
@@ -382,6 +387,7 @@ class StepRunner:
                 job.job_id,
                 rows=len(lengths) * options.sample_count,
                 steps=options.horizon,
+                shard_rows=max(g.pending.shard.size for g in segments) * options.sample_count,
                 resident_bytes=resident,
                 transient_bytes=transient,
             )

@@ -19,6 +19,21 @@ from kronos_core.ledger import CalibrationStamp, Ledger, LedgerError, LedgerWrit
 from kronos_core.ledger.ledger import partition_files
 
 
+def test_records_of_two_utc_days_go_to_two_files_each_in_its_day(tmp_path):
+    led = Ledger(tmp_path / "ledger", writer_id="gw-1")
+    late = datetime(2026, 3, 1, 23, 59, 59, tzinfo=timezone.utc)
+    early = datetime(2026, 3, 2, 0, 0, 1, tzinfo=timezone.utc)
+    led.record([record("AAA", START, 2, request_id="a", request_time=late),
+                record("BBB", START, 2, request_id="b", request_time=early),
+                record("CCC", START, 2, request_id="c", request_time=late)])
+    files = led.files()
+    assert [f.parent.name for f in files] == ["date=2026-03-01", "date=2026-03-02"]
+    df = led.read().to_pandas()
+    assert sorted(df.request_id.unique()) == ["a", "b", "c"] and len(df) == 6
+    # a reader from the second day sees its rows, and only them
+    assert set(led.read(since=early).to_pandas().request_id) == {"b"}
+
+
 def test_record_and_read_round_trip(tmp_path):
     led = Ledger(tmp_path / "ledger", writer_id="gw-1")
     stamp = CalibrationStamp("aci", 3, "f00d", datetime(2026, 1, 2, tzinfo=timezone.utc))

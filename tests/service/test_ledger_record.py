@@ -155,6 +155,40 @@ def test_the_answer_never_waits_for_a_slow_disk(tmp_path):
     assert gw.recorder.written + gw.recorder.failed == 5
 
 
+def test_answers_within_the_gather_window_share_one_file_and_flush_does_not_wait_it_out(tmp_path):
+    gw, m = recording_gateway(tmp_path, gather_s=30.0)
+    outs = [forecast(gw, symbols=[f"S00{i}"]) for i in range(3)]
+    t0 = time.perf_counter()
+    assert gw.recorder.flush()
+    assert time.perf_counter() - t0 < 10  # the writer stopped gathering when asked to flush
+    files = Ledger(tmp_path).files()
+    assert len(files) == 1
+    rows = Ledger(tmp_path).read().to_pandas()
+    assert set(rows["request_id"]) == {o.request_id for o in outs} and len(rows) == 3 * 4
+    assert gw.recorder.written == 3 and sample_value(m, "kronos_ledger_rows_total") == 3
+    # without a window, an answer that comes alone is written alone
+    gw0, _ = recording_gateway(tmp_path / "apart", gather_s=0.0)
+    for i in range(2):
+        forecast(gw0, symbols=[f"S00{i}"])
+        assert gw0.recorder.flush()
+    assert len(Ledger(tmp_path / "apart").files()) == 2
+
+
+def test_a_failed_gathered_write_fails_every_answer_in_it(tmp_path, monkeypatch):
+    gw, m = recording_gateway(tmp_path, gather_s=30.0)
+
+    def full_disk(ledger, answers):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    gw.recorder._write = full_disk
+    for i in range(3):
+        forecast(gw, symbols=[f"S00{i}"])
+    assert gw.recorder.flush()
+    assert gw.recorder.failed == 3 and gw.recorder.written == 0
+    assert sample_value(m, "kronos_ledger_write_failures_total") == 3
+    gw.recorder.close()
+
+
 def test_the_calibration_state_the_replicas_applied_is_answered_and_recorded(tmp_path):
     from service_fakes import FakeReplicas, fake_info
 

@@ -304,12 +304,15 @@ def test_a_preempted_job_rides_along_the_steps_of_the_job_that_preempted_it_with
     _three_jobs(r, out)
     r.run_until_idle()
     # small (least work) prefills, then its 3 decode steps take big in (2 + 10 rows) when the cap
-    # allows; big then finishes (its work ties mid's, it came first), then mid runs alone
+    # allows; then big's work (2 steps x 10 rows) ties mid's (4 x 5): mid, cut from the smaller
+    # shard, goes first, its prefill alone and its decode steps taking big in (5 + 10 rows) when
+    # the cap allows
     shared = 3 if cap >= 12 else 0
-    assert engine.shared == [(5, 1000)] * shared
+    with_mid = 2 if cap >= 15 else 0
+    assert engine.shared == [(5, 1000)] * shared + [(50, 1000)] * with_mid
     assert {res.request_id for res in out} == {"big", "small", "mid"}
     reports = {rep.series: rep for rep in r.take_reports()}
-    assert [reports[n].shared_steps for n in (2, 5, 10)] == [shared, 0, shared]
+    assert [reports[n].shared_steps for n in (2, 5, 10)] == [shared, with_mid, shared + with_mid]
     assert [reports[n].decode_steps for n in (2, 5, 10)] == [4, 4, 6]
     np.testing.assert_allclose(
         next(res for res in out if res.request_id == "big").mean[:, 0, 0], np.arange(1000, 1010)
