@@ -13,6 +13,12 @@ Measures, in one run (ratios are within the run):
   (and beside a single small one), in rounds of the three run back to back and one more alone run:
   each ratio is the median over rounds of a run against the mean of the alone runs before and after
   it (the machine's speed drifts); times are medians, every run is in the JSON. Goal: <= 10% slower.
+* ``cpu_per_small_s``: what each small request beside the big one cost the machine, in CPU seconds:
+  the CPU the whole machine used during each "with small ones" run (``/proc/stat``: the service,
+  Ray and this bench), less what the bracketing alone runs used per second over as long, over the
+  small requests of the run; the median over rounds (Linux only; no goal). On a machine the big
+  request keeps busy, ``big_with_small_over_alone`` is about ``1 / (1 - cpu_per_small_s / (cores
+  x small_every_s))``: it says which way a change moved the ratio apart from the run's noise.
 * ``mixed``: concurrent clients with different horizons, lookbacks and sample counts for a while, in
   row-steps/s (series x sample paths x horizon steps answered per second), against the engine's
   single-batch throughput on the same work, measured in this process beforehand: each shape's
@@ -197,6 +203,41 @@ def _rounded(xs: list[float]) -> list[float]:
     return [round(x, 3) for x in xs]
 
 
+def busy_cpu_s() -> float | None:
+    """CPU seconds the whole machine has spent busy since boot (``/proc/stat``: all but idle and
+    iowait), or None where there is no ``/proc/stat``."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_per_small(
+    alone: list[tuple[float, float | None]], with_small: list[tuple[float, float | None]],
+    smalls: list[int],
+) -> float | None:
+    """CPU seconds each small request cost: per round, the CPU of the run with small ones less
+    what the bracketing alone runs used per second over as long, over the run's small requests
+    -> the median over rounds. ``alone`` / ``with_small``: (seconds, busy CPU seconds) per run."""
+    per_round = []
+    for (t, cpu), n, a, b in zip(with_small, smalls, alone, alone[1:]):
+        if cpu is None or a[1] is None or b[1] is None or n == 0:
+            return None
+        rate = (a[1] + b[1]) / (a[0] + b[0])  # busy CPU seconds a second, the big request alone
+        per_round.append((cpu - rate * t) / n)
+    return statistics.median(per_round) if per_round else None
+
+
+def _timed_cpu(run):
+    """``run()``'s result and the machine's busy CPU seconds over it."""
+    c0 = busy_cpu_s()
+    out = run()
+    c1 = busy_cpu_s()
+    return out, None if c0 is None or c1 is None else c1 - c0
+
+
 def _big_with_smalls(
     client_factory, big: dict, small: dict, every_s: float
 ) -> tuple[float, list[float]]:
@@ -326,17 +367,28 @@ def measure(host: str, sizes: Sizes, symbols: list[str], engine: dict, fresh: bo
     # (identical 1,000-symbol requests took 5.7 to 10 s within minutes here); bracketing cancels a
     # drift slower than a round.
     alone_s, with_s, with_one_s, smalls, one = [], [], [], [], []
-    for _ in range(sizes.big_rounds):
+    alone_cpu, with_cpu, smalls_per_round = [], [], []  # (seconds, busy CPU s) per run
+
+    def alone_run() -> None:
         with client_factory() as c:
-            alone_s.append(_post(c, big))
-        b, s = _big_with_smalls(client_factory, big, small, sizes.small_every_s)
+            t, cpu = _timed_cpu(lambda: _post(c, big))
+        alone_s.append(t)
+        alone_cpu.append((t, cpu))
+
+    for _ in range(sizes.big_rounds):
+        alone_run()
+        (b, s), cpu = _timed_cpu(
+            lambda: _big_with_smalls(client_factory, big, small, sizes.small_every_s)
+        )
         with_s.append(b)
+        with_cpu.append((b, cpu))
+        smalls_per_round.append(len(s))
         smalls += s
         b, s = _big_with_smalls(client_factory, big, small, float("inf"))  # a single small request
         with_one_s.append(b)
         one += s
-    with client_factory() as c:
-        alone_s.append(_post(c, big))
+    alone_run()
+    small_cpu = cpu_per_small(alone_cpu, with_cpu, smalls_per_round)
     log.info(
         "first %.3f s, small idle %.3f s, big alone %s, with small ones %s (%d small ones), with "
         "one %s",
@@ -362,6 +414,7 @@ def measure(host: str, sizes: Sizes, symbols: list[str], engine: dict, fresh: bo
                 "alone": _rounded(alone_s), "with_small": _rounded(with_s),
                 "with_one_small": _rounded(with_one_s),
             },
+            "cpu_per_small_s": None if small_cpu is None else round(small_cpu, 4),
             "mixed": mixed, "first_after_ready_s": round(first, 4) if fresh else None,
             "warm_s": round(small_idle, 4),
             # the gateway's read / forecast / total ms of each
@@ -409,6 +462,10 @@ def table(fig: dict) -> str:
             f"big request with a small one every {fig['sizes']['small_every_s']:g} s "
             f"({fig['small_requests_beside_big']})", f"{fig['big_with_small_s']:.2f} s",
             "big_with_small_over_alone",
+        ),
+        (
+            "CPU each small request cost beside the big one (whole machine)",
+            "-" if fig.get("cpu_per_small_s") is None else f"{fig['cpu_per_small_s']:.3f} s", "",
         ),
         (
             "big request with one small one", f"{fig['big_with_one_small_s']:.2f} s",

@@ -8,6 +8,8 @@ from loadtests.bench_mixed import (
     QUICK,
     Sizes,
     bracketed_ratio,
+    busy_cpu_s,
+    cpu_per_small,
     mixed_shapes,
     same_work_ratio,
 )
@@ -42,6 +44,26 @@ def test_bracketed_ratio_compares_each_run_with_the_alone_runs_around_it():
     assert bracketed_ratio([6.875, 9.625], alone) < 9.625 / min(alone)
     with pytest.raises(ValueError, match="need 3 alone runs"):
         bracketed_ratio([1.0, 1.0], [1.0, 1.0])
+
+
+def test_cpu_per_small_is_the_runs_cpu_beyond_the_alone_rate_over_its_small_requests():
+    # alone: 2 busy CPU s a second (10 s, 20 CPU s; 12 s, 24 CPU s); with small ones: 11 s and
+    # 26.4 CPU s, 22 CPU s of them the big request's: 4.4 CPU s over 20 small ones
+    alone = [(10.0, 20.0), (12.0, 24.0), (10.0, 20.0)]
+    with_small = [(11.0, 26.4), (11.0, 23.1)]
+    assert cpu_per_small(alone, with_small, [20, 11]) == pytest.approx((0.22 + 0.1) / 2)
+    assert cpu_per_small(alone, [(11.0, None)], [20]) is None  # no /proc/stat
+    assert cpu_per_small(alone, [(11.0, 26.4)], [0]) is None
+
+
+def test_busy_cpu_grows_while_this_process_works():
+    before = busy_cpu_s()
+    if before is None:
+        pytest.skip("no /proc/stat on this system")
+    x = 0
+    for i in range(3_000_000):  # ~0.1-0.3 s of CPU
+        x += i * i
+    assert busy_cpu_s() > before and x > 0
 
 
 @pytest.mark.parametrize(("met", "quick", "rc"), [
