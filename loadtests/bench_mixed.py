@@ -15,8 +15,9 @@ Measures, in one run (ratios are within the run):
   it (the machine's speed drifts); times are medians, every run is in the JSON. Goal: <= 10% slower.
 * ``cpu_per_small_s``: what each small request beside the big one cost the machine, in CPU seconds:
   the CPU the whole machine used during each "with small ones" run (``/proc/stat``: the service,
-  Ray and this bench), less what the bracketing alone runs used per second over as long, over the
-  small requests of the run; the median over rounds (Linux only; no goal). On a machine the big
+  Ray and this bench), less the mean of what the bracketing alone runs used (the same big request's
+  work), over the small requests of the run; the median over rounds (Linux only; no goal). Not a
+  rate: on cores the big request keeps busy, a run's CPU is cores x its wall time whatever it does. On a machine the big
   request keeps busy, ``big_with_small_over_alone`` is about ``1 / (1 - cpu_per_small_s / (cores
   x small_every_s))``: it says which way a change moved the ratio apart from the run's noise.
 * ``mixed``: concurrent clients with different horizons, lookbacks and sample counts for a while, in
@@ -219,14 +220,13 @@ def cpu_per_small(
     smalls: list[int],
 ) -> float | None:
     """CPU seconds each small request cost: per round, the CPU of the run with small ones less
-    what the bracketing alone runs used per second over as long, over the run's small requests
-    -> the median over rounds. ``alone`` / ``with_small``: (seconds, busy CPU seconds) per run."""
+    the mean CPU of the alone runs just before and after it, over the run's small requests -> the
+    median over rounds. ``alone`` / ``with_small``: (seconds, busy CPU seconds) per run."""
     per_round = []
-    for (t, cpu), n, a, b in zip(with_small, smalls, alone, alone[1:]):
+    for (_t, cpu), n, a, b in zip(with_small, smalls, alone, alone[1:]):
         if cpu is None or a[1] is None or b[1] is None or n == 0:
             return None
-        rate = (a[1] + b[1]) / (a[0] + b[0])  # busy CPU seconds a second, the big request alone
-        per_round.append((cpu - rate * t) / n)
+        per_round.append((cpu - (a[1] + b[1]) / 2) / n)
     return statistics.median(per_round) if per_round else None
 
 
