@@ -17,9 +17,9 @@ Measures, in one run (ratios are within the run):
   the CPU the whole machine used during each "with small ones" run (``/proc/stat``: the service,
   Ray and this bench), less the mean of what the bracketing alone runs used (the same big request's
   work), over the small requests of the run; the median over rounds (Linux only; no goal). Not a
-  rate: on cores the big request keeps busy, a run's CPU is cores x its wall time whatever it does. On a machine the big
-  request keeps busy, ``big_with_small_over_alone`` is about ``1 / (1 - cpu_per_small_s / (cores
-  x small_every_s))``: it says which way a change moved the ratio apart from the run's noise.
+  rate: on cores the big request keeps busy, a run's CPU is cores x its wall time whatever it does.
+  There, ``big_with_small_over_alone`` is about ``1 / (1 - cpu_per_small_s / (cores x
+  small_every_s))``: the CPU figure says what the ratio means in CPU per request.
 * ``mixed``: concurrent clients with different horizons, lookbacks and sample counts for a while, in
   row-steps/s (series x sample paths x horizon steps answered per second), against the engine's
   single-batch throughput on the same work, measured in this process beforehand: each shape's

@@ -91,12 +91,6 @@ class Settings(BaseSettings):
         "process (a Ray actor on the replica's node), `thread` runs them as threads of the "
         "replica's process, where they share one interpreter lock",
     )
-    cpu_step_loop_nice: int = Field(
-        5, ge=0, le=19,
-        description="niceness a served CPU replica adds to its step-loop threads, so that the "
-        "request path (proxy, gateway, the replica's calls) is not queued behind decode steps on "
-        "busy cores; 0: none",
-    )
     device_budget_bytes: int | None = Field(
         None, gt=0,
         description="memory one replica may use for its batches (its step loops split it); "

@@ -186,15 +186,10 @@ class Predictor:
         # the first loop loads the model; every loop builds its own runner on the one model and
         # warms it up, on the loop's own thread (see DeviceLoop)
         loops: list[DeviceLoop] = []
-        # a served CPU loop (in the replica or a step-loop process) yields to the request path
-        served = in_serve or bool(loop_name)
-        nice = settings.cpu_step_loop_nice if self.device == "cpu" and served else 0
         try:
             for k in range(self.step_loops):
                 build = self._load if k == 0 else self._another_runner
-                loops.append(
-                    DeviceLoop(build, self.torch_threads, name=f"{loop_name}{k}", nice=nice)
-                )
+                loops.append(DeviceLoop(build, self.torch_threads, name=f"{loop_name}{k}"))
         except BaseException:
             for loop in loops:
                 loop.stop()

@@ -11,7 +11,6 @@ each shard on the loop with the fewest tokens in flight.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,21 +31,12 @@ class DeviceLoop:
     included, runs on this thread: a thread that has used torch keeps a team of OpenMP workers, and
     two teams over the same cores made every step ~2x slower (docs/service.md, "Scheduling", "One
     thread runs torch per loop").
-
-    ``nice``: added to this thread's niceness before the build (Linux: a thread's own; 0: none),
-    so that on a CPU the request path (Serve's proxy, the gateway, the replica's own calls) takes
-    the cores it needs at once instead of queueing behind the loops' steps.
     """
 
     def __init__(
-        self,
-        build: Callable[[], StepRunner],
-        torch_threads: int | None = None,
-        name: str = "0",
-        nice: int = 0,
+        self, build: Callable[[], StepRunner], torch_threads: int | None = None, name: str = "0"
     ):
         self._stop = False
-        self.nice = nice
         self._built = threading.Event()
         self._error: BaseException | None = None
         self.torch_threads = torch_threads
@@ -61,8 +51,6 @@ class DeviceLoop:
 
     def _run(self, build: Callable[[], StepRunner]) -> None:
         try:
-            if self.nice:
-                os.nice(self.nice)  # this thread only (Linux threads have their own niceness)
             if self.torch_threads:
                 import torch
 

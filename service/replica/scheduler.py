@@ -35,11 +35,6 @@ then
 * **Shared steps.** The job picked to run may take other live jobs into its decode step
   (continuous batching: ``by_priority`` gives the order, the replica's batching policy the
   row cap); every job in it counts the step (``stepped_together``).
-* **Ride along.** With shared steps on (``max_step_rows``), a job that has not prefilled, has
-  fewer rows than the decoding job that would run, and fits beside it under the cap, prefills
-  first, so that it rides along that job's remaining steps. By work alone, a 5-row job that
-  arrived while a 10-row job had fewer than half its steps left waited for that job to finish,
-  then stepped alone: it neither shared a step nor started at once.
 * **Determinism.** Ties break by arrival order; the plan depends only on the calls made, never on
 time.
 """
@@ -81,11 +76,6 @@ class BatchTicket:
         return self.rows * max(self.steps_left, 0)
 
     @property
-    def prefilled(self) -> bool:
-        """It ran its first step (tokenize and prefill): its next ones are decode steps."""
-        return self.steps_left < self.steps
-
-    @property
     def priority(self) -> tuple[int, int, int]:
         """Smaller runs first: remaining work, then the size of the shard it was cut from, then
         arrival."""
@@ -106,16 +96,11 @@ class NextStep:
 class Scheduler:
     """Plans the replica's device loop; see the module docstring for the policy."""
 
-    def __init__(
-        self, budget_bytes: int, max_skipped: int = DEFAULT_MAX_SKIPPED, max_step_rows: int = 0
-    ):
-        """``max_step_rows``: the batching policy's row cap of a shared step (0: no shared steps,
-        no riding along)."""
+    def __init__(self, budget_bytes: int, max_skipped: int = DEFAULT_MAX_SKIPPED):
         if max_skipped < 0:
             raise ValueError(f"max_skipped must be >= 0, got {max_skipped}")
         self.budget_bytes = int(budget_bytes)
         self.max_skipped = max_skipped
-        self.max_step_rows = max_step_rows
         self.queued: dict[int, BatchTicket] = {}  # submitted, not admitted
         self.live: dict[int, BatchTicket] = {}  # admitted, not finished
         self._arrivals = 0
@@ -213,13 +198,4 @@ class Scheduler:
         oldest = min(self.live.values(), key=lambda t: t.arrival)
         if oldest.skipped >= self.max_skipped:
             return oldest.job_id
-        best = min(self.live.values(), key=lambda t: t.priority)
-        if self.max_step_rows > 0 and best.prefilled:  # Ride along (module docstring)
-            riders = [
-                t for t in self.live.values()
-                if not t.prefilled and t.rows < best.rows
-                and t.rows + best.rows <= self.max_step_rows
-            ]
-            if riders:
-                return min(riders, key=lambda t: t.priority).job_id
-        return best.job_id
+        return min(self.live.values(), key=lambda t: t.priority).job_id

@@ -198,11 +198,7 @@ class StepRunner:
         self.calibration: Calibration | None = None  # this model's calibration, when configured
         # its stamp (adaptive calibration: version, hash, updated_at)
         self.calibration_state: dict | None = None
-        self.scheduler = Scheduler(
-            self.policy.budget_bytes,
-            max_skipped=self.policy.max_skipped,
-            max_step_rows=self.policy.max_step_rows,
-        )
+        self.scheduler = Scheduler(self.policy.budget_bytes, max_skipped=self.policy.max_skipped)
         self.memory_model = memory_model
         self.clock = clock
         self.jobs: dict[int, DeviceBatch] = {}
@@ -234,7 +230,6 @@ class StepRunner:
             self.policy = policy
             self.scheduler.budget_bytes = policy.budget_bytes
             self.scheduler.max_skipped = policy.max_skipped
-            self.scheduler.max_step_rows = policy.max_step_rows
 
     def take_reports(self) -> list[BatchReport]:
         with self._lock:

@@ -70,23 +70,6 @@ def test_equal_work_goes_to_the_job_of_the_smaller_shard_not_the_first_to_arrive
     assert drive(s, 10) == [3, 3, 1, 1]
 
 
-@pytest.mark.parametrize(
-    ("cap", "rows", "rides"), [(20, 5, True), (0, 5, False), (14, 5, False), (20, 10, False)]
-)
-def test_a_smaller_job_prefills_at_once_to_ride_along_a_decoding_job_within_the_cap(
-    cap, rows, rides
-):
-    s = Scheduler(budget_bytes=1000, max_skipped=100, max_step_rows=cap)
-    s.submit(BatchTicket(1, rows=10, steps=24, shard_rows=500))
-    assert drive(s, 14) == [1] * 14  # 10 steps left: less work (100) than the new job's (120)
-    s.submit(BatchTicket(2, rows=rows, steps=24, shard_rows=rows))
-    plan = s.next_step()
-    assert plan.run == (2 if rides else 1)
-    s.stepped(plan.run, s.live[plan.run].steps_left - 1)
-    if rides:  # prefilled, it now rides along the steps of the job with less work
-        assert s.next_step().run == 1
-
-
 def test_no_starvation_a_big_job_gets_a_step_in_every_max_skipped_plus_one():
     s = Scheduler(budget_bytes=10**6, max_skipped=3)
     s.submit(BatchTicket(1, rows=1000, steps=10))
