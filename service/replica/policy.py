@@ -35,16 +35,14 @@ from service.replica.scheduler import DEFAULT_MAX_SKIPPED
 # batches waste a GPU, and its prefill of 32,768 tokens is milliseconds (an estimate from the
 # model's FLOPs). The measurements behind the CPU figure: docs/service.md, "Scheduling".
 DEFAULT_MAX_PREFILL_TOKENS = {"cpu": 2048, "cuda": 32768}
-# Rows one shared decode step holds at most, per device kind, when the setting is unset. CPU: 20,
-# room for a small request's rows beside one prefill-capped job of a big request (10 rows at
-# lookback 200): a decode step of this small model is mostly per-call overhead (5 rows ~5 ms,
-# 10 ~7 ms, 10 + 5 shared ~9.6 ms), so riding along a big job's steps costs a small request about
-# half the CPU of stepping alone (its loop process: ~97 ms against ~195 ms), and the big request
-# pays that much less; the small request's own steps get slower (1.75-1.85x its idle latency beside
-# a big one, goal 2). A larger cap lets big jobs' steps grow and small ones wait longer. GPU: a
-# step's cost hardly grows with rows; the cap bounds the step's working memory. The measurements:
-# docs/service.md, "Scheduling".
-DEFAULT_MAX_STEP_ROWS = {"cpu": 20, "cuda": 4096}
+# Rows one shared decode step holds at most, per device kind, when the setting is unset. CPU: 0, no
+# shared steps: a shared step runs at the cost of all its rows, so a small job sharing with big
+# ones runs slower. Measured with each step loop in a process of its own (kronos bench mixed, one
+# replica, four runs each): with 20 the small request beside a big one read 1.64-2.28x its idle
+# latency against 1.09-1.32x with 0, and the big request with a small one every second 1.09-1.17
+# against 1.09-1.19: no gain to pay for it (docs/service.md, "Scheduling"). GPU: a step's cost
+# hardly grows with rows; the cap bounds the step's working memory.
+DEFAULT_MAX_STEP_ROWS = {"cpu": 0, "cuda": 4096}
 CPU_DEFAULT_BUDGET = 2 << 30  # bytes a CPU replica plans its batches for, when the setting is unset
 GPU_BUDGET_SHARE = 0.9  # of the free GPU memory at start, when the setting is unset
 # a batch of this many series or fewer is not halved on out-of-memory: its shard fails
