@@ -216,17 +216,16 @@ def busy_cpu_s() -> float | None:
 
 
 def cpu_per_small(
-    alone: list[tuple[float, float | None]], with_small: list[tuple[float, float | None]],
-    smalls: list[int],
+    alone: list[float | None], with_small: list[float | None], smalls: list[int]
 ) -> float | None:
     """CPU seconds each small request cost: per round, the CPU of the run with small ones less
     the mean CPU of the alone runs just before and after it, over the run's small requests -> the
-    median over rounds. ``alone`` / ``with_small``: (seconds, busy CPU seconds) per run."""
+    median over rounds. ``alone`` / ``with_small``: busy CPU seconds of each run (None: unknown)."""
     per_round = []
-    for (_t, cpu), n, a, b in zip(with_small, smalls, alone, alone[1:]):
-        if cpu is None or a[1] is None or b[1] is None or n == 0:
+    for cpu, n, a, b in zip(with_small, smalls, alone, alone[1:]):
+        if cpu is None or a is None or b is None or n == 0:
             return None
-        per_round.append((cpu - (a[1] + b[1]) / 2) / n)
+        per_round.append((cpu - (a + b) / 2) / n)
     return statistics.median(per_round) if per_round else None
 
 
@@ -367,13 +366,13 @@ def measure(host: str, sizes: Sizes, symbols: list[str], engine: dict, fresh: bo
     # (identical 1,000-symbol requests took 5.7 to 10 s within minutes here); bracketing cancels a
     # drift slower than a round.
     alone_s, with_s, with_one_s, smalls, one = [], [], [], [], []
-    alone_cpu, with_cpu, smalls_per_round = [], [], []  # (seconds, busy CPU s) per run
+    alone_cpu, with_cpu, smalls_per_round = [], [], []  # busy CPU seconds of each run
 
     def alone_run() -> None:
         with client_factory() as c:
             t, cpu = _timed_cpu(lambda: _post(c, big))
         alone_s.append(t)
-        alone_cpu.append((t, cpu))
+        alone_cpu.append(cpu)
 
     for _ in range(sizes.big_rounds):
         alone_run()
@@ -381,7 +380,7 @@ def measure(host: str, sizes: Sizes, symbols: list[str], engine: dict, fresh: bo
             lambda: _big_with_smalls(client_factory, big, small, sizes.small_every_s)
         )
         with_s.append(b)
-        with_cpu.append((b, cpu))
+        with_cpu.append(cpu)
         smalls_per_round.append(len(s))
         smalls += s
         b, s = _big_with_smalls(client_factory, big, small, float("inf"))  # a single small request

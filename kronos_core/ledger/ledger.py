@@ -183,9 +183,10 @@ class Ledger:
             return None
         times = table["request_time"].cast(pa.int64()).to_numpy()  # (rows,) ns
         days = times // NS_PER_DAY
+        unique = np.unique(days)
         path = None
-        for day in np.unique(days):
-            part = table if days.min() == days.max() else table.filter(pa.array(days == day))
+        for day in unique:
+            part = table if len(unique) == 1 else table.filter(pa.array(days == day))
             path = self.root / _partition_of(int(day) * NS_PER_DAY) / _file_name(
                 self.writer_id, now
             )

@@ -49,11 +49,11 @@ def test_bracketed_ratio_compares_each_run_with_the_alone_runs_around_it():
 def test_cpu_per_small_is_the_runs_cpu_beyond_the_alone_runs_over_its_small_requests():
     # alone runs around round 1 used 20 and 24 CPU s (the big request's work: 22); with small ones
     # 26.4: 4.4 CPU s over 20 small ones; round 2: 23.1 against 22, 1.1 over 11
-    alone = [(10.0, 20.0), (12.0, 24.0), (10.0, 20.0)]
-    with_small = [(11.0, 26.4), (11.0, 23.1)]
+    alone = [20.0, 24.0, 20.0]
+    with_small = [26.4, 23.1]
     assert cpu_per_small(alone, with_small, [20, 11]) == pytest.approx((0.22 + 0.1) / 2)
-    assert cpu_per_small(alone, [(11.0, None)], [20]) is None  # no /proc/stat
-    assert cpu_per_small(alone, [(11.0, 26.4)], [0]) is None
+    assert cpu_per_small(alone, [None], [20]) is None  # no /proc/stat
+    assert cpu_per_small(alone, [26.4], [0]) is None
 
 
 def test_busy_cpu_grows_while_this_process_works():
