@@ -23,7 +23,7 @@ from typing import cast
 import torch
 
 from kronos_core.model.kronos import Kronos
-from kronos_core.model.layers import KVCache, TransformerBlock
+from kronos_core.model.layers import KVCache, TransformerBlock, stack_angles
 
 
 def held_slots(
@@ -84,9 +84,10 @@ def shared_decode_step(
         torch.cat([m.stamp for m in members]),
     )  # (N, 1, d)
     blocks = cast(list[TransformerBlock], list(model.transformer))
+    rope = stack_angles(blocks, positions)  # (N, 1, 1, D) each, for every layer
     for layer, block in enumerate(blocks):
         attn = block.self_attn
-        q, k, v = attn.project(block.norm1(x), positions)  # (N, H, 1, D) each
+        q, k, v = attn.project(block.norm1(x), rope)  # (N, H, 1, D) each
         out = torch.cat([
             attn.attend_at_slot(
                 q[a:b], k[a:b], v[a:b], m.caches[layer], m.slot, mask

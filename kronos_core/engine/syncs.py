@@ -86,14 +86,18 @@ class HostSyncCounter(TorchDispatchMode):
 
 def syncs_per_step(job, counter: HostSyncCounter | None = None) -> list[int]:
     """Run ``job`` (a ``Generation`` or ``ForecastJob``) to the end -> the sync count of each
-    step."""
+    step, as the step would synchronise on a GPU: the CPU's own top-p (which reads one number
+    back per draw, ``kronos_core.engine.sampling.TOP_P_CANDIDATES``) is off while it counts."""
+    from kronos_core.engine.sampling import sorting_whole_rows
+
     counter = counter or HostSyncCounter()
     counts = []
-    while not job.done:
-        counter.reset()
-        with counter:
-            job.step()
-        counts.append(counter.total)
+    with sorting_whole_rows():
+        while not job.done:
+            counter.reset()
+            with counter:
+                job.step()
+            counts.append(counter.total)
     return counts
 
 

@@ -111,7 +111,10 @@ def load_state_strict(module: torch.nn.Module, state: dict[str, torch.Tensor], s
         problems.append(f"shape mismatches {bad_shape[:10]}")
     if problems:
         raise CheckpointError(f"{source}: " + "; ".join(problems))
-    module.load_state_dict(state, strict=False)
+    try:
+        module.load_state_dict(state, strict=False)
+    except ValueError as exc:  # a module's own check of what it loaded (a load post-hook)
+        raise CheckpointError(f"{source}: {exc}") from exc
 
 
 if TYPE_CHECKING:

@@ -7,7 +7,7 @@ sliding windows, sampling) lives in ``kronos_core.engine``.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -20,7 +20,10 @@ from kronos_core.model.layers import (
     RMSNorm,
     TransformerBlock,
     apply_rotary,
+    check_shared_rotary,
+    fuse_on_cpu,
     padded_positions_and_mask,
+    stack_angles,
 )
 
 # Rows of the five temporal tables, in the order of the time-feature columns.
@@ -97,13 +100,19 @@ class CrossAttention(AttentionProjections):
 
     def _rotate(self, x: torch.Tensor, positions: torch.Tensor | None) -> torch.Tensor:
         """x (B, 4, L, D); positions (B, L) or None (position 0: the identity)."""
-        return x if positions is None else apply_rotary(x, *self.rotary.cos_sin(positions))
+        return x if positions is None else apply_rotary(x, self.rotary.angles(positions))
 
     def project_kv(
         self, hidden: torch.Tensor, positions: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """hidden (B, L, d) -> keys, values (B, 4, L, d/4); keys rotated when positions (B, L) are
         given."""
+        if positions is None and fuse_on_cpu(hidden):
+            b, length, _ = hidden.shape
+            # (2, B, 4, L, D): a view of the one product (B, L, 2 * d)
+            kv = self._kv(hidden).view(b, length, 2, self.n_heads, self.head_dim)
+            kv = kv.permute(2, 0, 3, 1, 4)
+            return kv[0], kv[1]
         k = self._rotate(self.heads(self.k_proj(hidden)), positions)  # (B, 4, L, D)
         return k, self.heads(self.v_proj(hidden))  # (B, 4, L, D) each
 
@@ -155,6 +164,11 @@ class DualHead(nn.Module):
         self.proj_s2 = nn.Linear(d_model, 2**s2_bits)
 
 
+def _check_loaded_rotary(module: nn.Module, _keys: object) -> None:
+    """Load post-hook: the trunk's layers share one rotary (``check_shared_rotary``)."""
+    check_shared_rotary(cast(nn.ModuleList, module.transformer), "Kronos trunk")
+
+
 class Kronos(PretrainedMixin, nn.Module):
     config_class = KronosConfig
     kind = "model"
@@ -175,6 +189,8 @@ class Kronos(PretrainedMixin, nn.Module):
         self.norm = RMSNorm(c.d_model)
         self.dep_layer = DependencyLayer(c.d_model, c.attn_dropout_p)
         self.head = DualHead(c.s1_bits, c.s2_bits, c.d_model)
+        # the trunk computes its rotary factors once for all layers: hold loaded weights to that
+        self.register_load_state_dict_post_hook(_check_loaded_rotary)
 
     # ---- pieces used by the engine -------------------------------------------------
     def embed(self, s1: torch.Tensor, s2: torch.Tensor, stamp: torch.Tensor) -> torch.Tensor:
@@ -190,8 +206,9 @@ class Kronos(PretrainedMixin, nn.Module):
         cache_start: int | torch.Tensor = 0,
     ) -> torch.Tensor:
         """Embeddings (B, L, d) -> final hidden states (B, L, d) after ``norm``."""
+        rope = stack_angles(self.transformer, positions)  # (B, 1, L, D) each, for every layer
         for i, block in enumerate(self.transformer):
-            x = block(x, positions, mask, None if caches is None else caches[i], cache_start)
+            x = block(x, rope, mask, None if caches is None else caches[i], cache_start)
         return self.norm(x)
 
     def s1_logits(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -8,11 +8,49 @@ checkpoints (``q_proj``, ``rotary.inv_freq``, ``w1``...).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import NamedTuple, cast
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 RMS_EPS = 1e-5
+
+
+def fuse_on_cpu(x: torch.Tensor) -> bool:
+    """Whether projections of ``x`` that share an input run as one matrix product over their
+    concatenated weights (``FusedLinears``): on a CPU and with no gradient to track. There each
+    product of a small model costs mostly its call (~20 us), and the concatenated copy of the
+    weights costs host memory only; on a GPU the copy would take device memory, and the calls
+    are cheap or replayed in a CUDA graph."""
+    return x.device.type == "cpu" and not torch.is_grad_enabled()
+
+
+class FusedLinears:
+    """The weights and biases of several ``nn.Linear`` of one input, concatenated along their
+    outputs: one product gives every output, each the same numbers its own layer gives (each
+    output column is its own dot product). Made on first use and remade when a weight changes
+    (a new tensor, or an in-place update moves its version counter)."""
+
+    def __init__(self, *linears: nn.Linear):
+        self.linears = linears
+        self._key: tuple[tuple[int, int], ...] = ()
+        self._weight: torch.Tensor | None = None
+        self._bias: torch.Tensor | None = None
+
+    def _params(self) -> list[torch.Tensor]:
+        return [p for lin in self.linears for p in (lin.weight, lin.bias) if p is not None]
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """x (..., d_in) -> (..., sum of the layers' outputs)."""
+        key = tuple((p.data_ptr(), p._version) for p in self._params())
+        if key != self._key or self._weight is None:
+            self._weight = torch.cat([lin.weight for lin in self.linears])  # (sum out, d_in)
+            biases = [lin.bias for lin in self.linears]
+            self._bias = None if biases[0] is None else torch.cat(biases)  # type: ignore[arg-type]
+            self._key = key
+        return F.linear(x, self._weight, self._bias)
 
 
 class RMSNorm(nn.Module):
@@ -36,9 +74,24 @@ class SwiGLU(nn.Module):
         self.w1, self.w3 = nn.Linear(*up, bias=False), nn.Linear(*up, bias=False)  # gate, value
         self.w2 = nn.Linear(ff_dim, d_model, bias=False)  # back down
         self.dropout = nn.Dropout(dropout)
+        self._gate_value = FusedLinears(self.w1, self.w3)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.dropout(self.w2(F.silu(self.w1(x)) * self.w3(x)))
+        if fuse_on_cpu(x):
+            gate, value = self._gate_value(x).chunk(2, dim=-1)  # (..., ff_dim) each
+        else:
+            gate, value = self.w1(x), self.w3(x)
+        return self.dropout(self.w2(F.silu(gate) * value))
+
+
+class RotaryAngles(NamedTuple):
+    """Rotary factors of a batch of positions, (B, 1, L, D) each: ``cos`` and ``sin_signed``, the
+    sine with its first half negated (so that ``apply_rotary`` needs one roll, not a split, a
+    negation and a concatenation). Made once per forward and shared by every layer of a stack
+    (``Rotary.angles``)."""
+
+    cos: torch.Tensor
+    sin_signed: torch.Tensor
 
 
 class Rotary(nn.Module):
@@ -51,18 +104,43 @@ class Rotary(nn.Module):
         exponents = torch.arange(0, head_dim, 2).float() / head_dim  # (head_dim / 2,)
         self.register_buffer(name="inv_freq", tensor=1.0 / (base**exponents))
 
-    def cos_sin(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """positions (B, L) integer -> cos, sin each (B, 1, L, head_dim)."""
+    def angles(self, positions: torch.Tensor) -> RotaryAngles:
+        """positions (B, L) integer -> the rotary factors, (B, 1, L, head_dim) each."""
+        half = self.inv_freq.shape[0]
         angles = positions.float()[..., None] * self.inv_freq  # (B, L, D/2)
         angles = torch.cat([angles, angles], dim=-1)  # (B, L, D)
-        return angles.cos()[:, None], angles.sin()[:, None]  # (B, 1, L, D)
+        sin = angles.sin()
+        sin_signed = torch.cat([-sin[..., :half], sin[..., half:]], dim=-1)  # (B, L, D)
+        return RotaryAngles(angles.cos()[:, None], sin_signed[:, None])  # (B, 1, L, D) each
 
 
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x (B, H, L, D); cos/sin (B, 1, L, D). ``x*cos + rotate_half(x)*sin``."""
-    half = x.shape[-1] // 2
-    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)  # (B, H, L, D)
-    return x * cos.to(x.dtype) + rotated * sin.to(x.dtype)
+def stack_angles(blocks: Iterable[nn.Module], positions: torch.Tensor) -> RotaryAngles:
+    """The rotary factors every attention layer of ``blocks`` applies at ``positions``: one
+    computation for the whole stack, since each layer's ``inv_freq`` is the same function of the
+    head size (``check_shared_rotary`` holds a loaded checkpoint to that)."""
+    first = next(iter(blocks))
+    return cast(TransformerBlock, first).self_attn.rotary.angles(positions)
+
+
+def check_shared_rotary(blocks: Iterable[nn.Module], where: str) -> None:
+    """Raise ``ValueError`` unless every block of a stack holds the same rotary ``inv_freq``
+    (what ``stack_angles`` relies on; a published checkpoint always does)."""
+    freqs = [cast(TransformerBlock, b).self_attn.rotary.inv_freq for b in blocks]
+    if any(not torch.equal(freqs[0], f) for f in freqs[1:]):
+        raise ValueError(
+            f"{where}: the layers hold different rotary frequencies (rotary.inv_freq); this "
+            "implementation computes the rotary factors once for all layers"
+        )
+
+
+def apply_rotary(x: torch.Tensor, rope: RotaryAngles) -> torch.Tensor:
+    """x (..., L, D) with rope broadcasting to it -> ``x*cos + rotate_half(x)*sin``, where
+    ``rotate_half(x) = cat(-x2, x1)``: computed as ``x*cos + cat(x2, x1) * sin_signed``, the same
+    numbers (a negation is exact)."""
+    cos, sin_signed = rope
+    if cos.dtype != x.dtype:
+        cos, sin_signed = cos.to(x.dtype), sin_signed.to(x.dtype)
+    return x * cos + x.roll(x.shape[-1] // 2, dims=-1) * sin_signed
 
 
 class KVCache:
@@ -115,6 +193,8 @@ class AttentionProjections(nn.Module):
         for name in ("q_proj", "k_proj", "v_proj", "out_proj"):
             self.add_module(name, nn.Linear(d_model, d_model))
         self.rotary = Rotary(self.head_dim)
+        self._qkv = FusedLinears(self.q_proj, self.k_proj, self.v_proj)
+        self._kv = FusedLinears(self.k_proj, self.v_proj)
 
     def heads(self, x: torch.Tensor) -> torch.Tensor:
         b, length, _ = x.shape
@@ -139,12 +219,12 @@ class SelfAttention(AttentionProjections):
     def forward(
         self,
         x: torch.Tensor,
-        positions: torch.Tensor,
+        rope: RotaryAngles,
         mask: torch.Tensor | None = None,
         cache: KVCache | None = None,
         cache_start: int | torch.Tensor = 0,
     ) -> torch.Tensor:
-        """x (B, L, d); positions (B, L).
+        """x (B, L, d); rope: the rotary factors of its positions (``Rotary.angles``).
 
         mask: None means plain causal attention over ``x`` itself (or over every
         cached slot up to the end when a cache is given); else a boolean
@@ -157,7 +237,7 @@ class SelfAttention(AttentionProjections):
         (B, 1, 1, capacity) is then required and hides the slots the row does not hold.
         """
         length = x.shape[1]
-        q, k, v = self.project(x, positions)  # (B, H, L, D) each
+        q, k, v = self.project(x, rope)  # (B, H, L, D) each
         causal = mask is None
         if isinstance(cache_start, torch.Tensor):
             if cache is None or mask is None or length != 1:
@@ -180,13 +260,20 @@ class SelfAttention(AttentionProjections):
     # engine's shared decode step (kronos_core.engine.shared_step), which projects the rows of
     # several jobs at once and attends each job's rows over that job's own cache ----
     def project(
-        self, x: torch.Tensor, positions: torch.Tensor
+        self, x: torch.Tensor, rope: RotaryAngles
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """x (B, L, d), positions (B, L) -> rotated q, rotated k, v: (B, H, L, D) each."""
-        cos, sin = self.rotary.cos_sin(positions)
-        q = apply_rotary(self.heads(self.q_proj(x)), cos, sin)
-        k = apply_rotary(self.heads(self.k_proj(x)), cos, sin)
-        return q, k, self.heads(self.v_proj(x))
+        """x (B, L, d), rope (B, 1, L, D) -> rotated q, rotated k, v: (B, H, L, D) each."""
+        b, length, _ = x.shape
+        if fuse_on_cpu(x):
+            # (3, B, H, L, D): a view of the one product (B, L, 3 * d)
+            qkv = self._qkv(x).view(b, length, 3, self.n_heads, self.head_dim)
+            qkv = qkv.permute(2, 0, 3, 1, 4)
+            qk, v = qkv[:2], qkv[2]
+        else:
+            qk = torch.stack((self.heads(self.q_proj(x)), self.heads(self.k_proj(x))))
+            v = self.heads(self.v_proj(x))
+        qk = apply_rotary(qk, rope)  # q and k rotated in one pass: (2, B, H, L, D)
+        return qk[0], qk[1], v
 
     def attend_at_slot(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: KVCache, slot: torch.Tensor,
@@ -218,9 +305,10 @@ class TransformerBlock(nn.Module):
         self.norm2 = RMSNorm(d_model)
         self.ffn = SwiGLU(d_model, ff_dim, ffn_dropout)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None = None,
+    def forward(self, x: torch.Tensor, rope: RotaryAngles, mask: torch.Tensor | None = None,
                 cache: KVCache | None = None, cache_start: int | torch.Tensor = 0) -> torch.Tensor:
-        x = x + self.self_attn(self.norm1(x), positions, mask, cache, cache_start)
+        """x (B, L, d); rope: the rotary factors of its positions (``stack_angles``)."""
+        x = x + self.self_attn(self.norm1(x), rope, mask, cache, cache_start)
         return x + self.ffn(self.norm2(x))
 
 

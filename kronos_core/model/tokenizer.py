@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 from torch import nn
@@ -16,7 +17,12 @@ from torch import nn
 from kronos_core.model.bsq import QuantizerLoss, bsq_loss, quantize_ste
 from kronos_core.model.checkpoint import PretrainedMixin
 from kronos_core.model.config import TokenizerConfig
-from kronos_core.model.layers import TransformerBlock, padded_positions_and_mask
+from kronos_core.model.layers import (
+    TransformerBlock,
+    check_shared_rotary,
+    padded_positions_and_mask,
+    stack_angles,
+)
 
 
 class _BSQBuffers(nn.Module):
@@ -45,6 +51,12 @@ class TokenizerTrainingOutput:
     quant: QuantizerLoss  # quantiser loss and its parts; ``quant.total`` is the term to add
 
 
+def _check_loaded_rotary(module: nn.Module, _keys: object) -> None:
+    """Load post-hook: each stack of the tokenizer shares one rotary (``check_shared_rotary``)."""
+    check_shared_rotary(cast(nn.ModuleList, module.encoder), "tokenizer encoder")
+    check_shared_rotary(cast(nn.ModuleList, module.decoder), "tokenizer decoder")
+
+
 class KronosTokenizer(PretrainedMixin, nn.Module):
     config_class = TokenizerConfig
     kind = "tokenizer"
@@ -65,6 +77,8 @@ class KronosTokenizer(PretrainedMixin, nn.Module):
         self.decoder = nn.ModuleList(block() for _ in range(c.n_dec_layers - 1))
         self.head = nn.Linear(c.d_model, c.d_in)
         self.tokenizer = _QuantizerHolder(c.codebook_dim, c.group_size)
+        # each stack computes its rotary factors once for all its layers: hold loaded weights to it
+        self.register_load_state_dict_post_hook(_check_loaded_rotary)
 
     @staticmethod
     def _layout(batch: int, length: int, pad: torch.Tensor | None,
@@ -80,8 +94,10 @@ class KronosTokenizer(PretrainedMixin, nn.Module):
         """
         positions, mask = self._layout(x.shape[0], x.shape[1], pad, x.device)
         z = self.embed(x)  # (B, L, d_model)
-        for block in self.encoder:
-            z = block(z, positions, mask)
+        if len(self.encoder):
+            rope = stack_angles(self.encoder, positions)
+            for block in self.encoder:
+                z = block(z, rope, mask)
         z = self.quant_embed(z)  # (B, L, bits)
         return nn.functional.normalize(z, dim=-1)
 
@@ -122,8 +138,10 @@ class KronosTokenizer(PretrainedMixin, nn.Module):
     def decode_code(self, z: torch.Tensor, pad: torch.Tensor | None = None) -> torch.Tensor:
         """z (B, L, d_model) after a post-quant projection -> (B, L, d_in)."""
         positions, mask = self._layout(z.shape[0], z.shape[1], pad, z.device)
-        for block in self.decoder:
-            z = block(z, positions, mask)
+        if len(self.decoder):
+            rope = stack_angles(self.decoder, positions)
+            for block in self.decoder:
+                z = block(z, rope, mask)
         return self.head(z)
 
     def training_forward(

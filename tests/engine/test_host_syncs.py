@@ -17,6 +17,7 @@ import torch
 from series_helpers import windows
 
 from kronos_core import KronosPredictor
+from kronos_core.engine import sampling
 from kronos_core.engine.sampling import counter_uniforms, counter_uniforms_table, row_keys
 from kronos_core.engine.syncs import HostSyncCounter, syncs_per_step
 from kronos_core.options import ForecastOptions
@@ -71,6 +72,24 @@ def test_steady_decode_steps_do_not_synchronise(tiny, goog, case):
     assert steady and all(counts[s] == 0 for s in steady), counts
     assert counts[0] <= 3 and counts[-1] <= 2  # tokenize/prefill; detokenize
     assert job.result().paths.shape == (len(lookbacks), options.sample_count, options.horizon, 6)
+
+
+def test_the_cpu_top_p_reads_one_number_per_draw_which_the_gpu_count_leaves_out(tiny, goog):
+    """On a CPU a seeded top-p step reads two numbers back (its s1 and s2 draws' candidates,
+    ``TOP_P_CANDIDATES``); ``syncs_per_step`` counts what a GPU step does, where rows are sorted
+    whole."""
+    options = ForecastOptions(8, top_p=0.9, seed=5)
+    predictor = KronosPredictor(*tiny, device="cpu", max_context=128)
+    values, xs, ys = windows(goog, [0, 500], [64, 64], options.horizon)
+    job = predictor.start_forecast(values, xs, ys, options)
+    job.step()  # tokenize and prefill
+    counter = HostSyncCounter()
+    with counter:
+        job.step()
+    assert dict(counter.ops) == {"item": 2}, counter.ops
+    assert sampling.TOP_P_CANDIDATES > 0
+    assert syncs_per_step(job)[:-1] == [0] * (options.horizon - 3)
+    assert sampling.TOP_P_CANDIDATES > 0  # restored after counting
 
 
 def test_the_seeded_draws_table_is_the_counter_draws():

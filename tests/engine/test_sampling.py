@@ -7,8 +7,11 @@ import pytest
 import torch
 
 from kronos_core.engine.sampling import (
+    TOP_P_CANDIDATES,
     SamplingParams,
     _splitmix64,
+    _top_p_kept_by_sort,
+    _top_p_kept_from_candidates,
     counter_uniforms,
     filter_logits,
     row_keys,
@@ -31,6 +34,25 @@ def test_top_p_keeps_smallest_set_reaching_p():
     assert kept.tolist() == [[True, False, False, False]]  # the most likely token is always kept
     kept = torch.isfinite(filter_logits(logits, SamplingParams(top_p=1.0)))
     assert kept.all()
+
+
+@pytest.mark.parametrize("sharpness", [0.5, 2.0, 4.0, 8.0])
+def test_top_p_from_candidates_keeps_the_set_a_whole_row_sort_keeps(sharpness):
+    """The CPU path sorts only the most likely logits; on rows peaked enough for them to reach
+    top_p it keeps exactly the tokens sorting the whole row keeps, else it hands over to the
+    sort."""
+    gen = torch.Generator().manual_seed(7)
+    logits = torch.randn(64, 1024, generator=gen) * sharpness  # (N, V)
+    for top_p in (0.5, 0.9, 0.99):
+        fast = _top_p_kept_from_candidates(logits, top_p)
+        by_sort = _top_p_kept_by_sort(logits, top_p)
+        top = logits.softmax(-1).topk(TOP_P_CANDIDATES, dim=-1).values.sum(-1)  # (N,)
+        if bool((top > top_p).all()):
+            assert fast is not None
+            assert torch.equal(fast, by_sort)
+        else:
+            assert fast is None  # a row's candidates fall short: the whole rows are sorted
+        assert torch.equal(filter_logits(logits, SamplingParams(top_p=top_p)), by_sort)
 
 
 def test_temperature_scales_logits():

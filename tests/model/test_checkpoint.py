@@ -166,3 +166,22 @@ def test_hub_download_path_uses_cached_snapshot(fixture_dir, tmp_path, monkeypat
         ("NeoQuasar/Kronos-tiny", "config.json", "main"),
         ("NeoQuasar/Kronos-tiny", "model.safetensors", "main"),
     ]
+
+
+@pytest.mark.parametrize("kind, key", [
+    ("model", "transformer.1.self_attn.rotary.inv_freq"),
+    ("tokenizer", "decoder.1.self_attn.rotary.inv_freq"),
+])
+def test_layers_with_different_rotary_frequencies_are_refused(fixture_dir, tmp_path, kind, key):
+    """Each stack computes its rotary factors once for all its layers, so a checkpoint whose
+    layers disagree is refused by name rather than forecast with the wrong rotation."""
+    from safetensors.torch import load_file, save_file
+
+    folder = _copy(fixture_dir / kind, tmp_path / kind)
+    state = load_file(folder / "model.safetensors")
+    assert key in state
+    state[key] = state[key] * 1.5
+    save_file(state, str(folder / "model.safetensors"))
+    cls = Kronos if kind == "model" else KronosTokenizer
+    with pytest.raises(CheckpointError, match="different rotary frequencies"):
+        cls.from_pretrained(folder)

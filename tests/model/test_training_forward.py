@@ -148,3 +148,31 @@ def test_bsq_loss_parts():
     weight[:10] = 1
     few = bsq_loss(corners, quantize_ste(corners), 0.05, 1.0, 1.1, 0.05, g, weight)
     assert float(few.codebook_entropy) < float(loss.codebook_entropy)
+
+
+def test_fused_projections_give_what_the_layers_give_and_follow_weight_updates(tiny):
+    """On a CPU with no gradient, q/k/v (and the feed-forward gate and value) run as one product
+    over concatenated weights (``FusedLinears``); it gives the layers' own outputs, and an
+    in-place update of a weight is seen at the next call."""
+    from kronos_core.model.layers import fuse_on_cpu
+
+    model = tiny[0]
+    block = model.transformer[0]
+    attn = block.self_attn
+    x = torch.randn(3, 7, model.config.d_model)
+    rope = attn.rotary.angles(torch.arange(7).repeat(3, 1))
+    with torch.no_grad():
+        assert fuse_on_cpu(x)
+        fused = attn.project(x, rope) + (block.ffn(x),)
+    with torch.enable_grad():
+        assert not fuse_on_cpu(x)
+        apart = tuple(t.detach() for t in attn.project(x, rope) + (block.ffn(x),))
+    for a, b in zip(fused, apart):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+    with torch.no_grad():
+        before = attn.project(x, rope)[2].clone()
+        attn.v_proj.weight.mul_(2.0)  # an in-place update: the fused copy is remade
+        after = attn.project(x, rope)[2]
+        attn.v_proj.weight.div_(2.0)
+    bias = attn.v_proj.bias.view(1, attn.n_heads, 1, attn.head_dim)  # v = W x + b, per head
+    torch.testing.assert_close(after, before * 2.0 - bias, rtol=1e-5, atol=1e-5)
