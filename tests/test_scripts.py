@@ -60,3 +60,22 @@ def test_scripts_call_the_helper_and_gitignore_the_venv():
         assert subprocess.run(["bash", "-n", str(REPO / "scripts" / name)]).returncode == 0
     assert "/.venv/" in (REPO / ".gitignore").read_text().split()
     assert "bash scripts/test.sh" in (REPO / ".ci" / "run").read_text()
+
+
+def test_small_request_cost_prints_its_figures():
+    """``scripts/small_request_cost.py`` (the engine's share of a small request, docs/service.md
+    "Measured") runs on the bundled model and data and prints every figure it names."""
+    import json
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "small_request_cost.py"), "--rows", "2",
+         "--lookback", "32", "--horizon", "4", "--repeats", "2", "--json"],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    fig = json.loads(proc.stdout)
+    assert (fig["rows"], fig["lookback"], fig["horizon"], fig["threads"]) == (2, 32, 4, 1)
+    for key in ("first_step_ms", "decode_step_ms", "last_step_ms", "forecast_ms", "cpu_ms"):
+        assert fig[key] > 0, key
+    assert fig["forecast_ms"] >= fig["first_step_ms"] + fig["last_step_ms"]
