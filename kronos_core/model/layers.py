@@ -35,9 +35,10 @@ class FusedLinears:
 
     def __init__(self, *linears: nn.Linear):
         self.linears = linears
-        self._key: tuple[tuple[int, int], ...] = ()
-        self._weight: torch.Tensor | None = None
-        self._bias: torch.Tensor | None = None
+        # (key, weight, bias), replaced whole, so that step loops on threads of one process
+        # never see a weight with another version's bias
+        self._made: tuple[tuple[tuple[int, int], ...], torch.Tensor, torch.Tensor | None] | None
+        self._made = None
 
     def _params(self) -> list[torch.Tensor]:
         return [p for lin in self.linears for p in (lin.weight, lin.bias) if p is not None]
@@ -45,12 +46,13 @@ class FusedLinears:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """x (..., d_in) -> (..., sum of the layers' outputs)."""
         key = tuple((p.data_ptr(), p._version) for p in self._params())
-        if key != self._key or self._weight is None:
-            self._weight = torch.cat([lin.weight for lin in self.linears])  # (sum out, d_in)
+        made = self._made
+        if made is None or made[0] != key:
+            weight = torch.cat([lin.weight for lin in self.linears])  # (sum out, d_in)
             biases = [lin.bias for lin in self.linears]
-            self._bias = None if biases[0] is None else torch.cat(biases)  # type: ignore[arg-type]
-            self._key = key
-        return F.linear(x, self._weight, self._bias)
+            bias = None if biases[0] is None else torch.cat(biases)  # type: ignore[arg-type]
+            made = self._made = (key, weight, bias)
+        return F.linear(x, made[1], made[2])
 
 
 class RMSNorm(nn.Module):
