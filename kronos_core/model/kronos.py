@@ -16,6 +16,7 @@ from kronos_core.model.checkpoint import PretrainedMixin
 from kronos_core.model.config import DEP_HEADS, KronosConfig
 from kronos_core.model.layers import (
     AttentionProjections,
+    FusedLinears,
     KVCache,
     RMSNorm,
     TransformerBlock,
@@ -96,6 +97,7 @@ class CrossAttention(AttentionProjections):
 
     def __init__(self, d_model: int, n_heads: int = DEP_HEADS, attn_dropout: float = 0.0):
         super().__init__(d_model, n_heads)
+        self._kv = FusedLinears(self.k_proj, self.v_proj)
         self.attn_dropout = attn_dropout  # training only
 
     def _rotate(self, x: torch.Tensor, positions: torch.Tensor | None) -> torch.Tensor:

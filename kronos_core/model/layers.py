@@ -195,8 +195,6 @@ class AttentionProjections(nn.Module):
         for name in ("q_proj", "k_proj", "v_proj", "out_proj"):
             self.add_module(name, nn.Linear(d_model, d_model))
         self.rotary = Rotary(self.head_dim)
-        self._qkv = FusedLinears(self.q_proj, self.k_proj, self.v_proj)
-        self._kv = FusedLinears(self.k_proj, self.v_proj)
 
     def heads(self, x: torch.Tensor) -> torch.Tensor:
         b, length, _ = x.shape
@@ -217,6 +215,7 @@ class SelfAttention(AttentionProjections):
         super().__init__(d_model, n_heads)
         self.attn_dropout = attn_dropout
         self.out_dropout = nn.Dropout(resid_dropout)
+        self._qkv = FusedLinears(self.q_proj, self.k_proj, self.v_proj)
 
     def forward(
         self,

@@ -51,6 +51,18 @@ class TokenizerTrainingOutput:
     quant: QuantizerLoss  # quantiser loss and its parts; ``quant.total`` is the term to add
 
 
+def _run_stack(
+    blocks: nn.ModuleList, z: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None
+) -> torch.Tensor:
+    """z (B, L, d_model) through every block of a stack (none: z itself), the rotary factors
+    computed once for all of them."""
+    if len(blocks):
+        rope = stack_angles(blocks, positions)  # (B, 1, L, D) each
+        for block in blocks:
+            z = block(z, rope, mask)
+    return z
+
+
 def _check_loaded_rotary(module: nn.Module, _keys: object) -> None:
     """Load post-hook: each stack of the tokenizer shares one rotary (``check_shared_rotary``)."""
     check_shared_rotary(cast(nn.ModuleList, module.encoder), "tokenizer encoder")
@@ -93,11 +105,7 @@ class KronosTokenizer(PretrainedMixin, nn.Module):
         pad (B,) optional number of left-padding rows per series.
         """
         positions, mask = self._layout(x.shape[0], x.shape[1], pad, x.device)
-        z = self.embed(x)  # (B, L, d_model)
-        if len(self.encoder):
-            rope = stack_angles(self.encoder, positions)
-            for block in self.encoder:
-                z = block(z, rope, mask)
+        z = _run_stack(self.encoder, self.embed(x), positions, mask)  # (B, L, d_model)
         z = self.quant_embed(z)  # (B, L, bits)
         return nn.functional.normalize(z, dim=-1)
 
@@ -138,11 +146,7 @@ class KronosTokenizer(PretrainedMixin, nn.Module):
     def decode_code(self, z: torch.Tensor, pad: torch.Tensor | None = None) -> torch.Tensor:
         """z (B, L, d_model) after a post-quant projection -> (B, L, d_in)."""
         positions, mask = self._layout(z.shape[0], z.shape[1], pad, z.device)
-        if len(self.decoder):
-            rope = stack_angles(self.decoder, positions)
-            for block in self.decoder:
-                z = block(z, rope, mask)
-        return self.head(z)
+        return self.head(_run_stack(self.decoder, z, positions, mask))
 
     def training_forward(
         self, x: torch.Tensor, pad: torch.Tensor | None = None
