@@ -34,7 +34,7 @@ import torch
 from kronos_core.engine.batch import EngineBatch
 from kronos_core.engine.config import EngineStats, GenerationConfig, GenerationOutput
 from kronos_core.engine.plan import StepPlan, plan_schedule
-from kronos_core.engine.sampling import counter_uniforms_table, sample_tokens
+from kronos_core.engine.sampling import SamplingParams, counter_uniforms_table, sample_tokens
 from kronos_core.engine.shared_step import DecodeMember, held_slots, shared_decode_step
 from kronos_core.model.config import DEP_HEADS
 from kronos_core.model.kronos import Kronos
@@ -257,10 +257,17 @@ class Generation:
         if self.done:
             raise RuntimeError("this generation job is done; read result()")
 
-    def _end_step(self, plan: StepPlan, groups: list[_StepInputs], t0: float) -> None:
-        """Sample the step's tokens from ``groups``, append them, count the step (the last one
+    def _end_step(
+        self,
+        plan: StepPlan,
+        groups: list[_StepInputs],
+        t0: float,
+        tokens: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> None:
+        """Sample the step's tokens from ``groups`` (unless ``tokens`` (s1, s2) were drawn with
+        other jobs' by ``step_together``), append them, count the step (the last one
         detokenizes)."""
-        s1, s2 = self._sample(groups, plan.step)
+        s1, s2 = self._sample(groups, plan.step) if tokens is None else tokens
         assert self._seqs is not None
         self._seqs.append(plan.step, s1, s2)
         self.stats.recomputed_row_steps += len(plan.recompute)
@@ -531,11 +538,72 @@ def step_together(jobs: Sequence[Generation]) -> None:
             begun.append((job, plan, state))
         members = [job._decode_member(state, plan) for job, plan, state in begun]
         outputs = shared_decode_step(first.model, members)
+        stepped: list[tuple[Generation, StepPlan, list[_StepInputs]]] = []
         for (job, plan, state), (hidden, key_mask) in zip(begun, outputs):
             groups = [job._decoded(state, hidden, key_mask)]
             if plan.recompute:
                 groups.append(job._recompute(plan.recompute, plan.step))
-            job._end_step(plan, groups, t0)
+            stepped.append((job, plan, groups))
+        drawn = _sample_together(first.model, stepped)
+        for i, (job, plan, groups) in enumerate(stepped):
+            job._end_step(plan, groups, t0, drawn.get(i))
+
+
+def _sample_together(
+    model: Kronos, stepped: Sequence[tuple[Generation, StepPlan, list[_StepInputs]]]
+) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
+    """The tokens of a shared step's jobs that can be drawn together -> {index in ``stepped``:
+    (s1, s2)}; the others sample alone (``Generation._sample``).
+
+    Jobs whose rows were all decoded from their caches (one group of every row), with equal
+    sampling options and seeded draws (or greedy), draw as one batch: one s1 and one s2 head
+    product and one ``sample_tokens`` call each for all their rows, the s2 head's attention once
+    per job over its own keys. Each row draws with its own job's uniforms of that job's step, and
+    every operation acts on each row alone, so each job gets the tokens it gets sampling alone
+    (``tests/engine/test_shared_step.py``). Unseeded draws come from the global generator in
+    call order, so those jobs sample alone, as they would.
+    """
+    buckets: dict[SamplingParams, list[int]] = {}
+    for i, (job, _plan, groups) in enumerate(stepped):
+        sampling = job.cfg.sampling
+        if len(groups) == 1 and groups[0].every_row and (
+            job._uniforms is not None or sampling.greedy
+        ):
+            buckets.setdefault(sampling, []).append(i)
+    drawn: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+    for sampling, idx in buckets.items():
+        if len(idx) < 2:
+            continue
+        parts = [(stepped[i][0], stepped[i][1].step, stepped[i][2][0]) for i in idx]
+        for i, tokens in zip(idx, _draw_bucket(model, sampling, parts)):
+            drawn[i] = tokens
+    return drawn
+
+
+def _draw_bucket(
+    model: Kronos, sampling: SamplingParams, parts: list[tuple[Generation, int, _StepInputs]]
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(s1, s2) of each (job, its step, its one group of every row) in ``parts``, drawn as one
+    batch (``_sample_together``)."""
+    bounds = [0]
+    for _job, _step, g in parts:
+        bounds.append(bounds[-1] + g.hidden_last.shape[0])
+    spans = list(zip(bounds, bounds[1:]))
+    hidden_last = torch.cat([g.hidden_last for _j, _s, g in parts])  # (N, d)
+
+    def draws(kind: int) -> torch.Tensor | None:
+        if sampling.greedy:
+            return None  # an arg-max: no draw
+        rows = [job._draws(step, kind) for job, step, _g in parts]  # (n,) each
+        return torch.cat([d for d in rows if d is not None])  # (N,): every job is seeded
+
+    s1 = sample_tokens(model.s1_logits(hidden_last), sampling, draws(0))  # (N,)
+    logits2 = model.s2_logits_of_groups(
+        hidden_last, s1,
+        [(a, b, g.dep_k, g.dep_v, g.key_mask) for (a, b), (_j, _s, g) in zip(spans, parts)],
+    )  # (N, V2)
+    s2 = sample_tokens(logits2, sampling, draws(1))  # (N,)
+    return [(s1[a:b], s2[a:b]) for a, b in spans]
 
 
 __all__ = ["Generation", "decode_step", "step_together"]

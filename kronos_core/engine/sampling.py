@@ -55,9 +55,7 @@ def filter_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
         return logits.masked_fill(logits < kth, float("-inf"))
     if params.top_p < 1.0:
         if logits.device.type == "cpu" and TOP_P_CANDIDATES > 0:
-            kept = _top_p_kept_from_candidates(logits, params.top_p)
-            if kept is not None:
-                return kept
+            return _top_p_kept_from_candidates(logits, params.top_p)
         return _top_p_kept_by_sort(logits, params.top_p)
     return logits
 
@@ -93,13 +91,15 @@ def _top_p_kept_by_sort(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     return logits.masked_fill(drop, float("-inf"))
 
 
-def _top_p_kept_from_candidates(logits: torch.Tensor, top_p: float) -> torch.Tensor | None:
-    """As ``_top_p_kept_by_sort`` from the ``TOP_P_CANDIDATES`` largest logits of each row, or
-    None when some row's candidates do not reach ``top_p`` (the caller sorts the whole rows).
+def _top_p_kept_from_candidates(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """As ``_top_p_kept_by_sort`` from the ``TOP_P_CANDIDATES`` largest logits of each row; a
+    row whose candidates do not reach ``top_p`` takes the whole-row sort's set
+    (``_top_p_kept_by_sort``).
 
-    The kept set is the same but for rounding: the probabilities' normalizer is summed in vocabulary
-    order (not sorted order), and logits tied with the last kept one are all kept. A host read:
-    CPU only."""
+    Which way a row goes depends on its own logits only, so a row keeps the same set in any
+    batch (a shared step samples several jobs' rows at once). The kept set is the sort's but for
+    rounding: the probabilities' normalizer is summed in vocabulary order (not sorted order), and
+    logits tied with the last kept one are all kept. A host read: CPU only."""
     vocab = logits.shape[-1]
     k = min(TOP_P_CANDIDATES, vocab)
     top = torch.topk(logits, k, dim=-1).values  # (N, k), descending
@@ -107,12 +107,15 @@ def _top_p_kept_from_candidates(logits: torch.Tensor, top_p: float) -> torch.Ten
     total = (logits - peak).exp().sum(-1, keepdim=True)  # (N, 1) softmax normalizer
     probs = (top - peak).exp() / total  # (N, k)
     cumulative = probs.cumsum(-1)
-    if k < vocab and not float(cumulative[:, -1].min()) > top_p:
-        return None
     # a candidate is kept when the probability before it is within top_p, as in the sort
     kept_after_first = (cumulative[:, :-1] <= top_p).sum(-1, keepdim=True)  # (N, 1)
     threshold = top.gather(-1, kept_after_first)  # (N, 1) the least likely kept logit
-    return logits.masked_fill(logits < threshold, float("-inf"))
+    kept = logits.masked_fill(logits < threshold, float("-inf"))  # (N, V)
+    if k < vocab and not float(cumulative[:, -1].min()) > top_p:
+        # some rows' candidates fall short (NaN rows among them): those take the whole-row sort
+        short = ~(cumulative[:, -1:] > top_p)  # (N, 1)
+        return torch.where(short, _top_p_kept_by_sort(logits, top_p), kept)
+    return kept
 
 
 def sample_tokens(

@@ -7,6 +7,7 @@ sliding windows, sampling) lives in ``kronos_core.engine``.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any, cast
 
 import torch
@@ -234,6 +235,32 @@ class Kronos(PretrainedMixin, nn.Module):
         # (B, 1, d)
         fused = self.dep_layer(hidden_last[:, None, :], query, dep_k, dep_v, key_mask=key_mask)
         return self.head.proj_s2(fused[:, 0])  # (B, V2)
+
+    def s2_logits_of_groups(
+        self,
+        hidden_last: torch.Tensor,
+        s1: torch.Tensor,
+        groups: Sequence[tuple[int, int, torch.Tensor, torch.Tensor, torch.Tensor | None]],
+    ) -> torch.Tensor:
+        """``s2_logits`` for rows of several groups at once, each group over its own keys.
+
+        hidden_last (N, d) and s1 (N,) of every group's rows in order; groups: (start, end,
+        dep_k, dep_v, key_mask) per group, rows start:end of the batch, keys/values (n, 4, S, D)
+        with the group's own S, key_mask (n, S) or None. The projections and norms run once over
+        all rows, the attention once per group: each row gets what ``s2_logits`` gives it in its
+        own group (``tests/engine/test_shared_step.py``).
+        """
+        attn = self.dep_layer.cross_attn
+        query = self.embedding.emb_s1(s1)[:, None, :]  # (N, 1, d), not scaled by sqrt(d)
+        q = attn.heads(attn.q_proj(query))  # (N, 4, 1, D), no rotation (position 0)
+        out = torch.cat([
+            nn.functional.scaled_dot_product_attention(
+                q[a:b], k, v, attn_mask=None if mask is None else mask[:, None, None, :]
+            )  # (n, 4, 1, D)
+            for a, b, k, v, mask in groups
+        ])  # (N, 4, 1, D)
+        fused = self.dep_layer.norm(hidden_last[:, None, :] + attn.merge(out))  # (N, 1, d)
+        return self.head.proj_s2(fused[:, 0])  # (N, V2)
 
     # ---- training forward (teacher forcing) ---------------------------------------
     def forward(

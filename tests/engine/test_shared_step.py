@@ -54,6 +54,42 @@ def test_jobs_sharing_decode_steps_give_what_each_gives_alone(tiny, goog, slidin
         np.testing.assert_array_equal(got.quantiles, lone.quantiles)
 
 
+def test_jobs_with_the_same_options_draw_their_tokens_together_and_as_alone(
+    tiny, goog, monkeypatch
+):
+    """Jobs with equal sampling options and seeds of their own draw in one batch (one s1 and one
+    s2 head product for all their rows, ``kronos_core.engine.job._sample_together``), each at its
+    own step with its own draws and its own s2-head keys; every job still gets exactly its lone
+    paths. Greedy jobs draw together too."""
+    predictor = KronosPredictor(*tiny, device="cpu", max_context=80)
+    calls = [
+        (windows(goog, [0, 400, 800], [64, 40, 75], 10), SEEDED),  # slides: a recompute group
+        (windows(goog, [1200, 1600], [30, 50], 8), SEEDED.with_(horizon=8, seed=9)),
+        (windows(goog, [2000], [20], 6), SEEDED.with_(horizon=6, seed=5, sample_count=1)),
+        (windows(goog, [300], [33], 7), ForecastOptions(7, top_k=1, top_p=1.0)),  # greedy
+        (windows(goog, [900, 100], [50, 44], 5), ForecastOptions(5, top_k=1, top_p=1.0)),
+    ]
+    alone = [predictor.forecast(*inputs, options) for inputs, options in calls]
+    groups_drawn: list[int] = []
+    model = predictor.model
+    together = model.s2_logits_of_groups
+
+    def counted(hidden_last, s1, groups):
+        groups_drawn.append(len(groups))
+        return together(hidden_last, s1, groups)
+
+    monkeypatch.setattr(model, "s2_logits_of_groups", counted)
+    jobs = [predictor.start_forecast(*inputs, options) for inputs, options in calls]
+    jobs[1].step()
+    jobs[1].step()  # the second job is two steps ahead: its draws are of another step
+    assert _drive(jobs) >= 5
+    assert groups_drawn and max(groups_drawn) >= 2
+    for job, lone in zip(jobs, alone):
+        got = job.result()
+        np.testing.assert_array_equal(got.paths, lone.paths)
+        np.testing.assert_array_equal(got.quantiles, lone.quantiles)
+
+
 def test_a_job_shares_steps_only_between_its_prefill_and_its_end(tiny, goog):
     predictor = KronosPredictor(*tiny, device="cpu", max_context=80)
     job = predictor.start_forecast(*windows(goog, [0], [40], 3), SEEDED.with_(horizon=3))
