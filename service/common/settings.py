@@ -111,7 +111,7 @@ class Settings(BaseSettings):
     max_step_rows: int | None = Field(
         None, ge=0,
         description="continuous batching: rows (series x sample paths) of live batches that share "
-        "one decode step at most; default: 0 on CPU, 4,096 on GPU; 0: each batch steps alone",
+        "one decode step at most; default: 20 on CPU, 4,096 on GPU; 0: each batch steps alone",
     )
     max_skipped: int = Field(
         32, ge=0,

@@ -72,6 +72,9 @@ class LoopProcesses:
             num_cpus=0,  # the replica holds the CPUs its loops run on
             scheduling_strategy=here,
             max_restarts=0,  # a dead loop makes the replica unhealthy; Serve replaces both
+            # as Serve's own actors: no task events to the GCS for every shard (the state API does
+            # not list these calls)
+            enable_task_events=False,
         )
         self.replica_id = replica_id
         self.children: list[Any] = [

@@ -35,14 +35,15 @@ from service.replica.scheduler import DEFAULT_MAX_SKIPPED
 # batches waste a GPU, and its prefill of 32,768 tokens is milliseconds (an estimate from the
 # model's FLOPs). The measurements behind the CPU figure: docs/service.md, "Scheduling".
 DEFAULT_MAX_PREFILL_TOKENS = {"cpu": 2048, "cuda": 32768}
-# Rows one shared decode step holds at most, per device kind, when the setting is unset. CPU: 0, no
-# shared steps: a shared step runs at the cost of all its rows, so a small job sharing with big
-# ones runs slower. Measured with each step loop in a process of its own (kronos bench mixed, one
-# replica, four runs each): with 20 the small request beside a big one read 1.64-2.28x its idle
-# latency against 1.09-1.32x with 0, and the big request with a small one every second 1.09-1.17
-# against 1.09-1.19: no gain to pay for it (docs/service.md, "Scheduling"). GPU: a step's cost
-# hardly grows with rows; the cap bounds the step's working memory.
-DEFAULT_MAX_STEP_ROWS = {"cpu": 0, "cuda": 4096}
+# Rows one shared decode step holds at most, per device kind, when the setting is unset. CPU: 20,
+# so a small job's step carries one 10-row job of a big request at most: its latency grows by a
+# few milliseconds a step, and the big request's job steps with it for a fraction of its own
+# step's cost (a decode step of a few rows is mostly per-step overhead on a CPU). Jobs with equal
+# sampling options draw their tokens together too (kronos_core.engine.job), which is what made
+# sharing pay: kronos bench mixed, one replica, CPU per small request 0.14 s against 0.25 s
+# with 0 (docs/service.md, "Scheduling"). GPU: a step's cost hardly grows with rows; the cap
+# bounds the step's working memory.
+DEFAULT_MAX_STEP_ROWS = {"cpu": 20, "cuda": 4096}
 CPU_DEFAULT_BUDGET = 2 << 30  # bytes a CPU replica plans its batches for, when the setting is unset
 GPU_BUDGET_SHARE = 0.9  # of the free GPU memory at start, when the setting is unset
 # a batch of this many series or fewer is not halved on out-of-memory: its shard fails

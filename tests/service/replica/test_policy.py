@@ -15,7 +15,7 @@ def _policy(device: str, user_config=None, **settings) -> BatchingPolicy:
 
 
 @pytest.mark.parametrize(
-    ("device", "rows", "prefill"), [("cpu", 0, 2048), ("cuda:0", 4096, 32768)]
+    ("device", "rows", "prefill"), [("cpu", 20, 2048), ("cuda:0", 4096, 32768)]
 )
 def test_unset_knobs_take_the_device_default(device, rows, prefill):
     policy = _policy(device)
