@@ -505,8 +505,9 @@ class Generation:
 
 def step_together(jobs: Sequence[Generation]) -> None:
     """Advance every job in ``jobs`` one step, their cached rows in one shared decode step
-    (``kronos_core.engine.shared_step``); each job then samples its own tokens, with its own
-    options and seeded draws, so each gives exactly what it gives stepped alone.
+    (``kronos_core.engine.shared_step``); each job then draws its tokens with its own options and
+    seeded draws (jobs with equal options in one batch, ``_sample_together``), so each gives
+    exactly what it gives stepped alone.
 
     Every job must ``shares_steps``, and all must run the same model on the same device with
     the same autocast dtype (``ValueError`` otherwise, before any job moves). One job is
