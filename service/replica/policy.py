@@ -40,9 +40,10 @@ DEFAULT_MAX_PREFILL_TOKENS = {"cpu": 2048, "cuda": 32768}
 # few milliseconds a step, and the big request's job steps with it for a fraction of its own
 # step's cost (a decode step of a few rows is mostly per-step overhead on a CPU). Jobs with equal
 # sampling options draw their tokens together too (kronos_core.engine.job), which is what made
-# sharing pay: kronos bench mixed, one replica, CPU per small request 0.14 s against 0.25 s
-# with 0 (docs/service.md, "Scheduling"). GPU: a step's cost hardly grows with rows; the cap
-# bounds the step's working memory.
+# sharing pay: kronos bench mixed, the big request with a small one every second, median 1.105
+# (one replica) and 1.088 (two) at 20 against 1.13-1.24 at 0; the small request beside it
+# 0.34-0.39 s against 0.28-0.35 s (docs/service.md, "Measured"). GPU: a step's cost hardly grows
+# with rows; the cap bounds the step's working memory.
 DEFAULT_MAX_STEP_ROWS = {"cpu": 20, "cuda": 4096}
 CPU_DEFAULT_BUDGET = 2 << 30  # bytes a CPU replica plans its batches for, when the setting is unset
 GPU_BUDGET_SHARE = 0.9  # of the free GPU memory at start, when the setting is unset
