@@ -380,21 +380,17 @@ class Generation:
         """s1 from every row's last hidden state, then s2 given that s1 -> (s1, s2) each (N,)."""
         model, n_rows, sampling = self.model, self.rows, self.cfg.sampling
         if len(groups) == 1 and groups[0].every_row:
-            hidden_last = groups[0].hidden_last.contiguous()  # (N, d)
-        else:
-            first = groups[0].hidden_last
-            hidden_last = first.new_empty(n_rows, first.shape[-1])  # (N, d)
-            for g in groups:
-                hidden_last[g.rows] = g.hidden_last
+            return _draw_tokens(model, sampling, [(self, step, groups[0])])[0]
+        # cached and recomputed rows: each group's rows scattered to their places in the batch
+        first = groups[0].hidden_last
+        hidden_last = first.new_empty(n_rows, first.shape[-1])  # (N, d)
+        for g in groups:
+            hidden_last[g.rows] = g.hidden_last
         s1 = sample_tokens(model.s1_logits(hidden_last), sampling, self._draws(step, 0))  # (N,)
         logits2: torch.Tensor | None = None
         for g in groups:
-            part = model.s2_logits(
-                g.hidden_last, s1 if g.every_row else s1[g.rows], g.dep_k, g.dep_v, g.key_mask
-            )  # (n, V2)
-            if g.every_row:
-                logits2 = part
-                break
+            # (n, V2)
+            part = model.s2_logits(g.hidden_last, s1[g.rows], g.dep_k, g.dep_v, g.key_mask)
             if logits2 is None:
                 logits2 = part.new_empty(n_rows, part.shape[-1])  # (N, V2)
             logits2[g.rows] = part
@@ -576,27 +572,33 @@ def _sample_together(
         if len(idx) < 2:
             continue
         parts = [(stepped[i][0], stepped[i][1].step, stepped[i][2][0]) for i in idx]
-        for i, tokens in zip(idx, _draw_bucket(model, sampling, parts)):
+        for i, tokens in zip(idx, _draw_tokens(model, sampling, parts)):
             drawn[i] = tokens
     return drawn
 
 
-def _draw_bucket(
+def _draw_tokens(
     model: Kronos, sampling: SamplingParams, parts: list[tuple[Generation, int, _StepInputs]]
 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """(s1, s2) of each (job, its step, its one group of every row) in ``parts``, drawn as one
-    batch (``_sample_together``)."""
+    batch: a job sampling alone (one part, ``Generation._sample``) or jobs with equal options
+    (``_sample_together``, whose parts are all seeded or greedy). s1 from every row's last hidden
+    state, then s2 given that s1."""
     bounds = [0]
     for _job, _step, g in parts:
         bounds.append(bounds[-1] + g.hidden_last.shape[0])
     spans = list(zip(bounds, bounds[1:]))
-    hidden_last = torch.cat([g.hidden_last for _j, _s, g in parts])  # (N, d)
+    hidden = [g.hidden_last for _j, _s, g in parts]  # (n, d) each
+    hidden_last = hidden[0].contiguous() if len(hidden) == 1 else torch.cat(hidden)  # (N, d)
 
     def draws(kind: int) -> torch.Tensor | None:
         if sampling.greedy:
             return None  # an arg-max: no draw
-        rows = [job._draws(step, kind) for job, step, _g in parts]  # (n,) each
-        return torch.cat([d for d in rows if d is not None])  # (N,): every job is seeded
+        rows = [job._draws(step, kind) for job, step, _g in parts]  # (n,) each, or None
+        present = [d for d in rows if d is not None]
+        if len(present) < len(rows):
+            return None  # unseeded: one job alone, drawing from the global generator
+        return present[0] if len(present) == 1 else torch.cat(present)  # (N,)
 
     s1 = sample_tokens(model.s1_logits(hidden_last), sampling, draws(0))  # (N,)
     logits2 = model.s2_logits_of_groups(

@@ -231,10 +231,7 @@ class Kronos(PretrainedMixin, nn.Module):
         dep_k, dep_v (B, 4, S, D) projections of the hidden states the head
         attends over; key_mask (B, S) True where a key is real.
         """
-        query = self.embedding.emb_s1(s1)[:, None, :]  # (B, 1, d), not scaled by sqrt(d)
-        # (B, 1, d)
-        fused = self.dep_layer(hidden_last[:, None, :], query, dep_k, dep_v, key_mask=key_mask)
-        return self.head.proj_s2(fused[:, 0])  # (B, V2)
+        return self.s2_logits_of_groups(hidden_last, s1, [(0, len(s1), dep_k, dep_v, key_mask)])
 
     def s2_logits_of_groups(
         self,
@@ -242,7 +239,9 @@ class Kronos(PretrainedMixin, nn.Module):
         s1: torch.Tensor,
         groups: Sequence[tuple[int, int, torch.Tensor, torch.Tensor, torch.Tensor | None]],
     ) -> torch.Tensor:
-        """``s2_logits`` for rows of several groups at once, each group over its own keys.
+        """``s2_logits`` for rows of several groups at once, each group over its own keys (what
+        ``s2_logits`` computes for one group: the dependency layer at inference, no rotation, no
+        causal mask).
 
         hidden_last (N, d) and s1 (N,) of every group's rows in order; groups: (start, end,
         dep_k, dep_v, key_mask) per group, rows start:end of the batch, keys/values (n, 4, S, D)
@@ -253,12 +252,13 @@ class Kronos(PretrainedMixin, nn.Module):
         attn = self.dep_layer.cross_attn
         query = self.embedding.emb_s1(s1)[:, None, :]  # (N, 1, d), not scaled by sqrt(d)
         q = attn.heads(attn.q_proj(query))  # (N, 4, 1, D), no rotation (position 0)
-        out = torch.cat([
+        outs = [
             nn.functional.scaled_dot_product_attention(
                 q[a:b], k, v, attn_mask=None if mask is None else mask[:, None, None, :]
             )  # (n, 4, 1, D)
             for a, b, k, v, mask in groups
-        ])  # (N, 4, 1, D)
+        ]
+        out = outs[0] if len(outs) == 1 else torch.cat(outs)  # (N, 4, 1, D)
         fused = self.dep_layer.norm(hidden_last[:, None, :] + attn.merge(out))  # (N, 1, d)
         return self.head.proj_s2(fused[:, 0])  # (N, V2)
 
