@@ -113,6 +113,12 @@ class Settings(BaseSettings):
         description="continuous batching: rows (series x sample paths) of live batches that share "
         "one decode step at most; default: 20 on CPU, 4,096 on GPU; 0: each batch steps alone",
     )
+    share_steps_within_request: bool | None = Field(
+        None,
+        description="continuous batching: whether batches carrying the same request share a "
+        "decode step (else a request's batches decode one after another, each beside other "
+        "requests' batches); default: no on CPU, yes on GPU",
+    )
     max_skipped: int = Field(
         32, ge=0,
         description="step scheduler: steps of other batches the oldest live batch waits at most, "

@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -162,6 +162,11 @@ class DeviceBatch:
                 second.append(Segment(g.pending, cut, g.hi))
             seen += n
         return first, second
+
+    @property
+    def requests(self) -> frozenset[str]:
+        """The requests whose series it carries."""
+        return frozenset(g.pending.shard.request_id for g in self.segments)
 
     @property
     def abandoned(self) -> bool:
@@ -441,16 +446,22 @@ class StepRunner:
     def _joining(self, job: DeviceBatch) -> list[DeviceBatch]:
         """The other live jobs that share ``job``'s next decode step (continuous batching): those
         whose next step is a cached decode too, least remaining work first, within the policy's
-        row cap."""
+        row cap, and (unless the policy lets a request's jobs share steps) carrying none of the
+        requests already in the step."""
         if self.policy.max_step_rows <= 0 or job.engine is None or not job.engine.shares_steps:
             return []
         others = [
-            (other, other.engine.rows)
+            other
             for other in (self.jobs.get(i) for i in self.scheduler.by_priority(exclude=job.job_id))
             if other is not None and other.engine is not None and other.engine.shares_steps
         ]
-        joined = self.policy.shares(job.engine.rows, [rows for _, rows in others])
-        return [others[i][0] for i in joined]
+        joined = self.policy.shares(
+            job.engine.rows,
+            [cast(ForecastJob, other.engine).rows for other in others],
+            job.requests,
+            [other.requests for other in others],
+        )
+        return [others[i] for i in joined]
 
     def _finish(self, job: DeviceBatch) -> None:
         engine = job.engine

@@ -50,7 +50,9 @@ def test_equal_jobs_run_in_arrival_order_and_the_plan_is_deterministic():
         return drive(s, 20)
 
     first = run_once()
-    assert first[:2] == [3, 3]  # least work first; ties by arrival
+    # the first to arrive prefills, the next is prefilled ahead (two decoding), then least work
+    # first; ties by arrival
+    assert first == [3, 1, 3, 2, 1, 2]
     assert first == run_once()
 
 
@@ -62,12 +64,13 @@ def test_equal_work_goes_to_the_job_of_the_smaller_shard_not_the_first_to_arrive
     s.submit(BatchTicket(9, rows=5, steps=24, shard_rows=5))
     order = drive(s, 200)
     assert order[:24] == [9] * 24
-    assert order[24:] == [j for j in range(1, 5) for _ in range(24)]  # then by arrival
+    # then by arrival, each part prefilled while the one before it decodes (its first step)
+    assert order[24:] == [1, 2] + [1] * 23 + [3] + [2] * 23 + [4] + [3] * 23 + [4] * 23
     # unset (0) keeps arrival order among equals
     s = Scheduler(budget_bytes=1000, max_skipped=100)
     for j in (3, 1):
         s.submit(BatchTicket(j, rows=4, steps=2))
-    assert drive(s, 10) == [3, 3, 1, 1]
+    assert drive(s, 10) == [3, 1, 3, 1]
 
 
 def test_no_starvation_a_big_job_gets_a_step_in_every_max_skipped_plus_one():
@@ -173,8 +176,41 @@ def test_parts_of_one_big_request_do_not_age_together_ahead_of_a_later_small_job
     for j in (1, 2, 3, 4):
         s.submit(BatchTicket(j, rows=100, steps=10))
     s.submit(BatchTicket(5, rows=10, steps=2))  # the remainder of the cut: least work, runs first
-    assert drive(s, 4) == [5, 5, 1, 1]
-    assert [s.live[j].skipped for j in (1, 2, 3, 4)] == [0, 0, 0, 0]
+    # 5 and the first part prefill (two decoding), 5 ends, the second part is prefilled ahead
+    assert drive(s, 4) == [5, 1, 5, 2]
+    assert [s.live[j].skipped for j in (1, 2, 3, 4)] == [2, 0, 0, 0]  # only the oldest aged
     s.submit(BatchTicket(9, rows=1, steps=8))
-    assert drive(s, 10) == [9, 9, 9, 1, 9, 9, 9, 1, 9, 9]
+    # the oldest part (skipped twice already) takes one step in every max_skipped + 1; the others
+    # never do
+    assert drive(s, 11) == [9, 1, 9, 9, 9, 1, 9, 9, 9, 1, 9]
     assert 9 not in s.live and drive(s, 100)[:6] == [1] * 6  # then the oldest runs to its end
+
+
+def test_a_smaller_request_starts_at_once_instead_of_waiting_for_a_part_with_less_work():
+    # a big request's part decodes with 2 steps left (less work than the small job's 5 x 24); the
+    # small job, cut from a smaller shard, prefills next, so it then decodes beside the part
+    s = Scheduler(budget_bytes=10**6, max_skipped=100)
+    s.submit(BatchTicket(1, rows=10, steps=24, shard_rows=62))
+    s.submit(BatchTicket(2, rows=10, steps=24, shard_rows=62))
+    drive(s, 23)  # both prefilled; part 1 has 2 steps left
+    assert s.live[1].steps_left == 2 and s.live[1].work < 5 * 24
+    s.submit(BatchTicket(9, rows=5, steps=24, shard_rows=5))
+    assert s.next_step().run == 9  # its prefill, not part 1's last steps
+    s.stepped(9, 23)
+    assert s.next_step().run == 1  # then least work first again (9 shares part 1's steps)
+
+
+def test_the_next_part_is_prefilled_ahead_unless_a_smaller_request_is_live():
+    s = Scheduler(budget_bytes=10**6, max_skipped=100)
+    for j in (1, 2, 3):
+        s.submit(BatchTicket(j, rows=10, steps=24, shard_rows=62))
+    # part 1 prefills, part 2 ahead of its turn (two decoding), part 3 waits for its turn
+    assert drive(s, 4) == [1, 2, 1, 1]
+    # a small request decoding alone when a big one arrives: no part is prefilled ahead of the
+    # small job's remaining steps (that prefill would hold them up)
+    s = Scheduler(budget_bytes=10**6, max_skipped=100)
+    s.submit(BatchTicket(8, rows=5, steps=24, shard_rows=5))
+    assert drive(s, 1) == [8]
+    for j in (1, 2):
+        s.submit(BatchTicket(j, rows=10, steps=24, shard_rows=62))
+    assert drive(s, 25) == [8] * 23 + [1, 2]

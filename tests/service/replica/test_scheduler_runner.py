@@ -340,3 +340,24 @@ def test_out_of_memory_in_a_shared_step_halves_every_job_in_it_and_loses_nothing
     # the two jobs of the failed step (small, big) were halved; mid was not in it
     assert sum(rep.oom_splits for rep in r.take_reports()) == 2
     assert engine.started.count(1) == 2 and engine.started.count(5) == 3  # the halves, and mid
+
+
+@pytest.mark.parametrize("within", [False, True])
+def test_a_requests_jobs_share_a_step_with_each_other_only_when_the_policy_lets_them(within):
+    """A big request cut into three jobs (4 + 4 + 2 series) and a small request: the small job rides
+    beside a big job either way; the big request's own jobs step together only with
+    ``share_within_request`` (the CPU default is not to)."""
+    engine, out = FakeSteppingEngine(sharing=True), []
+    r = runner(engine, max_step_rows=100, max_prefill_tokens=4 * 10, max_skipped=100,
+               share_within_request=within)
+    big = make_options(horizon=8)
+    r.submit(make_shard(10, 0, start=1000, options=big, request_id="big"), collect(out))
+    r.tick()
+    r.tick()  # two parts prefilled (the second ahead of its turn)
+    r.submit(make_shard(2, 0, start=5, options=big, request_id="small"), collect(out))
+    r.run_until_idle()
+    parts = {1000.0, 1004.0, 1008.0}  # the big jobs' tags (their first series' close)
+    assert any(len(parts & set(step)) > 1 for step in engine.shared) == within
+    assert any(5.0 in step and parts & set(step) for step in engine.shared)
+    assert {res.request_id for res in out} == {"big", "small"}
+    assert all(res.error is None for res in out)
