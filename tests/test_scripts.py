@@ -79,3 +79,23 @@ def test_small_request_cost_prints_its_figures():
     for key in ("first_step_ms", "decode_step_ms", "last_step_ms", "forecast_ms", "cpu_ms"):
         assert fig[key] > 0, key
     assert fig["forecast_ms"] >= fig["first_step_ms"] + fig["last_step_ms"]
+
+
+def test_step_loop_bench_prints_its_figures():
+    """``scripts/step_loop_bench.py`` (one step loop under a big request with small ones beside
+    it, docs/service.md "Scheduling") runs on the bundled model and data, small sizes."""
+    import json
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "step_loop_bench.py"), "--shards", "2",
+         "--shard-series", "6", "--lookback", "32", "--horizon", "4", "--rounds", "1",
+         "--small-every", "0.02", "--json"],
+        cwd=REPO, capture_output=True, text=True, timeout=180,
+    )
+    assert proc.returncode == 0, proc.stderr
+    fig = json.loads(proc.stdout)
+    assert len(fig["big_alone_s"]) == 2 and len(fig["big_with_small_s"]) == 1
+    assert all(t > 0 for t in fig["big_alone_s"] + fig["big_with_small_s"])
+    assert fig["small_requests"] >= 1 and fig["small_alone_s"] > 0 and fig["small_beside_big_s"] > 0
+    assert fig["share_within_request"] is False and fig["max_step_rows"] == 20
