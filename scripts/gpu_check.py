@@ -163,9 +163,9 @@ def sync_figures(model, tok, device, tiny: bool) -> dict:
             xs += x
             ys += y
         job = predictor.start_forecast(values, xs, ys, options)
-        plans = job.generation.plans
+        steps = job.generation.cache_steps
         counts = syncs_per_step(job, counter)
-        steady = [counts[s] for s in range(1, horizon - 1) if not plans[s].evict]
+        steady = [counts[s] for s in range(1, horizon - 1) if not steps[s].evict]
         steady_max = max(steady_max, max(steady))
         out["cases"][name] = {
             "per_step": counts, "steady_steps": len(steady), "steady_max": max(steady),

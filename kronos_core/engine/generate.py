@@ -2,8 +2,8 @@
 
 ``Generator.generate(batch, cfg)`` runs a ``Generation`` (``kronos_core.engine.job``)
 to the end; a scheduler that interleaves several batches on one device drives jobs
-step by step instead. Each step is plan -> run -> sample -> append. The plan
-(``kronos_core.engine.plan``, a pure function of the rows' lengths) says which rows
+step by step instead. Each step is cache step -> run -> sample -> append. The cache step
+(``kronos_core.engine.cache_steps``, a pure function of the rows' lengths) says which rows
 decode their newest token from the key/value caches, which leave the caches, and
 which run over their whole window. Run gives each row's last hidden state and the s2
 head's keys/values over its window; sample draws s1 from the last hidden state, then
@@ -39,9 +39,9 @@ import torch
 from kronos_core.engine.batch import EngineBatch
 from kronos_core.engine.config import EngineStats, GenerationConfig, GenerationOutput
 from kronos_core.engine.job import Generation, decode_step
-from kronos_core.engine.plan import SLIDING_MODES
 from kronos_core.model.kronos import Kronos
 from kronos_core.model.tokenizer import KronosTokenizer
+from kronos_core.options import SLIDING_MODES
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +119,7 @@ class Generator:
         return Generation(self, batch, cfg)
 
     def generate(self, batch: EngineBatch, cfg: GenerationConfig) -> GenerationOutput:
-        """Tokenize, then plan -> run -> sample -> append for each step, then detokenize."""
+        """Tokenize, then cache step -> run -> sample -> append for each step, then detokenize."""
         job = Generation(self, batch, cfg)
         while not job.done:
             job.step()

@@ -7,8 +7,9 @@ seeded uniforms), so a scheduler can interleave the steps of several jobs on one
 device, and ``close()`` frees the caches of a cancelled job at once. ``step_together`` runs the
 next step of several jobs as one shared decode step (``kronos_core.engine.shared_step``).
 
-Each step is plan -> run -> sample -> append. The plan (``kronos_core.engine.plan``,
-a pure function of the rows' lengths) is made on the host before the first step.
+Each step is cache step -> run -> sample -> append. The cache steps
+(``kronos_core.engine.cache_steps``, a pure function of the rows' lengths) are made on the host
+before the first step.
 
 A steady-state decode step (rows cached, no eviction) reads nothing back from the
 device: every width, padding flag and slot index is computed on the host from the
@@ -32,8 +33,8 @@ from typing import Any, Protocol
 import torch
 
 from kronos_core.engine.batch import EngineBatch
+from kronos_core.engine.cache_steps import CacheStep, cache_steps
 from kronos_core.engine.config import EngineStats, GenerationConfig, GenerationOutput
-from kronos_core.engine.plan import StepPlan, plan_schedule
 from kronos_core.engine.sampling import SamplingParams, counter_uniforms_table, sample_tokens
 from kronos_core.engine.shared_step import DecodeMember, held_slots, shared_decode_step
 from kronos_core.model.config import DEP_HEADS
@@ -96,7 +97,7 @@ class _CachedRows:
     ):
         c = model.config
         n = len(pad_host)
-        self.ids = tuple(range(n))  # batch rows held, on the host (the plan's row ids)
+        self.ids = tuple(range(n))  # batch rows held, on the host (the cache steps' row ids)
         self.pad_host, self.width, self.capacity = list(pad_host), width, capacity
         self.rows = torch.arange(n, device=device)  # (n,) batch rows held
         self.pad = torch.tensor(pad_host, dtype=torch.long, device=device)  # (n,)
@@ -197,9 +198,9 @@ class Generation:
         self.model = generator.model
         self.device = batch.x.device
         self.rows: int = batch.rows
-        # once: the plan is made on the host
+        # once: the cache steps are made on the host
         self.lengths_host = [int(n) for n in batch.lengths.tolist()]
-        self.plans: list[StepPlan] = plan_schedule(
+        self.cache_steps: list[CacheStep] = cache_steps(
             self.lengths_host, cfg.horizon, cfg.max_context, cfg.sliding
         )
         self.stats = EngineStats(
@@ -236,8 +237,8 @@ class Generation:
             if self._seqs is None:
                 self._start()
             t0 = time.perf_counter()
-            plan = self.plans[self._step]
-            self._end_step(plan, self._run(plan), t0)
+            this_step = self.cache_steps[self._step]
+            self._end_step(this_step, self._run(this_step), t0)
 
     @property
     def shares_steps(self) -> bool:
@@ -246,8 +247,8 @@ class Generation:
         decode step is the eager one (a compiled or CUDA-graph step runs alone)."""
         if self._closed or self.done or self._seqs is None or self._cached is None:
             return False
-        plan = self.plans[self._step]
-        if plan.prefill or not plan.cached or self._cached.static:
+        this_step = self.cache_steps[self._step]
+        if this_step.prefill or not this_step.cached or self._cached.static:
             return False
         return self.generator.decode_fn(self.cfg, self.device) is decode_step
 
@@ -259,7 +260,7 @@ class Generation:
 
     def _end_step(
         self,
-        plan: StepPlan,
+        this_step: CacheStep,
         groups: list[_StepInputs],
         t0: float,
         tokens: tuple[torch.Tensor, torch.Tensor] | None = None,
@@ -267,10 +268,10 @@ class Generation:
         """Sample the step's tokens from ``groups`` (unless ``tokens`` (s1, s2) were drawn with
         other jobs' by ``step_together``), append them, count the step (the last one
         detokenizes)."""
-        s1, s2 = self._sample(groups, plan.step) if tokens is None else tokens
+        s1, s2 = self._sample(groups, this_step.step) if tokens is None else tokens
         assert self._seqs is not None
-        self._seqs.append(plan.step, s1, s2)
-        self.stats.recomputed_row_steps += len(plan.recompute)
+        self._seqs.append(this_step.step, s1, s2)
+        self.stats.recomputed_row_steps += len(this_step.recompute)
         self.stats.generate_seconds += time.perf_counter() - t0
         self._step += 1
         if self._bar is not None:
@@ -360,20 +361,20 @@ class Generation:
         return decoded[:, -horizon:].float()  # (N, H, 6)
 
     # ---- one step -------------------------------------------------------------------------
-    def _run(self, plan: StepPlan) -> list[_StepInputs]:
-        """Carry out a step's plan -> groups of rows with their s2-head inputs."""
+    def _run(self, this_step: CacheStep) -> list[_StepInputs]:
+        """Carry out a cache step -> groups of rows with their s2-head inputs."""
         groups: list[_StepInputs] = []
-        if plan.prefill:
+        if this_step.prefill:
             groups.append(self._prefill())
-        elif plan.cached:
+        elif this_step.cached:
             assert self._cached is not None
-            if plan.evict:
-                self._cached.evict(plan.evict)
-            groups.append(self._decode(self._cached, plan))
+            if this_step.evict:
+                self._cached.evict(this_step.evict)
+            groups.append(self._decode(self._cached, this_step))
         else:
             self._cached = None  # no row is cached any more: free the caches
-        if plan.recompute:
-            groups.append(self._recompute(plan.recompute, plan.step))
+        if this_step.recompute:
+            groups.append(self._recompute(this_step.recompute, this_step.step))
         return groups
 
     def _sample(self, groups: list[_StepInputs], step: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -428,9 +429,9 @@ class Generation:
             key_mask, every_row=True,
         )
 
-    def _decode(self, state: _CachedRows, plan: StepPlan) -> _StepInputs:
+    def _decode(self, state: _CachedRows, this_step: CacheStep) -> _StepInputs:
         """Feed each cached row's newest token (column lmax + step - 1) through the caches."""
-        m = self._decode_member(state, plan)
+        m = self._decode_member(state, this_step)
         step_fn = self.generator.decode_fn(self.cfg, self.device)
         hidden, key_mask = step_fn(
             self.model, m.s1, m.s2, m.stamp, m.slot, m.pad, m.real, m.slots, m.caches, m.dep,
@@ -438,14 +439,14 @@ class Generation:
         )  # (n, 1, d), (n, C)
         return self._decoded(state, hidden, key_mask)
 
-    def _decode_member(self, state: _CachedRows, plan: StepPlan) -> DecodeMember:
+    def _decode_member(self, state: _CachedRows, this_step: CacheStep) -> DecodeMember:
         """The cached rows' inputs of this step's decode: each row's newest token (column
         lmax + step - 1), the new token's slot (a 0-d tensor, set with no host read), the
         caches."""
         assert self._seqs is not None
         seqs, rows = self._seqs, state.rows
-        slot = state.slot.fill_(state.width + plan.step - 1)
-        end = seqs.lmax + plan.step
+        slot = state.slot.fill_(state.width + this_step.step - 1)
+        end = seqs.lmax + this_step.step
         col = slice(end - 1, end)
         if len(state.ids) == self.rows:  # nothing evicted: rows is arange(N)
             # (N, 1), (N, 1), (N, 1, 5)
@@ -455,7 +456,7 @@ class Generation:
             s1, s2, stamp = seqs.s1[rows, col], seqs.s2[rows, col], seqs.stamps[rows, col]
         return DecodeMember(
             s1, s2, stamp, slot, state.pad, state.real, state.slots, state.caches, state.dep,
-            self.cfg.max_context, plan.trim_window,
+            self.cfg.max_context, this_step.trim_window,
         )
 
     def _decoded(
@@ -526,28 +527,28 @@ def step_together(jobs: Sequence[Generation]) -> None:
         raise ValueError("a job appears twice in one shared step")
     with torch.inference_mode(), _autocast(first.device, first.cfg.autocast_dtype):
         t0 = time.perf_counter()
-        begun: list[tuple[Generation, StepPlan, _CachedRows]] = []
+        begun: list[tuple[Generation, CacheStep, _CachedRows]] = []
         for job in jobs:
-            plan, state = job.plans[job._step], job._cached
+            this_step, state = job.cache_steps[job._step], job._cached
             assert state is not None
-            if plan.evict:
-                state.evict(plan.evict)
-            begun.append((job, plan, state))
-        members = [job._decode_member(state, plan) for job, plan, state in begun]
+            if this_step.evict:
+                state.evict(this_step.evict)
+            begun.append((job, this_step, state))
+        members = [job._decode_member(state, this_step) for job, this_step, state in begun]
         outputs = shared_decode_step(first.model, members)
-        stepped: list[tuple[Generation, StepPlan, list[_StepInputs]]] = []
-        for (job, plan, state), (hidden, key_mask) in zip(begun, outputs):
+        stepped: list[tuple[Generation, CacheStep, list[_StepInputs]]] = []
+        for (job, this_step, state), (hidden, key_mask) in zip(begun, outputs):
             groups = [job._decoded(state, hidden, key_mask)]
-            if plan.recompute:
-                groups.append(job._recompute(plan.recompute, plan.step))
-            stepped.append((job, plan, groups))
+            if this_step.recompute:
+                groups.append(job._recompute(this_step.recompute, this_step.step))
+            stepped.append((job, this_step, groups))
         drawn = _sample_together(first.model, stepped)
-        for i, (job, plan, groups) in enumerate(stepped):
-            job._end_step(plan, groups, t0, drawn.get(i))
+        for i, (job, this_step, groups) in enumerate(stepped):
+            job._end_step(this_step, groups, t0, drawn.get(i))
 
 
 def _sample_together(
-    model: Kronos, stepped: Sequence[tuple[Generation, StepPlan, list[_StepInputs]]]
+    model: Kronos, stepped: Sequence[tuple[Generation, CacheStep, list[_StepInputs]]]
 ) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
     """The tokens of a shared step's jobs that can be drawn together -> {index in ``stepped``:
     (s1, s2)}; the others sample alone (``Generation._sample``).
@@ -561,7 +562,7 @@ def _sample_together(
     call order, so those jobs sample alone, as they would.
     """
     buckets: dict[SamplingParams, list[int]] = {}
-    for i, (job, _plan, groups) in enumerate(stepped):
+    for i, (job, _this_step, groups) in enumerate(stepped):
         sampling = job.cfg.sampling
         if len(groups) == 1 and groups[0].every_row and (
             job._uniforms is not None or sampling.greedy

@@ -1,7 +1,7 @@
 """The plain data that crosses between the gateway and the predictor replicas (pickled by
 Ray): a ``Shard`` goes out, a ``ShardResult`` with its ``BatchReport``s comes back, and
 ``ReplicaInfo`` is a replica's description of itself. No Ray, no torch, no logic beyond a
-shard's token count; the gateway plans shards (``service.gateway.shards``), the replica runs
+shard's token count; the gateway cuts shards (``service.gateway.shards``), the replica runs
 them (``service.replica.step_runner``).
 """
 

@@ -122,7 +122,8 @@ class Settings(BaseSettings):
     max_skipped: int = Field(
         32, ge=0,
         description="step scheduler: steps of other batches the oldest live batch waits at most, "
-        "and plans a batch that does not fit the memory budget waits before it goes first",
+        "and scheduler steps a batch that does not fit the memory budget waits before it goes "
+        "first",
     )
     gateway_replicas: int = Field(
         1, ge=1,

@@ -2,7 +2,7 @@
 
 - ``prepare``: validation, store window reads or inline candles (``inline``), future
   timestamps (``future``); unusable series become per-symbol errors;
-- ``plan``: the request's ``ForecastOptions`` (built once) and its memory-sized shards;
+- ``shards``: the request's ``ForecastOptions`` (built once) and its memory-sized shards;
 - ``dispatch``: shards sent to the replicas, re-sent when one dies, hedged when one is slow;
 - ``gather``: results back in request order, risk summaries, client-safe messages;
 - ``encode``: the JSON answer and the Arrow stream.

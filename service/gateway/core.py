@@ -1,5 +1,5 @@
 """The gateway: one portfolio request through its stages, prepare (store windows or inline
-candles, future timestamps) -> plan (memory-sized shards) -> dispatch (replicas, retries,
+candles, future timestamps) -> shards (memory-sized) -> dispatch (replicas, retries,
 hedging) -> gather (request order); encoding is the route's (``service.gateway.encode``).
 Here: admission (request count, deadline) and the walk. No Ray and no FastAPI: the store and
 the replicas are injected objects typed by ``service.common.interfaces``.

@@ -1,4 +1,4 @@
-"""Stage 2a, plan: the request's forecast options, built once, and its series cut into
+"""Stage 2a, shards: the request's forecast options, built once, and its series cut into
 memory-sized shards (the engine's memory model gives how many series fit one replica)."""
 
 from __future__ import annotations

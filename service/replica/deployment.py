@@ -3,7 +3,7 @@ Shards from concurrent requests go to a device loop (``service.replica.device_lo
 a GPU, one per core on a CPU, each shard to the loop with the fewest tokens in flight; a CPU
 replica's loops run in child processes by default, ``service.replica.loop_processes``) that
 coalesces the shards arriving together into jobs and runs them one decode step at a time as the
-step scheduler plans (``service.replica.scheduler``; execution, cancellation and out-of-memory
+step scheduler decides (``service.replica.scheduler``; execution, cancellation and out-of-memory
 splitting in ``service.replica.step_runner.StepRunner``): small work first, big jobs preempted at
 step boundaries and resumed where they stopped. Before it reports ready each loop runs one small
 forecast (warm-up).

@@ -12,8 +12,8 @@ in one place. The step runner (``service.replica.step_runner``) carries it out; 
   of one request do not share a step with each other (``share_within_request``): a big request's
   batches decode one after another, and a small request's batch rides beside the one decoding.
 - **Admission**: batches start while the memory model says they fit ``budget_bytes`` together;
-  a waiting one is first after ``max_skipped`` plans, and the oldest live one runs at least one
-  step in every ``max_skipped + 1`` (the scheduler's aging).
+  a waiting one is first after ``max_skipped`` scheduler steps, and the oldest live one runs at
+  least one step in every ``max_skipped + 1`` (the scheduler's aging).
 - **Out-of-memory splitting**: a batch that runs out of memory is halved and both halves queued,
   down to one series; one series that does not fit fails its shard.
 
@@ -87,7 +87,7 @@ class BatchingPolicy:
     batch_wait_timeout_s: float = 0.0  # merging: how long the first waiting shard waits for others
     max_prefill_tokens: int | None = None  # prefill cap: history tokens of one batch (None: no cap)
     budget_bytes: int = 1 << 62  # admission: device memory the live batches may hold together
-    # admission and aging: steps (or plans) a batch waits at most for others
+    # admission and aging: steps (or scheduler steps) a batch waits at most for others
     max_skipped: int = DEFAULT_MAX_SKIPPED
     # shared decode steps: rows of one step at most (0: each batch steps alone)
     max_step_rows: int = 0

@@ -2,8 +2,8 @@
 
 A pure object (no model, no Ray, no torch, no clock of its own): the replica tells it which jobs
 arrived (``submit``), which finished or were cancelled, and after every decode step asks it for the
-next ``plan``: which queued jobs to admit (start: tokenize and prefill), which live job runs the
-next decode step, which jobs leave (cancelled: their memory is freed). The replica carries the plan
+``NextStep``: which queued jobs to admit (start: tokenize and prefill), which live job runs the
+next decode step, which jobs leave (cancelled: their memory is freed). The replica carries it
 out (``service.replica.step_runner.StepRunner``).
 
 Policy:
@@ -35,16 +35,16 @@ Policy:
 * **Admission within the memory budget.** Jobs are admitted in priority order (least work first,
   then arrival) while ``resident`` bytes of all live jobs together, plus the largest ``transient``
   bytes of any one step (steps run one at a time), stay within ``budget``. A job that does not fit
-  waits; once it has waited ``max_skipped`` plans it is considered first and nothing is admitted
-  before it (the live jobs drain until it fits), so a big queued job is not starved by small ones
-  either. A job is always admitted onto an empty device, fitting or not: out-of-memory splitting
-  (the replica's) is the answer to a job the model says is too big.
+  waits; once it has waited ``max_skipped`` next steps it is considered first and nothing is
+  admitted before it (the live jobs drain until it fits), so a big queued job is not starved by
+  small ones either. A job is always admitted onto an empty device, fitting or not:
+  out-of-memory splitting (the replica's) is the answer to a job the model says is too big.
 * **Shared steps.** The job picked to run may take other live jobs into its decode step
   (continuous batching: ``by_priority`` gives the order, the replica's batching policy the
   row cap and whether jobs of one request share a step); every job in it counts the step
   (``stepped_together``).
-* **Determinism.** Ties break by arrival order; the plan depends only on the calls made, never on
-  time.
+* **Determinism.** Ties break by arrival order; the next step depends only on the calls made,
+  never on time.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ class BatchTicket:
     shard_rows: int = 0
     cancelled: bool = False
     started: bool = False  # admitted (its first step, the prefill, may run)
-    # the oldest live job: steps of others since it last ran; queued: plans it waited
+    # the oldest live job: steps of others since it last ran; queued: next steps it waited
     skipped: int = 0
     arrival: int = field(default=0, compare=False)  # order of submission
 
@@ -130,7 +130,7 @@ class Scheduler:
         self.queued[ticket.job_id] = ticket
 
     def cancel(self, job_id: int) -> None:
-        """The job's requests are gone: it leaves at the next plan."""
+        """The job's requests are gone: it leaves at the next step."""
         t = self.queued.get(job_id) or self.live.get(job_id)
         if t is not None:
             t.cancelled = True

@@ -1,8 +1,8 @@
 """The replica's batch execution, without Ray: ``StepRunner`` coalesces the shards that arrive
 together into jobs (one per options group), runs them one decode step at a time as
-``service.replica.scheduler`` plans, halves a job and queues both halves on out-of-memory, and puts
-each shard's answer back together from the jobs that carried its series. Unit-tested with fake
-engines.
+``service.replica.scheduler`` decides, halves a job and queues both halves on out-of-memory, and
+puts each shard's answer back together from the jobs that carried its series. Unit-tested with
+fake engines.
 """
 
 from __future__ import annotations
@@ -176,12 +176,12 @@ class DeviceBatch:
 
 class StepRunner:
     """The replica's device loop body: shards in (``submit``, any thread), one ``tick`` at a time on
-    the device thread: coalesce shards that arrived together, carry out the scheduler's plan (close
-    the jobs that leave, start the admitted ones, run one decode step), deliver finished shards. An
-    out-of-memory error at a job's start or step discards the job and queues its two halves as new
-    jobs (nothing is lost; a single series that does not fit fails its shard). Reports (one
-    ``BatchReport`` per job) wait in
-    ``take_reports`` for the replica to hand them to the gateway."""
+    the device thread: coalesce shards that arrived together, carry out the scheduler's next step
+    (close the jobs that leave, start the admitted ones, run one decode step), deliver finished
+    shards. An out-of-memory error at a job's start or step discards the job and queues its two
+    halves as new jobs (nothing is lost; a single series that does not fit fails its shard). Reports
+    (one ``BatchReport`` per job) wait in ``take_reports`` for the replica to hand them to the
+    gateway."""
 
     def __init__(
         self,
@@ -268,15 +268,15 @@ class StepRunner:
             for job_id, job in self.jobs.items():
                 if job.abandoned:
                     self.scheduler.cancel(job_id)
-        plan = self.scheduler.next_step()
-        for job_id in plan.leave:
+        decided = self.scheduler.next_step()
+        for job_id in decided.leave:
             self._drop(job_id)
-        mid_batch = plan.admitted_mid_batch > 0
-        for job_id in plan.admit:
+        mid_batch = decided.admitted_mid_batch > 0
+        for job_id in decided.admit:
             self._start(job_id, mid_batch)
-        if plan.run is not None and plan.run in self.jobs:
-            self._step(plan.run)
-        return bool(plan.leave or plan.admit or plan.run is not None)
+        if decided.run is not None and decided.run in self.jobs:
+            self._step(decided.run)
+        return bool(decided.leave or decided.admit or decided.run is not None)
 
     def run_until_idle(self, max_ticks: int = 1 << 30) -> None:
         """Tick until nothing is left (tests and tools; the replica runs its own loop)."""

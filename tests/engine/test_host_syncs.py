@@ -64,11 +64,11 @@ def test_steady_decode_steps_do_not_synchronise(tiny, goog, case):
     predictor = KronosPredictor(*tiny, device="cpu", max_context=mc, sliding=sliding)
     values, xs, ys = windows(goog, [0, 500, 1000][: len(lookbacks)], lookbacks, options.horizon)
     job = predictor.start_forecast(values, xs, ys, options)
-    plans = job.generation.plans
+    steps = job.generation.cache_steps
     counts = syncs_per_step(job)
     assert len(counts) == options.horizon
     # steady: a decode step (not the prefill, not the last, which detokenizes) that evicts no row
-    steady = [s for s in range(1, options.horizon - 1) if not plans[s].evict]
+    steady = [s for s in range(1, options.horizon - 1) if not steps[s].evict]
     assert steady and all(counts[s] == 0 for s in steady), counts
     assert counts[0] <= 3 and counts[-1] <= 2  # tokenize/prefill; detokenize
     assert job.result().paths.shape == (len(lookbacks), options.sample_count, options.horizon, 6)

@@ -1,4 +1,4 @@
-"""Stage plan (``service.gateway.shards``): contiguous shards in request order, sized by the
+"""Stage shards (``service.gateway.shards``): contiguous shards in request order, sized by the
 engine's memory model and the token budget."""
 
 import asyncio
@@ -132,7 +132,7 @@ def test_memory_model_fit_inverts_the_engine_estimate(tiny, lookback, horizon, s
 
 
 def test_gateway_sizes_shards_with_the_real_memory_model(tiny):
-    """No fit_factory given: the gateway plans shards with ``memory_model_fit`` from the
+    """No fit_factory given: the gateway cuts shards with ``memory_model_fit`` from the
     replica's budget; a budget of 3 series' estimate gives shards of at most 3 series."""
     horizon = 2
     lookback = 64 - horizon  # the default lookback: max_context - horizon

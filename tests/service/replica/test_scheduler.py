@@ -1,4 +1,4 @@
-"""The replica's step scheduler (``service.replica.scheduler``), planned step by step without a
+"""The replica's step scheduler (``service.replica.scheduler``), driven step by step without a
 model: small work first, preemption at step boundaries, aging, the memory budget, cancellation."""
 
 import pytest
@@ -7,15 +7,15 @@ from service.replica.scheduler import BatchTicket, Scheduler
 
 
 def drive(s: Scheduler, steps: int) -> list[int]:
-    """Carry out ``steps`` plans as the replica would: every admitted job is live, the planned one
-    steps."""
+    """Carry out ``steps`` next steps as the replica would: every admitted job is live, the
+    picked one steps."""
     ran = []
     for _ in range(steps):
-        plan = s.next_step()
-        if plan.run is None:
+        decided = s.next_step()
+        if decided.run is None:
             break
-        ran.append(plan.run)
-        s.stepped(plan.run, s.live[plan.run].steps_left - 1)
+        ran.append(decided.run)
+        s.stepped(decided.run, s.live[decided.run].steps_left - 1)
     return ran
 
 
@@ -33,8 +33,8 @@ def test_small_job_admitted_while_a_big_job_runs_goes_first_then_the_big_job_res
     s.submit(BatchTicket(1, rows=1000, steps=24, resident_bytes=100))
     assert drive(s, 5) == [1] * 5
     s.submit(BatchTicket(2, rows=5, steps=24, resident_bytes=1))
-    plan = s.next_step()
-    assert plan.admit == (2,) and plan.run == 2 and plan.admitted_mid_batch == 1
+    decided = s.next_step()
+    assert decided.admit == (2,) and decided.run == 2 and decided.admitted_mid_batch == 1
     s.stepped(2, 23)
     order = drive(s, 100)
     assert order[:23] == [2] * 23  # the small job finishes within its own 24 steps
@@ -79,9 +79,9 @@ def test_no_starvation_a_big_job_gets_a_step_in_every_max_skipped_plus_one():
     ran = []
     for k in range(40):  # a new small job at every step: the small ones alone would fill the device
         s.submit(BatchTicket(100 + k, rows=1, steps=1))
-        plan = s.next_step()
-        ran.append(plan.run)
-        s.stepped(plan.run, s.live[plan.run].steps_left - 1)
+        decided = s.next_step()
+        ran.append(decided.run)
+        s.stepped(decided.run, s.live[decided.run].steps_left - 1)
     gaps, last = [], None
     for i, j in enumerate(ran):
         if j == 1:
@@ -101,14 +101,14 @@ def test_admission_respects_the_budget_and_a_job_that_does_not_fit_waits():
     s.submit(BatchTicket(2, rows=10, steps=5, resident_bytes=30, transient_bytes=10))
     # 60 + 15 + 20 fits
     s.submit(BatchTicket(3, rows=10, steps=5, resident_bytes=15, transient_bytes=5))
-    plan = s.next_step()
-    assert plan.admit == (3,) and 2 in s.queued
+    decided = s.next_step()
+    assert decided.admit == (3,) and 2 in s.queued
     assert s.memory_in_use() <= 100
     while not s.idle:
-        plan = s.next_step()
+        decided = s.next_step()
         assert s.memory_in_use() <= 100 or list(s.live) == [2]
-        if plan.run is not None:
-            s.stepped(plan.run, s.live[plan.run].steps_left - 1)
+        if decided.run is not None:
+            s.stepped(decided.run, s.live[decided.run].steps_left - 1)
     assert 2 not in s.queued  # admitted once the device had room
 
 
@@ -126,12 +126,12 @@ def test_a_queued_job_that_waited_too_long_is_admitted_before_new_small_ones():
     admitted_at = None
     for k in range(30):  # small jobs keep arriving, each would fit beside job 1
         s.submit(BatchTicket(10 + k, rows=1, steps=1, resident_bytes=1))
-        plan = s.next_step()
-        if 2 in plan.admit:
+        decided = s.next_step()
+        if 2 in decided.admit:
             admitted_at = k
             break
-        if plan.run is not None:
-            s.stepped(plan.run, s.live[plan.run].steps_left - 1)
+        if decided.run is not None:
+            s.stepped(decided.run, s.live[decided.run].steps_left - 1)
     assert admitted_at is not None and admitted_at < 10
 
 
@@ -144,8 +144,8 @@ def test_cancelled_jobs_leave_at_the_next_plan_live_or_queued():
     assert 2 in s.queued
     s.cancel(1)
     s.cancel(2)
-    plan = s.next_step()
-    assert set(plan.leave) == {1, 2} and plan.run is None and s.idle
+    decided = s.next_step()
+    assert set(decided.leave) == {1, 2} and decided.run is None and s.idle
 
 
 def test_cancelling_the_big_job_frees_room_for_a_waiting_one_in_the_same_plan():
@@ -155,8 +155,8 @@ def test_cancelling_the_big_job_frees_room_for_a_waiting_one_in_the_same_plan():
     s.submit(BatchTicket(2, rows=200, steps=5, resident_bytes=80))
     assert s.next_step().admit == ()
     s.cancel(1)
-    plan = s.next_step()
-    assert plan.leave == (1,) and plan.admit == (2,) and plan.run == 2
+    decided = s.next_step()
+    assert decided.leave == (1,) and decided.admit == (2,) and decided.run == 2
 
 
 def test_discard_forgets_a_job_and_duplicates_are_refused():

@@ -1,4 +1,5 @@
-"""Step planning: which rows decode from their caches, which are evicted, which are recomputed.
+"""Cache steps: at each decode step, which rows decode from their caches, which are evicted, which
+are recomputed.
 
 A pure function of the rows' history lengths, the step, ``max_context`` and the
 sliding mode, so the whole schedule is known on the host before the first step
@@ -23,7 +24,7 @@ from kronos_core.options import SLIDING_MODES
 
 
 @dataclass(frozen=True)
-class StepPlan:
+class CacheStep:
     """What one decode step runs. Row ids index the batch; each tuple is sorted."""
 
     step: int  # 0-based step; the token generated goes to column lmax + step
@@ -58,8 +59,10 @@ def _cached_rows(lengths: Sequence[int], step: int, max_context: int, mode: str)
     return tuple(i for i, n in enumerate(lengths) if n + step <= max_context)
 
 
-def plan_step(lengths: Sequence[int], step: int, max_context: int, mode: str = "exact") -> StepPlan:
-    """The plan of decode step ``step`` for rows with history ``lengths`` (real tokens, >= 1)."""
+def cache_step(
+    lengths: Sequence[int], step: int, max_context: int, mode: str = "exact"
+) -> CacheStep:
+    """What decode step ``step`` runs for rows with history ``lengths`` (real tokens, >= 1)."""
     lengths = [int(n) for n in lengths]
     _check(lengths, max_context, mode)
     if step < 0:
@@ -69,7 +72,7 @@ def plan_step(lengths: Sequence[int], step: int, max_context: int, mode: str = "
     kept = set(cached)
     evict = tuple(i for i in before if i not in kept)
     recompute = tuple(i for i in range(len(lengths)) if i not in kept)
-    return StepPlan(
+    return CacheStep(
         step=step,
         prefill=step == 0 and mode != "recompute",
         evict=evict,
@@ -79,10 +82,10 @@ def plan_step(lengths: Sequence[int], step: int, max_context: int, mode: str = "
     )
 
 
-def plan_schedule(
+def cache_steps(
     lengths: Sequence[int], horizon: int, max_context: int, mode: str = "exact"
-) -> list[StepPlan]:
-    """The plans of all ``horizon`` steps, made on the host before the first one."""
+) -> list[CacheStep]:
+    """The cache steps of all ``horizon`` steps, made on the host before the first one."""
     if horizon < 1:
         raise ValueError(f"horizon must be >= 1, got {horizon}")
-    return [plan_step(lengths, step, max_context, mode) for step in range(horizon)]
+    return [cache_step(lengths, step, max_context, mode) for step in range(horizon)]
