@@ -115,15 +115,19 @@ def main() -> None:
             next_small, sent = max(now, sent + args.small_every), None
 
         t0 = time.perf_counter()
-        while len(done) < len(bigs):
+        big_s: float | None = None
+        # the small request in flight when the big one ends still finishes (and counts)
+        while big_s is None or sent is not None:
             while in_flight < 2 and queue:
                 runner.submit(queue.pop(0), big_done)
                 in_flight += 1
-            if with_small and sent is None and time.perf_counter() >= next_small:
+            if big_s is None and with_small and sent is None and time.perf_counter() >= next_small:
                 sent = time.perf_counter()
                 runner.submit(small, small_done)
             runner.tick()
-        return time.perf_counter() - t0, latencies
+            if big_s is None and len(done) == len(bigs):
+                big_s = time.perf_counter() - t0
+        return big_s, latencies
 
     run(False)  # warm-up
     alone, with_small, smalls, counts = [], [], [], []
@@ -134,6 +138,11 @@ def main() -> None:
         smalls += latencies
         counts.append(len(latencies))
     alone.append(run(False)[0])
+    if not smalls:
+        raise SystemExit(
+            "no small request ran beside the big one: give a shorter --small-every or a bigger "
+            "request (--shards, --shard-series, --horizon)"
+        )
     around = [(a + b) / 2 for a, b in zip(alone, alone[1:])]
     ratio = statistics.median(w / a for w, a in zip(with_small, around))
     per_small = statistics.median(
@@ -157,8 +166,9 @@ def main() -> None:
         return
     print(
         f"max_step_rows {args.max_step_rows}, share_within_request {args.share_within_request}: "
-        f"big alone {[round(x, 2) for x in alone]} s, with a small one every second "
-        f"{[round(x, 2) for x in with_small]} s -> {ratio:.3f}x (median of {args.rounds}); "
+        f"big alone {[round(x, 2) for x in alone]} s, with a small one every "
+        f"{args.small_every:g} s {[round(x, 2) for x in with_small]} s -> {ratio:.3f}x "
+        f"(median of {args.rounds}); "
         f"loop time per small request {per_small * 1e3:.0f} ms; small request alone "
         f"{idle_s * 1e3:.0f} ms, beside the big one {beside_s * 1e3:.0f} ms "
         f"({beside_s / idle_s:.2f}x, max {max(smalls) * 1e3:.0f} ms, {len(smalls)} requests)"
