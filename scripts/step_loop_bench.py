@@ -29,6 +29,7 @@ import pandas as pd
 import torch
 
 from kronos_core.candles import FEATURES
+from kronos_core.data.reader import read_candles
 from kronos_core.data.sample_store import REAL_DIR
 from kronos_core.loading import PredictorConfig, load_predictor
 from kronos_core.options import ForecastOptions
@@ -41,10 +42,8 @@ SMALL_SERIES = 5
 
 
 def _candles() -> pd.DataFrame:
-    frame = pd.read_csv(REAL_DIR / "goog_daily.csv")
-    frame["timestamps"] = pd.to_datetime(frame["timestamps"])
-    frame["amount"] = frame["close"] * frame["volume"]
-    return frame
+    """The bundled GOOG daily candles, read and validated as every candle file is."""
+    return read_candles(REAL_DIR / "goog_daily.csv")[0]
 
 
 def shard(

@@ -7,12 +7,13 @@ fake engines.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
@@ -163,9 +164,9 @@ class DeviceBatch:
             seen += n
         return first, second
 
-    @property
+    @functools.cached_property
     def requests(self) -> frozenset[str]:
-        """The requests whose series it carries."""
+        """The requests whose series it carries (its segments are fixed when it is made)."""
         return frozenset(g.pending.shard.request_id for g in self.segments)
 
     @property
@@ -451,17 +452,17 @@ class StepRunner:
         if self.policy.max_step_rows <= 0 or job.engine is None or not job.engine.shares_steps:
             return []
         others = [
-            other
+            (other, other.engine.rows)
             for other in (self.jobs.get(i) for i in self.scheduler.by_priority(exclude=job.job_id))
             if other is not None and other.engine is not None and other.engine.shares_steps
         ]
         joined = self.policy.shares(
             job.engine.rows,
-            [cast(ForecastJob, other.engine).rows for other in others],
+            [rows for _, rows in others],
             job.requests,
-            [other.requests for other in others],
+            [other.requests for other, _ in others],
         )
-        return [others[i] for i in joined]
+        return [others[i][0] for i in joined]
 
     def _finish(self, job: DeviceBatch) -> None:
         engine = job.engine
