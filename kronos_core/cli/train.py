@@ -25,6 +25,7 @@ OVERRIDES = {
     "frequency": "data.frequency", "data": "data.paths", "corpus": "data.corpus",
     "markets": "data.markets", "frequencies": "data.frequencies", "eval_every": "eval_every",
     "save_every": "save_every", "max_context": "max_context", "name": "name", "threads": "threads",
+    "minutes": "max_minutes",
 }
 
 
@@ -57,6 +58,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--frequency", help="store frequency, e.g. 5min or 1d")
     parser.add_argument("--out", help="output folder (best/, last/, metrics.jsonl)")
     parser.add_argument("--max-steps", type=int)
+    parser.add_argument(
+        "--minutes", type=float,
+        help="wall-clock cap of this sitting: stop at a checkpoint once past it (--resume "
+        "continues; for default, the cap covers all of its phases)")
     parser.add_argument("--resume", action="store_true", help="continue from OUT/last")
     parser.add_argument(
         "--init",
@@ -156,6 +161,8 @@ def run(args: argparse.Namespace) -> int:
     from kronos_core.model import CheckpointError
     from kronos_core.train.config import ConfigFileError
 
+    from kronos_core.train.default import SittingOver
+
     try:
         if args.what == "default":
             from kronos_core.train.default import train_default
@@ -179,6 +186,9 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigFileError, CheckpointError, ValueError, FileNotFoundError) as exc:
         print(f"kronos train: {exc}", file=sys.stderr)
         return 2
+    except SittingOver as exc:  # --minutes reached: a checkpoint to resume, not a failure
+        print(f"kronos train default: {exc}", file=sys.stderr)
+        return 0
     except KeyboardInterrupt as exc:  # Ctrl-C: say how to continue, no traceback
         from kronos_core.train.trainer import TrainingInterrupted
 

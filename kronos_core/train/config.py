@@ -109,6 +109,10 @@ class DataConfig(_Strict):
     stride: int = 16
     val_fraction: float = Field(0.15, ge=0.0, lt=1.0)
     clip: float = 5.0
+    reflect: bool = Field(
+        False, description="also train on every window's price reflection (prices mirrored, "
+        "high and low swapped): a drift-free prior, the model cannot learn a direction the "
+        "data does not hold")
     num_workers: int = Field(0, ge=0)
 
     @property
@@ -174,6 +178,9 @@ class TrainConfig(_Strict):
     micro_batch_size: int | None = Field(None, description="None = batch_size (no accumulation)")
     accum_steps: int = Field(1, ge=1)
     max_steps: int = Field(200, ge=1)
+    max_minutes: float | None = Field(
+        None, gt=0, description="wall-clock cap of this sitting (--minutes): the run stops at a "
+        "checkpoint once past it and --resume continues it")
     eval_every: int = Field(50, ge=1)
     save_every: int = Field(50, ge=1)
     log_every: int = Field(10, ge=1)

@@ -159,19 +159,38 @@ def normalize_window(window: np.ndarray, lookback: int, clip: float) -> np.ndarr
     return np.clip((window - mean) / (std + NORM_EPS), -clip, clip).astype(np.float32)
 
 
-class WindowDataset(Dataset):
-    """Windows of ``lookback + horizon`` rows: {"x": (W, 6) normalised, "stamp": (W, 5)}."""
+def reflect_window(x: np.ndarray) -> np.ndarray:
+    """The price reflection of a normalised window (W, 6): every price mirrored about a level
+    (the last close, say), so a rise becomes an equal fall; high and low swap places; volume and
+    amount stay. Mirroring raw prices about any level shifts the lookback mean by the same
+    mirror and keeps the std, so in normalised units it is a sign flip of the four prices."""
+    out = x.copy()
+    out[:, :4] = -x[:, :4]  # (W, 4) open, high, low, close
+    out[:, 1], out[:, 2] = -x[:, 2], -x[:, 1]  # the mirrored low is the new high
+    return out
 
-    def __init__(self, series: list[Series], index: list[tuple[int, int]], cfg: DataConfig):
-        self.series, self.index, self.cfg = series, index, cfg
+
+class WindowDataset(Dataset):
+    """Windows of ``lookback + horizon`` rows: {"x": (W, 6) normalised, "stamp": (W, 5)}.
+
+    With ``reflect`` the dataset is twice as long: index ``i + len(index)`` is window ``i``'s
+    price reflection (``reflect_window``), so each epoch sees every window both ways and a
+    resumed run's sampler positions still name the same rows."""
+
+    def __init__(self, series: list[Series], index: list[tuple[int, int]], cfg: DataConfig,
+                 reflect: bool = False):
+        self.series, self.index, self.cfg, self.reflect = series, index, cfg, reflect
 
     def __len__(self) -> int:
-        return len(self.index)
+        return len(self.index) * (2 if self.reflect else 1)
 
     def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        mirrored, i = divmod(i, len(self.index))
         sid, start = self.index[i]
         s, end = self.series[sid], start + self.cfg.window
         x = normalize_window(s.values[start:end], self.cfg.lookback, self.cfg.clip)
+        if mirrored:
+            x = reflect_window(x)
         return {"x": torch.from_numpy(x), "stamp": torch.from_numpy(s.stamps[start:end].copy())}
 
 

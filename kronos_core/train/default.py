@@ -56,6 +56,17 @@ def find_corpus(given: str | None) -> Path:
                          "KRONOS_CORPUS: a folder with instruments.csv and its Parquet files")
 
 
+def _minutes_left(args: argparse.Namespace, work: Path) -> float | None:
+    """What is left of ``--minutes`` for this sitting (None: no cap)."""
+    cap = getattr(args, "minutes", None)
+    if cap is None:
+        return None
+    started = getattr(args, "_sitting_started", None)
+    if started is None:
+        started = args._sitting_started = time.perf_counter()
+    return max(cap - (time.perf_counter() - started) / 60, 0.01)
+
+
 def _add_wall_time(work: Path, kind: str, seconds: float) -> dict:
     path = work / WALL_TIME
     times = json.loads(path.read_text()) if path.is_file() else {}
@@ -77,7 +88,7 @@ def _phase(kind: str, args: argparse.Namespace, work: Path, corpus: Path, extra:
         "out": str(out), "data.corpus": str(corpus), "data.paths": getattr(args, "data", None),
         "max_steps": getattr(args, "max_steps", None), "seed": getattr(args, "seed", None),
         "threads": getattr(args, "threads", None), "device": getattr(args, "device", None),
-        **_window_overrides(args), **extra,
+        "max_minutes": _minutes_left(args, work), **_window_overrides(args), **extra,
     }
     cfg = load_config(CONFIGS / f"default-{kind}.yaml", overrides)
     resume = bool(getattr(args, "resume", False)) and (out / "last" / "trainer_state.pt").is_file()
@@ -87,8 +98,13 @@ def _phase(kind: str, args: argparse.Namespace, work: Path, corpus: Path, extra:
     finally:
         _add_wall_time(work, kind, time.perf_counter() - started)
     summary["config"] = str(out / "config.yaml")
-    done.write_text(json.dumps(summary, indent=2))
+    if not summary.get("stopped_for_time"):  # a phase cut by --minutes is resumed, not skipped
+        done.write_text(json.dumps(summary, indent=2))
     return summary
+
+
+class SittingOver(Exception):
+    """A phase stopped at the --minutes cap; ``kronos train default --resume`` continues it."""
 
 
 TOKENIZER_SAMPLE = 3000  # seeded training windows drawn; the first 2,000 fit the tokenizer
@@ -154,9 +170,16 @@ def train_default(args: argparse.Namespace) -> dict:
     tok_summary = _build_tokenizer(args, work, corpus)
     tok_dir = work / "tokenizer" / "best" / "tokenizer"
     pred_summary = _phase("predictor", args, work, corpus, {"tokenizer_init": str(tok_dir)})
+    if pred_summary.get("stopped_for_time"):
+        raise SittingOver(f"predictor phase stopped at step {pred_summary['steps']} of "
+                          f"{pred_summary.get('max_steps')} (--minutes); continue with "
+                          f"--resume --work {work}")
     anneal_summary = _phase(
         "anneal", args, work, corpus, {"init": str(work / "predictor" / "best")}
     )
+    if anneal_summary.get("stopped_for_time"):
+        raise SittingOver(f"anneal phase stopped at step {anneal_summary['steps']} (--minutes); "
+                          f"continue with --resume --work {work}")
     best = work / "anneal" / "best"
     out.mkdir(parents=True, exist_ok=True)
     for part in ("model", "tokenizer"):

@@ -114,7 +114,7 @@ class Trainer:
         seed_everything(cfg.seed)
         series = load_series(cfg.data)
         train_idx, val_idx = split_windows(series, cfg.data)
-        self.train_set = WindowDataset(series, train_idx, cfg.data)
+        self.train_set = WindowDataset(series, train_idx, cfg.data, reflect=cfg.data.reflect)
         self.val_set = WindowDataset(series, val_idx, cfg.data)
         # the config as run: a checkpoint's context, sizes and dropout, not the defaults
         self.tok, self.model, self.cfg = build_modules(cfg)
@@ -136,6 +136,8 @@ class Trainer:
         self.step = self.epoch = self.position = 0
         self.saved_step: int | None = None  # step of the checkpoint in last/, for the Ctrl-C hint
         self.best_val, self.bad_evals, self.stopped_early = math.inf, 0, False
+        self.stopped_for_time = False  # max_minutes reached: last/ holds the step to resume
+        self.sitting_started, self.step_times, self.paced = time.perf_counter(), [], False
         self.history: list[dict] = []
         # a kronos_core.monitor.ResourceMonitor told about every step, when set
         self.monitor: ResourceMonitor | None = None
@@ -319,11 +321,14 @@ class Trainer:
             self._save("best")  # no validation windows: the last weights are the best we know
         elapsed = time.perf_counter() - started
         self.metrics.close()
-        check = self._forecast_after(before) if self.dist.is_main and before is not None else None
+        finished = not self.stopped_for_time
+        check = (self._forecast_after(before)
+                 if finished and self.dist.is_main and before is not None else None)
         shutdown(self.dist)
         best_val = None if math.isinf(self.best_val) else self.best_val
         summary: dict[str, Any] = {
             "steps": self.step, "best_val_loss": best_val, "stopped_early": self.stopped_early,
+            "stopped_for_time": self.stopped_for_time, "max_steps": cfg.max_steps,
             "seconds": elapsed, "samples_per_s": samples / elapsed if elapsed else None,
             "out": str(self.out), "batch_size": self.batch_size,
             "micro_batch": self.micro_batch_size, "accum": self.accum,
@@ -389,10 +394,43 @@ class Trainer:
         (self.out / FORECAST_CHECK_FILE).write_text(json.dumps(check, indent=2))
         return check
 
+    def _out_of_time(self) -> bool:
+        """Past ``max_minutes`` of this sitting (checked after each step)?"""
+        cap = self.cfg.max_minutes
+        if cap is None or time.perf_counter() - self.sitting_started < cap * 60:
+            return False
+        self.stopped_for_time = True
+        log.info("stopping at step %d: the %.1f-minute cap of this sitting is reached; "
+                 "--resume continues from last/", self.step, cap)
+        return True
+
+    def _pace(self, step_s: float) -> None:
+        """In the first minute of a sitting: seconds per step and the estimated total, once
+        after 5 steps and once after a minute."""
+        self.step_times.append(step_s)
+        elapsed = time.perf_counter() - self.sitting_started
+        first_minute_over = elapsed >= 60 and not self.paced
+        if len(self.step_times) != 5 and not first_minute_over:
+            return
+        self.paced = self.paced or first_minute_over
+        recent = sorted(self.step_times[-50:])
+        per_step = recent[len(recent) // 2]
+        left = self.cfg.max_steps - self.step
+        cap = self.cfg.max_minutes
+        eta = per_step * left / 60
+        capped = f", capped at {cap:g} min by --minutes" if cap is not None and eta > cap else ""
+        message = (f"{per_step:.2f} s a step (median of {len(recent)}); {left} steps left: "
+                   f"about {eta:.1f} min{capped}")
+        log.info("train %s: %s", self.cfg.kind, message)
+        if self.dist.is_main:
+            tqdm.write(f"train {self.cfg.kind}: {message}", file=sys.stderr)
+
     def _loop(self, bar) -> int:
-        """The steps from ``self.step`` to the end (or early stopping); returns the samples seen."""
+        """The steps from ``self.step`` to the end (or early stopping, or the sitting's time cap);
+        returns the samples seen."""
         cfg, samples = self.cfg, 0
-        while self.step < cfg.max_steps and not self.stopped_early:
+        self.sitting_started, self.step_times, self.paced = time.perf_counter(), [], False
+        while self.step < cfg.max_steps and not self.stopped_early and not self.stopped_for_time:
             self.sampler.epoch, self.sampler.position = self.epoch, self.position
             loader = make_loader(self.train_set, self.sampler, cfg.data.num_workers,
                                  generator=torch.Generator().manual_seed(cfg.seed + self.epoch))
@@ -405,8 +443,10 @@ class Trainer:
                     self.monitor.step(n_samples=self.batch_size)
                 record.update(step=self.step, epoch=self.epoch, step_s=time.perf_counter() - t0,
                               samples_per_s=self.batch_size / max(time.perf_counter() - t0, 1e-9))
+                self._pace(record["step_s"])
+                out_of_time = self._out_of_time()
                 self._after_step(record, bar)
-                if self.step >= cfg.max_steps or self.stopped_early:
+                if self.step >= cfg.max_steps or self.stopped_early or out_of_time:
                     break
             else:
                 self.epoch, self.position = self.epoch + 1, 0
@@ -437,7 +477,7 @@ class Trainer:
             loss=f"{record['loss']:.4f}",
             **({"val": f"{record['val_loss']:.4f}"} if record.get("val_loss") is not None else {}),
         )
-        last = self.step == cfg.max_steps or self.stopped_early
+        last = self.step == cfg.max_steps or self.stopped_early or self.stopped_for_time
         if self.dist.is_main and (self.step % cfg.save_every == 0 or last):
             self._save("last")
 
@@ -541,6 +581,10 @@ def report(summary: dict) -> str:
                          f"{_figure(fig.get('naive_mase'))})")
         lines.append("  kept the trained weights" if check["kept"] == "trained" else
                      "  kept the STARTING weights: training made the forecasts worse")
+    if summary.get("stopped_for_time"):
+        lines.append(f"stopped at the --minutes cap at step {summary['steps']} of "
+                     f"{summary.get('max_steps')}: run it again with --resume to continue from "
+                     f"{out / 'last'}")
     files = summary.get("files") or []
     lines.append(f"files written in {out}:" + ("" if files else " none"))
     groups: dict[str, list[str]] = {}
