@@ -29,9 +29,9 @@ from pathlib import Path
 
 import torch
 
+from kronos_core.base.options import SLIDING_MODES
 from kronos_core.model import CheckpointError, Kronos, KronosTokenizer
 from kronos_core.model.checkpoint import WEIGHTS_NAME, resolve_checkpoint
-from kronos_core.options import SLIDING_MODES
 from kronos_core.predictor import KronosPredictor
 
 log = logging.getLogger(__name__)

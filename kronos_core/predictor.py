@@ -21,8 +21,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from kronos_core.calibration_policy import correct
-from kronos_core.candles import (
+from kronos_core.base.candles import (
     FEATURES,
     CandleError,
     candle_array,
@@ -31,13 +30,14 @@ from kronos_core.candles import (
     repair_candles,
     time_features,
 )
+from kronos_core.base.options import ForecastOptions
+from kronos_core.calibration.policy import correct
 from kronos_core.engine.batch import assemble
 from kronos_core.engine.config import EngineStats, GenerationConfig
 from kronos_core.engine.generate import Generator
 from kronos_core.engine.job import Generation, step_together
 from kronos_core.engine.sampling import row_keys
 from kronos_core.model import Kronos, KronosTokenizer
-from kronos_core.options import ForecastOptions
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +120,7 @@ class ForecastJob:
             if levels
             else np.zeros((0, *path_mean.shape), dtype=np.float32)
         )
-        # quantiles and paths, as kronos_core.calibration_policy says
+        # quantiles and paths, as kronos_core.calibration.policy says
         if calibration is not None and levels:
             # (B, S, H, 6), (Q, B, H, 6)
             corrected, qs = correct(calibration, paths, levels, predictor.identity)
@@ -258,11 +258,11 @@ class KronosPredictor:
         series[i] (L_i, 6) in ``FEATURES`` order (volume/amount already filled);
         x_timestamps[i] L_i datetimes; y_timestamps[i] ``options.horizon`` datetimes.
         options: horizon, sampling, quantiles, repair, sliding and calibration
-        (``kronos_core.options.ForecastOptions``). With a seed, each series' paths depend
+        (``kronos_core.base.options.ForecastOptions``). With a seed, each series' paths depend
         only on the seed and the series' key (``series_keys[i]``, default a hash of its
         values), not on the rest of the batch. A calibration (with quantile levels asked)
         corrects the quantiles and maps the sample paths onto the corrected distribution,
-        the mean stays raw (``kronos_core.calibration_policy``); it is refused
+        the mean stays raw (``kronos_core.calibration.policy``); it is refused
         (``CalibrationMismatch``) when fitted for another model. Returns ``ForecastResult`` (shapes
         in its fields).
         """
@@ -302,7 +302,7 @@ class KronosPredictor:
         """
         if not isinstance(options, ForecastOptions):
             raise TypeError(
-                "options must be a kronos_core.options.ForecastOptions, got "
+                "options must be a kronos_core.base.options.ForecastOptions, got "
                 f"{type(options).__name__}"
             )
         if options.calibration is not None:

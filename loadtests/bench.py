@@ -59,8 +59,8 @@ def _engine_side(args, settings, store, symbols: list[str], lookback: int | None
     inputs. Runs first, so that no Ray process is still winding down meanwhile."""
     import torch
 
+    from kronos_core.base.options import ForecastOptions
     from kronos_core.loading import load_predictor
-    from kronos_core.options import ForecastOptions
     from service.common.schemas import ForecastRequest
     from service.gateway import FutureTimestamps
     from service.gateway.prepare import prepare

@@ -139,7 +139,7 @@ class _Engine:
         import pandas as pd
         import torch
 
-        from kronos_core.options import ForecastOptions
+        from kronos_core.base.options import ForecastOptions
 
         batch = self.store.read_windows(self.symbols[:series], lookback)
         values = [np.asarray(w.values, np.float32) for w in batch.windows]

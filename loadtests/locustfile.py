@@ -23,7 +23,7 @@ import random
 
 from locust import HttpUser, between, events, task
 
-from kronos_core.errors import ErrorCode
+from kronos_core.base.errors import ErrorCode
 
 PORTFOLIO = int(os.environ.get("KRONOS_LOAD_SYMBOLS", "50"))
 HORIZON = int(os.environ.get("KRONOS_LOAD_HORIZON", "8"))

@@ -9,7 +9,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from kronos_core.errors import ErrorCode
+from kronos_core.base.errors import ErrorCode
 from loadtests import soak_probe
 from loadtests.report import markdown_table
 

@@ -35,10 +35,10 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from kronos_core.base.options import ForecastOptions  # noqa: E402
 from kronos_core.cli.bench import SMALL, random_small, synthetic_series  # noqa: E402
 from kronos_core.engine.syncs import HostSyncCounter, syncs_per_step  # noqa: E402
 from kronos_core.model import Kronos, KronosTokenizer  # noqa: E402
-from kronos_core.options import ForecastOptions  # noqa: E402
 from kronos_core.predictor import KronosPredictor  # noqa: E402
 
 TINY = REPO / "tests" / "fixtures" / "kronos-tiny"

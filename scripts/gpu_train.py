@@ -39,7 +39,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from kronos_core.candles import NORM_EPS  # noqa: E402
+from kronos_core.base.candles import NORM_EPS  # noqa: E402
 from kronos_core.model import Kronos, KronosConfig, KronosTokenizer, TokenizerConfig  # noqa: E402
 from kronos_core.train.data import corpus_series, split_windows  # noqa: E402
 from kronos_core.train.losses import predictor_loss, tokenizer_loss  # noqa: E402

@@ -28,11 +28,11 @@ import numpy as np
 import pandas as pd
 import torch
 
-from kronos_core.candles import FEATURES
+from kronos_core.base.candles import FEATURES
+from kronos_core.base.options import ForecastOptions
 from kronos_core.data.reader import read_candles
 from kronos_core.data.sample_store import REAL_DIR
 from kronos_core.loading import PredictorConfig, load_predictor
-from kronos_core.options import ForecastOptions
 from service.common.messages import Shard
 from service.replica.memory import memory_model_for
 from service.replica.policy import BatchingPolicy

@@ -21,7 +21,7 @@ from ray.serve.handle import DeploymentHandle
 from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from kronos_core.errors import ErrorCode
+from kronos_core.base.errors import ErrorCode
 from service.auth import ApiKeyMiddleware
 from service.common.answer import ForecastResponse
 from service.common.errors import (

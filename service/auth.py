@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from kronos_core.errors import ErrorCode
+from kronos_core.base.errors import ErrorCode
 
 ROUTES = ("forecast", "models", "symbols", "accuracy", "docs")
 OPEN_PATHS = ("/healthz", "/readyz", "/metrics")

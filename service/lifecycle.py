@@ -29,7 +29,7 @@ from typing import Any
 
 import orjson
 
-from kronos_core.errors import ErrorCode
+from kronos_core.base.errors import ErrorCode
 
 # routes that keep answering while draining: probes and the metrics scrape
 ALWAYS_OPEN = ("/healthz", "/readyz", "/metrics")

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import orjson
 from starlette.exceptions import HTTPException
 
-from kronos_core.errors import ErrorCode
+from kronos_core.base.errors import ErrorCode
 
 DEFAULT_MAX_BODY_BYTES = 128 * 1024 * 1024  # fits 1,000 inline series of 512 candles as JSON rows
 

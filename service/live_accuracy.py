@@ -364,7 +364,7 @@ class GatewayAdaptation:
         """None unless an ACI calibration is configured and the ledger is on."""
         if not settings.calibration:
             return None
-        from kronos_core.eval.calibration import Calibration
+        from kronos_core.calibration.conformal import Calibration
         from kronos_core.ledger.adaptive import OnlineCalibration
 
         try:

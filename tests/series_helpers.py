@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from kronos_core.candles import FEATURES
+from kronos_core.base.candles import FEATURES
 
 
 def windows(df: pd.DataFrame, starts, lookbacks, horizon: int):

@@ -1,5 +1,5 @@
 """The docs name only error codes and ``EngineStats`` fields that exist, and the error-code
-tables of docs/service.md list exactly the codes of ``kronos_core.errors``."""
+tables of docs/service.md list exactly the codes of ``kronos_core.base.errors``."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import dataclasses
 import re
 from pathlib import Path
 
+from kronos_core.base.errors import ErrorCode, WarningCode
 from kronos_core.engine.generate import EngineStats
-from kronos_core.errors import ErrorCode, WarningCode
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = sorted((REPO / "docs").glob("*.md")) + [REPO / "README.md"]

@@ -82,7 +82,7 @@ def test_options_reach_the_engine(monkeypatch):
     import numpy as np
     import pandas as pd
 
-    from kronos_core.options import ForecastOptions
+    from kronos_core.base.options import ForecastOptions
 
     ts = pd.date_range("2024-01-02", periods=40, freq="D")
     x = np.abs(np.random.default_rng(0).normal(10, 1, (40, 6))).astype(np.float32)

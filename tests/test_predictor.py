@@ -11,8 +11,8 @@ import pytest
 from series_helpers import windows
 
 from kronos_core import KronosPredictor
-from kronos_core.candles import FEATURES, CandleError
-from kronos_core.options import ForecastOptions
+from kronos_core.base.candles import FEATURES, CandleError
+from kronos_core.base.options import ForecastOptions
 
 GREEDY = dict(T=1.0, top_k=1, top_p=1.0, sample_count=1, verbose=False)
 

@@ -26,15 +26,15 @@ import numpy as np
 import pandas as pd
 import torch
 
+from kronos_core.base.options import ForecastOptions
 from kronos_core.engine.memory import LiveTensorMeter, memory_breakdown
 from kronos_core.loading import PredictorConfig, build_predictor
 from kronos_core.model import Kronos, KronosConfig, KronosTokenizer, TokenizerConfig
-from kronos_core.options import ForecastOptions
 from kronos_core.predictor import KronosPredictor
 
 # psutil is imported only when the command runs (scripts/gpu-check.sh reuses this module)
 if TYPE_CHECKING:
-    from kronos_core.monitor import ResourceMonitor
+    from kronos_core.base.monitor import ResourceMonitor
 
 SMALL = KronosConfig(s1_bits=10, s2_bits=10, n_layers=8, d_model=512, n_heads=8, ff_dim=1024)
 TOKENIZER_BASE = TokenizerConfig(
@@ -176,7 +176,7 @@ def _fmt(name: str, r: dict) -> str:
 
 
 def run(args) -> int:
-    from kronos_core.monitor import ResourceMonitor
+    from kronos_core.base.monitor import ResourceMonitor
 
     with ResourceMonitor(interval=args.monitor_interval, label="kronos bench") as monitor:
         code = _run(args, monitor)

@@ -7,7 +7,7 @@ Example (fit on the first 70% of each series, show coverage before/after on the 
         --windows 100 --sample-count 32 --holdout 0.3 --out calibration.json
 
 The correction is per horizon step and interval level (see
-``kronos_core.eval.calibration``); apply it with ``kronos forecast --calibration``,
+``kronos_core.calibration.conformal``); apply it with ``kronos forecast --calibration``,
 ``kronos eval --calibration`` or ``ForecastOptions(..., calibration=...)`` in
 ``KronosPredictor.forecast``.
 """
@@ -23,7 +23,7 @@ import numpy as np
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from kronos_core.eval.calibration import METHODS
+    from kronos_core.calibration.conformal import METHODS
     from kronos_core.eval.runner import add_window_arguments
     from kronos_core.loading import add_predictor_arguments
 
@@ -105,7 +105,7 @@ def holdout_starts(args, series) -> list:
 def holdout_report(args, predictor, series, cals: dict) -> list[dict]:
     """Coverage before and after each calibration on each series' held-out last part (windows in
     time order, so ACI walks through them), and over all of them."""
-    from kronos_core.eval.calibration import series_frequency
+    from kronos_core.calibration.conformal import series_frequency
     from kronos_core.eval.evaluate import CLOSE
     from kronos_core.eval.runner import walk_forward, window_times
 
@@ -150,7 +150,7 @@ def _rows(name, levels, cols) -> list[dict]:
 
 def group_series(series, group_by: str) -> dict[str | None, list]:
     """{group name: its series} for ``--group-by`` (``none``: one group, named None)."""
-    from kronos_core.eval.calibration import series_frequency
+    from kronos_core.calibration.conformal import series_frequency
 
     if group_by == "none":
         return {None: list(series)}
@@ -168,7 +168,7 @@ def group_series(series, group_by: str) -> dict[str | None, list]:
 def _fit_group(args, predictor, series) -> tuple[dict, int, float]:
     """The --method calibration and the --compare ones of one group, on the same windows, each
     with the scope it was fitted on (lookback, bar frequencies, series)."""
-    from kronos_core.eval.calibration import Calibration, Scope, series_frequency
+    from kronos_core.calibration.conformal import Calibration, Scope, series_frequency
     from kronos_core.eval.runner import walk_forward, window_times
 
     if args.holdout is not None or getattr(args, "eval_from", None) is not None:
@@ -210,7 +210,7 @@ def _label(asked: str, cal) -> str:
 def fit_calibrations(args, predictor, series) -> tuple[dict, int, float]:
     """The --method calibration and the --compare ones, all on the same calibration windows;
     with ``--group-by``, each one file of one member per group."""
-    from kronos_core.eval.calibration import Calibration
+    from kronos_core.calibration.conformal import Calibration
 
     groups = group_series(series, getattr(args, "group_by", "none"))
     fitted = {key: _fit_group(args, predictor, members) for key, members in groups.items()}
@@ -228,7 +228,7 @@ def fit_calibrations(args, predictor, series) -> tuple[dict, int, float]:
 
 
 def run(args) -> int:
-    from kronos_core.eval.calibration import METHODS, CalibrationError
+    from kronos_core.calibration.conformal import METHODS, CalibrationError
     from kronos_core.eval.data import DataError
     from kronos_core.eval.sources import load_source
     from kronos_core.loading import load_predictor, predictor_config_from_args

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from kronos_core.candles import CandleError
+from kronos_core.base.candles import CandleError
 from kronos_core.data.importer import import_files
 from kronos_core.data.reader import add_reader_arguments, read_options_from_args
 

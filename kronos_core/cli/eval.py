@@ -113,9 +113,9 @@ def check_packages(args) -> None:
 
 
 def run(args) -> int:
-    from kronos_core.eval.calibration import CalibrationError
+    from kronos_core.calibration.conformal import CalibrationError
+    from kronos_core.cli.model_runs import evaluate_models
     from kronos_core.eval.data import DataError
-    from kronos_core.eval.model_runs import evaluate_models
     from kronos_core.model import CheckpointError
 
     try:

@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from kronos_core.base.options import ForecastOptions, quantile_column
 from kronos_core.data.reader import add_reader_arguments
 from kronos_core.loading import add_predictor_arguments, load_predictor, predictor_config_from_args
-from kronos_core.options import ForecastOptions, quantile_column
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ def read_input(args) -> tuple[np.ndarray, pd.DatetimeIndex]:
     """The candles of ``--csv`` through the shared reader: ``(values (L, 6) float32,
     timestamps)``; raises ``CandleError`` with every problem of the file (and ``--out`` or
     ``--exchange`` problems) before any model is loaded."""
-    from kronos_core.candles import candle_array
+    from kronos_core.base.candles import candle_array
     from kronos_core.data.reader import check_output_path, read_candles, read_options_from_args
 
     if args.out:
@@ -111,7 +111,7 @@ def requires(args) -> list:
 
 
 def run(args) -> int:
-    from kronos_core.candles import FEATURES, CandleError
+    from kronos_core.base.candles import FEATURES, CandleError
     from kronos_core.model import CheckpointError
 
     if args.horizon < 1:
@@ -127,7 +127,7 @@ def run(args) -> int:
         predictor = load_predictor(predictor_config_from_args(args))
         calibration = None
         if args.calibration:
-            from kronos_core.eval.calibration import Calibration
+            from kronos_core.calibration.conformal import Calibration
 
             calibration = Calibration.load(args.calibration)
             calibration.check_model(predictor.identity)
@@ -138,7 +138,11 @@ def run(args) -> int:
         log.warning(
             "model %s has RANDOM weights: forecasts are not meaningful", predictor.identity.name
         )
-    from kronos_core.lookback import choose_lookback, history_cut_message, horizon_limit_message
+    from kronos_core.base.lookback import (
+        choose_lookback,
+        history_cut_message,
+        horizon_limit_message,
+    )
 
     too_long = horizon_limit_message(args.horizon, predictor.max_context)
     if too_long is not None:  # before any work (the engine would refuse it too)

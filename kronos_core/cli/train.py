@@ -160,7 +160,6 @@ def requires(args: argparse.Namespace) -> list:
 def run(args: argparse.Namespace) -> int:
     from kronos_core.model import CheckpointError
     from kronos_core.train.config import ConfigFileError
-
     from kronos_core.train.default import SittingOver
 
     try:

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 from tqdm.auto import tqdm
 
-from kronos_core.candles import FEATURES
+from kronos_core.base.candles import FEATURES
 from kronos_core.data.sample_store import build_sample_store
 from kronos_core.data.store import KlineStore
 

@@ -40,7 +40,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from kronos_core.candles import AMOUNT_COLUMN, FEATURES, PRICE_COLUMNS, VOLUME_COLUMN, candle_array
+from kronos_core.base.candles import (
+    AMOUNT_COLUMN,
+    FEATURES,
+    PRICE_COLUMNS,
+    VOLUME_COLUMN,
+    candle_array,
+)
 
 log = logging.getLogger(__name__)
 

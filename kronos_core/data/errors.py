@@ -10,12 +10,12 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from kronos_core.errors import ErrorCode
+from kronos_core.base.errors import ErrorCode
 
 SYMBOL_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 FREQUENCY_PATTERN = re.compile(r"^[A-Za-z0-9]{1,16}$")
 
-# the codes a store read can report (``StoreError`` subclasses below); see kronos_core.errors
+# the codes a store read can report (``StoreError`` subclasses below); see kronos_core.base.errors
 ERROR_CODES: tuple[ErrorCode, ...] = (
     ErrorCode.INVALID_SYMBOL,
     ErrorCode.UNKNOWN_SYMBOL,

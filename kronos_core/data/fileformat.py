@@ -20,8 +20,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from kronos_core.atomic import replace_atomically
-from kronos_core.candles import FEATURES, CandleError
+from kronos_core.base.atomic import replace_atomically
+from kronos_core.base.candles import FEATURES, CandleError
 from kronos_core.data.errors import CorruptFileError
 
 try:  # POSIX advisory locks serialize writers of one symbol; absent on Windows.
@@ -229,7 +229,7 @@ def write_ipc_atomic(
     path: Path, schema: pa.Schema, batches: Iterable[pa.RecordBatch], *, fsync: bool
 ) -> None:
     """The record ``batches`` as an Arrow IPC file at ``path``, atomically
-    (``kronos_core.atomic``)."""
+    (``kronos_core.base.atomic``)."""
 
     def write(tmp: Path) -> None:
         with pa.OSFile(str(tmp), "wb") as sink:

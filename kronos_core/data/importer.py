@@ -12,7 +12,7 @@ from typing import Any
 import pandas as pd
 from tqdm.auto import tqdm
 
-from kronos_core.candles import CandleError
+from kronos_core.base.candles import CandleError
 from kronos_core.data.reader import (  # noqa: F401  (read_table: re-exported)
     CSV_SUFFIXES,
     PARQUET_SUFFIXES,

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from kronos_core.candles import FEATURES, CandleError
+from kronos_core.base.candles import FEATURES, CandleError
 from kronos_core.data.validate import Repairs, ValidationReport, validate_candles
 
 log = logging.getLogger(__name__)

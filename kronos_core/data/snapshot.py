@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from kronos_core.candles import FEATURES
+from kronos_core.base.candles import FEATURES
 from kronos_core.data.errors import CorruptFileError
 from kronos_core.data.fileformat import (
     SCHEMA_FIELDS,

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from kronos_core.candles import FEATURES
+from kronos_core.base.candles import FEATURES
 from kronos_core.data.errors import NoDataError, StoreError, SymbolError, validate_symbol
 from kronos_core.data.fileformat import TIME_COLUMN, FileEntry, open_file, stat_key
 from kronos_core.data.snapshot import SNAPSHOT_NAME, Snapshot, open_snapshot

@@ -14,7 +14,7 @@ import os
 import numpy as np
 import pandas as pd
 
-from kronos_core.candles import CandleError
+from kronos_core.base.candles import CandleError
 from kronos_core.data.errors import (
     StoreError,
     SymbolError,

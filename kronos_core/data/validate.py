@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, fields
 import numpy as np
 import pandas as pd
 
-from kronos_core.candles import (
+from kronos_core.base.candles import (
     AMOUNT_COLUMN,
     FEATURES,
     PRICE_COLUMNS,

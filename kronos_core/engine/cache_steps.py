@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kronos_core.options import SLIDING_MODES
+from kronos_core.base.options import SLIDING_MODES
 
 
 @dataclass(frozen=True)

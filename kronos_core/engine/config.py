@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 
 import torch
 
+from kronos_core.base.lookback import check_horizon
+from kronos_core.base.options import SLIDING_MODES, ForecastOptions
 from kronos_core.engine.sampling import SamplingParams
-from kronos_core.lookback import check_horizon
-from kronos_core.options import SLIDING_MODES, ForecastOptions
 
 
 @dataclass(frozen=True)

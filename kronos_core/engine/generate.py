@@ -36,12 +36,12 @@ from typing import Any
 
 import torch
 
+from kronos_core.base.options import SLIDING_MODES
 from kronos_core.engine.batch import EngineBatch
 from kronos_core.engine.config import EngineStats, GenerationConfig, GenerationOutput
 from kronos_core.engine.job import Generation, decode_step
 from kronos_core.model.kronos import Kronos
 from kronos_core.model.tokenizer import KronosTokenizer
-from kronos_core.options import SLIDING_MODES
 
 log = logging.getLogger(__name__)
 

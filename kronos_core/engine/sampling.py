@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from kronos_core.options import ForecastOptions
+from kronos_core.base.options import ForecastOptions
 
 _MASK64 = (1 << 64) - 1
 

@@ -17,9 +17,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from kronos_core.candles import FEATURES
-from kronos_core.eval.calibration import Calibration, CalibrationError
-from kronos_core.eval.calibration_scope import series_frequency
+from kronos_core.base.candles import FEATURES
+from kronos_core.calibration.conformal import Calibration, CalibrationError
+from kronos_core.calibration.scope import series_frequency
 
 CLOSE = FEATURES.index("close")
 

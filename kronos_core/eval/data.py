@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from kronos_core.candles import CandleError, candle_array
+from kronos_core.base.candles import CandleError, candle_array
 from kronos_core.data.reader import ReadOptions, read_candles
 
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from kronos_core.candles import FEATURES
+from kronos_core.base.candles import FEATURES
 from kronos_core.eval import baselines as bl
 from kronos_core.eval.regimes import REGIME_THRESHOLD, REGIME_WINDOW, REGIMES, classify
 from kronos_core.eval.scoring import DEFAULT_COVERAGE, DEFAULT_QUANTILES, headline, score

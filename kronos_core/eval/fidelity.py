@@ -26,7 +26,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from kronos_core.candles import FEATURES, NORM_EPS
+from kronos_core.base.candles import FEATURES, NORM_EPS
 
 DEFAULT_CLIP = 5.0
 FIDELITY_GOAL = 0.15  # close round-trip error, as a fraction of the typical one-step move

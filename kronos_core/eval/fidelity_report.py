@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from kronos_core.candles import FEATURES
+from kronos_core.base.candles import FEATURES
 from kronos_core.eval.fidelity import FIDELITY_GOAL, tokenizer_fidelity
 from kronos_core.eval.sources import SeriesInfo
 from kronos_core.eval.windows import Windows

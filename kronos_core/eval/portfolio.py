@@ -17,11 +17,11 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from kronos_core.candles import FEATURES
+from kronos_core.base.candles import FEATURES
+from kronos_core.base.options import ForecastOptions
 from kronos_core.data.timestamps import future_timestamps
 from kronos_core.eval import backtest as bt
 from kronos_core.eval.data import Series
-from kronos_core.options import ForecastOptions
 
 log = logging.getLogger(__name__)
 CLOSE = FEATURES.index("close")

@@ -133,7 +133,7 @@ def summarize(
 ) -> list[RiskSummary]:
     """One ``RiskSummary`` per series of a ``ForecastResult`` (paths (B, S, H, 6)) and the
     raw-scale input series (L_i, 6) it was forecast from."""
-    from kronos_core.candles import FEATURES
+    from kronos_core.base.candles import FEATURES
 
     close = FEATURES.index("close")
     out = []

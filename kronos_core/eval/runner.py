@@ -134,7 +134,7 @@ def add_file_arguments(parser: argparse.ArgumentParser) -> None:
 def read_options(args):
     """``ReadOptions`` of the flags of ``add_file_arguments``; a bad ``--column`` is a
     ``DataError``."""
-    from kronos_core.candles import CandleError
+    from kronos_core.base.candles import CandleError
     from kronos_core.data.reader import read_options_from_args
     from kronos_core.eval.data import DataError
 

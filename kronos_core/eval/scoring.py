@@ -10,8 +10,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from kronos_core.base.options import quantile_label
 from kronos_core.eval import metrics as m
-from kronos_core.options import quantile_label
 
 DEFAULT_QUANTILES = (0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95)
 DEFAULT_COVERAGE = (0.5, 0.8, 0.9)

@@ -105,7 +105,7 @@ def corpus_source(root: Path, split: str | None = None, markets=None, frequencie
 
 def file_source(series: list[Series]) -> EvalSource:
     """Series from files or a store: one group per bar frequency, no hold-out known."""
-    from kronos_core.eval.calibration_scope import series_frequency
+    from kronos_core.calibration.scope import series_frequency
 
     info = [SeriesInfo("-", series_frequency(s.timestamps) or "?", GIVEN) for s in series]
     return EvalSource(series, info)

@@ -22,9 +22,9 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
+from kronos_core.base.options import ForecastOptions
 from kronos_core.data.timestamps import future_timestamps
 from kronos_core.eval.data import Series
-from kronos_core.options import ForecastOptions
 
 log = logging.getLogger(__name__)
 

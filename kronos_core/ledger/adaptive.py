@@ -2,7 +2,7 @@
 
 ``kronos calibrate --method aci`` writes a calibration whose state (effective miscoverage
 ``alpha`` and trailing conformity scores per central level, horizon step and feature; see
-``kronos_core.eval.aci``) is the walk's after the calibration windows. ``OnlineCalibration``
+``kronos_core.calibration.aci``) is the walk's after the calibration windows. ``OnlineCalibration``
 continues that walk with the forecasts the service answered, as their truths arrive:
 
 * each scored step updates the (level, step, feature) slices it has the figures for: the
@@ -46,14 +46,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kronos_core.atomic import write_bytes_atomically
+from kronos_core.base.atomic import write_bytes_atomically
+from kronos_core.base.options import quantile_column
+from kronos_core.calibration import aci
+from kronos_core.calibration.conformal import Calibration
 from kronos_core.data.fileformat import SymbolLock
-from kronos_core.eval import aci
-from kronos_core.eval.calibration import Calibration
 from kronos_core.ledger.accuracy import in_truth_order
 from kronos_core.ledger.errors import StateError
 from kronos_core.ledger.records import CalibrationStamp
-from kronos_core.options import quantile_column
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from kronos_core.atomic import replace_atomically
+from kronos_core.base.atomic import replace_atomically
 from kronos_core.ledger.errors import LedgerError, LedgerWriteError
 from kronos_core.ledger.records import (
     DEFAULT_FEATURES,
@@ -57,7 +57,7 @@ def default_ledger_dir(store_dir: str | os.PathLike) -> Path:
 
 
 def write_parquet_atomic(path: Path, table: pa.Table) -> None:
-    """``table`` as Parquet at ``path``, atomically (``kronos_core.atomic``: temporary file,
+    """``table`` as Parquet at ``path``, atomically (``kronos_core.base.atomic``: temporary file,
     fsync, rename, folder fsync). Raises ``LedgerWriteError`` for any OS error."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -2,7 +2,7 @@
 and how records become the ledger's long table (one row per symbol x horizon step).
 
 Column names are in ``docs/ledger.md``; quantile columns are named with
-``kronos_core.options.quantile_column`` (``close_q0.1``), so a level is spelled the same
+``kronos_core.base.options.quantile_column`` (``close_q0.1``), so a level is spelled the same
 everywhere. Timestamps (``origin``, ``step_time``) are the store's naive wall clock: the
 scorer looks the truth up in the store at exactly ``step_time``.
 """
@@ -19,8 +19,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from kronos_core.candles import FEATURES
-from kronos_core.options import quantile_column
+from kronos_core.base.candles import FEATURES
+from kronos_core.base.options import quantile_column
 
 DEFAULT_FEATURES = ("close",)  # the features whose mean and quantiles a ledger keeps
 

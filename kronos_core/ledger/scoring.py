@@ -39,8 +39,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kronos_core.atomic import write_bytes_atomically
-from kronos_core.candles import FEATURES
+from kronos_core.base.atomic import write_bytes_atomically
+from kronos_core.base.candles import FEATURES
+from kronos_core.base.options import quantile_label
 from kronos_core.data.errors import StoreError
 from kronos_core.data.fileformat import SymbolLock
 from kronos_core.data.store_reader import KlineReader
@@ -54,7 +55,6 @@ from kronos_core.ledger.ledger import (
     read_files,
 )
 from kronos_core.ledger.records import empty_scores, utc_ns
-from kronos_core.options import quantile_label
 
 log = logging.getLogger(__name__)
 

@@ -199,7 +199,7 @@ def _forecast_inputs(
 
 def measure_infer_peak(case: InferCase, seed: int = 0) -> int:
     """Peak bytes of all live tensors of one forecast call (weights created inside the meter)."""
-    from kronos_core.options import ForecastOptions
+    from kronos_core.base.options import ForecastOptions
     from kronos_core.predictor import KronosPredictor
 
     data = _forecast_inputs(case, seed)
@@ -213,7 +213,7 @@ def measure_infer_peak(case: InferCase, seed: int = 0) -> int:
 
 
 def measure_infer_seconds(case: InferCase, seed: int = 0, clock=time.perf_counter) -> float:
-    from kronos_core.options import ForecastOptions
+    from kronos_core.base.options import ForecastOptions
     from kronos_core.predictor import KronosPredictor
 
     torch.manual_seed(seed)

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from kronos_core.candles import NORM_EPS, CandleError, candle_array, time_features
+from kronos_core.base.candles import NORM_EPS, CandleError, candle_array, time_features
 
 if TYPE_CHECKING:  # the config is pydantic; scripts/gpu_train.py passes a plain object instead
     import pandas as pd

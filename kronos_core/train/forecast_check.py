@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from kronos_core.candles import FEATURES
+from kronos_core.base.candles import FEATURES
 from kronos_core.eval import metrics as m
 
 log = logging.getLogger(__name__)
@@ -96,7 +96,7 @@ def forecast_figures(model, tokenizer, windows: CheckWindows, *, paths: int, see
     """Forecast every window with ``model`` + ``tokenizer`` and score it. The modules are left
     in eval mode (the caller puts a module it trains back in train mode). A forecast that
     raises (diverged weights: NaN logits) gives figures of None and the error."""
-    from kronos_core.options import ForecastOptions
+    from kronos_core.base.options import ForecastOptions
     from kronos_core.predictor import KronosPredictor
 
     started = time.perf_counter()

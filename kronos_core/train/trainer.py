@@ -15,7 +15,7 @@ Output folder (rank 0 writes): ``last/`` and ``best/`` (each ``model/``,
 ``tokenizer/``, ``kronos.json``; ``last/trainer_state.pt`` holds optimiser,
 scheduler, RNG and data position for ``resume``), ``metrics.jsonl``,
 ``config.yaml``, ``summary.json``, ``forecast_check.json`` (runs that check forecasts),
-``resources.json`` (when ``kronos_core.monitor`` exists). ``train`` prints what the run did
+``resources.json`` (when ``kronos_core.base.monitor`` exists). ``train`` prints what the run did
 (``report``).
 """
 
@@ -62,7 +62,7 @@ from kronos_core.train.techniques import (
 )
 
 if TYPE_CHECKING:
-    from kronos_core.monitor import ResourceMonitor
+    from kronos_core.base.monitor import ResourceMonitor
 
 log = logging.getLogger(__name__)
 STATE_FILE = "trainer_state.pt"
@@ -137,9 +137,10 @@ class Trainer:
         self.saved_step: int | None = None  # step of the checkpoint in last/, for the Ctrl-C hint
         self.best_val, self.bad_evals, self.stopped_early = math.inf, 0, False
         self.stopped_for_time = False  # max_minutes reached: last/ holds the step to resume
-        self.sitting_started, self.step_times, self.paced = time.perf_counter(), [], False
+        self.sitting_started, self.paced = time.perf_counter(), False
+        self.step_times: list[float] = []
         self.history: list[dict] = []
-        # a kronos_core.monitor.ResourceMonitor told about every step, when set
+        # a kronos_core.base.monitor.ResourceMonitor told about every step, when set
         self.monitor: ResourceMonitor | None = None
         if resume:
             self._load_state()
@@ -429,7 +430,8 @@ class Trainer:
         """The steps from ``self.step`` to the end (or early stopping, or the sitting's time cap);
         returns the samples seen."""
         cfg, samples = self.cfg, 0
-        self.sitting_started, self.step_times, self.paced = time.perf_counter(), [], False
+        self.sitting_started, self.paced = time.perf_counter(), False
+        self.step_times = []
         while self.step < cfg.max_steps and not self.stopped_early and not self.stopped_for_time:
             self.sampler.epoch, self.sampler.position = self.epoch, self.position
             loader = make_loader(self.train_set, self.sampler, cfg.data.num_workers,
@@ -606,7 +608,7 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict:
     """Build a ``Trainer`` and run it, wrapped in a ``ResourceMonitor`` when one is available."""
     monitor_type: type[ResourceMonitor] | None
     try:
-        from kronos_core.monitor import ResourceMonitor
+        from kronos_core.base.monitor import ResourceMonitor
 
         monitor_type = ResourceMonitor
     except ImportError:

@@ -25,7 +25,7 @@ from typing import Any, get_origin
 import numpy as np
 from pydantic import BaseModel, Field, create_model
 
-from kronos_core.options import quantile_label
+from kronos_core.base.options import quantile_label
 from service.common.schemas import (
     FEATURE_NAMES,
     CalibrationStateOut,
@@ -172,7 +172,7 @@ class ForecastAnswer:
         "the lookback read and where it came from",
         required=False,
         default=None,
-    )  # {value, source, note}: kronos_core.lookback.Lookback.as_dict()
+    )  # {value, source, note}: kronos_core.base.lookback.Lookback.as_dict()
     # ---- per symbol: the answer's "forecasts", one object per answered symbol
     symbols: list[str] = answer_field(str, name="symbol", per_symbol=True, arrow_input=True)
     history_length: list[int] = answer_field(

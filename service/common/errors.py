@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from kronos_core.errors import ErrorCode
+from kronos_core.base.errors import ErrorCode
 
 
 class ServiceError(Exception):

@@ -15,8 +15,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from kronos_core.errors import ErrorCode
-from kronos_core.options import ForecastOptions
+from kronos_core.base.errors import ErrorCode
+from kronos_core.base.options import ForecastOptions
 from service.common.messages import ReplicaInfo, Shard, ShardResult
 
 

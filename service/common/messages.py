@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from kronos_core.calibration_policy import CalibrationDescription
-from kronos_core.errors import ErrorCode
-from kronos_core.options import ForecastOptions
+from kronos_core.base.errors import ErrorCode
+from kronos_core.base.options import ForecastOptions
+from kronos_core.calibration.policy import CalibrationDescription
 
 
 def shard_tokens(lengths: Sequence[int], horizon: int, sample_count: int) -> int:

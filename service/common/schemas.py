@@ -25,7 +25,7 @@ from pydantic import (
 )
 from pydantic.json_schema import SkipJsonSchema
 
-from kronos_core.errors import REQUEST_ERROR_CODES, SYMBOL_ERROR_CODES, ErrorCode, WarningCode
+from kronos_core.base.errors import REQUEST_ERROR_CODES, SYMBOL_ERROR_CODES, ErrorCode, WarningCode
 
 MAX_SYMBOLS = 10_000  # symbols or inline series in one request
 MAX_HORIZON = 512  # candles forecast per series
@@ -419,7 +419,7 @@ else:
 class SymbolErrorOut(BaseModel):
     symbol: str
     code: SymbolErrorCode = Field(
-        ..., description="machine-readable reason; kronos_core.errors.ErrorCode"
+        ..., description="machine-readable reason; kronos_core.base.errors.ErrorCode"
     )
     message: str = Field(..., description="for people: names the cause and the fix; do not parse")
 
@@ -505,7 +505,7 @@ class CalibrationStateOut(BaseModel):
 
 
 class LookbackOut(BaseModel):
-    """The lookback the answer read (``kronos_core.lookback.choose_lookback``) and why."""
+    """The lookback the answer read (``kronos_core.base.lookback.choose_lookback``) and why."""
 
     value: int = Field(..., description="candles of history asked of each series (each one's "
                        "own: history_length)")

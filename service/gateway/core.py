@@ -14,8 +14,8 @@ from collections.abc import Awaitable, Callable
 
 import numpy as np
 
-from kronos_core.calibration_policy import CalibrationPolicy
-from kronos_core.lookback import Lookback, choose_lookback
+from kronos_core.base.lookback import Lookback, choose_lookback
+from kronos_core.calibration.policy import CalibrationPolicy
 from service.common.answer import ForecastAnswer, LedgerInputs
 from service.common.errors import DeadlineExceeded, Overloaded, RequestInvalid
 from service.common.interfaces import CandleStore, Replicas

@@ -9,7 +9,7 @@ import statistics
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from kronos_core.errors import ErrorCode
+from kronos_core.base.errors import ErrorCode
 from service.common.errors import ReplicaGone
 from service.common.interfaces import Replicas
 from service.common.messages import Shard, ShardResult

@@ -9,7 +9,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from kronos_core.options import quantile_label  # re-exported: service.gateway.quantile_label
+from kronos_core.base.options import quantile_label  # re-exported: service.gateway.quantile_label
 from service.common.answer import ForecastAnswer, Wire, wire_fields
 from service.common.schemas import FEATURE_NAMES
 

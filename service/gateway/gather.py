@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from kronos_core.errors import ErrorCode
+from kronos_core.base.errors import ErrorCode
 from service.common.messages import ShardResult
 from service.common.schemas import FEATURE_NAMES
 from service.gateway.prepare import Prepared, symbol_error

@@ -12,8 +12,8 @@ from datetime import datetime
 import numpy as np
 import pandas as pd
 
-from kronos_core.errors import ErrorCode, WarningCode
-from kronos_core.lookback import Lookback, history_cut_message, horizon_limit_message
+from kronos_core.base.errors import ErrorCode, WarningCode
+from kronos_core.base.lookback import Lookback, history_cut_message, horizon_limit_message
 from service.common.errors import RequestInvalid
 from service.common.interfaces import CandleStore
 from service.common.schemas import ForecastRequest
@@ -84,7 +84,7 @@ def as_of_warning(as_of: datetime, ts: np.ndarray, last_stored: np.datetime64,
 
 def check_horizon(horizon: int, max_context: int) -> None:
     """``RequestInvalid`` naming ``horizon`` and the model's limit when the horizon is longer
-    than the model's context (``kronos_core.lookback``); checked before any store read."""
+    than the model's context (``kronos_core.base.lookback``); checked before any store read."""
     why = horizon_limit_message(horizon, max_context)
     if why is not None:
         raise RequestInvalid("horizon", why)

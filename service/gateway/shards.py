@@ -7,9 +7,9 @@ import math
 import uuid
 from collections.abc import Callable, Sequence
 
-from kronos_core.calibration_policy import CalibrationPolicy, SeriesCalibration
-from kronos_core.errors import WarningCode
-from kronos_core.options import ForecastOptions
+from kronos_core.base.errors import WarningCode
+from kronos_core.base.options import ForecastOptions
+from kronos_core.calibration.policy import CalibrationPolicy, SeriesCalibration
 from service.common.errors import RequestInvalid
 from service.common.messages import ReplicaInfo, Shard
 from service.common.schemas import ForecastRequest

@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from kronos_core.eval.calibration import Calibration
+from kronos_core.calibration.conformal import Calibration
 from service.common.settings import Settings
 
 if TYPE_CHECKING:

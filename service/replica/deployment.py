@@ -23,8 +23,8 @@ import numpy as np
 from ray import serve
 from ray.serve.config import RequestRouterConfig
 
-from kronos_core.calibration_policy import CalibrationDescription
-from kronos_core.options import ForecastOptions
+from kronos_core.base.options import ForecastOptions
+from kronos_core.calibration.policy import CalibrationDescription
 from service.common.messages import ReplicaInfo, Shard, ShardResult
 from service.common.settings import Settings
 from service.replica.calibration import ReplicaCalibration
@@ -115,7 +115,7 @@ def warmup_shard(max_context: int) -> Shard:
 
 def load_calibration(path: str, identity):
     """The calibration file, refused (``CalibrationMismatch``) unless fitted for ``identity``."""
-    from kronos_core.eval.calibration import Calibration
+    from kronos_core.calibration.conformal import Calibration
 
     cal = Calibration.load(path)
     cal.check_model(identity)

@@ -9,7 +9,7 @@ import resource
 from collections.abc import Callable
 from typing import Any
 
-from kronos_core.options import ForecastOptions
+from kronos_core.base.options import ForecastOptions
 
 # (options, lengths) -> (resident, transient)
 MemoryModel = Callable[[ForecastOptions, list[int]], tuple[int, int]]

@@ -17,10 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from kronos_core.calibration_policy import CalibrationPolicy
-from kronos_core.errors import ErrorCode
-from kronos_core.eval.calibration import Calibration
-from kronos_core.options import ForecastOptions
+from kronos_core.base.errors import ErrorCode
+from kronos_core.base.options import ForecastOptions
+from kronos_core.calibration.conformal import Calibration
+from kronos_core.calibration.policy import CalibrationPolicy
 from service.common.interfaces import ForecastEngine, ForecastJob
 from service.common.messages import BatchReport, Shard, ShardResult
 from service.replica.memory import MemoryModel, device_memory, is_out_of_memory

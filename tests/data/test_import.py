@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 from data_helpers import REAL_FILES, real_path
 
-from kronos_core.candles import FEATURES, CandleError
+from kronos_core.base.candles import FEATURES, CandleError
 from kronos_core.cli import main
 from kronos_core.data.importer import import_files
 from kronos_core.data.store import KlineStore

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from data_helpers import real_path
 
-from kronos_core.candles import CandleError
+from kronos_core.base.candles import CandleError
 from kronos_core.cli import main
 from kronos_core.cli.forecast import add_arguments as forecast_arguments
 from kronos_core.cli.forecast import read_input

@@ -12,7 +12,7 @@ import pyarrow.ipc as ipc
 import pytest
 from data_helpers import COMMON_DAMAGE, SYNTHETIC_CN, lengths, metadata, series
 
-from kronos_core.candles import FEATURES
+from kronos_core.base.candles import FEATURES
 from kronos_core.cli import main
 from kronos_core.data import fileformat
 from kronos_core.data import sample_store as ss

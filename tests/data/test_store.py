@@ -11,7 +11,7 @@ import pyarrow.ipc as ipc
 import pytest
 from data_helpers import clean_candles
 
-from kronos_core.candles import FEATURES
+from kronos_core.base.candles import FEATURES
 from kronos_core.data.store import InvalidSymbolError, KlineStore, validate_symbol
 from kronos_core.data.store_reader import KlineReader
 from kronos_core.data.store_writer import KlineWriter

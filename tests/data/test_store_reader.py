@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 from data_helpers import COMMON_DAMAGE, FREQ, SYMBOLS, SYNTHETIC_CN, clean_candles, lengths, series
 
-from kronos_core.candles import FEATURES
+from kronos_core.base.candles import FEATURES
 from kronos_core.data import fileformat
 from kronos_core.data import store as store_mod
 from kronos_core.data.fileformat import write_arrow_atomic

@@ -10,7 +10,7 @@ import pyarrow.ipc as ipc
 import pytest
 from data_helpers import clean_candles, lengths, series
 
-from kronos_core.candles import CandleError
+from kronos_core.base.candles import CandleError
 from kronos_core.data import fileformat
 from kronos_core.data.store import KlineStore
 

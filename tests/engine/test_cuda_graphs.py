@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from kronos_core.candles import FEATURES
+from kronos_core.base.candles import FEATURES
+from kronos_core.base.options import ForecastOptions
 from kronos_core.engine import GenerationConfig, Generator
 from kronos_core.engine import generate as generate_module
 from kronos_core.engine.job import decode_step
@@ -20,7 +21,6 @@ from kronos_core.loading import (
     build_predictor,
     predictor_config_from_args,
 )
-from kronos_core.options import ForecastOptions
 
 
 def _series(df, horizon):
@@ -102,7 +102,7 @@ def test_the_reduce_overhead_compile_gives_the_same_tokens(tiny):
     """torch.compile(mode="reduce-overhead", dynamic=False) of the decode step, run on a CPU
     (inductor; the CUDA-graph part is skipped off CUDA): the fixed-shape step compiles and changes
     no token."""
-    from kronos_core.candles import normalize, time_features
+    from kronos_core.base.candles import normalize, time_features
     from kronos_core.cli.bench import synthetic_series
     from kronos_core.engine import SamplingParams, assemble
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from kronos_core.candles import FEATURES, normalize, time_features
+from kronos_core.base.candles import FEATURES, normalize, time_features
 from kronos_core.engine import GenerationConfig, Generator, SamplingParams, assemble
 
 GREEDY = SamplingParams(top_k=1)

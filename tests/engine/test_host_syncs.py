@@ -17,10 +17,10 @@ import torch
 from series_helpers import windows
 
 from kronos_core import KronosPredictor
+from kronos_core.base.options import ForecastOptions
 from kronos_core.engine import sampling
 from kronos_core.engine.sampling import counter_uniforms, counter_uniforms_table, row_keys
 from kronos_core.engine.syncs import HostSyncCounter, syncs_per_step
-from kronos_core.options import ForecastOptions
 
 
 @torch.inference_mode()  # how the engine runs (tolist() dispatches resolve_conj only there)

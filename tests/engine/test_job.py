@@ -11,9 +11,9 @@ import torch
 from series_helpers import windows
 
 from kronos_core import KronosPredictor
+from kronos_core.base.options import ForecastOptions
 from kronos_core.engine import Generation, GenerationConfig, Generator, SamplingParams, assemble
 from kronos_core.engine.sampling import row_keys
-from kronos_core.options import ForecastOptions
 
 
 def _interleave(*jobs) -> None:
@@ -52,7 +52,7 @@ def test_interleaved_jobs_give_what_each_gives_alone(tiny, goog, options, slidin
 
 def test_generate_is_a_job_run_to_the_end(tiny, goog):
     """Generator.generate and a Generation stepped by hand give the same tokens and candles."""
-    from kronos_core.candles import normalize, time_features
+    from kronos_core.base.candles import normalize, time_features
 
     gen = Generator(*tiny)
     values, xs, ys = windows(goog, [0, 300], [64, 40], 8)

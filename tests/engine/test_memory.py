@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from kronos_core import KronosPredictor
+from kronos_core.base.options import ForecastOptions
 from kronos_core.engine.memory import (
     LiveTensorMeter,
     count_parameters,
@@ -16,7 +17,6 @@ from kronos_core.engine.memory import (
     memory_breakdown,
 )
 from kronos_core.model import KronosConfig
-from kronos_core.options import ForecastOptions
 
 
 def test_estimate_grows_with_every_dimension(tiny):

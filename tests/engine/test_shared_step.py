@@ -10,7 +10,7 @@ import torch
 from series_helpers import windows
 
 from kronos_core import KronosPredictor
-from kronos_core.options import ForecastOptions
+from kronos_core.base.options import ForecastOptions
 
 SEEDED = ForecastOptions(10, sample_count=3, top_p=0.9, seed=1234, quantiles=(0.1, 0.5, 0.9))
 

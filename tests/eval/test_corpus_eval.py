@@ -25,7 +25,7 @@ def corpus(tmp_path):
 
 
 def test_eval_windows_lie_in_each_series_evaluation_period(corpus):
-    from kronos_core.eval.model_runs import eval_windows
+    from kronos_core.cli.model_runs import eval_windows
     from kronos_core.eval.sources import corpus_source
 
     source = corpus_source(corpus)
@@ -190,8 +190,8 @@ def test_two_models_on_the_same_windows_with_paired_tests(corpus, tmp_path, caps
 def test_eval_reports_each_models_tokenizer_fidelity_per_group(corpus, tmp_path, capsys):
     """The section holds, per model and (market, frequency), what ``tokenizer_fidelity`` gives
     on exactly the evaluated windows' contexts."""
+    from kronos_core.cli.model_runs import eval_windows
     from kronos_core.eval.fidelity import tokenizer_fidelity
-    from kronos_core.eval.model_runs import eval_windows
     from kronos_core.eval.sources import corpus_source
     from kronos_core.loading import PredictorConfig, load_predictor
 

@@ -15,7 +15,7 @@ from kronos_core.eval.windows import build_windows, forecast_windows
 
 
 def _goog(real_dir, rows=120) -> Series:
-    from kronos_core.candles import candle_array
+    from kronos_core.base.candles import candle_array
 
     df = pd.read_csv(real_dir / "goog_daily.csv", parse_dates=["timestamps"]).tail(rows)
     return Series("GOOG", candle_array(df), pd.DatetimeIndex(df["timestamps"]), "goog")
@@ -46,7 +46,7 @@ def test_eval_forecasts_ignore_data_after_each_origin(predictor, real_dir):
 
 
 def test_backtest_decisions_ignore_prices_after_each_decision(predictor):
-    from kronos_core.candles import candle_array
+    from kronos_core.base.candles import candle_array
 
     frames = spliced_universe(3, rows=80)
     series = [

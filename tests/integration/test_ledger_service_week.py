@@ -41,8 +41,8 @@ def real_frame(file: str) -> pd.DataFrame:
 def aci_calibration(path: Path, model: dict):
     """An ACI calibration fitted for the served model (level 0.8, horizon 3), starting with no
     correction, so whatever the week does moves it."""
-    from kronos_core.eval import aci
-    from kronos_core.eval.calibration import Calibration
+    from kronos_core.calibration import aci
+    from kronos_core.calibration.conformal import Calibration
 
     feats = ("open", "high", "low", "close")
     state = aci.initial_state(np.zeros((30, 1, HORIZON, len(feats))), (0.8,), gamma=0.05)
@@ -139,7 +139,7 @@ def week_service(live_service, tmp_path_factory):
 
 
 def test_a_trading_week_is_recorded_scored_and_adapts(week_service):
-    from kronos_core.eval.calibration import Calibration
+    from kronos_core.calibration.conformal import Calibration
     from kronos_core.ledger.adaptive import OnlineCalibration
     from kronos_core.ledger.ledger import Ledger
 

@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 from fixture_paths import TINY
 
-from kronos_core.options import ForecastOptions
+from kronos_core.base.options import ForecastOptions
 from service.common.messages import Shard
 from service.common.settings import Settings
 

@@ -232,7 +232,7 @@ def test_repair_makes_forecast_candles_consistent(live_service):
 
 def test_service_equals_engine_called_directly(live_service):
     from kronos_core import load_predictor
-    from kronos_core.options import ForecastOptions
+    from kronos_core.base.options import ForecastOptions
     from service.gateway import FutureTimestamps
 
     symbols = live_service.store.symbols()[30:36]

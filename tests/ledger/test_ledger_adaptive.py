@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from ledger_helpers import SHA, candles, make_store
 
-from kronos_core.eval.calibration import Calibration, conformity_scores
+from kronos_core.calibration.conformal import Calibration, conformity_scores
 from kronos_core.ledger import ForecastRecord, Ledger, OnlineCalibration, corrections_hash, score
 from kronos_core.ledger.errors import StateError
 

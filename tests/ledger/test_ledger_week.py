@@ -9,12 +9,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kronos_core.candles import FEATURES
+from kronos_core.base.candles import FEATURES
+from kronos_core.base.options import ForecastOptions
 from kronos_core.data.sample_store import REAL_DIR
 from kronos_core.data.store import KlineStore
 from kronos_core.eval import metrics as m
 from kronos_core.ledger import ForecastRecord, Ledger, accuracy, score
-from kronos_core.options import ForecastOptions
 from kronos_core.predictor import KronosPredictor
 
 H, LEVELS, HISTORY, DAYS = 3, (0.1, 0.5, 0.9), 120, 5

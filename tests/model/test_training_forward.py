@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from kronos_core.candles import time_features
+from kronos_core.base.candles import time_features
 from kronos_core.model.bsq import bsq_loss, quantize_ste
 from kronos_core.model.layers import KVCache, padded_positions_and_mask
 

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from kronos_core.base.errors import ErrorCode
+from kronos_core.base.options import ForecastOptions
 from kronos_core.data.store_reader import SymbolWindow
-from kronos_core.errors import ErrorCode
-from kronos_core.options import ForecastOptions
 from service.common.errors import ReplicaGone
 from service.common.messages import BatchReport, ReplicaInfo, Shard, ShardResult
 from service.common.metrics import Metrics

@@ -10,8 +10,8 @@ import pytest
 from fixture_paths import TINY
 from service_fakes import make_options, make_shard, run_shards
 
-from kronos_core.calibration_policy import CalibrationDescription, CalibrationPolicy
-from kronos_core.eval.calibration import Calibration, CalibrationMismatch
+from kronos_core.calibration.conformal import Calibration, CalibrationMismatch
+from kronos_core.calibration.policy import CalibrationDescription, CalibrationPolicy
 from kronos_core.loading import PredictorConfig, load_predictor
 from service.common.settings import Settings
 from service.replica.deployment import Predictor, load_calibration
@@ -130,7 +130,7 @@ def test_gateway_calibrates_per_series_and_says_why_not(tmp_path):
     hourly one is not and its warning says why; a horizon beyond the calibration's warns too."""
     import asyncio
 
-    from kronos_core.eval.calibration import Scope
+    from kronos_core.calibration.conformal import Scope
     from service.common.schemas import ForecastRequest
 
     gw, cal, predictor = _calibrated_gateway(tmp_path, Scope((40, 40), ("1d",), ("D",)))
@@ -169,7 +169,7 @@ def test_with_no_lookback_asked_the_calibrations_fitted_lookback_is_read(tmp_pat
     where its lookback came from (issue 26, item 6)."""
     import asyncio
 
-    from kronos_core.eval.calibration import Scope
+    from kronos_core.calibration.conformal import Scope
     from service.common.schemas import ForecastRequest
     from service.gateway.encode import answer_to_json
 
@@ -194,8 +194,8 @@ def test_calibrated_summaries_agree_with_the_calibrated_bands(tmp_path):
     agrees with where the calibrated median sits."""
     import asyncio
 
-    from kronos_core.candles import FEATURES
-    from kronos_core.eval.calibration import Scope
+    from kronos_core.base.candles import FEATURES
+    from kronos_core.calibration.conformal import Scope
     from service.common.schemas import ForecastRequest
 
     gw, cal, _ = _calibrated_gateway(tmp_path, Scope())
@@ -223,7 +223,7 @@ def test_gateway_picks_each_series_group_of_a_calibration_fitted_per_frequency(t
 
     from service_fakes import FakeReplicas, fake_gateway, fake_info
 
-    from kronos_core.eval.calibration import Scope
+    from kronos_core.calibration.conformal import Scope
     from service.common.schemas import ForecastRequest
 
     predictor = load_predictor(PredictorConfig(model=TINY, device="cpu"))
@@ -273,7 +273,7 @@ def test_the_library_and_the_service_give_the_same_seeded_paths_and_quantiles(
     side only moves them by whole price units)."""
     import asyncio
 
-    from kronos_core.eval.calibration import Scope
+    from kronos_core.calibration.conformal import Scope
     from service.common.schemas import ForecastRequest
     from service.gateway.shards import request_options
 

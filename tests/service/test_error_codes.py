@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from kronos_core.base.errors import REQUEST_ERROR_CODES, SYMBOL_ERROR_CODES, ErrorCode, WarningCode
 from kronos_core.data import store as store_mod
-from kronos_core.errors import REQUEST_ERROR_CODES, SYMBOL_ERROR_CODES, ErrorCode, WarningCode
 from service.common.schemas import SymbolErrorOut
 
 REPO = Path(__file__).resolve().parents[2]
@@ -72,7 +72,7 @@ def test_codes_are_never_bare_strings_in_the_code_base():
         for p in SOURCES if p.name != "errors.py"
         for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)
     ]
-    assert not offenders, "use kronos_core.errors.ErrorCode:\n" + "\n".join(offenders)
+    assert not offenders, "use kronos_core.base.errors.ErrorCode:\n" + "\n".join(offenders)
 
 
 def test_no_branch_reads_an_exception_message():

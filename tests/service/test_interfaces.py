@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from service_fakes import FakePredictor, FakeReplicas, FakeStore, RoutedReplicas
 
+from kronos_core.base.errors import ErrorCode
+from kronos_core.base.options import ForecastOptions
 from kronos_core.data.store import KlineStore, SymbolError, SymbolWindow, WindowBatch
 from kronos_core.data.store_reader import KlineReader
 from kronos_core.engine.generate import EngineStats
-from kronos_core.errors import ErrorCode
-from kronos_core.options import ForecastOptions
 from kronos_core.predictor import ForecastResult, KronosPredictor
 from service.common import interfaces as seams
 

@@ -16,10 +16,10 @@ import pandas as pd
 import pytest
 from service_fakes import sample_value
 
+from kronos_core.calibration import aci
+from kronos_core.calibration.conformal import Calibration
 from kronos_core.data.store import KlineStore
-from kronos_core.eval import aci
 from kronos_core.eval import metrics as em
-from kronos_core.eval.calibration import Calibration
 from kronos_core.ledger.adaptive import corrections_hash
 from kronos_core.ledger.ledger import Ledger
 from kronos_core.ledger.records import CalibrationStamp, ForecastRecord

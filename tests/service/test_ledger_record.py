@@ -192,8 +192,8 @@ def test_a_failed_gathered_write_fails_every_answer_in_it(tmp_path, monkeypatch)
 def test_the_calibration_state_the_replicas_applied_is_answered_and_recorded(tmp_path):
     from service_fakes import FakeReplicas, fake_info
 
-    from kronos_core.calibration_policy import CalibrationDescription
-    from kronos_core.eval.calibration import Calibration
+    from kronos_core.calibration.conformal import Calibration
+    from kronos_core.calibration.policy import CalibrationDescription
     from service.gateway.encode import answer_to_json
 
     cal = Calibration.from_description({"method": "aci", "levels": [0.8], "horizon": 8})

@@ -1,7 +1,7 @@
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from kronos_core.errors import ErrorCode
+from kronos_core.base.errors import ErrorCode
 from service.common.messages import BatchReport
 from service.common.metrics import Metrics
 from service.common.settings import Settings

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kronos_core.errors import REQUEST_ERROR_CODES
+from kronos_core.base.errors import REQUEST_ERROR_CODES
 from service.common.errors import (
     DeadlineExceeded,
     InvalidRequest,

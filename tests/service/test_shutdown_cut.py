@@ -15,7 +15,7 @@ import pytest
 import yaml
 from service_fakes import RoutedReplicas, fake_gateway
 
-from kronos_core.errors import ErrorCode
+from kronos_core.base.errors import ErrorCode
 from service.common.schemas import ForecastRequest
 from service.lifecycle import DRAIN_MARKER, POD_MARGIN_S, Lifecycle, pod_termination_s, stop_reserve
 

@@ -10,7 +10,7 @@ import os
 import pandas as pd
 from service_fakes import FakeReplicas, fake_future
 
-from kronos_core.candles import FEATURES
+from kronos_core.base.candles import FEATURES
 from kronos_core.data.store import KlineStore
 from service.common.metrics import Metrics
 from service.common.schemas import ForecastRequest

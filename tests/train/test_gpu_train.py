@@ -123,8 +123,8 @@ def _forecasts(out: Path) -> None:
     import numpy as np
 
     from kronos_core import KronosPredictor
+    from kronos_core.base.options import ForecastOptions
     from kronos_core.model import Kronos, KronosTokenizer
-    from kronos_core.options import ForecastOptions
 
     folder = out / "checkpoint"
     predictor = KronosPredictor(Kronos.from_pretrained(folder / "model"),

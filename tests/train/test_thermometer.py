@@ -7,10 +7,10 @@ import pandas as pd
 import pytest
 import torch
 
+from kronos_core.base.options import ForecastOptions
 from kronos_core.eval.fidelity import FIDELITY_GOAL, tokenizer_fidelity
 from kronos_core.model import Kronos, KronosTokenizer
 from kronos_core.model.config import KronosConfig
-from kronos_core.options import ForecastOptions
 from kronos_core.predictor import KronosPredictor
 from kronos_core.train.thermometer import (
     TOTAL_BITS,

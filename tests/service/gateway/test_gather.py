@@ -32,7 +32,7 @@ def test_a_failed_shard_reports_the_replicas_code_not_its_wording():
 
     class Failing(FakeReplicas):
         async def forecast_shard(self, shard):
-            from kronos_core.errors import ErrorCode
+            from kronos_core.base.errors import ErrorCode
             from service.common.messages import ShardResult
 
             return ShardResult(shard.request_id, shard.index, "r", None, None, None,

@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kronos_core.candles import FEATURES
-from kronos_core.options import ForecastOptions
+from kronos_core.base.candles import FEATURES
+from kronos_core.base.options import ForecastOptions
 from kronos_core.predictor import KronosPredictor
 from service.common.messages import Shard, ShardResult
 from service.replica.step_runner import StepRunner

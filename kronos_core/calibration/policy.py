@@ -23,8 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from kronos_core.eval.calibration import Calibration
-from kronos_core.eval.calibration_scope import series_frequency
+from kronos_core.base.options import QuantileCalibration
+from kronos_core.calibration.conformal import Calibration
+from kronos_core.calibration.scope import series_frequency
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,7 @@ class CalibrationPolicy:
 
 
 def correct(
-    calibration: Calibration, paths: np.ndarray, levels: Sequence[float], identity: Any
+    calibration: QuantileCalibration, paths: np.ndarray, levels: Sequence[float], identity: Any
 ) -> tuple[np.ndarray, np.ndarray]:
     """(corrected paths (B, S, H, 6), corrected quantiles (Q, B, H, 6)) of raw sample ``paths`` at
     quantile ``levels``, for the model ``identity`` (checked against the calibration's)."""

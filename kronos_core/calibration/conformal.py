@@ -28,7 +28,7 @@ only (split in time: first half, then the later windows), never with held-out da
   over levels and steps, close; ties: ``cqr``), refit it on all the windows. The file
   then says ``cqr`` or ``cqr-r`` and records the selection in ``info``.
 * ``method="aci"``: adaptive conformal inference (Gibbs & Candès 2021, see
-  ``kronos_core.eval.aci``) on the ``cqr`` scores, its step size ``gamma`` chosen by the
+  ``kronos_core.calibration.aci``) on the ``cqr`` scores, its step size ``gamma`` chosen by the
   same nested split; the file holds the state after walking every calibration window
   (effective levels and trailing scores) and its correction. Applied from a file the
   correction is static; it adapts when the walk is continued (``Calibration.walk``, used
@@ -60,9 +60,9 @@ from pathlib import Path
 
 import numpy as np
 
-from kronos_core.candles import FEATURES
-from kronos_core.eval import aci
-from kronos_core.eval.calibration_scope import Scope, series_frequency
+from kronos_core.base.candles import FEATURES
+from kronos_core.calibration import aci
+from kronos_core.calibration.scope import Scope, series_frequency
 
 METHODS = ("cqr", "cqr-r", "select", "aci")
 PRICE_FEATURES = ("open", "high", "low", "close")

@@ -106,7 +106,7 @@ def _names(predictors) -> list[str]:
 
 def _match_calibrations(files, predictors, names) -> dict[int, tuple]:
     """{model index: (Calibration, file)}: each file goes with the model it was fitted for."""
-    from kronos_core.eval.calibration import Calibration, CalibrationError, CalibrationMismatch
+    from kronos_core.calibration.conformal import Calibration, CalibrationError, CalibrationMismatch
 
     out: dict[int, tuple] = {}
     for f in files or []:
@@ -150,12 +150,12 @@ def _forecasters(runs: list[ModelRun], base: dict[str, np.ndarray]) -> list:
 
 def evaluate_models(args) -> EvalResult:
     """Load, forecast, score, and render ``kronos eval``'s report (module docstring)."""
+    from kronos_core.base.monitor import ResourceMonitor
     from kronos_core.eval import fidelity_report, grouped
     from kronos_core.eval.evaluate import baseline_samples, evaluate, markdown, table
     from kronos_core.eval.garch import GARCH_SAMPLES, garch_samples
     from kronos_core.eval.runner import WalkForward, data_section, forecast_paths
     from kronos_core.loading import load_predictor, predictor_config_from_args
-    from kronos_core.monitor import ResourceMonitor
 
     horizons = sorted(set(args.horizon))
     if horizons[0] < 1:

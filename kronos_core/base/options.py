@@ -9,10 +9,22 @@ engine call.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from kronos_core.eval.calibration import Calibration
+
+class QuantileCalibration(Protocol):
+    """What the options need of a calibration (``kronos_core.calibration.conformal.Calibration``
+    is one): the base layer names no calibration module, the calibration package imports this
+    one."""
+
+    def check_model(self, identity: Any) -> None:
+        """Refuse (``CalibrationMismatch``) a predictor whose model this was not fitted for."""
+
+    def apply(self, paths: Any, levels: Any, identity: Any = None) -> Any:
+        """Corrected quantiles (Q, B, H, 6) of raw sample paths (B, S, H, 6)."""
+
+    def correct_paths(self, paths: Any, identity: Any = None) -> Any:
+        """The sample paths (B, S, H, 6) moved as the quantiles were."""
 
 SLIDING_MODES = ("exact", "rolling", "recompute")  # how the engine treats a window that slides
 
@@ -63,7 +75,7 @@ class ForecastOptions:
     # candle repair (high/low consistent, volume/amount >= 0); None: predictor's
     repair: bool | None = None
     sliding: str | None = None  # "exact" | "rolling" | "recompute"; None: predictor's
-    calibration: Calibration | None = None  # quantile correction fitted for this model
+    calibration: QuantileCalibration | None = None  # quantile correction fitted for this model
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "horizon", _positive_int("horizon (pred_len)", self.horizon))

@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 from fixture_paths import TINY
 
+from kronos_core.calibration.conformal import Calibration, CalibrationError, Scope
 from kronos_core.cli import main
-from kronos_core.eval.calibration import Calibration, CalibrationError, Scope
 
 MODEL = {"name": "m", "sha256": "a" * 64}
 

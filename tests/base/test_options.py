@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kronos_core.options import ForecastOptions, quantile_column, quantile_label
+from kronos_core.base.options import ForecastOptions, quantile_column, quantile_label
 
 
 def test_options_validate_and_normalise():
@@ -26,7 +26,7 @@ def test_options_validate_and_normalise():
 
 def test_options_with_a_calibration_are_hashable():
     """Options are dictionary keys (shards with equal options share an engine call)."""
-    from kronos_core.eval.calibration import Calibration
+    from kronos_core.calibration.conformal import Calibration
 
     rng = np.random.default_rng(0)
     paths = np.exp(rng.normal(0, 0.02, (30, 16, 2, 6))).astype(np.float32)

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from kronos_core.monitor import ResourceMonitor
+from kronos_core.base.monitor import ResourceMonitor
 
 
 class FakeNVML:

@@ -1,4 +1,4 @@
-"""Horizon and lookback rules (``kronos_core.lookback``), shared by the service and the CLI:
+"""Horizon and lookback rules (``kronos_core.base.lookback``), shared by the service and the CLI:
 a horizon past the model's context is refused before any work, the default lookback follows
 a loaded calibration, and a cut history is named with both lengths (issue 26, items 1, 2, 6)."""
 
@@ -9,9 +9,7 @@ import pandas as pd
 import pytest
 from fixture_paths import TINY
 
-from kronos_core.engine.config import GenerationConfig
-from kronos_core.eval.calibration_scope import Scope
-from kronos_core.lookback import (
+from kronos_core.base.lookback import (
     HorizonTooLong,
     Lookback,
     calibration_lookback,
@@ -19,7 +17,9 @@ from kronos_core.lookback import (
     choose_lookback,
     history_cut_message,
 )
-from kronos_core.options import ForecastOptions
+from kronos_core.base.options import ForecastOptions
+from kronos_core.calibration.scope import Scope
+from kronos_core.engine.config import GenerationConfig
 
 
 def test_a_horizon_past_the_context_is_refused_naming_the_limit():

@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 from eval_helpers import damage_after
 
-from kronos_core.eval import aci
-from kronos_core.eval.calibration import Calibration, CalibrationError, conformity_scores
+from kronos_core.calibration import aci
+from kronos_core.calibration.conformal import Calibration, CalibrationError, conformity_scores
 from kronos_core.eval.data import Series
 from kronos_core.eval.runner import WalkForward, window_times
 from kronos_core.eval.windows import build_windows

@@ -7,14 +7,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kronos_core.eval.calibration import (
+from kronos_core.base.options import ForecastOptions
+from kronos_core.calibration.conformal import (
     Calibration,
     CalibrationError,
     CalibrationMismatch,
     conformal_quantile,
 )
 from kronos_core.eval.metrics import covered
-from kronos_core.options import ForecastOptions
 
 MODEL = {"name": "m", "sha256": "a" * 64}
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kronos_core.candles import FEATURES
-from kronos_core.eval.calibration import Calibration
+from kronos_core.base.candles import FEATURES
+from kronos_core.calibration.conformal import Calibration
 from kronos_core.eval.risk import risk_summary
 
 MODEL = {"name": "m", "sha256": "a" * 64}
