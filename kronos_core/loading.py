@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from kronos_core.base.options import SLIDING_MODES
+from kronos_core.base.options import SLIDING_MODES, SamplingDefaults
 from kronos_core.model import CheckpointError, Kronos, KronosTokenizer
 from kronos_core.model.checkpoint import WEIGHTS_NAME, resolve_checkpoint
 from kronos_core.predictor import KronosPredictor
@@ -132,6 +132,7 @@ class LoadedModel:
     tokenizer: KronosTokenizer
     identity: ModelIdentity
     max_context: int
+    sampling: SamplingDefaults = SamplingDefaults()
 
 
 @dataclass(frozen=True)
@@ -145,6 +146,8 @@ class ResolvedSource:
     bundled: bool
     random_weights: bool
     revision: str | None
+    # a bundle's kronos.json "sampling" block; the reference's defaults elsewhere
+    sampling: SamplingDefaults = SamplingDefaults()
 
 
 def default_bundle() -> Path | None:
@@ -213,10 +216,15 @@ def resolve_source(cfg: PredictorConfig) -> ResolvedSource:
 def _bundle_source(folder: Path, cfg: PredictorConfig, bundled: bool) -> ResolvedSource:
     meta = _manifest(folder)
     tdir = resolve_checkpoint(cfg.tokenizer, None) if cfg.tokenizer else folder / "tokenizer"
+    try:
+        sampling = SamplingDefaults.from_manifest(meta.get("sampling"),
+                                                  str(folder / BUNDLE_MANIFEST))
+    except ValueError as exc:
+        raise CheckpointError(str(exc)) from exc
     return ResolvedSource(
         folder / "model", tdir, str(meta.get("name") or folder.name),
         int(cfg.max_context or meta.get("max_context") or 512), bundled,
-        bool(meta.get("random_weights", False)), None,
+        bool(meta.get("random_weights", False)), None, sampling,
     )
 
 
@@ -251,12 +259,14 @@ def load_checkpoints(cfg: PredictorConfig | None = None) -> LoadedModel:
     source = resolve_source(cfg)
     model = Kronos.from_pretrained(source.model_dir)
     tokenizer = KronosTokenizer.from_pretrained(source.tokenizer_dir)
-    return LoadedModel(model, tokenizer, model_identity(source), source.max_context)
+    return LoadedModel(model, tokenizer, model_identity(source), source.max_context,
+                       source.sampling)
 
 
 def build_predictor(
     model: Kronos, tokenizer: KronosTokenizer, cfg: PredictorConfig | None = None,
     identity: ModelIdentity | None = None, max_context: int | None = None,
+    sampling: SamplingDefaults | None = None,
 ) -> KronosPredictor:
     """A predictor over modules already built (benchmarks build random ones) with ``cfg``'s
     options."""
@@ -268,6 +278,8 @@ def build_predictor(
     )
     predictor.identity = identity
     predictor.config = cfg
+    if sampling is not None:
+        predictor.sampling = sampling
     return predictor
 
 
@@ -275,7 +287,8 @@ def load_predictor(cfg: PredictorConfig | None = None) -> KronosPredictor:
     """A ready ``KronosPredictor`` for ``cfg`` (default: the embedded default model on CPU/GPU)."""
     cfg = cfg or PredictorConfig()
     loaded = load_checkpoints(cfg)
-    return build_predictor(loaded.model, loaded.tokenizer, cfg, loaded.identity, loaded.max_context)
+    return build_predictor(loaded.model, loaded.tokenizer, cfg, loaded.identity, loaded.max_context,
+                           loaded.sampling)
 
 
 # ---- command-line flags, shared by every command that loads a predictor --------------------

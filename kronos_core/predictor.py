@@ -30,7 +30,7 @@ from kronos_core.base.candles import (
     repair_candles,
     time_features,
 )
-from kronos_core.base.options import ForecastOptions
+from kronos_core.base.options import ForecastOptions, SamplingDefaults
 from kronos_core.calibration.policy import correct
 from kronos_core.engine.batch import assemble
 from kronos_core.engine.config import EngineStats, GenerationConfig
@@ -185,6 +185,9 @@ class KronosPredictor:
         if cuda_graphs:  # logs once, here at load, when the device cannot use them (CPU: ignored)
             self.generator.graphs_active(GenerationConfig(1, cuda_graphs=True), self.device)
         self.repair = repair
+        # the sampling settings of options that name none (a bundle's kronos.json "sampling",
+        # set by kronos_core.loading; else the reference's)
+        self.sampling = SamplingDefaults()
         # Any: kronos_core.loading (which imports this module) defines both types
         self.identity: Any = None  # ModelIdentity when built by kronos_core.loading
         # the PredictorConfig it was built from, when built by kronos_core.loading
@@ -326,6 +329,7 @@ class KronosPredictor:
     ) -> ForecastJob:
         """Normalize, assemble the engine batch -> a job not started yet (means, stds (B, 6)
         kept)."""
+        options = options.with_defaults(self.sampling)  # None sampling settings: the model's
         horizon, sample_count = options.horizon, options.sample_count
         if len(x_ts_list) != len(arrays) or len(y_ts_list) != len(arrays):
             raise ValueError(

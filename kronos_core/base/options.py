@@ -54,6 +54,54 @@ def _positive_int(name: str, value: Any) -> int:
     return int(value)
 
 
+POINT_FORECASTS = ("mean", "median")  # what a model's point forecast is, of its sample paths
+REFERENCE_TEMPERATURE, REFERENCE_TOP_P = 1.0, 0.9  # the reference Kronos's predict() defaults
+
+
+@dataclass(frozen=True)
+class SamplingDefaults:
+    """The sampling settings a model forecasts with where a request names none: the ``sampling``
+    block of its ``kronos.json`` (chosen on validation windows by ``kronos tune-sampling``), else
+    the reference's defaults (temperature 1, top-p 0.9, one path, the mean).
+
+    ``sample_count`` is what the CLI, ``kronos eval`` and the service use when none is asked;
+    ``point``: the point forecast scored and reported beside the quantiles, the mean or the
+    median of the paths."""
+
+    temperature: float = REFERENCE_TEMPERATURE
+    top_p: float = REFERENCE_TOP_P
+    sample_count: int = 1
+    point: str = "mean"
+    source: str = "reference defaults"  # where they came from: a kronos.json, the reference
+
+    def __post_init__(self) -> None:
+        if not self.temperature > 0:
+            raise ValueError(f"sampling temperature must be > 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"sampling top_p must be in (0, 1], got {self.top_p}")
+        _positive_int("sampling sample_count", self.sample_count)
+        if self.point not in POINT_FORECASTS:
+            raise ValueError(f"sampling point must be one of {POINT_FORECASTS}, got {self.point!r}")
+
+    @classmethod
+    def from_manifest(cls, block: Any, source: str) -> SamplingDefaults:
+        """From a ``kronos.json`` ``sampling`` block (None or missing keys: the reference's);
+        a malformed block is a ``ValueError`` naming ``source``."""
+        if block is None:
+            return cls()
+        if not isinstance(block, dict):
+            raise ValueError(f"{source}: 'sampling' must be an object, got {type(block).__name__}")
+        known = {"temperature", "top_p", "sample_count", "point"}
+        try:
+            return cls(**{k: block[k] for k in known if k in block}, source=source)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{source}: sampling: {exc}") from exc
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"temperature": self.temperature, "top_p": self.top_p,
+                "sample_count": self.sample_count, "point": self.point, "source": self.source}
+
+
 @dataclass(frozen=True)
 class ForecastOptions:
     """How to forecast: horizon, sampling, quantiles, calibration, sliding mode.
@@ -67,9 +115,10 @@ class ForecastOptions:
 
     horizon: int  # candles to forecast
     sample_count: int = 1  # sample paths per series
-    temperature: float = 1.0  # softmax temperature (the reference's T)
+    # softmax temperature (the reference's T); None: the model's (SamplingDefaults)
+    temperature: float | None = None
     top_k: int = 0  # 0: off
-    top_p: float = 0.9  # nucleus mass; 1.0: off
+    top_p: float | None = None  # nucleus mass; 1.0: off; None: the model's (SamplingDefaults)
     seed: int | None = None  # None: unseeded; int: batch-invariant seeded sampling
     quantiles: tuple[float, ...] = ()  # levels in (0, 1)
     # candle repair (high/low consistent, volume/amount >= 0); None: predictor's
@@ -85,9 +134,11 @@ class ForecastOptions:
         if bad:
             raise ValueError(f"quantiles must be in (0, 1), got {bad}")
         object.__setattr__(self, "quantiles", levels)
-        object.__setattr__(self, "temperature", float(self.temperature))
+        if self.temperature is not None:
+            object.__setattr__(self, "temperature", float(self.temperature))
         object.__setattr__(self, "top_k", int(self.top_k or 0))
-        object.__setattr__(self, "top_p", float(self.top_p))
+        if self.top_p is not None:
+            object.__setattr__(self, "top_p", float(self.top_p))
         if self.seed is not None:
             object.__setattr__(self, "seed", int(self.seed))
         if self.sliding is not None and self.sliding not in SLIDING_MODES:
@@ -96,3 +147,13 @@ class ForecastOptions:
     def with_(self, **changes: Any) -> ForecastOptions:
         """A copy with ``changes`` (``dataclasses.replace``, validated again)."""
         return replace(self, **changes)
+
+    def with_defaults(self, defaults: SamplingDefaults) -> ForecastOptions:
+        """The options with every sampling setting left None taken from ``defaults`` (the
+        model's); itself when nothing is left None."""
+        changes: dict[str, Any] = {}
+        if self.temperature is None:
+            changes["temperature"] = defaults.temperature
+        if self.top_p is None:
+            changes["top_p"] = defaults.top_p
+        return replace(self, **changes) if changes else self

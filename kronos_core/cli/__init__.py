@@ -48,6 +48,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "kronos_core.cli.calibrate",
         "fit conformal (CQR / ACI) corrections of the forecast quantiles",
     ),
+    "tune-sampling": (
+        "kronos_core.cli.tune_sampling",
+        "choose a model's sampling settings (temperature, top-p, mean or median) on validation "
+        "windows and store them in its kronos.json",
+    ),
     "backtest": ("kronos_core.cli.backtest", "walk-forward top-k portfolio backtest with costs"),
     "score": ("kronos_core.cli.score", "score recorded forecasts whose truth the store now holds"),
     "timestamps-holdout": (

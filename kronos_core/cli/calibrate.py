@@ -182,7 +182,11 @@ def _fit_group(args, predictor, series) -> tuple[dict, int, float]:
     times = [window_times(w) for w in wfs]
     issued, resolved = np.concatenate([t[0] for t in times]), np.concatenate([t[1] for t in times])
     n_windows, seconds = len(truth), sum(w.seconds for w in wfs)
-    info = {"windows": n_windows, "lookback": args.lookback, "sample_count": args.sample_count,
+    from kronos_core.eval.runner import sampling_for
+
+    info = {"windows": n_windows, "lookback": args.lookback,
+            "sampling": sampling_for(args, predictor).as_dict(),
+            "sample_count": sampling_for(args, predictor).sample_count,
             "seed": args.seed, "step": args.step or args.horizon, "holdout": args.holdout,
             "series": [s.name for s in series], "start": args.start, "end": args.end}
     if getattr(args, "eval_from", None) is not None:

@@ -134,8 +134,13 @@ def run(args) -> int:
     for m in report["models"]:
         t = m["throughput"]
         print(f"\n{m['name']}: {t['windows']} windows in {t['seconds']:.1f}s: "
-              f"{t['windows_per_second']:.2f} windows/s ({args.sample_count} paths, horizon "
+              f"{t['windows_per_second']:.2f} windows/s ({t['sample_count']} paths, horizon "
               f"{max(args.horizon)}, lookback {args.lookback}, {t['device']})")
+        if m.get("sampling"):
+            s = m["sampling"]
+            print(f"sampling settings used: {s['sample_count']} paths, temperature "
+                  f"{s['temperature']:g}, top-p {s['top_p']:g}, point forecast the {s['point']} "
+                  f"({s['source']})")
         if m["random_weights"]:
             print(f"note: {m['name']} has RANDOM weights; its forecasts are not meaningful")
     print(f"resource report written to {monitor_path} (peak RSS "

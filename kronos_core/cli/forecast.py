@@ -41,10 +41,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the series' exchange (XNYS, XNAS, XSHG...): future timestamps follow its calendar",
     )
     add_reader_arguments(parser, repair_all="--repair-input")
-    parser.add_argument("--samples", type=int, default=1, help="sample paths (default 1)")
-    parser.add_argument("--temperature", "-T", type=float, default=1.0)
+    parser.add_argument("--samples", type=int,
+                        help="sample paths (default: the model's, kronos.json 'sampling'; 1 "
+                             "without one)")
+    parser.add_argument("--temperature", "-T", type=float,
+                        help="softmax temperature (default: the model's; 1 without one)")
     parser.add_argument("--top-k", type=int, default=0)
-    parser.add_argument("--top-p", type=float, default=0.9)
+    parser.add_argument("--top-p", type=float,
+                        help="nucleus mass, 1: off (default: the model's; 0.9 without one)")
     parser.add_argument("--seed", type=int, help="seed for reproducible sampling")
     parser.add_argument("--quantiles", help="comma-separated levels, e.g. 0.1,0.5,0.9")
     parser.add_argument(
@@ -80,7 +84,7 @@ def options_from_args(args) -> ForecastOptions:
     naming a bad flag value."""
     levels = tuple(float(q) for q in args.quantiles.split(",")) if args.quantiles else ()
     return ForecastOptions(
-        horizon=args.horizon, sample_count=args.samples, temperature=args.temperature,
+        horizon=args.horizon, sample_count=args.samples or 1, temperature=args.temperature,
         top_k=args.top_k, top_p=args.top_p, seed=args.seed, quantiles=levels, repair=args.repair,
     )
 
@@ -165,6 +169,11 @@ def run(args) -> int:
     future = future_stamps(stamps, args.horizon, args.exchange)
     if calibration is not None:
         options = options.with_(calibration=calibration)
+    if args.samples is None:  # the model's path count (its sampling block), not one
+        options = options.with_(sample_count=predictor.sampling.sample_count)
+    options = options.with_defaults(predictor.sampling)
+    log.info("sampling: %d paths, temperature %g, top-p %g (%s)", options.sample_count,
+             options.temperature, options.top_p, predictor.sampling.source)
     res = predictor.forecast([values], [stamps], [future], options, verbose=sys.stderr.isatty())
     table = pd.DataFrame(
         res.mean[0], columns=list(FEATURES), index=pd.Index(future, name="timestamps")

@@ -12,6 +12,7 @@ on the windows' contexts (``kronos_core.eval.fidelity_report``).
 from __future__ import annotations
 
 import logging
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -20,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from kronos_core.eval.calibrated import CalibratedPaths
+from kronos_core.eval.runner import Sampling
 from kronos_core.eval.sources import GIVEN, EvalSource, load_source
 from kronos_core.eval.windows import Windows, build_windows
 
@@ -39,6 +41,7 @@ class ModelRun:
     seconds: float
     calibrated: CalibratedPaths | None = None
     calibration_file: Path | None = None
+    sampling: Sampling | None = None  # the settings its paths were drawn with
 
     @property
     def calibrated_name(self) -> str:
@@ -132,14 +135,16 @@ def _match_calibrations(files, predictors, names) -> dict[int, tuple]:
 def _forecasters(runs: list[ModelRun], base: dict[str, np.ndarray]) -> list:
     from kronos_core.eval.evaluate import CLOSE, baseline_point
     from kronos_core.eval.grouped import Forecaster
+    from kronos_core.eval.metrics import point_forecast
 
     out = []
     for r in runs:
+        point = r.sampling.point if r.sampling is not None else "mean"
         close = r.paths[..., CLOSE].astype(np.float64)  # (N, S, H)
-        out.append(Forecaster(r.name, close, close.mean(axis=1), is_model=True))
+        out.append(Forecaster(r.name, close, point_forecast(close, point), is_model=True))
         if r.calibrated is not None:
             cal = r.calibrated.paths[..., CLOSE].astype(np.float64)
-            out.append(Forecaster(r.calibrated_name, cal, cal.mean(axis=1), is_model=True,
+            out.append(Forecaster(r.calibrated_name, cal, point_forecast(cal, point), is_model=True,
                                   quantiles=r.calibrated.quantile_fn,
                                   calibration=str(r.calibration_file)))
     for name, s in base.items():
@@ -154,7 +159,7 @@ def evaluate_models(args) -> EvalResult:
     from kronos_core.eval import fidelity_report, grouped
     from kronos_core.eval.evaluate import baseline_samples, evaluate, markdown, table
     from kronos_core.eval.garch import GARCH_SAMPLES, garch_samples
-    from kronos_core.eval.runner import WalkForward, data_section, forecast_paths
+    from kronos_core.eval.runner import WalkForward, data_section, forecast_paths, sampling_for
     from kronos_core.loading import load_predictor, predictor_config_from_args
 
     horizons = sorted(set(args.horizon))
@@ -171,9 +176,12 @@ def evaluate_models(args) -> EvalResult:
     runs: list[ModelRun] = []
     with ResourceMonitor(label="kronos eval") as monitor:
         for i, (p, name) in enumerate(zip(predictors, names)):
-            paths, secs = forecast_paths(args, p, w, horizon)
+            sampling = sampling_for(args, p)
+            log.info("%s: sampling with %s", name, sampling.describe())
+            print(f"kronos eval: {name} samples {sampling.describe()}", file=sys.stderr)
+            paths, secs = forecast_paths(args, p, w, horizon, sampling)
             monitor.step(n_samples=len(w))
-            run = ModelRun(name, p, paths, secs)
+            run = ModelRun(name, p, paths, secs, sampling=sampling)
             if i in calibrations:
                 cal, file = calibrations[i]
                 run.calibrated = CalibratedPaths(cal, paths, w.series_index, source.series,
@@ -189,7 +197,8 @@ def evaluate_models(args) -> EvalResult:
     seasons = wf.seasons()
     first = runs[0]
     sections = evaluate(w, first.paths, seasons, args.quantiles, args.coverage, first.calibrated,
-                        args.all_features, extra_baselines={"garch": garch})
+                        args.all_features, extra_baselines={"garch": garch},
+                        point=first.sampling.point if first.sampling is not None else "mean")
     base = baseline_samples(w, seasons, horizon)
     base["garch"] = garch
     groups = grouped.grouped_report(w, source.info, _forecasters(runs, base), horizons,
@@ -209,9 +218,15 @@ def evaluate_models(args) -> EvalResult:
             "throughput": {"windows": len(w), "seconds": round(r.seconds, 3),
                            "windows_per_second": (round(len(w) / r.seconds, 3) if r.seconds > 0
                                                   else None),
-                           "sample_count": args.sample_count, "device": str(p.device)},
+                           "sample_count": (r.sampling.sample_count if r.sampling is not None
+                                            else args.sample_count),
+                           "device": str(p.device)},
+            "sampling": r.sampling.as_dict() if r.sampling is not None else None,
         })
     data = data_section(args, wf, horizon)
+    if first.sampling is not None:
+        data["sample_count"] = first.sampling.sample_count
+        data["sampling"] = first.sampling.as_dict()
     data.update({"horizons": horizons, "source": "corpus" if source.corpus else "files",
                  **({"selection": source.selection} if source.corpus else {})})
     for entry, info in zip(data["series"], source.info):

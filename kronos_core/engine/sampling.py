@@ -39,6 +39,9 @@ class SamplingParams:
     @classmethod
     def from_options(cls, options: ForecastOptions) -> SamplingParams:
         """The token-sampling part of a forecast's options (validated here)."""
+        if options.temperature is None or options.top_p is None:
+            raise ValueError("ForecastOptions with temperature or top_p None reached the engine: "
+                             "resolve them first (options.with_defaults(predictor.sampling))")
         return cls(temperature=options.temperature, top_k=options.top_k, top_p=options.top_p)
 
     @property

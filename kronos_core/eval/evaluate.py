@@ -12,6 +12,7 @@ import numpy as np
 
 from kronos_core.base.candles import FEATURES
 from kronos_core.eval import baselines as bl
+from kronos_core.eval.metrics import point_forecast
 from kronos_core.eval.regimes import REGIME_THRESHOLD, REGIME_WINDOW, REGIMES, classify
 from kronos_core.eval.scoring import DEFAULT_COVERAGE, DEFAULT_QUANTILES, headline, score
 from kronos_core.eval.windows import Windows
@@ -46,7 +47,7 @@ def baseline_point(name: str, samples: np.ndarray) -> np.ndarray:
 
 
 def _cards(w: Windows, idx, model_samples, base, quantiles, coverage,
-           calibrated) -> tuple[dict, dict]:
+           calibrated, point: str = "mean") -> tuple[dict, dict]:
     truth = w.truth[idx, :, CLOSE].astype(np.float64)  # (n, H)
     history = w.context[idx, :, CLOSE].astype(np.float64)  # (n, L)
     last = history[:, -1]
@@ -55,7 +56,7 @@ def _cards(w: Windows, idx, model_samples, base, quantiles, coverage,
         qfn = calibrated.quantile_fn(idx)
     else:
         ms, qfn = model_samples[idx], None  # (n, S, H)
-    model = score(ms, ms.mean(axis=1), truth, last, history, quantiles, coverage, qfn)
+    model = score(ms, point_forecast(ms, point), truth, last, history, quantiles, coverage, qfn)
     baselines = {}
     for name, s in base.items():
         bs = s[idx]
@@ -67,21 +68,23 @@ def _cards(w: Windows, idx, model_samples, base, quantiles, coverage,
 def evaluate(
     w: Windows, paths: np.ndarray, seasons: Sequence[int | None], quantiles=DEFAULT_QUANTILES,
     coverage=DEFAULT_COVERAGE, calibrated=None, all_features: bool = False,
-    extra_baselines: dict[str, np.ndarray] | None = None,
+    extra_baselines: dict[str, np.ndarray] | None = None, point: str = "mean",
 ) -> dict:
     """metrics / baselines / regimes / series sections from the model's paths (N, S, H, 6) on
     ``w``. ``calibrated`` (``CalibratedPaths``): ``metrics`` (and the regimes and series) score
     the calibrated distribution, and ``metrics_raw`` the raw paths. ``extra_baselines``: more
-    baseline samples (N, S, H) of the close, e.g. GARCH."""
+    baseline samples (N, S, H) of the close, e.g. GARCH. ``point``: the model's point forecast,
+    the mean or the median of its paths."""
     horizon = paths.shape[2]
     model_samples = paths[..., CLOSE].astype(np.float64)  # (N, S, H)
     base = baseline_samples(w, seasons, horizon)
     base.update(extra_baselines or {})
     everything = np.arange(len(w))
-    metrics, baselines = _cards(w, everything, model_samples, base, quantiles, coverage, calibrated)
+    metrics, baselines = _cards(w, everything, model_samples, base, quantiles, coverage, calibrated,
+                                point)
     raw = None
     if calibrated is not None:
-        raw, _ = _cards(w, everything, model_samples, {}, quantiles, coverage, None)
+        raw, _ = _cards(w, everything, model_samples, {}, quantiles, coverage, None, point)
     if all_features:
         metrics["features"] = {}
         for fi, f in enumerate(FEATURES):
@@ -104,14 +107,14 @@ def evaluate(
         if len(idx) == 0:
             regimes[r] = {"windows": 0}
             continue
-        m, b = _cards(w, idx, model_samples, base, quantiles, coverage, calibrated)
+        m, b = _cards(w, idx, model_samples, base, quantiles, coverage, calibrated, point)
         regimes[r] = {"windows": int(len(idx)), "model": headline(m),
                       "baselines": {k: headline(v) for k, v in b.items()}}
     per_series = {}
     for k, name in enumerate(w.names):
         idx = np.flatnonzero(w.series_index == k)
         if len(idx):
-            m, b = _cards(w, idx, model_samples, base, quantiles, coverage, calibrated)
+            m, b = _cards(w, idx, model_samples, base, quantiles, coverage, calibrated, point)
             per_series[name] = {"windows": int(len(idx)), "model": headline(m),
                                 "baselines": {n: headline(v) for n, v in b.items()}}
     out = {"metrics": metrics, "baselines": baselines, "regimes": regimes, "series": per_series}

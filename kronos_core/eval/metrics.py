@@ -24,6 +24,15 @@ def _f64(x) -> np.ndarray:
 
 
 # ---- point forecasts ---------------------------------------------------------------------
+def point_forecast(samples, point: str = "mean") -> np.ndarray:
+    """A model's point forecast (N, H) of its sample paths (N, S, H): their mean or median
+    (the model's ``sampling.point``)."""
+    if point not in ("mean", "median"):
+        raise ValueError(f"point must be 'mean' or 'median', got {point!r}")
+    x = _f64(samples)
+    return np.median(x, axis=1) if point == "median" else x.mean(axis=1)
+
+
 def abs_errors(point, truth) -> np.ndarray:
     """|point - truth| (N, H)."""
     return np.abs(_f64(point) - _f64(truth))

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kronos_core.base.options import POINT_FORECASTS, SamplingDefaults
 from kronos_core.eval.baselines import season_length
 from kronos_core.eval.data import Series, load_series
 from kronos_core.eval.scoring import DEFAULT_COVERAGE, DEFAULT_QUANTILES
@@ -61,8 +62,16 @@ def add_window_arguments(parser: argparse.ArgumentParser, several_horizons: bool
              "on)",
     )
     g.add_argument(
-        "--sample-count", type=int, default=32, help="sample paths per window (default 32)"
-    )
+        "--sample-count", type=int,
+        help="sample paths per window (default: the model's, kronos.json 'sampling'; "
+             f"{EVAL_PATHS} for a model without one)")
+    g.add_argument("--temperature", "-T", type=float,
+                   help="softmax temperature (default: the model's; 1 for a model without one)")
+    g.add_argument("--top-p", type=float,
+                   help="nucleus mass, 1: off (default: the model's; 0.9 for a model without one)")
+    g.add_argument("--point", choices=POINT_FORECASTS,
+                   help="the model's point forecast: the mean or the median of its paths "
+                        "(default: the model's; the mean for a model without one)")
     g.add_argument(
         "--seed", type=int, default=0, help="sampling seed (per window content, batch-invariant)"
     )
@@ -101,6 +110,43 @@ def add_corpus_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--max-series-per-group", type=int, metavar="N",
                    help="corpus: at most N series per (market, frequency, hold-out), the first by "
                         "SHA-256 of the symbol (default: all)")
+
+
+EVAL_PATHS = 32  # paths per window for a model whose kronos.json names no sample count
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """The sampling settings one model is evaluated with: each flag given, else the model's
+    (``predictor.sampling``, from its kronos.json), else the reference's (32 paths for eval)."""
+
+    sample_count: int
+    temperature: float
+    top_p: float
+    point: str
+    source: str  # "flags", the model's kronos.json, or "reference defaults"
+
+    def describe(self) -> str:
+        return (f"{self.sample_count} paths, temperature {self.temperature:g}, top-p "
+                f"{self.top_p:g}, point forecast the {self.point} ({self.source})")
+
+    def as_dict(self) -> dict:
+        return {"sample_count": self.sample_count, "temperature": self.temperature,
+                "top_p": self.top_p, "point": self.point, "source": self.source}
+
+
+def sampling_for(args, predictor) -> Sampling:
+    """``predictor``'s evaluation settings under ``args`` (module docstring of ``Sampling``)."""
+    model = getattr(predictor, "sampling", None) or SamplingDefaults()
+    own = model.source != SamplingDefaults().source  # the model's kronos.json names them
+    given = {name: getattr(args, name, None)
+             for name in ("sample_count", "temperature", "top_p", "point")}
+    paths = given["sample_count"] or (model.sample_count if own else EVAL_PATHS)
+    source = model.source if own else "reference defaults"
+    if any(v is not None for v in given.values()):
+        source = "flags" if all(v is not None for v in given.values()) else f"flags + {source}"
+    return Sampling(int(paths), float(given["temperature"] or model.temperature),
+                    float(given["top_p"] or model.top_p), given["point"] or model.point, source)
 
 
 @dataclass
@@ -148,13 +194,14 @@ def load_data(args) -> list[Series]:
     return load_series(args.data, args.symbols, read_options(args))
 
 
-def cache_key(identity, w: Windows, horizon: int, sample_count: int, seed: int) -> str:
+def cache_key(identity, w: Windows, horizon: int, sampling: Sampling, seed: int) -> str:
     """Hex digest naming one window set's forecasts: the model's weights, every window's
-    context and stamps, the horizon, sample count and seed (not the batch size: seeding is
-    per window content)."""
+    context and stamps, the horizon, sample count, temperature, top-p and seed (not the batch
+    size: seeding is per window content)."""
     h = hashlib.sha256()
     h.update(json.dumps({"model": getattr(identity, "sha256", None), "horizon": horizon,
-                         "sample_count": sample_count, "seed": seed}).encode())
+                         "sample_count": sampling.sample_count, "seed": seed,
+                         "temperature": sampling.temperature, "top_p": sampling.top_p}).encode())
     h.update(np.ascontiguousarray(w.context, dtype=np.float32).tobytes())
     for ts in w.context_ts:
         h.update(np.asarray(ts.asi8).tobytes())
@@ -173,23 +220,27 @@ def walk_forward(
     return WalkForward(series, w, paths, secs)
 
 
-def forecast_paths(args, predictor, w: Windows, horizon: int) -> tuple[np.ndarray, float]:
+def forecast_paths(args, predictor, w: Windows, horizon: int,
+                   sampling: Sampling | None = None) -> tuple[np.ndarray, float]:
     """Sample paths (N, S, H, 6) of windows ``w`` and the seconds spent, through
-    ``args.paths_cache`` when it is set (keyed by model, windows, horizon, sample count, seed)."""
-    log.info("%d windows, lookback %d, horizon %d, %d sample paths, batches of %d, model %s",
-             len(w), args.lookback, horizon, args.sample_count, args.batch_size,
+    ``args.paths_cache`` when it is set (keyed by model, windows, horizon, sampling, seed).
+    ``sampling``: the settings (default: ``sampling_for(args, predictor)``)."""
+    sampling = sampling or sampling_for(args, predictor)
+    log.info("%d windows, lookback %d, horizon %d, %s, batches of %d, model %s",
+             len(w), args.lookback, horizon, sampling.describe(), args.batch_size,
              getattr(predictor.identity, "name", "model"))
     cache = getattr(args, "paths_cache", None)
     file = None
     if cache is not None:
-        key = cache_key(predictor.identity, w, horizon, args.sample_count, args.seed)
+        key = cache_key(predictor.identity, w, horizon, sampling, args.seed)
         file = Path(cache) / f"paths-{key}.npz"
         if file.is_file():
             log.info("sample paths of these %d windows read from %s", len(w), file)
             with np.load(file) as z:
                 return z["paths"], float(z["seconds"])
-    paths, secs = forecast_windows(predictor, w, horizon, args.sample_count, args.seed,
-                                   args.batch_size)
+    paths, secs = forecast_windows(predictor, w, horizon, sampling.sample_count, args.seed,
+                                   args.batch_size, temperature=sampling.temperature,
+                                   top_p=sampling.top_p)
     if file is not None:
         file.parent.mkdir(parents=True, exist_ok=True)
         np.savez(file, paths=paths, seconds=secs)
@@ -220,7 +271,8 @@ def data_section(args, wf: WalkForward, horizon: int | None = None) -> dict:
             for s, c in zip(wf.series, counts)
         ],
         "lookback": args.lookback, "horizon": horizon or args.horizon, "windows": len(wf.windows),
-        "step": args.step or horizon or args.horizon, "sample_count": args.sample_count,
+        "step": args.step or horizon or args.horizon,
+        "sample_count": args.sample_count or sampling_for(args, None).sample_count,
         "seed": args.seed,
         "start": args.start, "end": args.end, "last_fraction": args.last_fraction,
         "feature": "close", "quantiles": list(args.quantiles),

@@ -129,16 +129,20 @@ def build_windows(series: Sequence[Series], lookback: int, horizon: int, windows
 
 
 def forecast_windows(predictor, w: Windows, horizon: int, sample_count: int, seed: int = 0,
-                     batch_size: int = 256, progress: bool = True) -> tuple[np.ndarray, float]:
+                     batch_size: int = 256, progress: bool = True, *,
+                     temperature: float | None = None,
+                     top_p: float | None = None) -> tuple[np.ndarray, float]:
     """Sample paths (N, S, H, 6) of every window, ``batch_size`` windows per engine call.
 
     Seeded per window content, so a window's paths do not depend on the batch
-    around it. Returns the paths and the seconds spent forecasting.
+    around it. ``temperature`` / ``top_p`` None: the predictor's (its model's sampling
+    defaults). Returns the paths and the seconds spent forecasting.
     """
     n = len(w)
     out = np.empty((n, sample_count, horizon, w.context.shape[2]), dtype=np.float32)
     t0 = time.perf_counter()
-    options = ForecastOptions(horizon, sample_count=sample_count, seed=seed)
+    options = ForecastOptions(horizon, sample_count=sample_count, seed=seed,
+                              temperature=temperature, top_p=top_p)
     bar = tqdm(total=n, unit="win", desc="forecast", disable=not progress)
     for lo in range(0, n, batch_size):
         hi = min(n, lo + batch_size)

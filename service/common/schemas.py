@@ -26,6 +26,7 @@ from pydantic import (
 from pydantic.json_schema import SkipJsonSchema
 
 from kronos_core.base.errors import REQUEST_ERROR_CODES, SYMBOL_ERROR_CODES, ErrorCode, WarningCode
+from kronos_core.base.options import REFERENCE_TEMPERATURE, REFERENCE_TOP_P
 
 MAX_SYMBOLS = 10_000  # symbols or inline series in one request
 MAX_HORIZON = 512  # candles forecast per series
@@ -35,6 +36,7 @@ MAX_QUANTILES = 19
 MAX_SERIES_LENGTH = 100_000  # candles in one inline series
 # the largest integer a double holds exactly (every JSON reader reads it)
 MAX_JSON_INTEGER = 2**53 - 1
+MAX_RETURNED_VALUES = 5_000_000  # sample_count x horizon x symbols of return_paths
 
 FEATURE_NAMES = ("open", "high", "low", "close", "volume", "amount")
 
@@ -256,10 +258,14 @@ class ForecastRequest(BaseModel):
         "holidays included; default: each store symbol's metadata 'exchange', else sessions "
         "learned from the history",
     )
-    sample_count: int = Field(1, ge=1, le=MAX_SAMPLES, description="sample paths per series")
-    temperature: float = Field(1.0, gt=0, le=10)
+    sample_count: int | None = Field(
+        None, ge=1, le=MAX_SAMPLES,
+        description="sample paths per series; default: the model's (GET /v1/models, sampling)")
+    temperature: float | None = Field(
+        None, gt=0, le=10, description="softmax temperature; default: the model's")
     top_k: int = Field(0, ge=0, le=4096, description="0: off")
-    top_p: float = Field(0.9, gt=0, le=1)
+    top_p: float | None = Field(
+        None, gt=0, le=1, description="nucleus mass (1: off); default: the model's")
     # at most 2^53 - 1: the largest integer every JSON reader keeps exact (I-JSON, RFC 7493); above
     # it a client's or a fuzzer's doubles round, and a bound they think they meet is missed
     seed: int | None = Field(None, ge=0, le=MAX_JSON_INTEGER, description="same seed, same answer")
@@ -350,15 +356,38 @@ class ForecastRequest(BaseModel):
         if self.series is not None:
             if self.as_of is not None:
                 raise ValueError("as_of applies to store symbols only; cut inline series yourself")
-        if (
-            self.return_paths
-            and self.sample_count * self.horizon * len(self.symbols or self.series or [])
-            > 5_000_000
-        ):
-            raise ValueError(
-                "return_paths: sample_count x horizon x symbols exceeds 5,000,000 values; ask fewer"
-            )
+        problem = self.too_many_paths()
+        if problem:
+            raise ValueError(problem)
         return self
+
+    def too_many_paths(self) -> str | None:
+        """Why the paths asked for are too many to return, or None (an unset sample_count is
+        checked once the model's default fills it)."""
+        if (
+            self.return_paths and self.sample_count is not None
+            and self.sample_count * self.horizon * self.n_series > MAX_RETURNED_VALUES
+        ):
+            return ("return_paths: sample_count x horizon x symbols exceeds 5,000,000 values; "
+                    "ask fewer")
+        return None
+
+    def with_sampling_defaults(self, sampling: dict[str, Any] | None) -> ForecastRequest:
+        """The request with each sampling setting it leaves unset taken from the model's
+        (``ModelInfo.sampling``; the reference's when the model has none)."""
+        defaults = sampling or {}
+        updates = {
+            name: defaults.get(name, fallback)
+            for name, fallback in (("sample_count", 1), ("temperature", REFERENCE_TEMPERATURE),
+                                   ("top_p", REFERENCE_TOP_P))
+            if getattr(self, name) is None
+        }
+        return self.model_copy(update=updates) if updates else self
+
+    @property
+    def paths(self) -> int:
+        """Sample paths per series once the model's defaults are filled in (1 before)."""
+        return self.sample_count or 1
 
     @property
     def n_series(self) -> int:
@@ -463,6 +492,17 @@ class CalibrationInfo(BaseModel):
     features: list[str]
 
 
+class SamplingInfo(BaseModel):
+    """A model's sampling defaults (``kronos_core.base.options.SamplingDefaults``)."""
+
+    temperature: float
+    top_p: float
+    sample_count: int
+    point: str = Field(..., description="the point forecast of the paths: mean or median")
+    source: str = Field(..., description="where they come from: the model's kronos.json, or the "
+                        "reference's defaults")
+
+
 class ModelInfo(BaseModel):
     """The model that answered: its identity (pin and audit by ``sha256``) and engine options."""
 
@@ -487,6 +527,9 @@ class ModelInfo(BaseModel):
         description="the calibration the replicas apply (KRONOS_CALIBRATION), with the model it "
                     "was fitted for",
     )
+    sampling: SamplingInfo | None = Field(
+        None, description="the sampling settings a request that names none gets (the model's "
+        "kronos.json, chosen on validation windows; else the reference's)")
 
 
 class CalibrationStateOut(BaseModel):

@@ -191,6 +191,10 @@ class ForecastPipeline:
     ) -> ForecastAnswer:
         t0 = time.perf_counter()
         info = await self.info()
+        req = req.with_sampling_defaults(info.model.get("sampling"))  # unset: the model's
+        problem = req.too_many_paths()
+        if problem:
+            raise RequestInvalid("return_paths", problem)
         check_horizon(req.horizon, info.max_context)  # before any store read: refused at once
         choice = choose_lookback(req.lookback, req.horizon, info.max_context,
                                  info.model.get("calibration"))
@@ -201,7 +205,7 @@ class ForecastPipeline:
         t_read = time.perf_counter()
         # no usable series (inline or store) is still an answer: no forecasts, every series in
         # errors; a series is judged alone, whatever stands beside it (docs/service.md)
-        fit = self.fit_factory(info, req.horizon, req.sample_count)
+        fit = self.fit_factory(info, req.horizon, req.paths)
         record = self.recorder is not None and req.record
         # each step loop of a replica runs batches of its own: sharding and dispatch count loops
         lanes = self.num_replicas * info.step_loops

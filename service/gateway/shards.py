@@ -25,7 +25,7 @@ def request_options(req: ForecastRequest) -> ForecastOptions:
     calibration: each replica applies its own, see ``Shard.calibrate``)."""
     return ForecastOptions(
         horizon=req.horizon,
-        sample_count=req.sample_count,
+        sample_count=req.paths,
         temperature=req.temperature,
         top_k=req.top_k,
         top_p=req.top_p,
@@ -172,7 +172,7 @@ def make_shards(
         slices = plan_shards(
             [len(v) for v in prep.values],
             req.horizon,
-            req.sample_count,
+            req.paths,
             fit,
             num_replicas,
             shards_per_replica,

@@ -254,6 +254,7 @@ class Predictor:
         self.model_cfg = self.predictor.model.config
         self.tokenizer_cfg = self.predictor.tokenizer.config
         self.model = model_info(self.predictor.identity, self.max_context, self.predictor_config)
+        self.model["sampling"] = self.predictor.sampling.as_dict()  # a request's unset settings
         free = torch.cuda.mem_get_info()[0] if self.device.startswith("cuda") else None
         weights = self._weight_bytes()
         # the loops share the weights and split the rest of the replica's budget

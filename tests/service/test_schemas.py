@@ -25,7 +25,8 @@ def _err(**body) -> str:
 
 def test_minimal_symbols_request_defaults():
     r = ForecastRequest.model_validate({"symbols": ["A", "B"], "horizon": 5})
-    assert r.n_series == 2 and r.sample_count == 1 and r.lookback is None and r.quantiles == []
+    assert r.n_series == 2 and r.lookback is None and r.quantiles == []
+    assert r.sample_count is None and r.paths == 1  # unset: the model's, filled by the gateway
 
 
 @pytest.mark.parametrize("horizon", [0, -1, MAX_HORIZON + 1])
@@ -200,3 +201,23 @@ def test_record_is_a_json_boolean_and_query_times_are_iso_text():
         with pytest.raises(ValueError, match="ISO 8601"):
             iso_datetime_text(number)
     assert iso_datetime_text("2024-03-01T09:30:00Z") == "2024-03-01T09:30:00Z"
+
+
+def test_unset_sampling_fields_take_the_models_and_the_path_limit_is_checked_after():
+    from service.common.schemas import ForecastRequest
+
+    req = ForecastRequest.model_validate({"symbols": ["A", "B"], "horizon": 3})
+    assert (req.sample_count, req.temperature, req.top_p) == (None, None, None)
+    filled = req.with_sampling_defaults({"sample_count": 32, "temperature": 0.8, "top_p": 1.0})
+    assert (filled.sample_count, filled.temperature, filled.top_p) == (32, 0.8, 1.0)
+    assert filled.paths == 32
+    assert req.with_sampling_defaults(None).sample_count == 1  # a model without a block
+    own = ForecastRequest.model_validate({"symbols": ["A"], "horizon": 3, "sample_count": 2,
+                                          "temperature": 1.3})
+    kept = own.with_sampling_defaults({"sample_count": 32, "temperature": 0.8, "top_p": 1.0})
+    assert (kept.sample_count, kept.temperature, kept.top_p) == (2, 1.3, 1.0)
+    # 5,010,000 values of paths: refused only once the model's sample count is known
+    many = ForecastRequest.model_validate({"symbols": [f"S{i}" for i in range(100)],
+                                           "horizon": 501, "return_paths": True})
+    assert many.too_many_paths() is None
+    assert "5,000,000" in many.with_sampling_defaults({"sample_count": 100}).too_many_paths()
