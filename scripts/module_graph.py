@@ -1,5 +1,5 @@
 """Module-graph figures of the project's own packages: modules, import edges between them,
-import cycles, and the largest modules by line count.
+import cycles, imports against the layer order, and the largest modules by line count.
 
     python scripts/module_graph.py            # kronos_core, service, loadtests
     python scripts/module_graph.py --json     # the same as JSON
@@ -8,6 +8,13 @@ Reads the source with ``ast`` (nothing is imported or run). An edge is ``a -> b`
 ``a`` imports module ``b`` (or a name from it) anywhere in its body, ``TYPE_CHECKING`` blocks and
 function-local imports included: a cycle hidden behind either is still a cycle. Importing a
 package's ``__init__`` for a name that is really a submodule counts as an edge to that submodule.
+
+The layer order is the row order of the folder table in ``docs/architecture.md`` (bottom layer
+first). A module's folder is the directory holding it, so a package's own top-level modules
+(``kronos_core/predictor.py``, ``service/app.py``) form the folder ``kronos_core`` or
+``service``. An import against the layer order is one from a folder to a folder at the same
+row or below it in the table, other than its own; folder cycles are sets of folders that import
+each other, directly or round a chain.
 """
 
 from __future__ import annotations
@@ -15,11 +22,13 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import re
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("kronos_core", "service", "loadtests")
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
 
 
 def module_name(path: Path) -> str:
@@ -112,6 +121,58 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+def folder_of(path: Path) -> str:
+    """The folder a module belongs to: the directory holding its file, relative to the root."""
+    return path.relative_to(ROOT).parent.as_posix()
+
+
+def table_rows(text: str | None = None) -> list[tuple[str, str]]:
+    """(folder, may-import cell) for each row of docs/architecture.md's folder table, in the
+    table's order (the layer order, bottom layer first)."""
+    text = ARCHITECTURE.read_text() if text is None else text
+    rows = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 3 or not cells[0].startswith("`"):
+            continue
+        match = re.match(r"`([\w/]+)`", cells[0])
+        if match:
+            rows.append((match.group(1), cells[2]))
+    return rows
+
+
+def layer_order(text: str | None = None) -> list[str]:
+    """The folders of the table, bottom layer first."""
+    return [folder for folder, _ in table_rows(text)]
+
+
+def folder_graph(mods: dict[str, Path], graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """folder -> the other folders its modules import."""
+    out: dict[str, set[str]] = {folder_of(p): set() for p in mods.values()}
+    for mod, targets in graph.items():
+        here = folder_of(mods[mod])
+        out[here] |= {folder_of(mods[t]) for t in targets} - {here}
+    return out
+
+
+def against_layers(
+    mods: dict[str, Path], graph: dict[str, set[str]], order: list[str]
+) -> list[str]:
+    """Module imports whose target folder is not listed above the importer's folder in
+    ``order`` (a folder missing from the table counts as against the order)."""
+    rank = {folder: i for i, folder in enumerate(order)}
+    bad = []
+    for mod in sorted(graph):
+        here = folder_of(mods[mod])
+        for target in sorted(graph[mod]):
+            there = folder_of(mods[target])
+            if there == here:
+                continue
+            if here not in rank or there not in rank or rank[there] >= rank[here]:
+                bad.append(f"{mod} -> {target} ({here} -> {there})")
+    return bad
+
+
 def figures(packages: tuple[str, ...] = PACKAGES) -> dict:
     mods = collect(packages)
     graph = {m: imports_of(m, p, mods) for m, p in mods.items()}
@@ -121,6 +182,8 @@ def figures(packages: tuple[str, ...] = PACKAGES) -> dict:
         "modules": len(mods),
         "import_edges": sum(len(v) for v in graph.values()),
         "cycles": cycles(graph),
+        "folder_cycles": cycles(folder_graph(mods, graph)),
+        "against_layer_order": against_layers(mods, graph, layer_order()),
         "largest": [{"module": m, "lines": n} for m, n in largest],
     }
 
@@ -139,6 +202,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"import cycles: {len(fig['cycles'])}")
     for c in fig["cycles"]:
         print("  " + " <-> ".join(c))
+    print(f"folder cycles: {len(fig['folder_cycles'])}")
+    for c in fig["folder_cycles"]:
+        print("  " + " <-> ".join(c))
+    print(f"imports against the layer order: {len(fig['against_layer_order'])}")
+    for edge in fig["against_layer_order"]:
+        print("  " + edge)
     print("largest modules:")
     for row in fig["largest"]:
         print(f"  {row['lines']:5d}  {row['module']}")

@@ -10,7 +10,7 @@ gauges from ``accuracy`` over the rolling window. A lock rather than "gateway 0"
 replica ids are random and a replica that dies is replaced under a new one, so no gateway is
 reliably the first; with the lock any surviving gateway takes over at the next interval.
 The lock is per folder, so it also holds across nodes on a shared filesystem that honours
-``flock`` (NFSv4, CephFS; not an object store: see docs/service.md, "Forecast ledger").
+``flock`` (NFSv4, CephFS; not an object store: see docs/ledger.md, "In the service").
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from kronos_core.base.errors import ErrorCode, WarningCode
 from kronos_core.engine.generate import EngineStats
 
 REPO = Path(__file__).resolve().parents[1]
-DOCS = sorted((REPO / "docs").glob("*.md")) + [REPO / "README.md"]
+DOCS = sorted((REPO / "docs").rglob("*.md")) + [REPO / "README.md"]
 CODES = {c.value for c in ErrorCode} | {c.value for c in WarningCode}
 SNAKE = re.compile(r"\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b")
 

@@ -12,7 +12,7 @@ memory-mapped files in one folder (``shared_dir``), and ``/metrics`` on any gate
 sum over all of them (``MultiProcessCollector``). Counters and histograms of a gateway that
 died stay in its files, so no count is lost; gauges say how they combine (``multiprocess_mode``:
 ``livesum`` for work in flight, ``mostrecent`` for a replica's last report). The files are per
-node: gateway replicas must share one node (docs/service.md, "Several gateway replicas").
+node: gateway replicas must share one node (docs/operations.md, "Several gateway replicas").
 """
 
 from __future__ import annotations

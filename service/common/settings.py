@@ -235,7 +235,7 @@ class Settings(BaseSettings):
         "a preflight gets 204 with no Access-Control-Allow-* header",
     )
 
-    # -- forecast ledger and live accuracy (docs/service.md, "Forecast ledger")
+    # -- forecast ledger and live accuracy (docs/ledger.md, "In the service")
     ledger_dir: str | None = Field(
         None,
         description="folder of the forecast ledger (every answered forecast, scored once its truth "

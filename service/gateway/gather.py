@@ -42,7 +42,7 @@ def gather(prep: Prepared, slices: list[slice], results: list[ShardResult]) -> G
     out = Gathered(errors=list(prep.errors))
     for sl, res in zip(slices, results, strict=True):
         if res.calibration_state is not None and out.calibration_state is None:
-            # the first shard's: see docs/service.md, "Forecast ledger"
+            # the first shard's: see docs/ledger.md, "In the service"
             out.calibration_state = res.calibration_state
         if res.error is not None:
             code = res.error_code or ErrorCode.FORECAST_FAILED

@@ -4,7 +4,7 @@ A ``DeviceLoop`` is one thread with its own ``StepRunner``: it builds the runner
 warm-up), then ticks it while it has work. A replica has one loop per GPU, and on a CPU one loop
 per core by default (``Settings.cpu_step_loops``), each on one torch thread: on two cores, two
 single-thread loops got through about twice the work of one loop whose operations were split over
-two threads (docs/service.md, "Scheduling", "One step loop per core"). ``DeviceLoops`` places
+two threads (docs/results/mixed.md, "One step loop per core"). ``DeviceLoops`` places
 each shard on the loop with the fewest tokens in flight.
 """
 
@@ -29,8 +29,8 @@ class DeviceLoop:
     ``torch_threads``: the torch threads this loop's operations use (set on the loop's thread
     before the build; None: torch's default). Every torch call of the loop, its runner's build
     included, runs on this thread: a thread that has used torch keeps a team of OpenMP workers, and
-    two teams over the same cores made every step ~2x slower (docs/service.md, "Scheduling", "One
-    thread runs torch per loop").
+    two teams over the same cores made every step ~2x slower (docs/results/mixed.md, "One thread
+    runs torch per loop").
     """
 
     def __init__(

@@ -35,7 +35,7 @@ from service.replica.scheduler import DEFAULT_MAX_SKIPPED
 # History tokens one batch may prefill, per device kind, when the setting is unset. CPU: a prefill
 # of 2,048 tokens is about 50 ms on one core, so a small request waits for at most that; GPU: small
 # batches waste a GPU, and its prefill of 32,768 tokens is milliseconds (an estimate from the
-# model's FLOPs). The measurements behind the CPU figure: docs/service.md, "Scheduling".
+# model's FLOPs). The measurements behind the CPU figure: docs/results/mixed.md.
 DEFAULT_MAX_PREFILL_TOKENS = {"cpu": 2048, "cuda": 32768}
 # Rows one shared decode step holds at most, per device kind, when the setting is unset. CPU: 20,
 # so a small job's step carries one 10-row job of a big request at most: its latency grows by a
@@ -44,7 +44,7 @@ DEFAULT_MAX_PREFILL_TOKENS = {"cpu": 2048, "cuda": 32768}
 # sampling options draw their tokens together too (kronos_core.engine.job), which is what made
 # sharing pay: kronos bench mixed, the big request with a small one every second, median 1.105
 # (one replica) and 1.088 (two) at 20 against 1.13-1.24 at 0; the small request beside it
-# 0.34-0.39 s against 0.28-0.35 s (docs/service.md, "Measured"). GPU: a step's cost hardly grows
+# 0.34-0.39 s against 0.28-0.35 s (docs/results/mixed.md). GPU: a step's cost hardly grows
 # with rows; the cap bounds the step's working memory.
 DEFAULT_MAX_STEP_ROWS = {"cpu": 20, "cuda": 4096}
 CPU_DEFAULT_BUDGET = 2 << 30  # bytes a CPU replica plans its batches for, when the setting is unset

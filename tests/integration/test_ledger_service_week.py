@@ -232,7 +232,7 @@ def test_a_trading_week_is_recorded_scored_and_adapts(week_service):
             np.testing.assert_allclose(got["close_q0.9"], f["quantiles"]["0.9"]["close"], rtol=1e-6)
     (root / "example.json").write_text(
         json.dumps(
-            {  # what docs/service.md's worked example shows
+            {  # what docs/ledger.md's worked example (In the service) shows
                 "request": {**ask, "as_of": day.isoformat(), "seed": d}, "answer": answers[-1],
                 "accuracy": client.get("/v1/accuracy").json(),
                 "accuracy_step1": client.get(
