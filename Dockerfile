@@ -24,6 +24,13 @@ COPY deploy ./deploy
 RUN pip install torch==2.13.0 -e '.[serve]' \
     && python -c "import kronos_core, service.app, ray; assert ray.__version__ == '${RAY_VERSION}'"
 
+# a non-root user (uid/gid 1000, as the manifests' runAsUser): the code stays root's and
+# read-only to it; Ray and the service write only under /tmp and the mounted volumes
+RUN groupadd --gid 1000 kronos && useradd --uid 1000 --gid 1000 --create-home --shell /usr/sbin/nologin kronos
+USER 1000:1000
+# the bundled sample store is in the (read-only) code: its default ledger folder beside it would
+# not be writable, so the ledger goes to the user's home (the manifests mount a volume instead)
+ENV HOME=/home/kronos KRONOS_LEDGER_DIR=/home/kronos/ledger
 EXPOSE 8000
 # SIGTERM drains (new requests 503, in-flight ones finish within KRONOS_SHUTDOWN_GRACE_S), then exits 0
 STOPSIGNAL SIGTERM

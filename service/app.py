@@ -105,7 +105,7 @@ MAX_SYMBOL_OFFSET = 2**31 - 1
 # order of refusals: draining (503), then API key (401/403), then body size (413), all before the
 # body is read
 api.add_middleware(BodyLimitMiddleware, get_limits=lambda: current().limits)
-api.add_middleware(ApiKeyMiddleware, get_ring=lambda: current().keyring)
+api.add_middleware(ApiKeyMiddleware, get_ring=lambda: current().ring())
 api.add_middleware(DrainMiddleware, get_state=lambda: current().lifecycle)
 # preflights carry no key
 api.add_middleware(CorsMiddleware, get_origins=lambda: current().cors_origins)
@@ -515,7 +515,8 @@ class Ingress:
 
     @api.get("/metrics", include_in_schema=False)
     async def metrics_endpoint(self) -> Response:
-        if self.settings.metrics_port is not None:
+        held = self.metrics_port
+        if self.settings.metrics_port is not None and not (held and held.conflict):
             return _json(
                 {
                     "detail": "/metrics is served on the internal port "

@@ -128,17 +128,31 @@ class KeyRing:
     share of the burst: Serve's proxies spread requests evenly over the gateways, so the key's
     total stays at its ``series_per_s`` without a shared counter on the request path."""
 
-    def __init__(self, keys: list[ApiKey], burst_s: float = 10.0, share: int = 1):
+    def __init__(
+        self, keys: list[ApiKey], burst_s: float = 10.0, share: int = 1, closed: bool = False
+    ):
         self.keys = {k.sha256: k for k in keys}
         self.buckets = {
             k.name: TokenBucket(k.series_per_s / share, k.series_per_s * burst_s / share)
             for k in keys
             if k.series_per_s
         }
+        # keys required even with none configured: a keys file emptied while the service runs
+        # refuses everyone rather than opening the service to anyone (KeyFileWatch)
+        self.closed = closed
 
     @property
     def enabled(self) -> bool:
-        return bool(self.keys)
+        return bool(self.keys) or self.closed
+
+    def keep_buckets(self, old: KeyRing) -> KeyRing:
+        """Carry ``old``'s rate buckets over for the keys whose name and rate are unchanged (a
+        reload does not hand every key a fresh burst). Returns self."""
+        for name, bucket in self.buckets.items():
+            before = old.buckets.get(name)
+            if before is not None and before.rate == bucket.rate:
+                self.buckets[name] = before
+        return self
 
     def lookup(self, presented: str | None) -> ApiKey | None:
         if not presented:
@@ -174,6 +188,61 @@ def load_keyring(settings) -> KeyRing:
     return KeyRing(keys, settings.rate_burst_s, share=settings.gateway_replicas)
 
 
+KEYS_CHECK_S = 1.0  # how often a request may look at the keys file's stat (cheap, no read)
+
+
+class KeyFileWatch:
+    """Re-reads ``KRONOS_API_KEYS_FILE`` when it changes, so that a key is added or removed
+    without a restart (on Kubernetes the mounted Secret's file changes in place within about a
+    minute of ``kubectl apply`` of the Secret). At most every ``KEYS_CHECK_S`` a request looks at
+    the file's stat (inode, size, mtime; a Secret volume swaps a symlink, which ``stat``
+    follows); a changed file is parsed, and the new ring replaces the old one, the rate buckets
+    of unchanged keys kept. A file that cannot be read or parsed keeps the old keys and logs an
+    error once per version; a file that holds no key any more refuses everyone (401) instead of
+    opening the service."""
+
+    def __init__(self, settings, ring: KeyRing):
+        self.settings = settings
+        self.path = settings.api_keys_file
+        self.ring = ring
+        self.signature = self._stat()
+        self.checked = time.monotonic()
+
+    def _stat(self) -> tuple[int, int, int] | None:
+        import os
+
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+    def current(self, now: float | None = None) -> KeyRing:
+        """The ring to use now (reloaded first when the file changed)."""
+        import logging
+
+        now = time.monotonic() if now is None else now
+        if self.path is None or now - self.checked < KEYS_CHECK_S:
+            return self.ring
+        self.checked = now
+        signature = self._stat()
+        if signature == self.signature:
+            return self.ring
+        self.signature = signature
+        log = logging.getLogger(__name__)
+        try:
+            fresh = load_keyring(self.settings)
+        except KeyFileError as exc:
+            log.error("API keys not reloaded, the previous %d key(s) stay: %s",
+                      len(self.ring.keys), exc)
+            return self.ring
+        fresh.closed = self.ring.enabled  # a service with keys never opens by losing them all
+        self.ring = fresh.keep_buckets(self.ring)
+        log.warning("API keys reloaded from %s: %d key(s) (%s)", self.path, len(fresh.keys),
+                    ", ".join(sorted(k.name for k in fresh.keys.values())) or "none: all refused")
+        return self.ring
+
+
 def _presented_key(scope) -> str | None:
     for name, value in scope.get("headers", ()):
         if name == b"x-api-key":
@@ -183,6 +252,27 @@ def _presented_key(scope) -> str | None:
             if scheme.lower() == "bearer":
                 return token.strip()
     return None
+
+
+def key_id(presented: str | None) -> str:
+    """How logs name a key that matched none: ``sha256:`` and the first 12 hex digits of its
+    hash (never the key), or ``-`` when none was sent. An operator compares it with the
+    hashes of the keys file."""
+    return f"sha256:{hash_key(presented)[:12]}" if presented else "-"
+
+
+def _refused(scope, who: str, route: str | None, status: int) -> None:
+    """One WARNING line per refused request, naming the key (its name, or ``key_id``) and the
+    route; the access line carries the same ``key``."""
+    import logging
+
+    path = scope.get("path", "")
+    scope.setdefault("state", {})["refused_key"] = who
+    logging.getLogger(__name__).warning(
+        "%d: key %s refused for %s %s%s", status, who, scope.get("method", "-"), path,
+        f" (route {route!r} not among its routes)" if route else " (no known key)",
+        extra={"key": who, "route": path, "status": status},
+    )
 
 
 async def _deny(send, status: int, code: str, detail: str) -> None:
@@ -209,8 +299,10 @@ class ApiKeyMiddleware:
         if scope["type"] != "http" or not ring.enabled or scope.get("path") in OPEN_PATHS:
             await self.app(scope, receive, send)
             return
-        key = ring.lookup(_presented_key(scope))
+        presented = _presented_key(scope)
+        key = ring.lookup(presented)
         if key is None:
+            _refused(scope, key_id(presented), None, 401)
             await _deny(
                 send, 401, ErrorCode.UNAUTHORIZED.value,
                 "an API key is required: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>'",
@@ -218,6 +310,7 @@ class ApiKeyMiddleware:
             return
         route = route_of_path(scope.get("path", ""))
         if route is not None and route not in key.routes:
+            _refused(scope, key.name, route, 403)
             await _deny(
                 send, 403, ErrorCode.FORBIDDEN.value, f"key {key.name!r} has no access to {route}"
             )

@@ -158,7 +158,10 @@ def start(settings):
     from ray import serve
 
     from service.app import build_app
+    from service.request_log import PROXY_CALLBACK, PROXY_CALLBACK_ENV
 
+    # Serve's proxy (started by this Ray, which inherits the variable) refuses unsafe request ids
+    os.environ.setdefault(PROXY_CALLBACK_ENV, PROXY_CALLBACK)
     if not ray.is_initialized():
         if settings.ray_address:
             ray.init(address=settings.ray_address, namespace="kronos", log_to_driver=False)
@@ -188,6 +191,13 @@ class _DropLine(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         return self.text not in record.getMessage()
+
+
+def metrics_url(settings) -> str:
+    """Where ``/metrics`` is served: the internal metrics port when one is set, else the API
+    port."""
+    port = settings.metrics_port or settings.port
+    return f"http://{settings.host}:{port}/metrics"
 
 
 def gateway_handle(settings):
@@ -347,9 +357,17 @@ def run(args: argparse.Namespace) -> int:
     except KeyFileError as exc:
         print(f"kronos serve: invalid API keys: {exc}", file=sys.stderr)
         return 2
-    from service.preflight import LEDGER_OFF_NOTE, ledger_problem, public_bind_problem
+    from service.preflight import (
+        LEDGER_OFF_NOTE,
+        ledger_problem,
+        metrics_port_problem,
+        public_bind_problem,
+    )
 
-    for problem in (public_bind_problem(settings, keys.enabled), ledger_problem(settings)):
+    for problem in (
+        public_bind_problem(settings, keys.enabled), metrics_port_problem(settings),
+        ledger_problem(settings),
+    ):
         if problem:
             print(f"kronos serve: {problem}", file=sys.stderr)
             return 2
@@ -362,13 +380,14 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr, flush=True,
         )
     # a cluster given by address binds on its own nodes
-    if not settings.ray_address and settings.port:
-        holder = port_holder(settings.host, settings.port)
+    ports = (("--port, KRONOS_PORT", settings.port), ("KRONOS_METRICS_PORT", settings.metrics_port))
+    for flag, port in ports if not settings.ray_address else ():
+        holder = port_holder(settings.host, port) if port else None
         if holder:
             held = "in use" if holder == "in use" else f"in use by {holder}"
             print(
-                f"kronos serve: port {settings.port} on {settings.host} is {held}; stop that "
-                "service or choose another port (--port, KRONOS_PORT)", file=sys.stderr,
+                f"kronos serve: port {port} on {settings.host} is {held}; stop that "
+                f"service or choose another port ({flag})", file=sys.stderr,
             )
             return 2
     problem = check_model(settings)
@@ -398,8 +417,8 @@ def run(args: argparse.Namespace) -> int:
         scratch = local_metrics_dir(settings)
         if not stop_event.is_set():
             print(
-                f"Kronos service listening on {url}  (docs {url}/docs, metrics {url}/metrics); "
-                "Ctrl-C stops it",
+                f"Kronos service listening on {url}  (docs {url}/docs, metrics "
+                f"{metrics_url(settings)}); Ctrl-C stops it",
                 flush=True,
             )
         while not stop_event.wait(1.0):

@@ -133,6 +133,8 @@ class LiveAccuracy:
     def start(self) -> None:
         """Start the background scoring thread (no-op when the interval is 0). A thread, not a
         task: a pass reads files and computes for a while, and must not hold the event loop."""
+        self.metrics.last_scored.set(time.time())  # until a pass finds a score in the ledger
+        self.volume_gauges()
         if self.settings.score_interval_s > 0 and self._thread is None:
             self._thread = threading.Thread(
                 target=self._loop, name="kronos-ledger-scorer", daemon=True
@@ -196,15 +198,32 @@ class LiveAccuracy:
             log.info("ledger scoring pass: %d step(s) newly scored in %.2f s", n_new, took)
             return {"scored": n_new, "adaptive": adaptive, "seconds": took}
 
+    def volume_gauges(self) -> None:
+        """``kronos_ledger_volume_bytes``: free and total bytes of the ledger's file system."""
+        import shutil
+
+        try:
+            usage = shutil.disk_usage(self.ledger_dir)
+        except OSError as exc:  # the folder gone: the write-failure alert tells
+            log.warning("ledger volume: %s", exc)
+            return
+        self.metrics.ledger_volume.labels(kind="free").set(usage.free)
+        self.metrics.ledger_volume.labels(kind="total").set(usage.total)
+
     def set_gauges(self) -> None:
-        """The accuracy gauges from the rolling window, one set per model (no per-symbol label)."""
+        """The accuracy gauges from the rolling window, one set per model (no per-symbol label),
+        the last score's time and the ledger's volume."""
         import pyarrow.compute as pc
 
         from kronos_core.ledger.accuracy import accuracy
 
+        self.volume_gauges()
         scores = self.ledger.read_scores()
         if not scores.num_rows:
             return
+        latest = pc.max(scores["scored_at"]).as_py()
+        if latest is not None:
+            self.metrics.last_scored.set(latest.timestamp())
         names = dict(
             zip(scores["model_sha256"].to_pylist(), scores["model_name"].to_pylist(), strict=True)
         )
@@ -334,7 +353,7 @@ def ledger_service(settings: Settings, store: Any, metrics: Metrics, gateway_id:
             ledger_dir,
             writer_id=writer,
             keep_paths=settings.ledger_paths,
-            retention_days=settings.ledger_retention_days,
+            retention_days=settings.ledger_retention_days or None,  # 0: keep all
             retention_bytes=settings.ledger_retention_bytes,
         )
 

@@ -1,7 +1,8 @@
 """Checks made before the service takes work, each failing with what is wrong and the fix:
-the forecast ledger's folder is writable (or the ledger is explicitly ``off``), and a public
-bind has API keys (or ``KRONOS_ALLOW_PUBLIC_WITHOUT_KEYS``). ``kronos serve`` runs both
-before it starts Ray; ``build_app`` (the Serve-config path KubeRay uses) checks the bind, and
+the forecast ledger's folder is writable (or the ledger is explicitly ``off``), a public
+bind has API keys (or ``KRONOS_ALLOW_PUBLIC_WITHOUT_KEYS``), and the metrics port is not the
+API port. ``kronos serve`` runs them before it starts Ray; ``build_app`` (the Serve-config path
+KubeRay uses) checks the bind and the metrics port, and
 each gateway checks the ledger folder on its own node as it starts (the build may run on a
 node without the ledger's volume)."""
 
@@ -66,12 +67,25 @@ def public_bind_problem(settings: Settings, keys_enabled: bool) -> str | None:
     )
 
 
+def metrics_port_problem(settings: Settings) -> str | None:
+    """Why ``KRONOS_METRICS_PORT`` cannot work (None: unset, or another port than the API's)."""
+    if settings.metrics_port is None or settings.metrics_port != settings.port:
+        return None
+    return (
+        f"KRONOS_METRICS_PORT ({settings.metrics_port}) is the API port (--port, KRONOS_PORT): "
+        "the API port's /metrics is closed when a metrics port is set, so nothing would serve "
+        "the metrics. Choose another port (the manifests use 9090), or unset KRONOS_METRICS_PORT "
+        "to serve /metrics on the API port"
+    )
+
+
 def check_startup(settings: Settings, announce: bool = True) -> None:
     """``build_app``'s check (the public bind); ``announce``: log the ledger's ``off`` (once
     per start). Raises ``StartupError``."""
     from service.auth import load_keyring
 
     problem = public_bind_problem(settings, load_keyring(settings).enabled)
+    problem = problem or metrics_port_problem(settings)
     if problem:
         raise StartupError(problem)
     if announce and settings.resolved_ledger_dir() is None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from service.auth import KeyRing, load_keyring
+from service.auth import KeyFileWatch, KeyRing, load_keyring
 from service.common.metrics import Metrics
 from service.common.settings import Settings
 from service.cors import parse_origins
@@ -30,6 +30,13 @@ class ProcessState:
     keyring: KeyRing = field(default_factory=lambda: KeyRing([]))  # API keys and their rate buckets
     cors_origins: frozenset[str] = frozenset()  # KRONOS_CORS_ORIGINS; empty: CORS off
     max_horizon: int | None = None  # the loaded model's max_context once a replica described itself
+    key_watch: KeyFileWatch | None = None  # re-reads KRONOS_API_KEYS_FILE when it changes
+
+    def ring(self) -> KeyRing:
+        """The API keys to check a request against (re-read when the keys file changed)."""
+        if self.key_watch is not None:
+            self.keyring = self.key_watch.current()
+        return self.keyring
 
     def start(self, settings: Settings, metrics: Metrics, gateway_id: str | None) -> None:
         """Configure this process for an ingress built from ``settings``."""
@@ -40,6 +47,7 @@ class ProcessState:
         self.lifecycle.grace_s = settings.shutdown_grace_s
         self.lifecycle.shared_dir, self.lifecycle.gauge = metrics.shared_dir, metrics.http_in_flight
         self.keyring = load_keyring(settings)
+        self.key_watch = KeyFileWatch(settings, self.keyring) if settings.api_keys_file else None
         self.cors_origins = parse_origins(settings.cors_origins)
 
 

@@ -77,10 +77,17 @@ def test_api_keys_come_from_a_secret_on_every_pod_and_the_public_bind_needs_them
     assert public_bind_problem(settings, keys_enabled=False)  # without the Secret: refused
     assert public_bind_problem(settings, keys_enabled=True) is None
     for pod in _pods():
+        volumes = {v["name"]: v for v in pod["volumes"]}
         for container in pod["containers"]:
             env = {e["name"]: e for e in container.get("env", [])}
-            ref = env["KRONOS_API_KEYS"]["valueFrom"]["secretKeyRef"]
-            assert ref["name"] == "kronos-api-keys", container["name"]
+            # a file from the Secret's volume, re-read when it changes (issue 45); never a subPath,
+            # which Kubernetes does not update
+            path = env["KRONOS_API_KEYS_FILE"]["value"]
+            mount = _mount_of(pod, path)
+            assert mount is not None and "subPath" not in mount, container["name"]
+            assert volumes[mount["name"]]["secret"]["secretName"] == "kronos-api-keys"
+            assert path == mount["mountPath"].rstrip("/") + "/keys"  # the Secret's key `keys`
+            assert "KRONOS_API_KEYS" not in env  # an environment variable cannot change
     readme = (DEPLOY / "README.md").read_text()
     assert "kronos-api-keys" in readme and "kubectl create secret" in readme
 
@@ -121,7 +128,8 @@ def test_no_worker_group_claims_bounds_it_cannot_scale_to():
 
 
 def test_the_dashboard_port_is_open_to_the_operator_only():
-    (policy,) = [d for d in _docs("kuberay-rayservice.yaml") if d["kind"] == "NetworkPolicy"]
+    (policy,) = [d for d in _docs("kuberay-rayservice.yaml")
+                 if d["kind"] == "NetworkPolicy" and d["metadata"]["name"] == "kronos-head"]
     head_labels = _rayservice()[0]["spec"]["rayClusterConfig"]["headGroupSpec"]["template"][
         "metadata"
     ]["labels"]
@@ -156,9 +164,10 @@ def test_metrics_are_scraped_where_the_gateways_serve_them():
     labels = svc["metadata"]["labels"]
     assert all(labels.get(k) == v for k, v in monitor["spec"]["selector"]["matchLabels"].items())
     assert [e["port"] for e in monitor["spec"]["endpoints"]] == [svc_port["name"]]
-    # the alert on a target down matches the ServiceMonitor's job (the Service's name)
-    rules = (DEPLOY / "prometheus-rules.yml").read_text()
-    assert svc["metadata"]["name"] in rules
+    # the service-down alert depends on no job name (issue 45: the annotation-based scrape names
+    # its job otherwise, and a head pod gone takes its target away instead of reading up == 0)
+    (down,) = [r for r in _rules() if r["alert"] == "KronosServiceDown"]
+    assert down["expr"].startswith("absent(") and "job" not in down["expr"]
 
 
 def _rules() -> list[dict]:
@@ -228,10 +237,101 @@ def test_promtool_checks_the_rules_and_runs_their_tests():
     tests = subprocess.run([promtool, "test", "rules", "prometheus-rules.test.yml"], cwd=DEPLOY,
                            capture_output=True, text=True)
     assert tests.returncode == 0, tests.stdout + tests.stderr
-    # every alert added for issue 28 has test cases
+    # every alert added for issues 28 and 45 has test cases
     cases = (DEPLOY / "prometheus-rules.test.yml").read_text()
     for alert in (
         "KronosQueueBacklog", "KronosReplicasNotReady", "KronosNoReplicaReady",
-        "KronosLedgerWriteFailures",
+        "KronosLedgerWriteFailures", "KronosServiceDown", "KronosLedgerVolumeFull",
+        "KronosNothingScored",
     ):
         assert f"alertname: {alert}" in cases, alert
+
+
+def _all_pod_templates() -> list[tuple[str, dict]]:
+    """(where, pod spec) of every pod template of every manifest in deploy/."""
+    found = []
+    for path in sorted(DEPLOY.glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            spec = (doc or {}).get("spec", {})
+            cluster = spec.get("rayClusterConfig") or spec.get("rayClusterSpec")
+            if cluster:
+                found.append((f"{path.name} head", cluster["headGroupSpec"]["template"]["spec"]))
+                found += [
+                    (f"{path.name} {g['groupName']}", g["template"]["spec"])
+                    for g in cluster["workerGroupSpecs"]
+                ]
+            elif "template" in spec:  # a Deployment, Job, ...
+                found.append((f"{path.name} {doc['metadata']['name']}", spec["template"]["spec"]))
+    return found
+
+
+def test_every_pod_template_is_hardened():
+    """Issue 45: no securityContext anywhere. Every pod template of every manifest runs as a
+    non-root user with the runtime's seccomp profile and no service-account token; every
+    container drops all capabilities, cannot escalate, and has a read-only root file system
+    with /tmp (Ray's session folder) on an emptyDir."""
+    pods = _all_pod_templates()
+    assert {w.split()[0] for w, _ in pods} >= {"kuberay-rayservice.yaml", "kuberay-rayjob.yaml"}
+    assert len(pods) >= 4
+    for where, pod in pods:
+        assert pod.get("automountServiceAccountToken") is False, where
+        ctx = pod["securityContext"]
+        assert ctx["runAsNonRoot"] is True and ctx["runAsUser"] != 0, where
+        assert ctx["seccompProfile"]["type"] == "RuntimeDefault", where
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        for container in pod["containers"]:
+            name = f"{where} {container['name']}"
+            sec = container["securityContext"]
+            assert sec["allowPrivilegeEscalation"] is False, name
+            assert sec.get("privileged", False) is False, name
+            assert sec["capabilities"]["drop"] == ["ALL"] and not sec["capabilities"].get("add")
+            assert sec["readOnlyRootFilesystem"] is True, name
+            tmp = _mount_of(pod, "/tmp/ray")
+            assert tmp is not None and "emptyDir" in volumes[tmp["name"]], name
+
+
+@pytest.mark.parametrize("dockerfile", ["Dockerfile", "Dockerfile.cuda"])
+def test_every_image_runs_as_a_non_root_user(dockerfile):
+    text = (ROOT / dockerfile).read_text()
+    users = re.findall(r"^USER\s+(\S+)", text, re.M)
+    assert users, f"{dockerfile} sets no USER: it runs as root"
+    user = users[-1].split(":")[0]
+    assert user not in ("0", "root"), user
+    assert user.isdigit(), "numeric, so that runAsNonRoot can verify it"
+    pods = _all_pod_templates()
+    assert {str(p["securityContext"]["runAsUser"]) for _, p in pods} == {user}
+    # the user can write the default ledger folder (the bundled store's is in the code)
+    assert re.search(r"^ENV .*KRONOS_LEDGER_DIR=/home/", text, re.M)
+
+
+def test_disruption_budgets_network_policies_upgrade_strategy_and_volumes():
+    service, args = _rayservice()
+    assert service["spec"]["upgradeStrategy"]["type"] == "NewCluster"
+    docs = _docs("kuberay-rayservice.yaml")
+    cluster = service["spec"]["rayClusterConfig"]
+    head_labels = cluster["headGroupSpec"]["template"]["metadata"]["labels"]
+    templates = [head_labels] + [g["template"]["metadata"]["labels"]
+                                 for g in cluster["workerGroupSpecs"]]
+
+    def selects(selector: dict, labels: dict) -> bool:
+        return all(labels.get(k) == v for k, v in selector.items())
+
+    budgets = [d for d in docs if d["kind"] == "PodDisruptionBudget"]
+    for labels in templates:  # every pod group has a budget that keeps it
+        held = [b for b in budgets if selects(b["spec"]["selector"]["matchLabels"], labels)]
+        assert held and all(b["spec"].get("minAvailable", 0) >= 1 for b in held), labels
+    policies = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    for labels in templates:  # every pod group admits only what a policy names
+        assert any(selects(p["spec"]["podSelector"]["matchLabels"], labels) for p in policies)
+    (workers,) = [p for p in policies if p["metadata"]["name"] == "kronos-workers"]
+    (rule,) = workers["spec"]["ingress"]
+    assert rule["from"] == [{"podSelector": {"matchLabels": {"kronos.io/cluster": "true"}}}]
+    # the claims every manifest mounts have manifests; the ledger's survives two clusters at once
+    claims = {
+        v["persistentVolumeClaim"]["claimName"]
+        for _, pod in _all_pod_templates() for v in pod["volumes"] if "persistentVolumeClaim" in v
+    }
+    pvcs = {d["metadata"]["name"]: d for d in _docs("volumes.yaml")
+            if d["kind"] == "PersistentVolumeClaim"}
+    assert claims == set(pvcs), (claims, set(pvcs))
+    assert pvcs["kronos-ledger"]["spec"]["accessModes"] == ["ReadWriteMany"]

@@ -55,6 +55,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "backtest": ("kronos_core.cli.backtest", "walk-forward top-k portfolio backtest with costs"),
     "score": ("kronos_core.cli.score", "score recorded forecasts whose truth the store now holds"),
+    "ledger backup": (
+        "kronos_core.cli.ledger_backup",
+        "copy the forecast ledger consistently while it is written",
+    ),
+    "ledger restore": (
+        "kronos_core.cli.ledger_restore", "bring a ledger backup back as a new ledger folder",
+    ),
     "timestamps-holdout": (
         "kronos_core.cli.timestamps_holdout", "hold-out check of future timestamps on real series",
     ),

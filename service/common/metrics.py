@@ -220,6 +220,21 @@ class Metrics:
             "forecast steps scored, all time (read from the ledger: survives restarts)", ["model"],
             registry=r, multiprocess_mode="mostrecent",
         )
+        # when the last forecast step was scored (unix time; the start of live scoring until
+        # one is): KronosNothingScored fires a day after it. 0: the ledger is off
+        self.last_scored = Gauge(
+            "kronos_forecast_last_scored_timestamp_seconds",
+            "when a forecast step was last scored (read from the ledger; the start of live "
+            "scoring while none is); 0: the ledger is off", registry=r,
+            multiprocess_mode="mostrecent",
+        )
+        # the ledger's volume (the file system holding the ledger folder): KronosLedgerVolumeFull
+        # fires before writes fail
+        self.ledger_volume = Gauge(
+            "kronos_ledger_volume_bytes",
+            "the ledger folder's file system: kind=free (bytes available), kind=total",
+            ["kind"], registry=r, multiprocess_mode="mostrecent",
+        )
         # the deployment's own bounds, so that alert thresholds follow the settings
         # (prometheus-rules.yml)
         self.limit = Gauge(

@@ -247,9 +247,9 @@ class Settings(BaseSettings):
         False, description="record the sample paths too (large); default: mean and quantiles"
     )
     ledger_retention_days: float | None = Field(
-        None, gt=0,
-        description="ledger days kept (older day partitions are deleted by the scorer); default: "
-                    "all",
+        365.0, ge=0,
+        description="ledger days kept (older day partitions are deleted by the scorer); default "
+                    "365 (a year of live accuracy; back up to keep more); 0: keep all",
     )
     ledger_retention_bytes: int | None = Field(
         None, gt=0,

@@ -169,13 +169,17 @@ class Predictor:
         replica_id: str | None = None,
         loop_name: str = "",
     ):
-        settings = localize(settings, shipped)  # the driver's checkpoint, cached on this node
-        self.settings = settings
         in_serve = True
         try:
             serve_id = serve.get_replica_context().replica_id.unique_id
         except Exception:  # outside Serve: unit use, or a step-loop process
             serve_id, in_serve = f"local-{os.getpid()}", False
+        if in_serve:  # the replica's lines (a weights re-fetch, its start) where the docs say
+            from service.common.logs import configure_logging
+
+            configure_logging(settings, "replica")
+        settings = localize(settings, shipped)  # the driver's checkpoint, cached on this node
+        self.settings = settings
         self.replica_id = replica_id or serve_id
         self._user_config: dict = {}
         self._choose_loops(_replica_cpus(settings))

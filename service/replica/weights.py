@@ -5,9 +5,12 @@ The driver (``service.app.build_app``) reads the checkpoint's files once and han
 small named actor on its own node (or the gateways' node), ``WeightStore``, which puts them
 into Ray's object store and owns them there for as long as it lives. A replica
 (``localize``) looks for a copy in its node's cache (``$KRONOS_WEIGHTS_CACHE``, default
-``<tmp>/kronos-weights``, one folder per SHA-256), else fetches the files from the store,
-checks the SHA-256 of both weight files against the ``ModelIdentity`` the driver computed,
-writes them to the cache (atomically: a folder renamed into place) and loads from there. The
+``<tmp>/kronos-weights``, one folder per SHA-256). The whole folder is checked
+(``cache_problem``): every shipped file's SHA-256 and the ``kronos.json`` that holds the model's
+name and context. A copy that differs is fetched again, with a warning naming the file. A
+fetch checks the SHA-256 of both weight files against the ``ModelIdentity`` the driver
+computed and of every other file against the driver's list, writes them to the cache
+(atomically: a folder renamed into place) and loads from there. The
 bundled default model is in the package on every node and is not shipped.
 """
 
@@ -46,6 +49,9 @@ class ShippedWeights:
     actor: str  # the WeightStore's name
     namespace: str
     origin: str  # "<path> on node <id>": where the driver read it, for error messages
+    # ("model/<name>" | "tokenizer/<name>", SHA-256) of every shipped file, weights and configs:
+    # a cached copy must hold exactly these (empty: only the weight files are known)
+    files_sha256: tuple[tuple[str, str], ...] = ()
 
 
 def cache_root() -> Path:
@@ -73,18 +79,60 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def is_cached(folder: Path, shipped: ShippedWeights) -> bool:
-    """A complete copy of ``shipped`` in ``folder`` (both weight files there, with their
-    SHA-256)."""
+DESCRIPTION_NAME = "kronos.json"
+
+
+def description(shipped: ShippedWeights) -> bytes:
+    """The cached bundle's ``kronos.json`` (the model's name and context), made from what the
+    driver shipped: a cached copy's own must be exactly this."""
+    return json.dumps(
+        {
+            "name": shipped.name,
+            "max_context": shipped.max_context,
+            "random_weights": shipped.random_weights,
+        }
+    ).encode()
+
+
+def expected_files(shipped: ShippedWeights) -> dict[str, str]:
+    """Every file a cached copy of ``shipped`` holds, by path in the folder, with its SHA-256."""
+    files = dict(shipped.files_sha256)
+    files[f"model/{WEIGHTS_NAME}"] = shipped.model_sha256
+    files[f"tokenizer/{WEIGHTS_NAME}"] = shipped.tokenizer_sha256
+    files[DESCRIPTION_NAME] = _sha256(description(shipped))
+    return files
+
+
+def cache_problem(folder: Path, shipped: ShippedWeights) -> str | None:
+    """What is wrong with the copy of ``shipped`` in ``folder``, naming the file (None: a complete
+    copy). The whole folder is checked: each weight and config file against its shipped
+    SHA-256, ``kronos.json`` against the shipped description, and no file beside them (when the
+    shipped file list is known)."""
     from kronos_core.loading import file_sha256
 
-    try:
-        return (
-            file_sha256(folder / "model" / WEIGHTS_NAME) == shipped.model_sha256
-            and file_sha256(folder / "tokenizer" / WEIGHTS_NAME) == shipped.tokenizer_sha256
+    if not folder.is_dir():
+        return "no copy"
+    want = expected_files(shipped)
+    for rel, digest in sorted(want.items()):
+        try:
+            got = file_sha256(folder / rel)
+        except OSError:
+            return f"{rel} is missing"
+        if got != digest:
+            return f"{rel} has SHA-256 {got[:12]}, expected {digest[:12]}"
+    if shipped.files_sha256:
+        extra = sorted(
+            str(p.relative_to(folder)) for p in folder.rglob("*")
+            if p.is_file() and str(p.relative_to(folder)) not in want
         )
-    except OSError:
-        return False
+        if extra:
+            return f"{extra[0]} is not one of the shipped files"
+    return None
+
+
+def is_cached(folder: Path, shipped: ShippedWeights) -> bool:
+    """A complete, unchanged copy of ``shipped`` in ``folder`` (``cache_problem`` finds none)."""
+    return cache_problem(folder, shipped) is None
 
 
 def write_cache(
@@ -99,6 +147,13 @@ def write_cache(
                 f"{node}: the {part} weights shipped from {shipped.origin} have SHA-256 "
                 f"{got[:12]}, expected {want[:12]}; not cached"
             )
+    for rel, want in shipped.files_sha256:
+        got = _sha256(files.get(rel, b""))
+        if got != want:
+            raise WeightsError(
+                f"{node}: {rel} shipped from {shipped.origin} has SHA-256 {got[:12]}, expected "
+                f"{want[:12]}; not cached"
+            )
     dest = root / shipped.sha256
     if is_cached(dest, shipped):
         return dest
@@ -108,15 +163,7 @@ def write_cache(
         for rel, data in files.items():
             (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
             (tmp / rel).write_bytes(data)
-        (tmp / "kronos.json").write_text(
-            json.dumps(
-                {
-                    "name": shipped.name,
-                    "max_context": shipped.max_context,
-                    "random_weights": shipped.random_weights,
-                }
-            )
-        )
+        (tmp / DESCRIPTION_NAME).write_bytes(description(shipped))
         shutil.rmtree(dest, ignore_errors=True)  # an incomplete copy left by a replica that died
         try:
             os.replace(tmp, dest)
@@ -160,8 +207,14 @@ def localize(settings, shipped: ShippedWeights | None):
     if shipped is None:
         return settings
     dest = cache_root() / shipped.sha256
-    if not is_cached(dest, shipped):
+    problem = cache_problem(dest, shipped)
+    if problem is not None:
         node = f"node {_node_id()}"
+        if dest.exists():  # a copy was there: damaged, edited, or cut short
+            log.warning(
+                "%s: the cached copy of model %s in %s is not the shipped one (%s); fetching it "
+                "again", node, shipped.name, dest, problem,
+            )
         try:
             files = _fetch(shipped)
         except WeightsError:
@@ -271,6 +324,7 @@ def ship(settings, namespace: str | None = None) -> ShippedWeights | None:
         name,
         namespace,
         origin,
+        tuple(sorted((rel, _sha256(data)) for rel, data in files.items())),
     )
     _SHIPPED.append(shipped)
     return shipped

@@ -171,3 +171,38 @@ def test_each_of_several_gateways_allows_its_share_of_the_rate():
     assert two.throttle(alice, 75) == 0.0
     # 25 series of debt at 50/s (one gateway alone: none)
     assert 0.4 < two.throttle(alice, 1) <= 0.5
+
+
+def test_a_changed_keys_file_is_read_again_without_a_restart(tmp_path, caplog):
+    """Issue 45: rotating a key needed a restart. ``KeyFileWatch`` re-reads the file when its
+    stat changes (checked at most every ``KEYS_CHECK_S``): a key added works, a key removed is
+    refused, an unchanged key keeps its rate bucket, a broken file keeps the old keys (logged),
+    and a file emptied refuses everyone rather than opening the service."""
+    import logging
+
+    from service.auth import KEYS_CHECK_S, KeyFileWatch
+
+    f = tmp_path / "keys"
+    f.write_text(f"{hash_key(ALICE)} alice forecast 5\n")
+    settings = Settings(api_keys_file=str(f))
+    watch = KeyFileWatch(settings, load_keyring(settings))
+    t = watch.checked
+    bucket = watch.ring.buckets["alice"]
+    f.write_text(f"{hash_key(ALICE)} alice forecast 5\n{hash_key(OPS)} ops * -\n")
+    assert watch.current(now=t).lookup(OPS) is None  # not looked at before KEYS_CHECK_S
+    t += KEYS_CHECK_S
+    ring = watch.current(now=t)
+    assert ring.lookup(OPS).name == "ops" and ring.lookup(ALICE).name == "alice"
+    assert ring.buckets["alice"] is bucket
+    f.write_text(f"{hash_key(OPS)} ops * -\n")
+    t += KEYS_CHECK_S
+    assert watch.current(now=t).lookup(ALICE) is None and watch.ring.lookup(OPS) is not None
+    with caplog.at_level(logging.ERROR, logger="service.auth"):
+        f.write_text("not a key line\n")
+        t += KEYS_CHECK_S
+        assert watch.current(now=t).lookup(OPS) is not None  # the old keys stay
+    assert "API keys not reloaded" in caplog.text and "line 1" in caplog.text
+    f.write_text("# every key removed\n")
+    t += KEYS_CHECK_S
+    ring = watch.current(now=t)
+    assert ring.enabled and not ring.keys and ring.lookup(OPS) is None  # closed, not open

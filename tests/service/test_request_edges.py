@@ -287,3 +287,95 @@ def test_metrics_on_their_own_port_one_holder_at_a_time():
     finally:
         first.stop()
         second.stop()
+
+
+@pytest.mark.parametrize("given", ["x" * 129, "x" * 5000, "a b", 'q"uote', "new\\nline", "é"])
+def test_a_long_or_unsafe_caller_id_is_replaced_by_a_new_one(given):
+    """Issue 45: 5,000 characters of ``X-Request-Id`` were echoed and logged. An id of more
+    than 128 characters, or with characters outside letters, digits and ``._:-``, is replaced
+    by a new UUID, at the gateway and in Serve's proxy (``ProxyRequestIdGuard``)."""
+    from service.request_log import MAX_REQUEST_ID, ProxyRequestIdGuard, safe_request_id
+
+    assert MAX_REQUEST_ID == 128 and not safe_request_id(given)
+    assert safe_request_id("x" * 128) and safe_request_id("a.b_c:d-4")
+    app = _echo_app()
+    app.add_middleware(RequestIdMiddleware)
+    raw = given.encode("utf-8")
+    with TestClient(app) as client:
+        r = client.get("/v1/forecast", headers=[(b"X-Request-Id", raw)])
+        rid = r.headers.get_list("x-request-id")
+        assert len(rid) == 1 and len(rid[0]) == 36 and rid[0] != given
+        assert r.json() == {"request_id": rid[0], "scope_id": rid[0]}
+
+    seen: list[list] = []
+
+    async def inner(scope, receive, send):
+        seen.append(list(scope["headers"]))
+
+    guard = ProxyRequestIdGuard(inner)
+    for header, kept in ((raw, False), (b"ok-1", True)):
+        scope = {"type": "http", "headers": [(b"x-request-id", header), (b"host", b"h")]}
+        asyncio.run(guard(scope, None, None))
+        assert ((b"x-request-id", header) in seen[-1]) is kept and (b"host", b"h") in seen[-1]
+
+
+def test_a_metrics_port_held_by_another_program_is_logged_once_and_flagged(caplog):
+    """Issue 45: ``KRONOS_METRICS_PORT`` held by something that is not a gateway (here a bare
+    socket that never answers HTTP) was taken for another gateway's turn and retried in
+    silence. It is an error, logged once, and ``conflict`` lets the API port serve
+    ``/metrics`` meanwhile; once the port is free the gateway takes it."""
+    import socket
+    import urllib.request
+
+    from service import metrics_port as M
+
+    squatter = socket.socket()
+    squatter.bind(("127.0.0.1", 0))
+    squatter.listen()
+    port = squatter.getsockname()[1]
+    retry = M.RETRY_S
+    M.RETRY_S = 0.2
+    held = M.MetricsPort("127.0.0.1", port, lambda: b"kronos_up 1\n", "text/plain")
+    try:
+        with caplog.at_level(logging.ERROR, logger=M.__name__):
+            held.start()
+            for _ in range(200):
+                if held.conflict:
+                    break
+                asyncio.run(asyncio.sleep(0.05))
+            assert held.conflict and "does not serve Kronos metrics" in held.conflict
+            asyncio.run(asyncio.sleep(M.PROBE_TIMEOUT_S * 2 + 0.5))  # a few more tries
+        errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+        assert len(errors) == 1 and f"127.0.0.1:{port}" in errors[0], errors
+        assert "served on the API port" in errors[0]
+        squatter.close()  # the program goes: the gateway takes the port
+        for _ in range(200):
+            if held.conflict is None and held.server is not None:
+                break
+            asyncio.run(asyncio.sleep(0.05))
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            assert r.read() == b"kronos_up 1\n"
+    finally:
+        M.RETRY_S = retry
+        squatter.close()
+        held.stop()
+
+
+def test_refused_keys_are_logged_by_name_or_hash_prefix_with_the_route(caplog):
+    """Issue 45: a 403 line named neither the key nor the route. A 401 names the presented
+    key by its hash prefix (``sha256:<12 hex>``), a 403 by its name, both with the route;
+    neither writes the key."""
+    from service.auth import key_id
+
+    ring = KeyRing(parse_keys(f"{hash_key('secret-k')} alice forecast -", "test"))
+    app = _echo_app()
+    app.add_middleware(ApiKeyMiddleware, get_ring=lambda: ring)
+    with caplog.at_level(logging.WARNING, logger="service.auth"), TestClient(app) as client:
+        assert client.get("/v1/accuracy", headers={"X-API-Key": "secret-k"}).status_code == 403
+        assert client.get("/v1/forecast", headers={"X-API-Key": "wrong-k"}).status_code == 401
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines[0].startswith("403: key alice refused for GET /v1/accuracy")
+    assert "'accuracy'" in lines[0]
+    assert lines[1].startswith(f"401: key {key_id('wrong-k')} refused for GET /v1/forecast")
+    assert key_id("wrong-k") == "sha256:" + hash_key("wrong-k")[:12] and key_id(None) == "-"
+    assert "secret-k" not in caplog.text and "wrong-k" not in caplog.text

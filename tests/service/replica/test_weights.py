@@ -21,11 +21,17 @@ from service.replica import weights as W
 
 
 def _shipped(folder) -> W.ShippedWeights:
+    """What ``ship`` would hand the replicas for ``folder``, with its file list as ``ship``
+    makes it."""
+    import hashlib
+
     source = resolve_source(PredictorConfig(model=str(folder)))
     ident = model_identity(source)
+    files = W.collect_files(source.model_dir, source.tokenizer_dir)
+    hashes = tuple(sorted((rel, hashlib.sha256(data).hexdigest()) for rel, data in files.items()))
     return W.ShippedWeights(ident.name, ident.sha256, ident.model_sha256, ident.tokenizer_sha256,
                             source.max_context, source.random_weights, "kronos-weights-x", "ns",
-                            f"{folder} on node driver")
+                            f"{folder} on node driver", hashes)
 
 
 @pytest.fixture
@@ -175,3 +181,67 @@ def test_a_damaged_cached_copy_is_fetched_again_not_trusted(
     monkeypatch.setattr(W, "_fetch", gone)
     with pytest.raises(W.WeightsError, match="node n3: model .* is not cached here"):
         W.localize(settings, shipped)
+
+
+@pytest.mark.parametrize(
+    "tamper, named",
+    [
+        ("description", "kronos.json"),  # name and context edited (issue 45)
+        ("config", "model/config.json"),
+        ("extra", "model/extra.json"),
+    ],
+)
+def test_an_edited_cached_description_or_config_is_detected_and_fetched_again(
+    checkpoint, tmp_path, monkeypatch, caplog, tamper, named
+):
+    """The whole cached folder is checked, not only the weights: a ``kronos.json`` edited to
+    another name and a smaller context (the weights untouched), a changed config, or a file
+    added beside them is not trusted. ``localize`` logs a warning naming the file, fetches the
+    files again, and the reloaded copy has the shipped name and context."""
+    import json
+    import logging
+
+    shipped = _shipped(checkpoint)
+    cache = tmp_path / "node-cache"
+    monkeypatch.setenv(W.CACHE_ENV, str(cache))
+    files = W.collect_files(checkpoint / "model", checkpoint / "tokenizer")
+    dest = W.write_cache(files, shipped, cache)
+    assert W.cache_problem(dest, shipped) is None
+    if tamper == "description":
+        desc = json.loads((dest / "kronos.json").read_text())
+        desc.update(name=f"{desc['name']}-TAMPERED", max_context=64)
+        (dest / "kronos.json").write_text(json.dumps(desc))
+        assert load_checkpoints(PredictorConfig(model=str(dest))).max_context == 64  # it would
+    elif tamper == "config":
+        config = dest / "model" / "config.json"
+        config.write_text(config.read_text().replace("}", ', "x": 1}', 1))
+    else:
+        (dest / "model" / "extra.json").write_text("{}")
+    problem = W.cache_problem(dest, shipped)
+    assert problem is not None and problem.startswith(named) and not W.is_cached(dest, shipped)
+    fetched: list[str] = []
+
+    def fetch(s: W.ShippedWeights) -> dict[str, bytes]:
+        fetched.append(s.sha256)
+        return files
+
+    monkeypatch.setattr(W, "_fetch", fetch)
+    monkeypatch.setattr(W, "_node_id", lambda: "n4")
+    with caplog.at_level(logging.WARNING, logger=W.__name__):
+        local = W.localize(Settings(model_dir="/only/on/the/driver"), shipped)
+    assert fetched == [shipped.sha256]
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 1 and "node n4" in warned[0] and named in warned[0], warned
+    assert W.cache_problem(dest, shipped) is None
+    loaded = load_checkpoints(PredictorConfig(model=local.model_dir))
+    assert loaded.identity.name == shipped.name and loaded.max_context == shipped.max_context
+    assert loaded.identity.sha256 == shipped.sha256
+
+
+def test_shipped_configs_that_do_not_match_their_hash_are_refused(checkpoint, tmp_path):
+    shipped = _shipped(checkpoint)
+    files = W.collect_files(checkpoint / "model", checkpoint / "tokenizer")
+    files["model/config.json"] = files["model/config.json"] + b" "
+    with pytest.raises(W.WeightsError, match=r"node n5: model/config.json shipped from .* SHA-256"):
+        W.write_cache(files, shipped, tmp_path / "cache", "node n5")
+    assert not (tmp_path / "cache" / shipped.sha256).exists()
