@@ -116,7 +116,8 @@ class PortfolioUser(HttpUser):
     @task(8)
     def portfolio_json(self):
         syms = random.sample(_universe, min(PORTFOLIO, len(_universe)))
-        self._post({"symbols": syms, "horizon": HORIZON, "lookback": LOOKBACK}, "/v1/forecast json")
+        self._post({"symbols": syms, "horizon": HORIZON, "lookback": LOOKBACK, "sample_count": 1},
+                   "/v1/forecast json")
 
     @task(2)
     def portfolio_arrow_quantiles(self):

@@ -35,7 +35,7 @@ from pathlib import Path
 import httpx
 
 N_SYMBOLS = 1000
-BODY = {"lookback": 64, "horizon": 4, "seed": 7}
+BODY = {"lookback": 64, "horizon": 4, "seed": 7, "sample_count": 1}
 
 
 def free_port() -> int:

@@ -12,7 +12,7 @@ import pytest
 pytestmark = pytest.mark.integration
 
 HUGE = 718585340041150607352922112  # the offset that once answered 500
-SMALL = {"lookback": 32, "horizon": 2}
+SMALL = {"lookback": 32, "horizon": 2, "sample_count": 1}  # one path: not the model's 32
 
 
 def _rows(n=40, close=50.0):
