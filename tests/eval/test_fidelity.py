@@ -38,6 +38,30 @@ def test_close_error_and_move_match_a_hand_computed_round_trip():
     assert got["windows"] == 1
 
 
+def test_the_move_is_the_one_step_change_not_the_level():
+    """Closes 1, 2, 4, 3: the mean absolute one-step move (price moves 1, 2, 1) differs from the
+    mean absolute normalised level, so a move taken as the level is caught. Planted fault it
+    catches: ``np.abs(np.diff(x, axis=1)).mean()`` -> ``np.abs(x).mean()`` (the move) in
+    ``fidelity_from_arrays``."""
+    close = np.array([1.0, 2.0, 4.0, 3.0])
+    window = np.zeros((1, 4, 6), dtype=np.float32)
+    window[0, :, 3] = close
+    # by hand: mean 2.5, population std sqrt((2.25 + 0.25 + 2.25 + 0.25) / 4) = sqrt(1.25);
+    # normalised -1.342, -0.447, 1.342, 0.447 (mean absolute level 0.894 std)
+    sd = math.sqrt(1.25) + 1e-5
+    norm = (close - 2.5) / sd
+    rounded = np.array([-1.5, -0.5, 1.5, 0.5])  # HalfGrid's round trip
+    error = np.abs(rounded - norm).mean()  # (0.158 + 0.053 + 0.158 + 0.053) / 4 = 0.1056
+    move = (1.0 + 2.0 + 1.0) / 3 / sd  # price moves 1, 2, 1: 4/3 units = 1.193 std
+    level = np.abs(norm).mean()  # 0.894 std: what a level-based "move" would give
+    assert abs(move - level) > 0.25  # the case tells the two apart
+    got = tokenizer_fidelity(HalfGrid(), window)["close"]
+    assert got["error_std"] == pytest.approx(error, rel=1e-5)
+    assert got["move_std"] == pytest.approx(move, rel=1e-5)
+    assert got["error_over_move"] == pytest.approx(error / move, rel=1e-5)
+    assert got["error_over_move"] == pytest.approx(0.0885, abs=1e-4)  # 0.1056 / 1.193
+
+
 def test_a_constant_feature_is_left_out():
     window = np.zeros((2, 8, 6), dtype=np.float32)
     window[:, :, 3] = np.arange(8)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -77,6 +79,40 @@ def test_samples_use_rows_before_each_origin_only():
         garch.garch_samples([close], [460], np.zeros(3, int), origins, 4, 50)
 
 
+def test_a_window_reads_no_row_at_or_past_its_origin():
+    """Each window's forecast depends on the rows before its origin (its first truth row) only:
+    changing the origin row itself leaves it unchanged, changing the last row before it does
+    not; likewise the fit reads rows before its end only. Planted faults it catches, in
+    ``garch_samples``: ``var[rows - 1]`` -> ``var[rows]`` or ``closes[k]...[rows - 1]`` ->
+    ``[rows]`` (one row past the origin), ``r[:max(end - 1, 0)]`` -> ``r[:max(end, 0)]``."""
+    close, _ = _garch_series(600, seed=7)
+    origins = np.array([450, 520])
+    fit_end = 400
+
+    def run(c):
+        return garch.garch_samples([c], [fit_end], np.zeros(2, int), origins, 3, 40,
+                                   progress=False)
+
+    base, fits = run(close)
+    for i, o in enumerate(origins):
+        at_origin = close.copy()
+        at_origin[o] *= 1.25  # the first truth row: not known at the origin
+        again, _ = run(at_origin)
+        np.testing.assert_array_equal(again[i], base[i])
+        before = close.copy()
+        before[o - 1] *= 1.25  # the last context row: known, and it moves the forecast
+        moved, _ = run(before)
+        assert not np.allclose(moved[i], base[i])
+    at_end = close.copy()
+    at_end[fit_end] *= 1.25  # the first row after the fit's history
+    _, refit = run(at_end)
+    assert refit[0].as_dict() == fits[0].as_dict()
+    before_end = close.copy()
+    before_end[fit_end - 1] *= 1.25
+    _, moved_fit = run(before_end)
+    assert moved_fit[0].as_dict() != fits[0].as_dict()
+
+
 def test_short_or_flat_history_falls_back_to_a_constant_volatility():
     close, _ = _garch_series(60, seed=4)
     fit = garch.fit_garch(garch.pct_returns(close))
@@ -119,6 +155,54 @@ def test_dm_p_value_matches_a_t_test_without_autocorrelation():
     assert res["statistic"] == pytest.approx(ref.statistic)
     assert res["p_value"] == pytest.approx(ref.pvalue)
     assert paired.diebold_mariano(a, b)["lags"] == 3  # floor(4 (50 / 100)^(2/9))
+
+
+def _ar1(n: int, phi: float, seed: int) -> np.ndarray:
+    """(n,) an AR(1) x_t = phi x_{t-1} + e_t, e ~ N(0, 1), started at 0."""
+    e = np.random.default_rng(seed).normal(size=n)
+    x = np.zeros(n)
+    for t in range(n):
+        x[t] = (phi * x[t - 1] if t else 0.0) + e[t]
+    return x
+
+
+def _dm_by_definition(d: list[float], lags: int, h: int) -> float:
+    """The HLN-corrected DM statistic written out from its definition with plain sums:
+    gamma_k = (1/n) sum_{t=k}^{n-1} (d_t - mean)(d_{t-k} - mean),
+    V = gamma_0 + 2 sum_{k=1}^{K} (1 - k / (K + 1)) gamma_k,
+    DM = mean / sqrt(V / n) * sqrt((n + 1 - 2h + h (h - 1) / n) / n)."""
+    n = len(d)
+    mean = sum(d) / n
+
+    def gamma(k: int) -> float:
+        return sum((d[t] - mean) * (d[t - k] - mean) for t in range(k, n)) / n
+
+    v = gamma(0) + 2 * sum((1 - k / (lags + 1)) * gamma(k) for k in range(1, lags + 1))
+    return mean / math.sqrt(v / n) * math.sqrt((n + 1 - 2 * h + h * (h - 1) / n) / n)
+
+
+@pytest.mark.parametrize("horizon", [1, 5])
+def test_dm_uses_the_hac_variance_on_autocorrelated_differences(horizon):
+    """Loss differences that follow an AR(1) (phi 0.7, as overlapping windows of one series
+    give): the statistic equals the one written out from the definition with the default lags,
+    and the HAC variance makes it clearly smaller than a plain-variance one. Planted fault it
+    catches: ``hac_variance(d, lags)`` -> ``hac_variance(d, 0)`` in ``diebold_mariano``."""
+    from scipy.stats import t as student_t
+
+    n = 200
+    d = 0.25 + _ar1(n, 0.7, seed=11)  # loss of A minus loss of B: A about 0.25 worse
+    loss_b = np.random.default_rng(12).gamma(2.0, 1.0, n)
+    loss_a = loss_b + d
+    lags = max(horizon - 1, math.floor(4 * (n / 100) ** (2 / 9)))  # 4 at n = 200
+    assert lags == 4
+    expected = _dm_by_definition(d.tolist(), lags, horizon)
+    res = paired.diebold_mariano(loss_a, loss_b, horizon=horizon)
+    assert res["lags"] == lags
+    assert res["statistic"] == pytest.approx(expected, rel=1e-9)
+    assert res["p_value"] == pytest.approx(2 * student_t.sf(abs(expected), n - 1), rel=1e-9)
+    # positive autocorrelation: the long-run variance is well above gamma_0 alone
+    no_hac = _dm_by_definition(d.tolist(), 0, horizon)
+    assert abs(res["statistic"]) < 0.7 * abs(no_hac)
 
 
 def test_window_losses_are_scaled_by_the_mase_scale():

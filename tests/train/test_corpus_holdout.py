@@ -109,6 +109,74 @@ def test_the_trainer_windows_hold_only_allowed_rows(corpus, tmp_path):
     assert checked > 1000 and len(trainer.val_set) > 0
 
 
+# ---- each hold-out layer on its own -----------------------------------------------------------
+# Training keeps a hold-out instrument out twice: ``corpus_series`` loads only ``split == train``
+# instruments (the split filter), and ``Corpus.training_mask`` allows no row of a
+# ``holdout_instrument`` (the mask, which also carries the time rules). The tests above see both
+# at once; the two below switch one layer off or leave it out, so a fault in either one fails.
+HELD_OUT = {"HHH", "HHH@1h"}
+
+
+def test_the_split_filter_alone_keeps_the_hold_out_instruments_out(corpus, monkeypatch):
+    """With the mask switched off (every row allowed), ``corpus_series`` still reads no row of a
+    hold-out instrument: the ``split == train`` filter alone keeps them out. Planted fault it
+    catches: ``CorpusFilter(split=TRAIN,`` -> ``CorpusFilter(split=None,`` in
+    ``kronos_core.train.data.corpus_series``."""
+    from kronos_core.data.corpus import TRAIN, Corpus, CorpusFilter
+
+    assert set(Corpus(corpus).select(CorpusFilter(split=TRAIN))["symbol"]) == {
+        "AAA", "AAA@1h", "BBB", "BBB@1h", "CCC"}
+    monkeypatch.setattr(Corpus, "training_mask",
+                        lambda self, symbol, timestamps: np.ones(len(timestamps), dtype=bool))
+    read: dict[str, set[int]] = {}
+    for s in corpus_series(_data_config(corpus)):
+        for close in s.values[:, 3]:
+            symbol, row, _ = row_of(close)
+            read.setdefault(symbol, set()).add(row)
+    assert not HELD_OUT & set(read), sorted(HELD_OUT & set(read))
+    # the mask is really off: the train instruments' evaluation rows come in now
+    table = read_table(corpus)
+    aaa = allowed_by_the_rules(table, "AAA", _stamps(corpus, "AAA"))
+    assert read["AAA"] == set(range(len(aaa))) and not aaa.all()
+
+
+def test_the_mask_alone_keeps_out_hold_out_instruments_and_evaluation_rows(corpus):
+    """With no split filter (every instrument loaded), ``Corpus.training_mask`` alone gives
+    exactly the rows the rules allow, row by row, and ``training_segments`` holds no other:
+    nothing of a hold-out instrument, no row at or after its own ``eval_from``, no bar inside
+    another bar size's evaluation period. Planted fault it catches (the suite missed it before):
+    ``if info["split"] == HOLDOUT_INSTRUMENT:`` -> ``if False:`` in ``training_mask``; it also
+    fails on ``timestamps < eval_from`` -> ``<=`` and on the cross-bar-size loop skipped."""
+    from kronos_core.data.corpus import Corpus, CorpusFilter, training_segments
+
+    c = Corpus(corpus)
+    series = c.load(CorpusFilter())  # no split filter: the hold-out instruments are loaded
+    assert HELD_OUT <= {s.symbol for s in series}
+    table = read_table(corpus)
+    for s in series:
+        expected = allowed_by_the_rules(table, s.symbol, s.timestamps)
+        got = c.training_mask(s.symbol, s.timestamps)
+        np.testing.assert_array_equal(got, expected, err_msg=s.symbol)
+    segments = training_segments(c, series, min_rows=1)
+    assert not HELD_OUT & {s.symbol for s, _, _ in segments}
+    info = table.set_index("symbol")
+    for s, start, end in segments:
+        stamps = s.timestamps[start:end]
+        assert (stamps < info.loc[s.symbol, "eval_from"]).all(), s.symbol
+        assert allowed_by_the_rules(table, s.symbol, stamps).all(), s.symbol
+    # the rules bite where the synthetic corpus was built for them: each of the three
+    by_symbol = {s.symbol: s for s in series}
+    aaa = by_symbol["AAA"].timestamps
+    first_eval = int(np.flatnonzero(aaa == info.loc["AAA", "eval_from"])[0])
+    assert c.training_mask("AAA", aaa)[first_eval - 1] and not c.training_mask("AAA", aaa)[
+        first_eval]  # the own eval_from row is the first one out
+    bbb = by_symbol["BBB"].timestamps  # its hourly sibling's evaluation days
+    assert (bbb < info.loc["BBB", "eval_from"])[
+        ~c.training_mask("BBB", bbb)].sum() == 9
+    hhh_hourly = by_symbol["HHH@1h"].timestamps
+    assert (hhh_hourly < info.loc["HHH@1h", "eval_from"]).any()  # time alone would keep some
+
+
 def test_market_and_frequency_filters_apply(corpus):
     names = {s.name.split("[")[0] for s in corpus_series(SimpleNamespace(
         corpus=str(corpus), markets=["US"], frequencies=["1h"], window=12))}
