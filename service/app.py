@@ -36,7 +36,9 @@ from service.common.metrics import CONTENT_TYPE, Metrics
 from service.common.schemas import (
     ARROW_STREAM,
     MAX_HORIZON,
+    MAX_LOOKBACK,
     AccuracyResponse,
+    CandlesResponse,
     ForecastRequest,
     ModelsResponse,
     QueryDateTime,
@@ -58,6 +60,7 @@ from service.responses import error_response
 from service.responses import json_response as _json
 from service.serve_replicas import ServeReplicas
 from service.state import current
+from service.ui import candles_answer, install_ui
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +73,7 @@ api = FastAPI(
     redoc_url=None,
 )
 install_docs(api)
+install_ui(api)  # /ui, the forecast explorer (service/static/ui)
 _openapi_template = api.openapi  # FastAPI's own: builds the schema once and caches it
 
 
@@ -430,6 +434,34 @@ class Ingress:
         return _json(
             {"symbols": page, "total": len(self._symbols), "limit": limit, "offset": offset}
         )
+
+    @api.get("/v1/candles", response_model=CandlesResponse,
+             responses={503: _SHUTTING_DOWN, **_KEYS})
+    async def candles(
+        self,
+        symbol: Annotated[str, Query(min_length=1, max_length=64)],
+        before: Annotated[
+            int, Query(ge=1, le=MAX_LOOKBACK, description="candles at or before as_of")
+        ] = 256,
+        after: Annotated[
+            int,
+            Query(ge=0, le=MAX_HORIZON, description="candles after as_of (with as_of only)"),
+        ] = 0,
+        as_of: Annotated[
+            QueryDateTime,
+            Query(description="the last candle of the history (ISO 8601; naive = the symbol's "
+                              "wall clock); default: the latest"),
+        ] = None,  # type: ignore[assignment]
+        frequency: Annotated[
+            str, Query(pattern=r"^[A-Za-z0-9]{1,16}$", description="store frequency folder")
+        ] = None,  # type: ignore[assignment]
+    ) -> Response:
+        """The stored candles of one symbol around a forecast's start: the history (what a
+        forecast ``as_of`` the same time reads) and the actual candles that followed ``as_of``.
+        A symbol the store cannot give: 422 naming ``symbol``. Key scope: ``candles``."""
+        return _json(await asyncio.to_thread(
+            candles_answer, self.store, symbol, before, after, as_of, frequency
+        ))
 
     @api.get("/v1/accuracy", response_model=AccuracyResponse,
              responses=cast(dict[int | str, dict[str, Any]], {

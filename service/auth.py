@@ -7,10 +7,14 @@ Keys are given as SHA-256 hashes, never in clear, one per line, in a file
     9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08  alice   forecast,symbols  200
     2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae  ops     *                 -
 
-``routes``: ``forecast``, ``models``, ``symbols``, ``accuracy`` (``/v1/accuracy``, which lists
-every recorded symbol), ``docs`` (``/docs`` and ``/openapi.json``) or ``*`` (all of them); the
-probes (``/healthz``, ``/readyz``) and ``/metrics`` stay open, and a CORS preflight is answered
-before the key check (``service.cors``). ``series/s``: the key's rate limit (``-`` for none).
+``routes``: ``forecast``, ``models``, ``symbols``, ``candles`` (``/v1/candles``, stored prices:
+a scope of its own, so that no existing key gains price reads unasked), ``accuracy``
+(``/v1/accuracy``, which lists every recorded symbol), ``docs`` (``/docs`` and ``/openapi.json``)
+or ``*`` (all of them); the probes (``/healthz``, ``/readyz``), ``/metrics`` and the forecast
+explorer's page and assets (``/ui``, ``/ui/assets/...``: the page asks for a key, its API calls
+send it) stay open, and a CORS preflight is answered before the key check (``service.cors``).
+Paths are matched below the app's mount point (its ``root_path``), so an app served under a
+route prefix is checked the same. ``series/s``: the key's rate limit (``-`` for none).
 Clients send ``Authorization: Bearer <key>`` or ``X-API-Key: <key>``. No key: 401; a key
 without access to the route: 403; above its rate: 429 with ``Retry-After``. Logs and metrics
 name a key by its ``name`` only.
@@ -29,11 +33,12 @@ import orjson
 
 from kronos_core.base.errors import ErrorCode
 
-ROUTES = ("forecast", "models", "symbols", "accuracy", "docs")
-OPEN_PATHS = ("/healthz", "/readyz", "/metrics")
+ROUTES = ("forecast", "models", "symbols", "candles", "accuracy", "docs")
+OPEN_PATHS = ("/healthz", "/readyz", "/metrics", "/ui")
+OPEN_PREFIXES = ("/ui/assets/",)  # the forecast explorer's scripts and styles
 _ROUTE_OF_PATH = {"/v1/forecast": "forecast", "/forecast": "forecast", "/v1/models": "models",
-                  "/v1/symbols": "symbols", "/v1/accuracy": "accuracy", "/docs": "docs",
-                  "/openapi.json": "docs"}
+                  "/v1/symbols": "symbols", "/v1/candles": "candles", "/v1/accuracy": "accuracy",
+                  "/docs": "docs", "/openapi.json": "docs"}
 _DOCS_PREFIX = "/docs/"  # the docs page's assets
 
 
@@ -42,6 +47,23 @@ def route_of_path(path: str) -> str | None:
     if path.startswith(_DOCS_PREFIX):
         return "docs"
     return _ROUTE_OF_PATH.get(path)
+
+
+def app_path(scope) -> str:
+    """The request's path below the app's mount point: Starlette keeps the ``root_path`` (a
+    Serve route prefix, e.g. ``/keyed``) in ``scope['path']``; the checks compare what is
+    below it."""
+    path, root = scope.get("path", ""), scope.get("root_path", "")
+    if root and path.startswith(root):
+        return path[len(root):] or "/"
+    return path
+
+
+def is_open(path: str) -> bool:
+    """No key needed: the probes, ``/metrics``, and the forecast explorer's page and assets."""
+    return path in OPEN_PATHS or path.startswith(OPEN_PREFIXES)
+
+
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -296,7 +318,7 @@ class ApiKeyMiddleware:
 
     async def __call__(self, scope, receive, send):
         ring = self.get_ring()
-        if scope["type"] != "http" or not ring.enabled or scope.get("path") in OPEN_PATHS:
+        if scope["type"] != "http" or not ring.enabled or is_open(app_path(scope)):
             await self.app(scope, receive, send)
             return
         presented = _presented_key(scope)
@@ -308,7 +330,7 @@ class ApiKeyMiddleware:
                 "an API key is required: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>'",
             )
             return
-        route = route_of_path(scope.get("path", ""))
+        route = route_of_path(app_path(scope))
         if route is not None and route not in key.routes:
             _refused(scope, key.name, route, 403)
             await _deny(

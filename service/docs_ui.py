@@ -1,7 +1,9 @@
 """``/docs`` without the internet: Swagger UI's assets are served by the service itself from
-the ``swagger-ui-bundle`` package (Swagger UI 4.15.5, Apache-2.0; its licence ships in that
-package's metadata), not from a CDN, so the page works on an offline or air-gapped host.
-ReDoc (CDN-only) is off."""
+files vendored in this package (``service/static/vendor/swagger-ui``: ``swagger-ui-dist``
+5.35.0 from npm, Apache-2.0, its licence beside it), not from a CDN, so the page works on an
+offline or air-gapped host. Swagger UI 5 reads OpenAPI 3.1, the version this service serves
+(4.x, the ``swagger-ui-bundle`` package's, refused it: "does not specify a valid version
+field"). ReDoc (CDN-only) is off."""
 
 from __future__ import annotations
 
@@ -21,10 +23,8 @@ ASSETS = {
 
 
 def assets_dir() -> Path:
-    """The folder of the packaged Swagger UI files."""
-    from swagger_ui_bundle import swagger_ui_path
-
-    return Path(str(swagger_ui_path))
+    """The folder of the vendored Swagger UI files."""
+    return Path(__file__).parent / "static" / "vendor" / "swagger-ui"
 
 
 def install_docs(app: FastAPI) -> None:

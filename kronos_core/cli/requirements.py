@@ -28,7 +28,6 @@ EXTRA_OF: dict[str, str] = {
     "pydantic_settings": "serve",
     "httpx": "serve",
     "orjson": "serve",
-    "swagger_ui_bundle": "serve",
 }
 
 SERVE_MODULES = ("fastapi", "uvicorn", "ray", "prometheus_client", "pydantic_settings", "httpx",

@@ -190,6 +190,13 @@ class ForecastAnswer:
         arrow_input=True,
         default_factory=list,
     )
+    last_close: list[float] = answer_field(
+        float,
+        "the last input candle's close (the base of a forecast's change)",
+        per_symbol=True,
+        arrow_input=True,
+        default_factory=list,
+    )
     warnings: list[list[dict]] = answer_field(
         list[SymbolWarning],
         "short_history, history_cut, missing_sessions, as_of_after_data, uncalibrated: the "

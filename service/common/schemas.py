@@ -607,6 +607,26 @@ class AccuracyResponse(BaseModel):
     detail: str = Field("", description="why nothing is reported, e.g. the ledger is off")
 
 
+class CandleSpan(BaseModel):
+    """Stored candles, oldest first: their wall-clock times and one list per feature."""
+
+    timestamps: list[WallClock]
+    candles: Candles
+
+
+class CandlesResponse(BaseModel):
+    """``GET /v1/candles``: what the store holds around a forecast's start (the forecast
+    explorer draws it: the history under the fan, and after ``as_of`` the actual candles)."""
+
+    symbol: str
+    history: CandleSpan = Field(
+        ..., description="the last `before` candles at or before as_of (the latest without it)"
+    )
+    after: CandleSpan = Field(
+        ..., description="up to `after` candles stored after as_of (empty without as_of)"
+    )
+
+
 class SymbolsPage(BaseModel):
     symbols: list[str]
     total: int

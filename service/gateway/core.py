@@ -254,6 +254,7 @@ class ForecastPipeline:
             symbols=g.symbols,
             history_length=g.history_length,
             last_timestamp=g.last_timestamp,
+            last_close=[float(h[-1, 3]) for h in g.histories],  # (L, 6) each: its last close
             warnings=g.warnings,
             timestamps=g.timestamps,
             mean=g.mean,

@@ -69,7 +69,7 @@ def answer_to_arrow(out: ForecastAnswer) -> bytes:
     then with ``summary`` the ``summary_<field>`` columns (``summary_columns``; per symbol,
     the same on each of its rows, null when it has no summary). Every request-level field of the
     answer (model, calibrated, calibration_state, request_id, errors, timing) is JSON in the schema
-    metadata (``kronos.<name>``), and each series' inputs (``{symbol, history_length,
+    metadata (``kronos.<name>``), and each series' inputs (``{symbol, history_length, last_close,
     last_timestamp, warnings}``: the per-symbol fields declared ``arrow_input``) in
     ``kronos.inputs``."""
     import orjson
@@ -105,7 +105,8 @@ def answer_to_arrow(out: ForecastAnswer) -> bytes:
     if out.summary:  # like the quantiles: the columns exist even when no symbol succeeded
         cols.update(_summary_arrays(out, h))
     # request-level fields as JSON in the schema metadata (kronos.<name>); per symbol, the fields
-    # that are no columns (symbol, history_length, last_timestamp, warnings) in kronos.inputs
+    # that are no columns (symbol, history_length, last_timestamp, last_close, warnings) in
+    # kronos.inputs
     meta = {
         f"kronos.{w.name}".encode(): orjson.dumps(_value(out, w, getattr(out, attr)))
         for attr, w in wire_fields(per_symbol=False)

@@ -27,7 +27,8 @@ def _answer() -> ForecastAnswer:
     mean = np.arange(18, dtype=np.float32).reshape(3, 6)
     return ForecastAnswer(
         model=MODEL, request_id="r1", symbols=["A"], history_length=[10],
-        last_timestamp=[ts[0] - np.timedelta64(1, "h")], warnings=[[]], timestamps=[ts],
+        last_timestamp=[ts[0] - np.timedelta64(1, "h")], last_close=[101.5], warnings=[[]],
+        timestamps=[ts],
         mean=[mean], quantiles=[np.stack([mean, mean + 1])], paths=[mean[None]], summaries=[None],
         errors=[], timing={"total_ms": 1.0}, quantile_levels=(0.1, 0.9),
     )
