@@ -94,8 +94,8 @@ def _covered(name, cal, samples, truth, issued, resolved) -> dict[str, np.ndarra
 
 
 def holdout_starts(args, series) -> list:
-    """Per series, where its held-out part begins: the corpus's ``eval_from`` (``args.eval_from``,
-    set by ``run`` with ``--corpus``), else the start of its last ``--holdout`` fraction."""
+    """Per series, where its held-out part begins: the corpus's ``eval_from`` or ``--eval-from``
+    (``args.eval_from``, set by ``run``), else the start of its last ``--holdout`` fraction."""
     eval_from = getattr(args, "eval_from", None)
     if eval_from is not None:
         return [eval_from[s.name] for s in series]
@@ -190,8 +190,12 @@ def _fit_group(args, predictor, series) -> tuple[dict, int, float]:
             "seed": args.seed, "step": args.step or args.horizon, "holdout": args.holdout,
             "series": [s.name for s in series], "start": args.start, "end": args.end}
     if getattr(args, "eval_from", None) is not None:
-        info["fitted_before"] = "each series' eval_from (corpus evaluation period)"
-        info["corpus"] = str(args.corpus)
+        if args.corpus is not None:
+            info["fitted_before"] = "each series' eval_from (corpus evaluation period)"
+            info["corpus"] = str(args.corpus)
+        else:
+            info["fitted_before"] = "each series' --eval-from"
+            info["eval_from"] = {k: str(v) for k, v in args.eval_from.items()}
     frequencies = {f for s in series if (f := series_frequency(s.timestamps)) is not None}
     scope = Scope(
         (args.lookback, args.lookback), tuple(sorted(frequencies)) or None,
@@ -256,7 +260,8 @@ def run(args) -> int:
     try:
         source = load_source(args)
         series = source.series
-        if source.corpus is not None:  # fit on windows before eval_from, never on eval rows
+        if any(i.eval_from is not None for i in source.info):
+            # corpus or --eval-from: fit on windows before eval_from, never on eval rows
             args.eval_from = {s.name: i.eval_from for s, i in zip(series, source.info)}
         predictor = load_predictor(predictor_config_from_args(args))
         cals, n_windows, seconds = fit_calibrations(args, predictor, series)

@@ -34,8 +34,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--exchange",
         metavar="MIC",
-        help="the venue's ISO MIC (XNYS, XNAS, XSHG, XHKG...), kept in the metadata: future "
-        "timestamps then follow its calendar (holidays, lunch breaks, early closes)",
+        help="the venue's ISO MIC (XNYS, XNAS, XSHG, XHKG...) or 24/7 (crypto) or 24/5 (spot FX), "
+        "kept in the metadata: future timestamps then follow its calendar (holidays, lunch "
+        "breaks, early closes). Without it a series that trades every bar of every day is "
+        "recorded as 'sessions: 24/7'",
+    )
+    parser.add_argument(
+        "--market", help="the market the series belong to (crypto, CN, US, FX...), kept in the "
+        "metadata: kronos eval groups a store's series by it"
     )
     parser.add_argument(
         "--source", help="where the data comes from (metadata; default: the file name)"
@@ -66,6 +72,8 @@ def run(args: argparse.Namespace) -> int:
     extra = {}
     if args.session_timezone:
         extra["session_timezone"] = args.session_timezone
+    if args.market:
+        extra["market"] = args.market
     if args.exchange:
         from kronos_core.data.calendars import UnknownExchangeError, exchange_sessions
 

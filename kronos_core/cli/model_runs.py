@@ -71,7 +71,7 @@ class EvalResult:
 
 def eval_windows(args, source: EvalSource, horizon: int) -> Windows:
     """The windows every forecaster is scored on (module docstring)."""
-    if source.corpus is None:
+    if all(t is None for t in source.eval_from):  # files without --eval-from
         return build_windows(source.series, args.lookback, horizon, args.windows, args.step,
                              start=args.start, end=args.end, last_fraction=args.last_fraction)
     asked = pd.Timestamp(args.start) if args.start else None

@@ -25,7 +25,7 @@ OVERRIDES = {
     "frequency": "data.frequency", "data": "data.paths", "corpus": "data.corpus",
     "markets": "data.markets", "frequencies": "data.frequencies", "eval_every": "eval_every",
     "save_every": "save_every", "max_context": "max_context", "name": "name", "threads": "threads",
-    "minutes": "max_minutes",
+    "minutes": "max_minutes", "keep_trained": "forecast_check.keep_trained",
 }
 
 
@@ -64,6 +64,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "continues; for default, the cap covers all of its phases)")
     parser.add_argument("--resume", action="store_true", help="continue from OUT/last")
     parser.add_argument(
+        "--keep-trained", action="store_true", default=None,
+        help="predictor from --init: keep the trained weights in best/ even when the forecasting "
+        "check finds them worse (it still runs and is reported)")
+    parser.add_argument(
         "--init",
         help="start from this checkpoint: a folder with model/ + tokenizer/, a Hub id, or an "
         "alias (kronos-default: the bundled model; kronos-mini|small|base)",
@@ -90,7 +94,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-context", type=int)
     parser.add_argument("--name")
     parser.add_argument(
-        "--threads", type=int, help="torch CPU threads (1 avoids thrashing on a shared machine)"
+        "--threads", type=int,
+        help="torch CPU threads (default 1: on the project's shared 2-core machine one thread "
+        "trained faster than two, docs/training.md; raise it on a machine with idle cores)"
     )
     parser.add_argument("--backend", choices=["local", "ray"], default="local",
                         help="local (one process, or torchrun) or ray (Ray Train TorchTrainer)")
@@ -104,6 +110,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--work", help="default: folder for the two run folders (default runs/kronos-default)"
     )
     parser.add_argument("--steps", type=int, default=8, help="bench: steps per configuration")
+    parser.add_argument(
+        "--compare-threads", type=int, nargs="+", metavar="T",
+        help="bench: time fp32 steps at each of these thread counts instead of the techniques "
+        "(e.g. 1 2), alternating, --rounds times")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="bench --compare-threads: rounds of every count")
     from kronos_core.data.reader import add_reader_arguments
 
     # --time-column, --column, --sort, --drop-nan, ... as every command reads files

@@ -167,6 +167,7 @@ class KlineWriter(StoreDirectory):
             else:
                 ts, values = ts_new, val_new
             meta.update(extra_metadata or {})
+            _record_sessions(meta, ts)
             meta = file_metadata(
                 meta, symbol=symbol, frequency=frequency, timezone=timezone,
                 source=source if source is not None else meta.get("source"), ts=ts,
@@ -174,6 +175,19 @@ class KlineWriter(StoreDirectory):
             table = to_table(ts, values, meta)
             write_arrow_atomic(path, table, fsync=fsync)
         return meta
+
+
+def _record_sessions(meta: dict, ts: np.ndarray) -> None:
+    """``meta["sessions"]``: the round-the-clock calendar (``24/7``) inferred from the whole
+    stored history ``ts`` when no exchange names one, so that future timestamps never depend on
+    the few candles a forecast reads (``kronos_core.data.round_clock``); dropped otherwise."""
+    from kronos_core.data.round_clock import infer_round_clock
+
+    inferred = None if meta.get("exchange") else infer_round_clock(ts)
+    if inferred is None:
+        meta.pop("sessions", None)
+    else:
+        meta["sessions"] = inferred
 
 
 def _new_candles(symbol: str, frame: pd.DataFrame, timezone: str | None):

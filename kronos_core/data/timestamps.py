@@ -12,7 +12,31 @@ from __future__ import annotations
 import pandas as pd
 
 from kronos_core.data.calendar_bars import exchange_future
+from kronos_core.data.round_clock import round_clock_future, round_clock_name
 from kronos_core.data.sessions import as_int64, template_future
+
+
+def calendar_of(meta) -> str | None:
+    """The calendar a stored series' future timestamps follow, from its metadata: the
+    ``exchange`` it was imported with, else the ``sessions`` the store inferred from its whole
+    history (``24/7``, ``kronos_core.data.round_clock``), else None (learned from the window).
+    The service's prepare stage and the evaluation both ask here."""
+    return (meta or {}).get("exchange") or (meta or {}).get("sessions") or None
+
+
+def future_options(meta) -> dict:
+    """Keyword arguments of ``future_timestamps`` from a series' metadata: its calendar
+    (``calendar_of``), the zone of its naive stamps and the clock its sessions follow."""
+    meta = meta or {}
+    kw: dict = {}
+    exchange = calendar_of(meta)
+    if exchange:
+        kw["exchange"] = exchange
+    if meta.get("session_timezone"):
+        kw["session_timezone"] = meta["session_timezone"]
+    if meta.get("timezone"):
+        kw["timezone"] = meta["timezone"]
+    return kw
 
 
 def future_timestamps(
@@ -31,7 +55,9 @@ def future_timestamps(
     closed (on top of the exchange calendar, if any). Returns a DatetimeIndex of
     ``horizon`` timestamps after ``history[-1]``, naive or aware like the input.
 
-    ``exchange``: the venue's ISO MIC or alias (``XNYS``, ``XNAS``, ``XSHG``, ``XHKG``...).
+    ``exchange``: the venue's ISO MIC or alias (``XNYS``, ``XNAS``, ``XSHG``, ``XHKG``...), or
+    ``24/7`` / ``24/5`` (round-the-clock markets, ``kronos_core.data.round_clock``: the next bars
+    at the history's step, the FX weekend skipped for 24/5 on ``timezone``'s clock).
     When given, daily series step through the exchange's sessions and intraday series
     through its trading hours (open, lunch break, close, early closes) at the bar step
     learned from the history, stamped at the bar's start or end as the history is; the
@@ -58,6 +84,9 @@ def future_timestamps(
     ts = as_int64(idx)
     if not (ts[1:] > ts[:-1]).all():
         raise ValueError("history timestamps must be strictly increasing")
+    clock = round_clock_name(exchange)
+    if clock is not None:
+        return round_clock_future(idx, horizon, clock, timezone)
     if exchange is not None:
         out = exchange_future(idx, horizon, holidays, exchange, timezone)
         if out is not None:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -21,9 +22,15 @@ class Series:
     values: np.ndarray  # (T, 6) float32, FEATURES order
     timestamps: pd.DatetimeIndex  # (T,) increasing
     source: str  # file or store it came from
+    # what its future timestamps follow (kronos_core.data.timestamps.future_options): exchange,
+    # sessions (24/7 inferred by the store), timezone, session_timezone
+    meta: dict = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.values)
+
+
+BAR_SIZE = re.compile(r"\d+(s|min|h|d|w|mo)")  # the names infer_frequency gives folders
 
 
 class DataError(ValueError):
@@ -52,7 +59,9 @@ def _from_frame(df: pd.DataFrame, name: str, source: str, column: str) -> Series
 def load_series(sources: Sequence[str | Path], symbols: Sequence[str] | None = None,
                 read_options: ReadOptions | None = None) -> list[Series]:
     """Series from CSV/Parquet files (one symbol each, named by the file stem) and store
-    folders (``symbols`` picks from a store; all its symbols without it).
+    folders (``symbols`` picks from a store; all its symbols without it); ``STORE/FREQ`` reads
+    one frequency folder of a store. Each series' ``meta`` is its store metadata (a file's: its
+    zone and the round-the-clock calendar inferred from it).
 
     Files go through the reader every command uses (``kronos_core.data.reader``): any-case
     column names, the time column auto-detected or ``read_options.time_column``, every problem
@@ -68,7 +77,9 @@ def load_series(sources: Sequence[str | Path], symbols: Sequence[str] | None = N
                 frame, _tz, _report = read_candles(path, options)
             except CandleError as exc:
                 raise DataError(str(exc)) from exc
-            out.append(_from_frame(frame, path.stem, str(path), "timestamps"))
+            series = _from_frame(frame, path.stem, str(path), "timestamps")
+            series.meta = _file_meta(series.timestamps, _tz)
+            out.append(series)
         else:
             raise DataError(f"{path}: no such file or store folder")
     if not out:
@@ -76,16 +87,44 @@ def load_series(sources: Sequence[str | Path], symbols: Sequence[str] | None = N
     return out
 
 
-def _from_store(root: Path, symbols: Sequence[str] | None) -> list[Series]:
+def store_and_frequency(path: Path) -> tuple[Path, str | None]:
+    """``STORE`` -> (STORE, None); ``STORE/5min`` (a frequency folder of a store: named like a
+    bar size, ``BAR_SIZE``, and holding no folders of its own) -> (STORE, "5min")."""
+    if BAR_SIZE.fullmatch(path.name) and not any(e.is_dir() for e in path.iterdir()
+                                                 if not e.name.startswith(".")):
+        return path.parent, path.name
+    return path, None
+
+
+def _from_store(path: Path, symbols: Sequence[str] | None) -> list[Series]:
     from kronos_core.data.store import TIME_COLUMN, KlineStore, StoreError
 
-    store = KlineStore(root)
+    root, frequency = store_and_frequency(path)
+    store = KlineStore(root, frequency)
     names = list(symbols) if symbols else store.symbols()
+    if not names:
+        where = f"frequency folder {frequency} of store {root}" if frequency else f"store {root}"
+        raise DataError(f"{where}: no series (frequencies: {store.frequencies() or 'none'})")
     out = []
     for sym in names:
         try:
             df = store.read(sym)
+            meta = dict(store.metadata(sym))
         except (StoreError, KeyError) as exc:
             raise DataError(f"store {root}: {exc}") from exc
-        out.append(_from_frame(df, sym, f"{root}:{sym}", TIME_COLUMN))
+        series = _from_frame(df, sym, f"{path}:{sym}", TIME_COLUMN)
+        series.meta = meta
+        out.append(series)
     return out
+
+
+def _file_meta(stamps: pd.DatetimeIndex, timezone: str | None) -> dict:
+    """A file's metadata as the store would record it on import: its zone and, from the whole
+    file, the round-the-clock calendar it follows (``sessions``), if any."""
+    from kronos_core.data.round_clock import infer_round_clock
+
+    meta: dict = {"timezone": timezone} if timezone else {}
+    inferred = infer_round_clock(stamps)
+    if inferred:
+        meta["sessions"] = inferred
+    return meta

@@ -31,8 +31,12 @@ def add_window_arguments(parser: argparse.ArgumentParser, several_horizons: bool
     """Data, windowing and sampling flags (the same for eval and calibrate); ``several_horizons``:
     ``--horizon`` takes one or more values (eval)."""
     g = parser.add_argument_group("data and windows")
-    g.add_argument("--data", nargs="+", help="CSV/Parquet files (one series each) or store folders "
-                   "(or --corpus DIR)")
+    g.add_argument("--data", nargs="+", help="CSV/Parquet files (one series each), store folders "
+                   "or one frequency folder of a store (STORE/5min) (or --corpus DIR)")
+    g.add_argument("--eval-from", dest="eval_from_text", metavar="DATE_OR_CSV",
+                   help="--data: split each series as the corpus does: evaluation windows at or "
+                        "after this time (or a CSV of symbol,eval_from per series), calibration "
+                        "windows before it")
     g.add_argument("--symbols", nargs="+",
                    help="symbols to take from a store or the corpus (default: all)")
     add_file_arguments(parser)

@@ -20,12 +20,15 @@ every time.
 from __future__ import annotations
 
 import hashlib
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
 from kronos_core.eval.data import Series
+
+log = logging.getLogger(__name__)
 
 TIME = "time"
 INSTRUMENT = "instrument"
@@ -77,6 +80,37 @@ def cap_per_group(rows: pd.DataFrame, limit: int | None) -> pd.DataFrame:
     return kept.drop(columns="_h").sort_values(["market", "frequency", "symbol"])
 
 
+def corpus_meta(info: dict) -> dict:
+    """A corpus instrument's calendar (``calendar`` column: XNYS, XSHG, 24/7, 24/5, ...) and the
+    zone of its stamps (``timezone``), under the store's metadata keys (``exchange``,
+    ``timezone``), so its future timestamps are made as the service makes a stored symbol's."""
+    meta = {}
+    for key, column in (("exchange", "calendar"), ("timezone", "timezone")):
+        value = info.get(column)
+        if isinstance(value, str) and value.strip():
+            meta[key] = value.strip()
+    if "exchange" in meta and not known_calendar(meta["exchange"]):
+        log.info("%s: calendar %r is not one the calendar library knows; its sessions are learned "
+                 "from each window", info.get("symbol", "?"), meta["exchange"])
+        del meta["exchange"]
+    return meta
+
+
+def known_calendar(name: str) -> bool:
+    """Is ``name`` a calendar ``future_timestamps`` takes as ``exchange`` (24/7, 24/5 or one of
+    the calendar library's venues)?"""
+    from kronos_core.data.calendars import UnknownExchangeError, exchange_sessions
+    from kronos_core.data.round_clock import round_clock_name
+
+    if round_clock_name(name):
+        return True
+    try:
+        exchange_sessions(name)
+    except UnknownExchangeError:
+        return False
+    return True
+
+
 def corpus_source(root: Path, split: str | None = None, markets=None, frequencies=None,
                   symbols=None, max_per_group: int | None = None) -> EvalSource:
     """The corpus series that pass the filters, with their groups and hold-outs."""
@@ -92,7 +126,8 @@ def corpus_source(root: Path, split: str | None = None, markets=None, frequencie
     loaded = corpus.read(rows["symbol"])
     series, info = [], []
     for cs in loaded:
-        series.append(Series(cs.symbol, cs.values, cs.timestamps, f"{root}:{cs.symbol}"))
+        series.append(Series(cs.symbol, cs.values, cs.timestamps, f"{root}:{cs.symbol}",
+                             corpus_meta(cs.info)))
         info.append(SeriesInfo(str(cs.info["market"]), str(cs.info["frequency"]),
                                HOLDOUT_OF_SPLIT[str(cs.info["split"])],
                                pd.Timestamp(cs.info["eval_from"])))
@@ -103,12 +138,54 @@ def corpus_source(root: Path, split: str | None = None, markets=None, frequencie
     return EvalSource(series, info, Path(root), selection)
 
 
-def file_source(series: list[Series]) -> EvalSource:
-    """Series from files or a store: one group per bar frequency, no hold-out known."""
+def file_source(series: list[Series], eval_from: dict | None = None) -> EvalSource:
+    """Series from files or a store, grouped by their metadata: market (``market``, else the
+    calendar: exchange or inferred ``sessions``, else ``-``) and bar frequency (``frequency``,
+    else inferred). ``eval_from`` (symbol -> time, from ``--eval-from``): each series is split
+    there as the corpus's are (a ``time`` hold-out); without it no hold-out is known."""
     from kronos_core.calibration.scope import series_frequency
+    from kronos_core.data.timestamps import calendar_of
 
-    info = [SeriesInfo("-", series_frequency(s.timestamps) or "?", GIVEN) for s in series]
-    return EvalSource(series, info)
+    info = []
+    for s in series:
+        market = s.meta.get("market") or calendar_of(s.meta) or "-"
+        frequency = s.meta.get("frequency") or series_frequency(s.timestamps) or "?"
+        t = None if eval_from is None else eval_from.get(s.name)
+        info.append(SeriesInfo(str(market), str(frequency), GIVEN if t is None else TIME, t))
+    selection = {"eval_from": None if eval_from is None else
+                 {k: str(v) for k, v in eval_from.items()}}
+    return EvalSource(series, info, selection=selection if eval_from else {})
+
+
+def eval_from_times(text: str, names: list[str]) -> dict[str, pd.Timestamp]:
+    """``--eval-from``: one time for every series, or a CSV file with columns ``symbol`` and
+    ``eval_from`` (one row per series; every series must have one)."""
+    from kronos_core.eval.data import DataError
+
+    path = Path(text)
+    if path.suffix.lower() == ".csv" or path.is_file():
+        try:
+            table = pd.read_csv(path, dtype={"symbol": str})
+        except (OSError, ValueError) as exc:
+            raise DataError(f"--eval-from {path}: {exc}") from exc
+        missing_cols = {"symbol", "eval_from"} - set(table.columns)
+        if missing_cols:
+            raise DataError(f"--eval-from {path}: no column(s) {sorted(missing_cols)}; columns: "
+                            f"{list(table.columns)}")
+        by_symbol = dict(zip(table["symbol"], table["eval_from"]))
+        missing = [n for n in names if n not in by_symbol]
+        if missing:
+            raise DataError(f"--eval-from {path}: no row for {missing[:5]}")
+        pairs = [(n, by_symbol[n]) for n in names]
+    else:
+        pairs = [(n, text) for n in names]
+    out = {}
+    for name, value in pairs:
+        try:
+            out[name] = pd.Timestamp(value)
+        except (ValueError, TypeError) as exc:
+            raise DataError(f"--eval-from: {value!r} ({name}) is not a time") from exc
+    return out
 
 
 def load_source(args) -> EvalSource:
@@ -119,6 +196,8 @@ def load_source(args) -> EvalSource:
     corpus = getattr(args, "corpus", None)
     if corpus is not None and args.data:
         raise DataError("give either --data or --corpus, not both")
+    if corpus is not None and getattr(args, "eval_from_text", None):
+        raise DataError("--eval-from: only with --data (the corpus has its own eval_from)")
     if corpus is None:
         if not args.data:
             raise DataError("no series: give --data FILES/STORE or --corpus DIR")
@@ -127,6 +206,9 @@ def load_source(args) -> EvalSource:
         if corpus_only:
             flags = ", ".join("--" + f.replace("_", "-") for f in corpus_only)
             raise DataError(f"{flags}: only with --corpus")
-        return file_source(load_data(args))
+        series = load_data(args)
+        text = getattr(args, "eval_from_text", None)
+        eval_from = eval_from_times(text, [x.name for x in series]) if text else None
+        return file_source(series, eval_from)
     return corpus_source(corpus, args.split, args.market, args.frequency, args.symbols,
                          args.max_series_per_group)

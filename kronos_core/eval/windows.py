@@ -3,8 +3,10 @@
 A window has an *origin* row ``t`` of one series: its context is rows
 ``[t - lookback, t)`` and its truth rows ``[t, t + horizon)``. Only the context
 (values and stamps) reaches the forecast; the future timestamps are extrapolated
-from the context's own trading sessions, never read from the data, so nothing at
-or after an origin can influence the forecast made there.
+from the context on the series' calendar (its metadata: exchange, or the ``24/7`` the
+store inferred from the whole history, as the service reads them), else from the
+context's own trading sessions, never read from the data, so nothing at or after an
+origin can influence the forecast made there.
 
 Origins are counted back from the end of each series: the last window's truth
 ends at the last row (or before ``end``), and each earlier origin is ``step``
@@ -23,7 +25,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from kronos_core.base.options import ForecastOptions
-from kronos_core.data.timestamps import future_timestamps
+from kronos_core.data.timestamps import future_options, future_timestamps
 from kronos_core.eval.data import Series
 
 log = logging.getLogger(__name__)
@@ -124,7 +126,9 @@ def build_windows(series: Sequence[Series], lookback: int, horizon: int, windows
     context = np.stack([series[k].values[o - lookback:o] for k, o in rows])  # (N, L, 6)
     truth = np.stack([series[k].values[o:o + horizon] for k, o in rows])  # (N, H, 6)
     ctx_ts = [series[k].timestamps[o - lookback:o] for k, o in rows]
-    fut_ts = [future_timestamps(ts, horizon) for ts in ctx_ts]
+    # the calendar of each series' metadata, as the service reads it (future_options)
+    fut_ts = [future_timestamps(ts, horizon, **future_options(series[k].meta))
+              for (k, _), ts in zip(rows, ctx_ts)]
     return Windows(idx, org, context, ctx_ts, fut_ts, truth, [s.name for s in series])
 
 

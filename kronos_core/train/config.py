@@ -148,10 +148,16 @@ class ForecastCheckConfig(_Strict):
     weights (``kronos_core/train/forecast_check.py``, docs/training.md)."""
 
     enabled: bool | None = Field(None, description="None: on for a predictor run from init")
-    windows: int = Field(32, ge=1, description="validation windows forecast")
-    paths: int = Field(8, ge=1, description="sample paths per window")
+    windows: int = Field(64, ge=1, description="validation windows forecast")
+    paths: int = Field(16, ge=1, description="sample paths per window")
     horizon: int = Field(5, ge=1, description="steps forecast (at most data.horizon)")
     metric: Literal["crps_scaled", "mase"] = "crps_scaled"
+    alpha: float = Field(
+        0.05, gt=0, lt=1, description="the starting weights are put back only when the trained "
+        "ones forecast worse with a one-sided paired p-value below this")
+    keep_trained: bool = Field(
+        False, description="keep the trained weights whatever the check finds (--keep-trained); "
+        "the check still runs and is reported")
     seed: int = 0
 
 

@@ -374,24 +374,37 @@ class Trainer:
         return before
 
     def _forecast_after(self, before: dict) -> dict:
-        """Score ``best/``; put the starting weights back there when it forecasts worse."""
+        """Score ``best/``; put the starting weights back there when the paired check finds it
+        forecasts worse (``decide``), unless ``forecast_check.keep_trained``. Weights put back are
+        marked: ``best/kronos.json`` gets ``kept: "init"`` and the name ``<name>-kept-init``,
+        which ``/v1/models`` and every report show."""
         from kronos_core.model.checkpoint import load_state_strict, read_weights
 
-        metric, best = self.cfg.forecast_check.metric, self.out / "best"
+        fc = self.cfg.forecast_check
+        metric, best = fc.metric, self.out / "best"
         load_state_strict(self.model, read_weights(best / "model"), str(best / "model"))
         after = self._forecast_figures(self.model)
-        kept = decide(before, after, metric)
+        decision = decide(before, after, metric, fc.alpha)
+        kept = decision["kept"]
+        if kept == "init" and fc.keep_trained:
+            kept = "trained"
+            decision["reason"] += "; kept the trained weights as asked (keep_trained)"
         if kept == "init":
             self.model.load_state_dict(self._init_model().state_dict())
             # the starting weights' validation loss (one process: others may have left)
             val = self.evaluate() if self.dist.world == 1 else None
-            self._save(
-                "best", {"step": 0, "val_loss": val, "source": "init", "init": self.cfg.init}
-            )
-            log.warning("forecasting check: the trained weights forecast worse (%s %s -> %s); "
-                        "best/ holds the starting weights of %s", metric, before.get(metric),
-                        after.get(metric), self.cfg.init)
-        check = {"metric": metric, "before": before, "after": after, "kept": kept}
+            self._save("best", {"step": 0, "val_loss": val, "source": "init",
+                                "init": self.cfg.init, "kept": "init",
+                                "name": kept_name(self.cfg.name),
+                                "forecast_check": decision["reason"]})
+            log.warning("forecasting check: %s; best/ holds the starting weights of %s, named "
+                        "%s (--keep-trained keeps the trained ones)", decision["reason"],
+                        self.cfg.init, kept_name(self.cfg.name))
+        else:
+            log.info("forecasting check: %s", decision["reason"])
+        check = {"metric": metric, "before": before, "after": after, "kept": kept,
+                 "reason": decision["reason"], "test": decision["test"],
+                 "keep_trained": fc.keep_trained}
         (self.out / FORECAST_CHECK_FILE).write_text(json.dumps(check, indent=2))
         return check
 
@@ -542,6 +555,15 @@ class Trainer:
         )
 
 
+KEPT_SUFFIX = "-kept-init"
+
+
+def kept_name(name: str) -> str:
+    """The name of a ``best/`` that holds the starting weights again (the forecasting check
+    kept them): ``name`` with ``KEPT_SUFFIX``, so it is never mistaken for trained weights."""
+    return name if name.endswith(KEPT_SUFFIX) else name + KEPT_SUFFIX
+
+
 def best_checkpoint(out: Path) -> dict:
     """Where ``best/`` is and what it holds: step, validation loss, and ``source`` ("trained",
     or "init" when the forecasting check put the starting weights back)."""
@@ -549,7 +571,8 @@ def best_checkpoint(out: Path) -> dict:
     manifest = folder / "kronos.json"
     info = json.loads(manifest.read_text()) if manifest.is_file() else {}
     return {"path": str(folder), "step": info.get("step"), "val_loss": info.get("val_loss"),
-            "source": info.get("source", "trained")}
+            "source": info.get("source", "trained"), "name": info.get("name"),
+            "kept": info.get("kept")}
 
 
 def written_files(out: Path, also: Sequence[str] = ()) -> list[str]:
@@ -581,8 +604,18 @@ def report(summary: dict) -> str:
             lines.append(f"  {name:<6}  CRPS/scale {_figure(fig.get('crps_scaled'))}  MASE "
                          f"{_figure(fig.get('mase'))}  (last value MASE "
                          f"{_figure(fig.get('naive_mase'))})")
+        test = check.get("test") or {}
+        if test.get("interval_95"):
+            lo, hi = test["interval_95"]
+            p_worse = _figure(test.get("p_value_worse"))
+            lines.append(f"  paired test on {test['windows']} windows x {test.get('paths')} paths: "
+                         f"{metric} difference {_figure(test['mean_difference'])} (95% "
+                         f"{_figure(lo)} .. {_figure(hi)}), one-sided p {p_worse}")
+        if check.get("reason"):
+            lines.append(f"  {check['reason']}")
         lines.append("  kept the trained weights" if check["kept"] == "trained" else
-                     "  kept the STARTING weights: training made the forecasts worse")
+                     f"  kept the STARTING weights in best/, named {best.get('name')} "
+                     "(--keep-trained keeps the trained ones)")
     if summary.get("stopped_for_time"):
         lines.append(f"stopped at the --minutes cap at step {summary['steps']} of "
                      f"{summary.get('max_steps')}: run it again with --resume to continue from "

@@ -252,11 +252,12 @@ class ForecastRequest(BaseModel):
         description="store frequency folder (e.g. 1h) when it holds several",
     )
     exchange: str | None = Field(
-        None, pattern=r"^[A-Za-z0-9_-]{2,16}$", json_schema_extra=_exchange_enum,
+        None, pattern=r"^([A-Za-z0-9_-]{2,16}|24/[57])$", json_schema_extra=_exchange_enum,
         description="venue whose calendar gives the future timestamps (ISO MIC: XNYS, XNAS, XSHG, "
-                    "XHKG, ...), "
-        "holidays included; default: each store symbol's metadata 'exchange', else sessions "
-        "learned from the history",
+                    "XHKG, ...; 24/7 for crypto, 24/5 for spot FX), "
+        "holidays included; default: each store symbol's metadata 'exchange', else the "
+        "'sessions' the store inferred from its whole history (24/7), else sessions learned "
+        "from the history read",
     )
     sample_count: int | None = Field(
         None, ge=1, le=MAX_SAMPLES,

@@ -14,6 +14,7 @@ import pandas as pd
 
 from kronos_core.base.errors import ErrorCode, WarningCode
 from kronos_core.base.lookback import Lookback, history_cut_message, horizon_limit_message
+from kronos_core.data.timestamps import calendar_of
 from service.common.errors import RequestInvalid
 from service.common.interfaces import CandleStore
 from service.common.schemas import ForecastRequest
@@ -93,7 +94,10 @@ def check_horizon(horizon: int, max_context: int) -> None:
 def check_exchange(exchange: str) -> None:
     """``RequestInvalid`` naming ``exchange`` when no calendar of that name exists."""
     from kronos_core.data.calendars import UnknownExchangeError, exchange_sessions
+    from kronos_core.data.round_clock import round_clock_name
 
+    if round_clock_name(exchange):
+        return  # 24/7, 24/5: no venue calendar needed
     try:
         exchange_sessions(exchange)
     except UnknownExchangeError as exc:
@@ -130,7 +134,7 @@ def _store_series(
         )
         item = _Series(
             win.symbol, np.asarray(win.values, dtype=np.float32), to_ns(win.timestamps), session,
-            req.exchange or meta.get("exchange"), held=win.held,
+            req.exchange or calendar_of(meta), held=win.held,
         )
         if req.as_of is not None:
             w = as_of_warning(req.as_of, item.ts, win.last_stored, meta.get("timezone"))

@@ -395,6 +395,23 @@ def test_client_disconnect_stops_the_replicas_working_for_it(live_service):
     assert r.status_code == 200 and len(r.json()["forecasts"]) == 3
 
 
+def test_a_24_7_request_stamps_crypto_five_minutes_on_over_the_weekend(live_service):
+    """Issue 44: ``"exchange": "24/7"`` was refused by the schema's pattern; a 5-minute crypto
+    series ending Friday night is now stamped at the next 5 minutes, into Saturday."""
+    from tests.data.crypto_helpers import crypto_frame
+
+    frame = crypto_frame(start="2018-01-26 03:00", days=1)  # ends Saturday 2018-01-27 02:55
+    frame = frame.iloc[-251:]
+    s = {"symbol": "ADA-BTC", "timestamps": [t.isoformat() for t in frame["timestamps"]],
+         **{c: frame[c].tolist() for c in ("open", "high", "low", "close", "volume")}}
+    r = live_service.client.post("/v1/forecast", json={"series": [s], "horizon": 3,
+                                                       "exchange": "24/7"})
+    assert r.status_code == 200, r.text[:500]
+    got = pd.DatetimeIndex(r.json()["forecasts"][0]["timestamps"])
+    last = frame["timestamps"].iloc[-1]
+    assert list(got) == [last + pd.Timedelta(minutes=5 * k) for k in (1, 2, 3)]
+
+
 def test_fx_future_timestamps_follow_the_new_york_session(live_service):
     """EURUSD is stamped in UTC but trades on New York's clock (store metadata session_timezone):
     the week reopens Sunday 17:00 New York, which is 22:00 UTC once daylight saving has ended."""

@@ -12,7 +12,7 @@ import yaml
 from train_helpers import GOOG, REPO, write_config_yaml
 
 from kronos_core.cli import main
-from kronos_core.loading import DEFAULT_MODEL_DIR
+from kronos_core.loading import DEFAULT_MODEL_DIR, PredictorConfig, resolve_source
 from kronos_core.model.checkpoint import read_weights
 from kronos_core.train.config import FINE_TUNE_LR, load_config
 from kronos_core.train.forecast_check import decide, score_paths
@@ -40,21 +40,43 @@ def test_a_huge_learning_rate_keeps_the_starting_weights_and_says_so(tmp_path, c
     check = summary["forecast_check"]
     before, after = check["before"], check["after"]
     assert summary["lr"] == 1e4 and check["metric"] == "crps_scaled"
-    assert before["windows"] > 8 and before["paths"] == 8 and before["horizon"] == 5
+    assert before["windows"] > 8 and before["paths"] == 16 and before["horizon"] == 5
     assert 0 < before["crps_scaled"] < before["mase"] < 5  # a trained model's figures
     assert after["crps_scaled"] is None or after["crps_scaled"] > before["crps_scaled"]
     assert check["kept"] == "init"
+    if after["crps_scaled"] is not None:  # scored: the paired test says how sure it is
+        test = check["test"]
+        assert test["windows"] == before["windows"] and test["paths"] == 16
+        assert test["p_value_worse"] < 0.05 and test["interval_95"][0] > 0
     assert _same_weights(out / "best" / "model", DEFAULT_MODEL_DIR / "model")
     assert not _same_weights(out / "last" / "model", DEFAULT_MODEL_DIR / "model")  # it did train
+    # issue 44: the kept starting weights are marked, so they are never served under the new name
     manifest = json.loads((out / "best" / "kronos.json").read_text())
-    assert manifest["step"] == 0 and manifest["source"] == "init"
+    assert manifest["step"] == 0 and manifest["source"] == "init" and manifest["kept"] == "init"
+    assert manifest["name"] == "kronos-custom-kept-init"
     assert math.isfinite(manifest["val_loss"])
-    assert summary["best"] == {"path": str(out / "best"), "step": 0,
-                               "val_loss": manifest["val_loss"], "source": "init"}
+    assert summary["best"] == {"path": str(out / "best"), "step": 0, "kept": "init",
+                               "val_loss": manifest["val_loss"], "source": "init",
+                               "name": "kronos-custom-kept-init"}
+    # what /v1/models, eval and backtest reports name: the loaded bundle's name
+    assert resolve_source(PredictorConfig(model=str(out / "best"))).name == manifest["name"]
     assert json.loads((out / "forecast_check.json").read_text()) == check
     err = captured.err
     assert f"before  CRPS/scale {before['crps_scaled']:.4g}  MASE {before['mase']:.4g}" in err
-    assert "kept the STARTING weights" in err
+    assert "kept the STARTING weights in best/, named kronos-custom-kept-init" in err
+
+
+def test_keep_trained_keeps_the_trained_weights_and_still_reports_the_check(tmp_path, capsys):
+    out = tmp_path / "ft"
+    assert main(_args(out, DEFAULT_MODEL_DIR, "--lr", "1e4", "--max-steps", "2",
+                      "--keep-trained")) == 0
+    captured = capsys.readouterr()
+    check = json.loads(captured.out)["forecast_check"]
+    assert check["kept"] == "trained" and check["keep_trained"] is True
+    assert "keep_trained" in check["reason"]
+    manifest = json.loads((out / "best" / "kronos.json").read_text())
+    assert manifest["name"] == "kronos-custom" and "kept" not in manifest
+    assert not _same_weights(out / "best" / "model", DEFAULT_MODEL_DIR / "model")
 
 
 def test_the_default_learning_rate_of_a_fine_tune_is_conservative(tmp_path, capsys):
@@ -92,13 +114,44 @@ def test_the_check_is_off_for_runs_from_scratch_and_can_be_turned_off(tmp_path, 
     assert not (tmp_path / "off" / "forecast_check.json").exists()
 
 
-def test_decide_keeps_the_better_and_counts_a_failed_forecast_as_worst():
+def _figures(per_window, paths=16) -> dict:
+    import numpy as np
+
+    per = np.asarray(per_window, dtype=float)
+    return {"crps_scaled": float(per.mean()), "mase": float(per.mean()) * 1.2, "windows": len(per),
+            "paths": paths, "horizon": 5,
+            "per_window": {"crps_scaled": list(per), "mase": list(per * 1.2)}}
+
+
+def test_decide_puts_the_starting_weights_back_only_on_evidence():
+    """Issue 44: 1.513 -> 1.551 on noisy windows is no evidence (the trained weights stay); a
+    consistent loss on every window is, and the decision states its size and p-value."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    before = rng.gamma(2.0, 0.75, 64)  # CRPS/scale of 64 windows, mean about 1.5
+    noisy = before + rng.normal(0.04, 0.6, 64)  # a little worse on average, mostly noise
+    d = decide(_figures(before), _figures(noisy), "crps_scaled")
+    assert d["kept"] == "trained" and d["test"]["windows"] == 64 and d["test"]["paths"] == 16
+    assert d["test"]["p_value_worse"] >= 0.05 and "no evidence" in d["reason"]
+    lo, hi = d["test"]["interval_95"]
+    assert lo < d["test"]["mean_difference"] < hi and lo < 0 < hi
+    worse = before * 1.05 + 0.02  # worse on every window
+    d = decide(_figures(before), _figures(worse), "crps_scaled")
+    assert d["kept"] == "init" and d["test"]["p_value_worse"] < 1e-6
+    assert d["test"]["interval_95"][0] > 0 and "64 windows x 16 paths" in d["reason"]
+    better = decide(_figures(before), _figures(before * 0.9), "crps_scaled")
+    assert better["kept"] == "trained" and better["test"]["p_value_worse"] > 0.99
+
+
+def test_decide_counts_a_failed_forecast_as_worst():
     before = {"crps_scaled": 1.0, "mase": 1.2}
-    assert decide(before, {"crps_scaled": 0.9, "mase": 1.5}, "crps_scaled") == "trained"
-    assert decide(before, {"crps_scaled": 0.9, "mase": 1.5}, "mase") == "init"
-    assert decide(before, {"crps_scaled": 1.0, "mase": 1.2}, "crps_scaled") == "trained"  # a tie
-    assert decide(before, {"crps_scaled": None, "mase": None}, "crps_scaled") == "init"
-    assert decide(before, {"crps_scaled": float("nan"), "mase": 1.0}, "crps_scaled") == "init"
+    assert decide(before, {"crps_scaled": None, "mase": None}, "crps_scaled")["kept"] == "init"
+    assert decide(before, {"crps_scaled": float("nan"), "mase": 1.0},
+                  "crps_scaled")["kept"] == "init"
+    assert decide({"crps_scaled": None}, before, "crps_scaled")["kept"] == "trained"
+    # figures without per-window losses (an older check file): the means decide, as before
+    assert decide(before, {"crps_scaled": 0.9, "mase": 1.5}, "mase")["kept"] == "init"
     with pytest.raises(ValueError, match="unknown forecasting-check metric"):
         decide(before, before, "rmse")
 
