@@ -34,6 +34,15 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "forecast": ("kronos_core.cli.forecast", "forecast the next candles of a CSV file"),
     "plan": ("kronos_core.cli.plan", "plan memory, batch size and time of training or inference"),
     "import": ("kronos_core.cli.data_import", "import CSV/Parquet candles into an Arrow store"),
+    "store verify": (
+        "kronos_core.cli.store_verify",
+        "check a store: files readable, sorted, metadata consistent",
+    ),
+    "store compact": ("kronos_core.cli.store_compact", "write a store's read snapshots"),
+    "store gc": (
+        "kronos_core.cli.store_gc",
+        "remove temporary files, empty locks and unpublished or superseded versions",
+    ),
     "sample-store": ("kronos_core.cli.sample_store", "generate a synthetic sample store"),
     "train": (
         "kronos_core.cli.train", "train the tokenizer or predictor (or the bundled default model)",

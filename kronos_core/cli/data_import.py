@@ -6,8 +6,9 @@ import argparse
 import sys
 
 from kronos_core.base.candles import CandleError
-from kronos_core.data.importer import import_files
+from kronos_core.data.importer import import_files, read_symbol_map
 from kronos_core.data.reader import add_reader_arguments, read_options_from_args
+from kronos_core.data.store import KlineStore
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -20,6 +21,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     who = parser.add_mutually_exclusive_group()
     who.add_argument("--symbol", help="symbol for all rows (default: the file name without suffix)")
     who.add_argument("--symbol-column", metavar="COL", help="column holding each row's symbol")
+    parser.add_argument(
+        "--symbol-map", metavar="FILE",
+        help="CSV with a header and two columns, vendor symbol -> store symbol (e.g. ^GSPC,GSPC); "
+        "applied to --symbol, --symbol-column values and file names",
+    )
     parser.add_argument(
         "--frequency", help="frequency directory, e.g. 5min, 1h, 1d (default: inferred)"
     )
@@ -54,18 +60,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
              "stored, replace",
     )
     add_reader_arguments(parser)
+    parser.add_argument(
+        "--partial", action="store_true",
+        help="publish the symbols that passed even if others failed (default: an import is "
+        "all-or-nothing, a failure publishes nothing)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument(
         "--no-compact",
         action="store_true",
         help="do not rewrite the frequency's read snapshot afterwards (run it later: "
-        "KlineStore.compact); reads stay correct, first reads of new data are slower",
+        "kronos store compact DIR); reads stay correct, first reads of new data are slower",
     )
 
 
 def run(args: argparse.Namespace) -> int:
     try:
         options = read_options_from_args(args)
+        symbol_map = read_symbol_map(args.symbol_map) if args.symbol_map else None
     except CandleError as exc:
         print(f"kronos import: {exc}", file=sys.stderr)
         return 2
@@ -92,6 +104,9 @@ def run(args: argparse.Namespace) -> int:
         source=args.source,
         time_column=options.time_column,
         column_map=options.column_map,
+        symbol_map=symbol_map,
+        encoding=options.encoding,
+        partial=args.partial,
         repairs=options.repairs,
         on_overlap=args.on_overlap,
         extra_metadata=extra or None,
@@ -99,14 +114,23 @@ def run(args: argparse.Namespace) -> int:
         compact=not args.no_compact,
     )
     failed = [o for o in outcomes if not o.ok]
+    published = args.partial or not failed
     for o in outcomes:
-        if o.ok:
+        if o.ok and published:
             fixed = f", {len(o.repairs)} repair(s)" if o.repairs else ""
+            same = "" if o.changed else " (unchanged)"
             print(
                 f"{o.symbol}: +{o.rows_written} candles -> {o.rows_total} ({o.first} .. {o.last}) "
-                f"from {o.file}{fixed}"
+                f"from {o.file}{fixed}{same}"
             )
     for o in failed:
         print(f"error: {o.error}", file=sys.stderr)
-    print(f"imported {len(outcomes) - len(failed)} of {len(outcomes)} into {args.store}")
+    version = KlineStore(args.store).version
+    if published:
+        print(f"imported {len(outcomes) - len(failed)} of {len(outcomes)} into {args.store} "
+              f"(store version {version})")
+    else:
+        print(f"nothing imported into {args.store}: {len(failed)} of {len(outcomes)} failed, and "
+              "an import is all-or-nothing (fix them, leave their files out, or publish the others "
+              f"with --partial); store version {version} unchanged", file=sys.stderr)
     return 1 if failed else 0

@@ -142,8 +142,9 @@ def exchange_names() -> list[str]:
     import exchange_calendars as xcals
 
     dispatcher = xcals.calendar_utils.global_calendar_dispatcher
-    return sorted(n for n in xcals.get_calendar_names(include_aliases=True)
-                  if dispatcher.has_calendar(n.upper()) and n.upper() not in UNBUILDABLE)
+    names = {n for n in xcals.get_calendar_names(include_aliases=True)
+             if dispatcher.has_calendar(n.upper()) and n.upper() not in UNBUILDABLE}
+    return sorted(names | set(SAME_CALENDAR))
 
 
 def sessions_covering(exchange: str, first_day: int, last_day: int) -> ExchangeSessions:
@@ -158,6 +159,15 @@ def sessions_covering(exchange: str, first_day: int, last_day: int) -> ExchangeS
     return exchange_sessions(exchange, first_year, last_year)
 
 
+# The venues the docs and messages name; each must build (tests walk this list).
+LISTED_EXCHANGES = ("XNYS", "XNAS", "XSHG", "XSHE", "XHKG", "XLON", "XTKS")
+
+# MICs exchange_calendars has no calendar of its own for, and the venue whose calendar they
+# follow: the Shenzhen exchange (XSHE) keeps the Shanghai exchange's (XSHG) trading days and
+# hours (both set by the China Securities Regulatory Commission).
+SAME_CALENDAR = {"XSHE": "XSHG"}
+
+
 @cache
 def exchange_sessions(exchange: str, first_year: int | None = None,
                       last_year: int | None = None) -> ExchangeSessions:
@@ -168,10 +178,16 @@ def exchange_sessions(exchange: str, first_year: int | None = None,
 
     name = str(exchange).strip().upper()
     dispatcher = xcals.calendar_utils.global_calendar_dispatcher
+    if name in SAME_CALENDAR and not dispatcher.has_calendar(name):
+        import dataclasses
+
+        return dataclasses.replace(
+            exchange_sessions(SAME_CALENDAR[name], first_year, last_year), name=name
+        )
     if not dispatcher.has_calendar(name):
         raise UnknownExchangeError(
-            f"unknown exchange {exchange!r}: use an ISO MIC such as XNYS, XNAS, XSHG, XSHE, "
-            f"XHKG, XLON, XTKS (all: kronos_core.data.calendars.exchange_names())"
+            f"unknown exchange {exchange!r}: use an ISO MIC such as {', '.join(LISTED_EXCHANGES)} "
+            "(all: kronos_core.data.calendars.exchange_names())"
         )
     cls = dispatcher._calendar_factories[dispatcher.resolve_alias(name)]
     want_start = pd.Timestamp(

@@ -1,7 +1,16 @@
-"""Import CSV / Parquet candle files into a ``KlineStore``."""
+"""Import CSV / Parquet candle files into a ``KlineStore``.
+
+An import is one store transaction (``store_txn.StoreTransaction``): every symbol it writes
+is published together as one new store version, and by default only if every file and symbol
+passed (``partial=True`` publishes those that passed). A symbol whose candles are already
+stored as they are is not rewritten; an import that changes nothing publishes nothing.
+Logging: one summary line per import at INFO, per-symbol detail at DEBUG (warnings about a
+symbol's data stay warnings).
+"""
 
 from __future__ import annotations
 
+import csv
 import logging
 import os
 from collections.abc import Mapping, Sequence
@@ -20,6 +29,7 @@ from kronos_core.data.reader import (  # noqa: F401  (read_table: re-exported)
     read_table,
 )
 from kronos_core.data.store import KlineStore, StoreError, validate_symbol
+from kronos_core.data.store_txn import StoreTransaction
 from kronos_core.data.validate import Repairs, validate_candles
 
 log = logging.getLogger(__name__)
@@ -37,6 +47,7 @@ class ImportOutcome:
     error: str | None = None
     repairs: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
+    changed: bool = False  # whether the symbol's file is rewritten (False: already stored)
 
     @property
     def ok(self) -> bool:
@@ -65,6 +76,44 @@ def gap_warning(frame: pd.DataFrame, exchange: str | None) -> str | None:
     return None if gaps is None else f"missing sessions: {gaps.message()}"
 
 
+def read_symbol_map(path: str | os.PathLike) -> dict[str, str]:
+    """A symbol map file: CSV with a header row and two columns, the vendor's symbol and the
+    store's (e.g. ``^GSPC,GSPC``). Raises ``CandleError`` naming the file and row."""
+    out: dict[str, str] = {}
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as fh:
+            rows = list(csv.reader(fh))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CandleError(f"--symbol-map {path}: cannot read: {exc}") from None
+    for i, row in enumerate(rows[1:], start=1):
+        cells = [c.strip() for c in row]
+        if not any(cells):
+            continue
+        if len(cells) < 2 or not cells[0] or not cells[1]:
+            raise CandleError(
+                f"--symbol-map {path}: row {i}: expected 'vendor symbol,store symbol', got {row}"
+            )
+        if cells[0] in out and out[cells[0]] != cells[1]:
+            raise CandleError(
+                f"--symbol-map {path}: row {i}: {cells[0]!r} is mapped twice "
+                f"({out[cells[0]]!r}, {cells[1]!r})"
+            )
+        out[cells[0]] = cells[1]
+    if not out:
+        raise CandleError(f"--symbol-map {path}: no rows after the header")
+    return out
+
+
+def map_symbol(symbol: str, symbol_map: Mapping[str, str] | None) -> str:
+    """``symbol`` through ``symbol_map`` (exact match first, then any case); unmapped: as is."""
+    if not symbol_map:
+        return symbol
+    if symbol in symbol_map:
+        return symbol_map[symbol]
+    folded = {k.upper(): v for k, v in symbol_map.items()}
+    return folded.get(symbol.upper(), symbol)
+
+
 def _symbol_from_file(path: Path) -> str:
     name = path.name
     for suffix in sorted(CSV_SUFFIXES + PARQUET_SUFFIXES, key=len, reverse=True):
@@ -74,7 +123,7 @@ def _symbol_from_file(path: Path) -> str:
 
 
 def import_frame(
-    store: KlineStore,
+    store: KlineStore | StoreTransaction,
     df: pd.DataFrame,
     symbol: str,
     *,
@@ -88,13 +137,17 @@ def import_frame(
     extra_metadata: dict | None = None,
     row_numbers=None,
     column_map: Mapping[str, str] | None = None,
+    symbol_map: Mapping[str, str] | None = None,
 ) -> ImportOutcome:
     """Validate one symbol's candles and merge them into the store (atomically), under its
-    upper-case name (``store_symbol``). A failure is returned in the outcome (its message
-    names the file and symbol once), not logged; warnings (unused columns, a renamed symbol,
-    sessions of its exchange the candles skip) are logged and kept in the outcome."""
+    mapped (``symbol_map``), upper-case name (``store_symbol``). ``store``: a ``KlineStore``
+    (the write is its own store version) or an open ``StoreTransaction`` (published with the
+    rest of it). A failure is returned in the outcome (its message names the file and symbol
+    once), not logged; warnings (unused columns, a renamed symbol, sessions of its exchange
+    the candles skip) are logged and kept in the outcome."""
     given = symbol
-    symbol = store_symbol(symbol) if isinstance(symbol, str) else symbol
+    if isinstance(symbol, str):
+        symbol = store_symbol(map_symbol(symbol, symbol_map))
     out = ImportOutcome(file=source_name, symbol=symbol, rows_in=len(df))
     try:
         validate_symbol(symbol)
@@ -108,27 +161,28 @@ def import_frame(
             column_map=column_map,
         )
         log_report(report, f"{source_name} [{symbol}]")
-        before = 0
-        try:
-            before = int(store.metadata(symbol, frequency).get("rows", 0))
-        except StoreError:
-            pass
-        meta = store.write(
-            symbol,
-            frame,
+        kw: dict[str, Any] = dict(
             frequency=frequency,
             timezone=tz,
             source=source or f"imported from {Path(source_name).name}",
             on_overlap=on_overlap,
             extra_metadata=extra_metadata,
+            missing=report.filled,
         )
+        if isinstance(store, StoreTransaction):
+            update = store.update(symbol, frame, **kw)
+        else:
+            with store.transaction() as tx:
+                update = tx.update(symbol, frame, **kw)
+        meta = update.meta
+        out.changed = update.changed
         out.frequency = meta["frequency"]
-        out.rows_written = meta["rows"] - before
+        out.rows_written = meta["rows"] - update.rows_before
         out.rows_total = meta["rows"]
         out.first, out.last = meta["first"], meta["last"]
         out.repairs = tuple(report.repairs)
         extra = []
-        if symbol != given:
+        if symbol != given and store_symbol(given) == symbol:
             extra.append(f"symbol {given!r} stored as {symbol!r} (store symbols are upper case)")
         gap = gap_warning(frame, meta.get("exchange"))
         if gap is not None:
@@ -143,7 +197,8 @@ def import_frame(
 
 
 def _import_grouped(
-    store: KlineStore, df: pd.DataFrame, path: Path, symbol_column: str, progress: bool, kw: dict
+    store: StoreTransaction, df: pd.DataFrame, path: Path, symbol_column: str, progress: bool,
+    kw: dict,
 ) -> list[ImportOutcome]:
     """Import one file holding many symbols, one outcome per value of ``symbol_column``
     (matched in any case); rows keep the file's data row numbers."""
@@ -184,25 +239,84 @@ def import_files(
     progress: bool = True,
     compact: bool = True,
     column_map: Mapping[str, str] | None = None,
+    symbol_map: Mapping[str, str] | None = None,
+    encoding: str | None = None,
+    partial: bool = False,
+    fsync: bool = True,
 ) -> list[ImportOutcome]:
-    """Import files into the store at ``store_root``; one outcome per (file, symbol).
+    """Import files into the store at ``store_root``, as one store transaction; one outcome
+    per (file, symbol).
 
     The symbol is ``symbol``, else each value of ``symbol_column``, else the file
-    name without its suffix. A failing file or symbol is reported in its outcome;
-    the others are still imported. ``compact``: then rewrite the read snapshot of
-    every frequency written to (``KlineStore.compact``); without it the imported
-    symbols are read from their files (correct, slower to open) until the next
-    compaction.
+    name without its suffix, mapped through ``symbol_map`` (vendor -> store symbol). A
+    failing file or symbol is reported in its outcome; the others are checked too, but
+    nothing is published unless every one passed (``partial=True``: publish those that
+    passed). ``encoding``: of CSV files (default UTF-8). ``compact``: then rewrite the read
+    snapshot of every frequency written to (``KlineStore.compact``); without it the imported
+    symbols are read from their files (correct, slower to open) until the next compaction.
     """
     if symbol is not None and symbol_column is not None:
         raise ValueError("give either symbol or symbol_column, not both")
     store = KlineStore(store_root)
     outcomes: list[ImportOutcome] = []
+    with store.transaction(fsync=fsync) as tx:
+        _import_all(tx, files, outcomes, progress, encoding, symbol, symbol_column, dict(
+            frequency=frequency, timezone=timezone, source=source, time_column=time_column,
+            repairs=repairs, on_overlap=on_overlap, extra_metadata=extra_metadata,
+            column_map=column_map, symbol_map=symbol_map,
+        ))
+        if not partial and any(not o.ok for o in outcomes):
+            tx.abort()
+            for o in outcomes:
+                o.changed = False
+    version = tx.published.version if tx.published is not None else store.version
+    changed = [o for o in outcomes if o.ok and o.changed]
+    failed = sum(not o.ok for o in outcomes)
+    log.info(
+        "import into %s: %d file(s), %d symbol(s) changed (+%d candles), %d unchanged, "
+        "%d failed; store version %d%s",
+        store_root, len(files), len(changed), sum(o.rows_written for o in changed),
+        sum(o.ok and not o.changed for o in outcomes), failed, version,
+        "" if tx.published is not None else " (nothing published)",
+    )
+    if compact and (tx.published is not None or not failed):
+        # the frequencies written to, and those whose snapshot predates the published version
+        # (an import with --no-compact before): an identical re-import otherwise writes nothing
+        freqs = {o.frequency for o in changed if o.frequency}
+        freqs |= {o.frequency for o in outcomes
+                  if o.ok and o.frequency and _snapshot_stale(store, o.frequency)}
+        for freq in sorted(freqs):
+            try:
+                store.compact(freq)
+            except OSError as exc:  # the import stands; reads use the files meanwhile
+                log.warning("import: cannot write the %s snapshot: %s", freq, exc)
+    return outcomes
+
+
+def _snapshot_stale(store: KlineStore, frequency: str) -> bool:
+    """Whether ``frequency``'s read snapshot is older than the published version (or absent)."""
+    from kronos_core.data.snapshot import SNAPSHOT_NAME
+    from kronos_core.data.versions import MANIFEST_NAME
+
+    try:
+        published = (store.root / MANIFEST_NAME).stat().st_mtime_ns
+    except FileNotFoundError:
+        return False
+    try:
+        return (store.root / frequency / SNAPSHOT_NAME).stat().st_mtime_ns < published
+    except FileNotFoundError:
+        return True
+
+
+def _import_all(tx: StoreTransaction, files: Sequence[str | os.PathLike],
+                outcomes: list[ImportOutcome], progress: bool, encoding: str | None,
+                symbol: str | None, symbol_column: str | None, options: dict) -> None:
+    """Stage every file's symbols in ``tx``, appending their outcomes."""
     bar = tqdm(files, desc="import", unit="file", disable=not progress or len(files) < 2)
     for f in bar:
         path = Path(f)
         try:
-            df = read_table(path)
+            df = read_table(path, encoding=encoding)
         except CandleError as exc:  # read_table's own errors name the file already
             outcomes.append(ImportOutcome(file=str(path), symbol=symbol, error=str(exc)))
             continue
@@ -211,25 +325,8 @@ def import_files(
                 ImportOutcome(file=str(path), symbol=symbol, error=f"{path}: cannot read: {exc}")
             )
             continue
-        kw: dict[str, Any] = dict(
-            source_name=str(path),
-            frequency=frequency,
-            timezone=timezone,
-            source=source,
-            time_column=time_column,
-            repairs=repairs,
-            on_overlap=on_overlap,
-            extra_metadata=extra_metadata,
-            column_map=column_map,
-        )
+        kw: dict[str, Any] = dict(source_name=str(path), **options)
         if symbol_column is not None:
-            outcomes += _import_grouped(store, df, path, symbol_column, progress, kw)
+            outcomes += _import_grouped(tx, df, path, symbol_column, progress, kw)
         else:
-            outcomes.append(import_frame(store, df, symbol or _symbol_from_file(path), **kw))
-    if compact:
-        for freq in sorted({o.frequency for o in outcomes if o.ok and o.frequency}):
-            try:
-                store.compact(freq)
-            except OSError as exc:  # the import stands; reads use the files meanwhile
-                log.warning("import: cannot write the %s snapshot: %s", freq, exc)
-    return outcomes
+            outcomes.append(import_frame(tx, df, symbol or _symbol_from_file(path), **kw))

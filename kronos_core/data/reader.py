@@ -2,7 +2,8 @@
 
 Flags (``add_reader_arguments``): ``--time-column COL``, ``--column NAME=COL`` (repeatable:
 use the file's ``COL`` as our ``NAME``, e.g. ``--column volume=Vol``) and the repair flags
-``--drop-nan --drop-duplicates --sort --fix-high-low --clip-negative --repair`` (all). Column names
+``--drop-nan --drop-duplicates --sort --fix-high-low --clip-negative --drop-nonpositive
+--repair`` (all). Column names
 match in any case (``Date``, ``OPEN``). Every problem of a file is reported in one error,
 with 1-based data row numbers (row 1 is the first row after the header; the file line is
 row + 1); every column left unused is named in a warning; each message is given once.
@@ -44,15 +45,27 @@ class ReadOptions:
     column_map: Mapping[str, str] = field(default_factory=dict)
     repairs: Repairs = Repairs()
     timezone: str | None = None
+    encoding: str | None = None  # of CSV files (None: UTF-8)
 
 
-def read_table(path: str | os.PathLike) -> pd.DataFrame:
-    """Read a CSV (optionally compressed, or tab-separated .tsv) or Parquet file."""
+def read_table(path: str | os.PathLike, encoding: str | None = None) -> pd.DataFrame:
+    """Read a CSV (optionally compressed, or tab-separated .tsv) or Parquet file. ``encoding``:
+    of a CSV file (default UTF-8; e.g. gbk, latin-1). A CSV that is not in its encoding is a
+    ``CandleError`` naming the file, the encoding and ``--encoding``."""
     name = str(path).lower()
     if name.endswith(PARQUET_SUFFIXES):
         return pd.read_parquet(path)
     if name.endswith(CSV_SUFFIXES):
-        return pd.read_csv(path, sep="\t" if name.endswith(".tsv") else ",")
+        try:
+            return pd.read_csv(path, sep="\t" if name.endswith(".tsv") else ",",
+                               encoding=encoding or "utf-8")
+        except UnicodeDecodeError as exc:
+            raise CandleError(
+                f"{path}: not {encoding or 'UTF-8'} text ({exc.reason} at byte {exc.start}); "
+                "name the file's encoding with --encoding (e.g. gbk, gb18030, latin-1)"
+            ) from None
+        except LookupError as exc:  # an unknown encoding name
+            raise CandleError(f"{path}: --encoding {encoding!r}: {exc}") from None
     raise CandleError(f"{path}: unknown file type; expected {CSV_SUFFIXES + PARQUET_SUFFIXES}")
 
 
@@ -75,8 +88,8 @@ def log_report(report: ValidationReport, prefix: str) -> None:
     """Log a validation's repairs and unused columns (warnings) and notes, once each."""
     for line in report.repairs + report.warnings:
         log.warning("%s: %s", prefix, line)
-    for line in report.notes:
-        log.info("%s: %s", prefix, line)
+    for line in report.notes:  # the model's rules, the same for every file: detail
+        log.debug("%s: %s", prefix, line)
 
 
 def read_candles(
@@ -85,7 +98,9 @@ def read_candles(
     """Read and validate one file of one symbol: ``(frame, timezone, report)`` as
     ``validate_candles`` returns them; raises ``CandleError`` naming the file."""
     try:
-        df = read_table(path)
+        df = read_table(path, options.encoding)
+    except CandleError:
+        raise
     except (OSError, ValueError, UnicodeDecodeError) as exc:
         raise CandleError(f"{path}: cannot read: {exc}") from None
     frame, tz, report = validate_candles(
@@ -106,6 +121,10 @@ def add_reader_arguments(parser: argparse.ArgumentParser, repair_all: str = "--r
     parser.add_argument(
         "--time-column", metavar="COL",
         help="time column (default: timestamps, timestamp, datetime, date or time; any case)",
+    )
+    parser.add_argument(
+        "--encoding", metavar="NAME",
+        help="text encoding of CSV files (default utf-8; e.g. gbk, gb18030, latin-1)",
     )
     parser.add_argument(
         "--column", action="append", metavar="NAME=COL", default=[],
@@ -130,6 +149,10 @@ def add_reader_arguments(parser: argparse.ArgumentParser, repair_all: str = "--r
         "--fix-high-low", action="store_true", help="widen high/low to cover open and close"
     )
     rep.add_argument("--clip-negative", action="store_true", help="set negative volume/amount to 0")
+    rep.add_argument(
+        "--drop-nonpositive", action="store_true",
+        help="drop rows with a zero or negative open, high, low or close",
+    )
 
 
 def read_options_from_args(args: argparse.Namespace, timezone: str | None = None) -> ReadOptions:
@@ -138,8 +161,10 @@ def read_options_from_args(args: argparse.Namespace, timezone: str | None = None
     repairs = Repairs.all() if args.repair_input else Repairs(
         drop_nan=args.drop_nan, drop_duplicates=args.drop_duplicates, sort=args.sort,
         fix_high_low=args.fix_high_low, clip_negative=args.clip_negative,
+        drop_nonpositive=getattr(args, "drop_nonpositive", False),
     )
-    return ReadOptions(args.time_column, parse_column_map(args.column), repairs, timezone)
+    return ReadOptions(args.time_column, parse_column_map(args.column), repairs, timezone,
+                       getattr(args, "encoding", None))
 
 
 # ----------------------------------------------------------------------------- output

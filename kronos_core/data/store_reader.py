@@ -29,7 +29,7 @@ from kronos_core.base.candles import FEATURES
 from kronos_core.data.errors import NoDataError, StoreError, SymbolError, validate_symbol
 from kronos_core.data.fileformat import TIME_COLUMN, FileEntry, open_file, stat_key
 from kronos_core.data.snapshot import SNAPSHOT_NAME, Snapshot, open_snapshot
-from kronos_core.data.store_dir import StoreDirectory
+from kronos_core.data.store_dir import CURRENT, StoreDirectory
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +62,7 @@ class WindowBatch:
 
     windows: list[SymbolWindow] = field(default_factory=list)
     errors: list[SymbolError] = field(default_factory=list)
+    store_version: int = 0  # the one store version every window was read from
 
     @property
     def symbols(self) -> list[str]:
@@ -110,6 +111,7 @@ class KlineReader(StoreDirectory):
         self._cache: dict[tuple[str, str | None], FileEntry] = {}
         self._snapshots: dict[str, tuple[tuple[int, int, int], Snapshot | None]] = {}
         self._lock = threading.Lock()
+        self._root_str = str(self.root)
 
     # -- opening -----------------------------------------------------------------
 
@@ -139,21 +141,34 @@ class KlineReader(StoreDirectory):
             memo[frequency] = snap
         return snap
 
-    def _entry(self, symbol: str, frequency: str | None, index=None, snaps=None) -> FileEntry:
+    def _entry(
+        self, symbol: str, frequency: str | None, index=None, snaps=None, manifest: Any = CURRENT
+    ) -> FileEntry:
+        """The opened file of ``symbol`` in ``manifest``'s version (default: the published
+        one). In a versioned store files never change, so a cached entry is current when the
+        manifest still names its path (no stat); in an unversioned one it is re-stat-ed."""
+        m = self._resolve(manifest)
         # only validated symbols are ever cached, so a hit needs no new check
         entry = self._cache.get((symbol, frequency)) if type(symbol) is str else None
         if entry is not None:
-            try:
-                st = os.stat(entry.path)
-                if (st.st_ino, st.st_size, st.st_mtime_ns) == entry.key:
+            if m is not None:
+                if m.path(self._root_str, entry.frequency, symbol) == entry.path and (
+                    frequency is not None
+                    or sum(symbol in syms for syms in m.files.values()) == 1
+                ):
                     return entry
-            except FileNotFoundError:
-                pass
+            else:
+                try:
+                    st = os.stat(entry.path)
+                    if (st.st_ino, st.st_size, st.st_mtime_ns) == entry.key:
+                        return entry
+                except FileNotFoundError:
+                    pass
         validate_symbol(symbol)
         cache_key = (symbol, frequency)
         if callable(index):
             index = index()
-        path, freq, st = self._locate(symbol, frequency, index)
+        path, freq, st = self._locate(symbol, frequency, index, m)
         key = stat_key(st)
         entry = None
         if self.use_snapshot:
@@ -260,18 +275,22 @@ class KlineReader(StoreDirectory):
         listing: list[dict] = []
 
         def index():  # one directory listing per call, only if needed
-            if frequency is not None or len(symbols) < 16:
+            if frequency is not None or len(symbols) < 16 or m is not None:
                 return None
             if not listing:
-                listing.append(self._symbol_index())
+                listing.append(self._symbol_index(None))
             return listing[0]
 
         windows: list[SymbolWindow] = []
         errors: list[SymbolError] = []
         snaps: dict = {}  # each frequency's snapshot is stat-ed once per call
+        try:
+            m = self.manifest()  # the one version this whole call reads
+        except StoreError as exc:
+            return WindowBatch([], [SymbolError(str(s), exc.code, exc.message) for s in symbols])
         for symbol in symbols:
             try:
-                entry = self._entry(symbol, frequency, index, snaps)
+                entry = self._entry(symbol, frequency, index, snaps, m)
                 ts = entry.ts
                 n = len(ts)
                 if as_of is None:
@@ -294,7 +313,7 @@ class KlineReader(StoreDirectory):
             except StoreError as exc:
                 errors.append(exc.to_error())
 
-        return WindowBatch(windows, errors)
+        return WindowBatch(windows, errors, 0 if m is None else m.version)
 
 
 def _window(symbol: str, entry: FileEntry, start: int, end: int) -> SymbolWindow:

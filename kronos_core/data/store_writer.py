@@ -1,15 +1,18 @@
 """Writing the Arrow K-line store: ``KlineWriter`` adds candles to a symbol's file
-(merged by timestamp, atomically, under the symbol's lock) and writes each frequency
-directory's read snapshot (``compact``). See ``docs/store.md``.
+(merged by timestamp) and writes each frequency directory's read snapshot (``compact``).
+See ``docs/store.md``.
 
-Every write replaces the symbol's file atomically (a new inode), so readers holding the
-old mapping keep a whole old version and readers that re-``stat`` see the new one.
+In a versioned store (one with ``_manifest.json``) every write is a transaction
+(``store_txn.StoreTransaction``): new files beside the live ones, published together as one
+new store version. In an unversioned store ``write`` replaces the symbol's file atomically in
+place (a new inode), under the symbol's lock, as before versions existed.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -23,17 +26,18 @@ from kronos_core.data.errors import (
     validate_symbol,
 )
 from kronos_core.data.fileformat import (
+    FileEntry,
     SymbolLock,
-    file_metadata,
-    frame_arrays,
     open_file,
     stat_key,
     symbol_file,
-    to_table,
     write_arrow_atomic,
 )
 from kronos_core.data.snapshot import SNAPSHOT_NAME, write_snapshot
-from kronos_core.data.store_dir import StoreDirectory
+from kronos_core.data.store_dir import CURRENT, StoreDirectory
+from kronos_core.data.store_merge import SymbolUpdate, new_candles, next_content
+from kronos_core.data.store_txn import StoreTransaction
+from kronos_core.data.versions import Manifest, StoreLock
 
 log = logging.getLogger(__name__)
 
@@ -58,46 +62,53 @@ class KlineWriter(StoreDirectory):
         with ``skipped`` the left-out symbols' ``SymbolError``.
         """
         frequency = frequency or self.frequency
-        freqs = [validate_frequency(frequency)] if frequency else self.frequencies()
         report: dict[str, dict] = {}
-        for freq in freqs:
-            directory = self.root / freq
-            if not directory.is_dir():
-                continue
-            path = directory / SNAPSHOT_NAME
-            items = []
-            skipped: list[SymbolError] = []
-            with SymbolLock(directory, "_snapshot"):  # one compaction at a time
-                for symbol in self.symbols(freq):
-                    file = str(symbol_file(directory, symbol))
-                    try:
-                        # stat first: if the file is replaced before it is opened, the
-                        # entry is keyed by the old file and is never used
-                        key = stat_key(os.stat(file))
-                        entry = open_file(symbol, file, key, freq)
-                        items.append((symbol, key, entry, entry.meta))
-                    except FileNotFoundError:
-                        continue
-                    except StoreError as exc:
-                        log.warning("compact: leaving out %s", exc)
-                        skipped.append(exc.to_error())
-                count = len(items)
-                if items:
-                    rows = write_snapshot(path, freq, items, fsync=fsync)
-                else:
-                    rows = 0
-                    try:
-                        path.unlink()
-                    except FileNotFoundError:
-                        pass
-                del items
-            report[freq] = {
-                "symbols": count,
-                "rows": rows,
-                "skipped": skipped,
-                "path": str(path),
-            }
+        with StoreLock(self.root):  # one compaction (or transaction) at a time
+            m = self.manifest()
+            freqs = [validate_frequency(frequency)] if frequency else self.frequencies(m)
+            for freq in freqs:
+                report.update(self._compact_one(freq, m, fsync))
         return report
+
+    def _compact_one(self, freq: str, m: Manifest | None, fsync: bool) -> dict[str, dict]:
+        directory = self.root / freq
+        if not directory.is_dir():
+            return {}
+        path = directory / SNAPSHOT_NAME
+        items = []
+        skipped: list[SymbolError] = []
+        # the caller (compact) holds the store lock
+        for symbol in self.symbols(freq, m):
+            named = m.path(str(self.root), freq, symbol) if m is not None else None
+            file = named or str(symbol_file(directory, symbol))
+            try:
+                # stat first: if the file is replaced before it is opened, the
+                # entry is keyed by the old file and is never used
+                key = stat_key(os.stat(file))
+                entry = open_file(symbol, file, key, freq)
+                items.append((symbol, key, entry, entry.meta))
+            except FileNotFoundError:
+                continue
+            except StoreError as exc:
+                log.warning("compact: leaving out %s", exc)
+                skipped.append(exc.to_error())
+        count = len(items)
+        if items:
+            rows = write_snapshot(path, freq, items, fsync=fsync)
+        else:
+            rows = 0
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                pass
+        del items
+        return {freq: {"symbols": count, "rows": rows, "skipped": skipped, "path": str(path)}}
+
+    def transaction(self, *, fsync: bool = True) -> StoreTransaction:
+        """A ``StoreTransaction`` on this store (a context manager): its writes are published
+        together as one new store version when the block ends without an error, and discarded
+        otherwise. The first transaction makes an unversioned store versioned."""
+        return StoreTransaction(self, fsync=fsync)
 
     def write(
         self,
@@ -116,129 +127,91 @@ class KlineWriter(StoreDirectory):
 
         ``frame``: a ``timestamps`` column (or DatetimeIndex) and the six ``FEATURES``
         columns, already validated (see ``kronos_core.data.validate``); it is
-        re-checked for order, duplicates and NaN. Stored history is kept: the new
+        re-checked for order, duplicates and NaN, and its bar steps against the series'
+        frequency (or ``frequency``). Stored history is kept: the new
         candles are merged in by timestamp. Where a timestamp is both stored and new
         with different values, ``on_overlap`` decides: ``"error"`` (raise
         ``CandleError``), ``"keep"`` (keep stored) or ``"replace"`` (take new).
-        Identical overlapping candles are simply not duplicated. ``overwrite=True``
-        replaces the whole history.
+        Identical overlapping candles are simply not duplicated, and a write that changes
+        nothing writes nothing. ``overwrite=True`` replaces the whole history. In a versioned
+        store this is a one-symbol transaction (a new store version).
         """
-        from kronos_core.data.sessions import infer_frequency
-
+        kw: dict[str, Any] = dict(
+            frequency=frequency, timezone=timezone, source=source, on_overlap=on_overlap,
+            overwrite=overwrite, extra_metadata=extra_metadata,
+        )
+        if self.manifest() is not None:
+            with self.transaction(fsync=fsync) as tx:
+                return tx.write(symbol, frame, **kw)
         validate_symbol(symbol)
         if on_overlap not in ("error", "keep", "replace"):
             raise ValueError(f"on_overlap must be 'error', 'keep' or 'replace', got {on_overlap!r}")
-        ts_new, val_new, timezone = _new_candles(symbol, frame, timezone)
-
-        frequency = frequency or self.frequency
-        existing_freq = None
-        if frequency is None:
-            try:
-                _, existing_freq, _ = self._locate(symbol, None)
-            except UnknownSymbolError:  # a new symbol (AmbiguousSymbolError propagates)
-                pass
-            frequency = existing_freq or (infer_frequency(ts_new) if len(ts_new) > 1 else None)
-            if frequency is None:
-                raise CandleError(
-                    f"{symbol}: cannot infer the frequency of one candle; pass frequency="
-                )
-        validate_frequency(frequency)
+        ts_new, _, _ = new_candles(symbol, frame, timezone)
+        frequency, _, _ = self.target_frequency(symbol, ts_new, frequency, None)
         directory = self.root / frequency
         directory.mkdir(parents=True, exist_ok=True)
         path = symbol_file(directory, symbol)
-
         with SymbolLock(directory, symbol):
-            meta: dict = {}
-            if path.exists() and not overwrite:
-                st = path.stat()
-                old = open_file(symbol, str(path), stat_key(st), frequency)
-                meta = {k: v for k, v in old.meta.items() if k not in ("rows", "first", "last")}
-                old_tz = meta.get("timezone")
-                if timezone and old_tz and timezone != old_tz:
-                    raise CandleError(
-                        f"{symbol}: stored time zone is {old_tz!r}, new candles are {timezone!r}"
-                    )
-                timezone = timezone or old_tz
-                ts, values, report = _merge(
-                    symbol, old.ts, np.stack(old.cols, axis=1), ts_new, val_new, on_overlap
-                )
-                del old
-                log.info("%s: %s", symbol, report)
-            else:
-                ts, values = ts_new, val_new
-            meta.update(extra_metadata or {})
-            _record_sessions(meta, ts)
-            meta = file_metadata(
-                meta, symbol=symbol, frequency=frequency, timezone=timezone,
-                source=source if source is not None else meta.get("source"), ts=ts,
+            update = self.symbol_update(symbol, frame, None, **kw)
+            if update.table is not None:
+                write_arrow_atomic(path, update.table, fsync=fsync)
+        return update.meta
+
+    def target_frequency(
+        self, symbol: str, ts_new: np.ndarray, frequency: str | None, manifest: Any = CURRENT
+    ) -> tuple[str, str, str | None]:
+        """``(frequency, where from, stored file or None)`` of a write of ``symbol``: the
+        given one (``"given"``, or ``"stored"`` when the series is stored there), else the
+        stored series' (``"stored"``), else inferred from the candles (``"inferred"``)."""
+        frequency = frequency or self.frequency
+        if frequency is not None:
+            validate_frequency(frequency)
+            try:
+                path, _, _ = self._locate(symbol, frequency, None, manifest)
+                return frequency, "stored", path
+            except UnknownSymbolError:
+                return frequency, "given", None
+        try:
+            path, existing, _ = self._locate(symbol, None, None, manifest)
+            return existing, "stored", path
+        except UnknownSymbolError:  # a new symbol (AmbiguousSymbolError propagates)
+            pass
+        if len(ts_new) < 2:
+            raise CandleError(
+                f"{symbol}: cannot infer the frequency of one candle; pass frequency="
             )
-            table = to_table(ts, values, meta)
-            write_arrow_atomic(path, table, fsync=fsync)
-        return meta
+        from kronos_core.data.sessions import infer_frequency
 
+        return infer_frequency(ts_new), "inferred", None
 
-def _record_sessions(meta: dict, ts: np.ndarray) -> None:
-    """``meta["sessions"]``: the round-the-clock calendar (``24/7``) inferred from the whole
-    stored history ``ts`` when no exchange names one, so that future timestamps never depend on
-    the few candles a forecast reads (``kronos_core.data.round_clock``); dropped otherwise."""
-    from kronos_core.data.round_clock import infer_round_clock
-
-    inferred = None if meta.get("exchange") else infer_round_clock(ts)
-    if inferred is None:
-        meta.pop("sessions", None)
-    else:
-        meta["sessions"] = inferred
-
-
-def _new_candles(symbol: str, frame: pd.DataFrame, timezone: str | None):
-    """``(ts int64 ns, values (n, 6), timezone)`` of candles to write, re-checked (rows,
-    finite, sorted and unique); tz-aware stamps go to ``timezone``'s wall clock (or their
-    own zone's)."""
-    ts_new, val_new, frame_tz = frame_arrays(frame)
-    if frame_tz is not None:
-        if timezone and timezone != frame_tz:  # wall clock of the requested zone
-            idx = pd.DatetimeIndex(ts_new).tz_localize(frame_tz).tz_convert(timezone)
-            ts_new = idx.tz_localize(None).as_unit("ns").asi8.copy()
-        timezone = timezone or frame_tz
-    if len(ts_new) == 0:
-        raise CandleError(f"{symbol}: no candles to write")
-    if not np.isfinite(val_new).all():
-        raise CandleError(f"{symbol}: candles contain NaN or infinite values")
-    if len(ts_new) > 1 and not (ts_new[1:] > ts_new[:-1]).all():
-        raise CandleError(
-            f"{symbol}: timestamps must be sorted and unique (validate before writing)"
+    def symbol_update(
+        self,
+        symbol: str,
+        frame: pd.DataFrame,
+        manifest: Any,
+        *,
+        frequency: str | None,
+        timezone: str | None,
+        source: str | None,
+        on_overlap: str,
+        overwrite: bool,
+        extra_metadata: dict | None,
+        missing: tuple[str, ...] = (),
+    ) -> SymbolUpdate:
+        """What writing ``frame`` to ``symbol`` in ``manifest``'s version comes to
+        (``store_merge.next_content``; ``missing``: the optional columns the source lacked);
+        reads the stored file, writes nothing."""
+        validate_symbol(symbol)
+        if on_overlap not in ("error", "keep", "replace"):
+            raise ValueError(f"on_overlap must be 'error', 'keep' or 'replace', got {on_overlap!r}")
+        ts_new, val_new, timezone = new_candles(symbol, frame, timezone)
+        freq, where, path = self.target_frequency(symbol, ts_new, frequency, manifest)
+        old: FileEntry | None = None
+        if path is not None and not overwrite:
+            old = open_file(symbol, path, stat_key(os.stat(path)), freq)
+        update = next_content(
+            symbol, ts_new, val_new, timezone, old, frequency=freq, frequency_from=where,
+            source=source, on_overlap=on_overlap, extra_metadata=extra_metadata, missing=missing,
         )
-    return ts_new, val_new, timezone
-
-
-def _merge(
-    symbol, ts_old, val_old, ts_new, val_new, on_overlap
-) -> tuple[np.ndarray, np.ndarray, str]:
-    all_ts = np.concatenate([ts_old, ts_new])
-    all_val = np.concatenate([val_old, val_new])
-    src = np.concatenate([np.zeros(len(ts_old), np.int8), np.ones(len(ts_new), np.int8)])
-    order = np.lexsort((src, all_ts))  # by time, stored before new on ties
-    all_ts, all_val, src = all_ts[order], all_val[order], src[order]
-    dup = np.flatnonzero(all_ts[1:] == all_ts[:-1])  # pairs (dup, dup + 1): stored, new
-    same = (all_val[dup] == all_val[dup + 1]).all(axis=1)
-    conflicts = dup[~same]
-    if len(conflicts) and on_overlap == "error":
-        first = ", ".join(str(pd.Timestamp(int(all_ts[i]))) for i in conflicts[:5])
-        raise CandleError(
-            f"{symbol}: {len(conflicts)} new candle(s) overlap stored candles with different "
-            f"values (first at {first}); choose on_overlap='keep' or 'replace' (--on-overlap)"
-        )
-    drop = np.zeros(len(all_ts), bool)
-    drop[dup[same] + 1] = True  # identical: keep one
-    if on_overlap == "replace":
-        drop[conflicts] = True
-    else:
-        drop[conflicts + 1] = True
-    keep = ~drop
-    added = int((src[keep] == 1).sum())
-    report = (
-        f"{len(ts_old)} stored + {len(ts_new)} new -> {int(keep.sum())} candles "
-        f"({added} added, {int(same.sum())} identical overlaps, {len(conflicts)} conflicts "
-        f"'{on_overlap}')"
-    )
-    return all_ts[keep], all_val[keep], report
+        log.debug("%s: %s", symbol, update.report)
+        return update

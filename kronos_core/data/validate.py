@@ -43,6 +43,7 @@ class Repairs:
     sort: bool = False  # sort rows by time
     fix_high_low: bool = False  # high = max(open, high, low, close), low = min(...)
     clip_negative: bool = False  # negative volume/amount -> 0
+    drop_nonpositive: bool = False  # drop rows with a zero or negative price
 
     @classmethod
     def all(cls) -> Repairs:
@@ -60,6 +61,7 @@ class ValidationReport:
     repairs: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    filled: tuple[str, ...] = ()  # the optional columns the file lacked (filled by the rules)
 
 
 @dataclass
@@ -160,6 +162,21 @@ ADJUSTED_CLOSE_NAMES = ("adj close", "adj_close", "adjclose", "adj. close", "adj
                         "adjusted_close")
 
 
+# what vendors call the traded quantity and the traded value
+VOLUME_NAMES = ("vol", "qty", "quantity", "shares", "size", "lots")
+AMOUNT_NAMES = ("amt", "amount", "turnover", "value", "notional", "money")
+
+
+def _feature_guess(name: str) -> str | None:
+    """``amount`` or ``volume`` when column ``name`` (lower case) looks like one, else None."""
+    words = name.replace("_", " ").replace(".", " ").split()
+    if any(w in AMOUNT_NAMES for w in words):
+        return AMOUNT_COLUMN
+    if any(w in VOLUME_NAMES or w.startswith("vol") for w in words):
+        return VOLUME_COLUMN
+    return None
+
+
 def _unused_hint(name: str, shown: str, present: set[str]) -> str:
     """Why column ``name`` (lower-cased; ``shown``: as the file spells it) is unused and how
     to use it: an adjusted close as the close, else an optional feature the file lacks."""
@@ -170,8 +187,10 @@ def _unused_hint(name: str, shown: str, present: set[str]) -> str:
                 "adjustment moves the close outside of are reported)")
     lacking = [f for f in (VOLUME_COLUMN, AMOUNT_COLUMN) if f not in present]
     if lacking:
-        return (f"column {shown!r} is not used (if it holds the {lacking[0]}, map it with "
-                f"--column {lacking[0]}={shown!r})")
+        guess = _feature_guess(name)
+        target = guess if guess in lacking else lacking[0]
+        return (f"column {shown!r} is not used (if it holds the {target}, map it with "
+                f"--column {target}={shown!r})")
     return (f"column {shown!r} is not used (--column NAME={shown!r} would use it as one of "
             f"{', '.join(FEATURES)})")
 
@@ -279,6 +298,22 @@ def _check_duplicates(tb: _Table) -> None:
             tb.keep(~stamps.duplicated(keep="last").to_numpy())
 
 
+def _check_positive(tb: _Table) -> None:
+    """Prices must be above zero: a zero or negative open, high, low or close is refused (or
+    its row dropped), like high < low. Runs before the high/low check, so a dropped row is not
+    reported twice."""
+    bad = np.zeros(len(tb.frame), bool)
+    for col in PRICE_COLUMNS:
+        pos = np.flatnonzero(tb.frame[col].to_numpy() <= 0)
+        if len(pos):
+            msg = f"column '{col}': zero or negative price in {len(pos)} {_rows(pos, tb.rownums)}"
+            tb.found(msg, tb.repairs.drop_nonpositive, "dropped",
+                     "--drop-nonpositive drops these rows")
+            bad[pos] = True
+    if tb.repairs.drop_nonpositive and bad.any():
+        tb.keep(~bad)
+
+
 def _check_high_low(tb: _Table) -> None:
     o, h, lo, c = (tb.frame[k].to_numpy() for k in PRICE_COLUMNS)
     bad_h = np.flatnonzero(h < np.maximum(np.maximum(o, c), lo))
@@ -308,12 +343,13 @@ def _check_negative(tb: _Table) -> None:
 
 
 CHECKS: tuple[Callable[[_Table], None], ...] = (
-    _check_order, _check_duplicates, _check_high_low, _check_negative,
+    _check_order, _check_duplicates, _check_positive, _check_high_low, _check_negative,
 )
 
 
 def _model_rules(tb: _Table) -> pd.DataFrame:
     """The six ``FEATURES`` as float64, missing volume/amount filled by the model's rules."""
+    tb.report.filled = tuple(c for c in (VOLUME_COLUMN, AMOUNT_COLUMN) if c not in tb.frame.columns)
     if VOLUME_COLUMN not in tb.frame.columns:
         tb.report.notes.append("no 'volume' column: volume = amount = 0 (the model's rule)")
     elif AMOUNT_COLUMN not in tb.frame.columns:

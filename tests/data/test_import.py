@@ -199,11 +199,13 @@ def test_import_many_files_progress_and_invalid_names(tmp_path):
         files.append(p)
     bad_name = tmp_path / "bad name.csv"
     src.to_csv(bad_name, index=False)
-    outcomes = import_files(
-        [*files, bad_name, tmp_path / "missing.csv"], tmp_path / "store", progress=True
-    )
+    every = [*files, bad_name, tmp_path / "missing.csv"]
+    outcomes = import_files(every, tmp_path / "store", progress=True)
     assert [o.ok for o in outcomes] == [True] * 5 + [False, False]
     assert "invalid symbol" in outcomes[5].error and "cannot read" in outcomes[6].error
+    assert KlineStore(tmp_path / "store").symbols() == []  # all-or-nothing: none published
+    outcomes = import_files(every, tmp_path / "store", progress=True, partial=True)
+    assert [o.ok for o in outcomes] == [True] * 5 + [False, False]
     assert KlineStore(tmp_path / "store").symbols() == [f"S{i}" for i in range(5)]
 
 

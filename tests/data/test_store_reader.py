@@ -176,9 +176,9 @@ def test_leftover_temp_files_are_invisible(tmp_path, real_frames):
 
 def test_symbol_at_several_frequencies(tmp_path, real_frames):
     st = KlineStore(tmp_path)
-    frame = clean_candles(real_frames["goog_daily.csv"]).iloc[:20]
+    frame = clean_candles(real_frames["goog_daily.csv"]).iloc[:40]
     st.write("X", frame, frequency="1d")
-    st.write("X", frame, frequency="1w")
+    st.write("X", frame.iloc[::5], frequency="1w")  # (daily bars as 1w are refused)
     assert st.symbols() == ["X"] and st.symbols("1w") == ["X"]
     batch = st.read_windows(["X"], 5)
     assert batch.errors[0].code == "ambiguous_symbol" and "1d" in batch.errors[0].message

@@ -1,0 +1,250 @@
+"""Store versions: an import is one transaction across its symbols (all published at once, or
+none), readers read one version per call, a killed import leaves the last published version
+and, after the next writer opens the store, no stray files; ``kronos store verify|compact|gc``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from kronos_core.cli import main
+from kronos_core.data.housekeeping import gc, verify
+from kronos_core.data.importer import import_files
+from kronos_core.data.store import KlineStore
+from kronos_core.data.versions import GENERATIONS_DIR, MANIFEST_NAME
+
+DAYS = pd.bdate_range("2024-01-02", periods=40)
+
+
+def _day_files(folder: Path, symbols: list[str], days: pd.DatetimeIndex, tag: str) -> list[Path]:
+    """One CSV per symbol holding ``days``; prices encode (symbol number, day) so that reads
+    can be traced to the file they came from."""
+    folder.mkdir(parents=True, exist_ok=True)
+    out = []
+    for k, sym in enumerate(symbols):
+        base = 100.0 + k + np.arange(len(days)) * 0.01 + days.day_of_year.to_numpy() * 0.001
+        df = pd.DataFrame({
+            "timestamps": days.strftime("%Y-%m-%d"), "open": base, "high": base + 1,
+            "low": base - 1, "close": base + 0.5, "volume": 1000.0 + k,
+        })
+        path = folder / f"{sym}.csv"
+        if tag:
+            path = folder / tag / f"{sym}.csv"
+            path.parent.mkdir(exist_ok=True)
+        df.to_csv(path, index=False)
+        out.append(path)
+    return out
+
+
+SYMS = [f"S{i:02d}" for i in range(8)]
+
+
+@pytest.fixture
+def base_store(tmp_path) -> Path:
+    """A versioned store of 8 daily symbols (the first 30 days), version 1."""
+    root = tmp_path / "store"
+    files = _day_files(tmp_path / "csv", SYMS, DAYS[:30], "base")
+    out = import_files(files, root, progress=False)
+    assert all(o.ok for o in out)
+    assert KlineStore(root).version == 1
+    return root
+
+
+def _snapshot_reads(root: Path) -> dict[str, pd.DataFrame]:
+    store = KlineStore(root, snapshot=False)
+    return {s: store.read(s) for s in store.symbols()}
+
+
+def test_import_publishes_one_version_and_readers_see_all_or_nothing(base_store, tmp_path):
+    store = KlineStore(base_store)
+    before = store.read_windows(SYMS, 10)
+    assert before.store_version == 1
+    files = _day_files(tmp_path / "csv", SYMS, DAYS[30:31], "d30")
+    out = import_files(files, base_store, progress=False)
+    assert all(o.ok and o.changed and o.rows_written == 1 for o in out)
+    after = store.read_windows(SYMS, 10)
+    assert after.store_version == 2
+    assert {str(w.timestamps[-1])[:10] for w in after.windows} == {str(DAYS[30].date())}
+    # the new files lie beside the old ones; the manifest names the new
+    assert len(list((base_store / "1d" / GENERATIONS_DIR).glob("S00.*.arrow"))) == 2
+
+
+def test_a_failing_symbol_publishes_nothing_unless_partial(base_store, tmp_path):
+    files = _day_files(tmp_path / "csv", SYMS, DAYS[30:31], "d30")
+    bad = pd.read_csv(files[3])
+    bad.loc[0, "low"] = -1.0  # refused (non-positive price)
+    bad.to_csv(files[3], index=False)
+    before = _snapshot_reads(base_store)
+    out = import_files(files, base_store, progress=False)
+    assert [o.ok for o in out].count(False) == 1 and "zero or negative" in out[3].error
+    store = KlineStore(base_store)
+    assert store.version == 1
+    for s, df in _snapshot_reads(base_store).items():
+        pd.testing.assert_frame_equal(df, before[s])
+    assert list((base_store / "1d" / GENERATIONS_DIR).glob("*.2.arrow")) == []  # removed
+    out = import_files(files, base_store, progress=False, partial=True)
+    assert store.version == 2 and sum(o.ok for o in out) == 7
+    assert len(store.read("S03")) == 30 and len(store.read("S04")) == 31
+
+
+def test_identical_reimport_changes_nothing_on_disk(base_store, tmp_path):
+    files = _day_files(tmp_path / "csv", SYMS, DAYS[:30], "base")
+
+    def state():
+        return {str(p): (p.stat().st_ino, p.stat().st_mtime_ns)
+                for p in base_store.rglob("*") if p.is_file() and not p.name.endswith(".lock")}
+
+    seen = state()
+    out = import_files(files, base_store, progress=False)
+    assert all(o.ok and not o.changed and o.rows_written == 0 for o in out)
+    assert state() == seen and KlineStore(base_store).version == 1
+
+
+def test_readers_read_one_version_per_call_during_imports(base_store, tmp_path):
+    """Window reads in a loop while ten one-day imports publish: every call's windows end on
+    the same day, the day its ``store_version`` published."""
+    day_of_version = {1: DAYS[29]}
+    day_files = []
+    for i in range(30, 40):
+        day_files.append(_day_files(tmp_path / "csv", SYMS, DAYS[i:i + 1], f"d{i}"))
+        day_of_version[i - 28] = DAYS[i]
+    reader = KlineStore(base_store)
+    seen: list[tuple[int, set[str]]] = []
+    stop = threading.Event()
+
+    def loop():
+        while not stop.is_set():
+            b = reader.read_windows(SYMS, 5)
+            assert not b.errors
+            seen.append((b.store_version, {str(w.timestamps[-1])[:10] for w in b.windows}))
+
+    t = threading.Thread(target=loop)
+    t.start()
+    try:
+        for files in day_files:
+            assert all(o.ok for o in import_files(files, base_store, progress=False))
+    finally:
+        stop.set()
+        t.join()
+    assert len({v for v, _ in seen}) >= 3, "the reads should span several versions"
+    for version, days in seen:
+        assert days == {str(day_of_version[version].date())}, (version, days)
+
+
+_KILL_SCRIPT = textwrap.dedent("""
+    import os, signal, sys
+    from kronos_core.data import store_txn, versions
+    from kronos_core.data.importer import import_files
+
+    root, kill_at, *files = sys.argv[1:]
+    kill_at = int(kill_at)
+    count = [0]
+    real_write = store_txn.write_arrow_atomic
+    real_publish = store_txn.publish
+
+    def write(path, table, fsync=True):
+        if count[0] == kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+        count[0] += 1
+        real_write(path, table, fsync=fsync)
+
+    def publish(*a, **k):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    store_txn.write_arrow_atomic = write
+    if kill_at < 0:
+        store_txn.publish = publish
+    import_files(files, root, progress=False)
+""")
+
+
+@pytest.mark.parametrize("kill_at", [0, 1, 4, 7, -1])  # before file k is written; -1: at publish
+def test_killed_import_leaves_the_last_published_version(base_store, tmp_path, kill_at):
+    files = _day_files(tmp_path / "csv", SYMS, DAYS[30:32], "d30")
+    before = _snapshot_reads(base_store)
+    proc = subprocess.run(
+        [sys.executable, "-c", _KILL_SCRIPT, str(base_store), str(kill_at), *map(str, files)],
+        capture_output=True, timeout=120,
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-2000:]
+    store = KlineStore(base_store)
+    assert store.version == 1
+    for s, df in _snapshot_reads(base_store).items():
+        pd.testing.assert_frame_equal(df, before[s])
+    assert verify(base_store).ok
+    assert main(["store", "verify", str(base_store)]) == 0
+    # the next writer removes what the dead import left; then the import goes through
+    out = import_files(files, base_store, progress=False)
+    assert all(o.ok for o in out) and store.version == 2
+    gen = base_store / "1d" / GENERATIONS_DIR
+    assert sorted(p.name for p in gen.iterdir()) == sorted(
+        [f"{s}.1.arrow" for s in SYMS] + [f"{s}.2.arrow" for s in SYMS]
+    )
+
+
+def test_verify_names_a_damaged_file(base_store):
+    assert verify(base_store).ok
+    victim = next((base_store / "1d" / GENERATIONS_DIR).glob("S02.*.arrow"))
+    victim.write_bytes(victim.read_bytes()[:100])
+    r = verify(base_store)
+    assert not r.ok and any(str(victim) in p for p in r.problems)
+    assert main(["store", "verify", str(base_store)]) == 1
+
+
+def test_gc_removes_leftovers_after_the_grace_period(base_store, tmp_path):
+    files = _day_files(tmp_path / "csv", SYMS, DAYS[30:31], "d30")
+    import_files(files, base_store, progress=False)  # version 2 supersedes version 1's files
+    freq = base_store / "1d"
+    tmp = freq / GENERATIONS_DIR / ".S00.9.arrow.123.abcd.tmp"
+    tmp.write_bytes(b"x" * 1000)
+    dead = freq / GENERATIONS_DIR / "S01.9.arrow"  # an unpublished version's file
+    dead.write_bytes(b"y" * 10)
+    lock = freq / ".S05.lock"
+    lock.write_bytes(b"")
+    young = gc(base_store, grace_s=3600)
+    assert young.removed == [str(lock)] and young.kept_young == len(SYMS) + 2
+    old = os.stat(tmp).st_mtime - 7200
+    for p in [tmp, dead, *freq.glob(f"{GENERATIONS_DIR}/*.2.arrow")]:
+        os.utime(p, (old, old))  # version 2 published two hours ago
+    r = gc(base_store, grace_s=3600)
+    assert str(tmp) in r.removed and str(dead) in r.removed
+    assert sorted(p.name for p in (freq / GENERATIONS_DIR).iterdir()) == [
+        f"{s}.2.arrow" for s in SYMS
+    ]
+    assert verify(base_store).ok and len(KlineStore(base_store).read("S00")) == 31
+
+
+def test_store_commands(base_store, capsys):
+    assert main(["store", "compact", str(base_store)]) == 0
+    assert (base_store / "1d" / "_snapshot.arrow").exists()
+    assert main(["store", "gc", str(base_store), "--dry-run"]) == 0
+    assert main(["store", "verify", str(base_store)]) == 0
+    out = capsys.readouterr().out
+    assert "store version 1, 8 file(s), 240 candles: ok" in out
+
+
+def test_unversioned_store_becomes_versioned_at_its_first_import(tmp_path):
+    root = tmp_path / "old"
+    store = KlineStore(root)
+    frame = pd.DataFrame({"timestamps": DAYS[:5], "open": 1.0, "high": 2.0, "low": 0.5,
+                          "close": 1.5, "volume": 10.0, "amount": 15.0})
+    store.write("OLD", frame)  # written in place, as before versions
+    assert store.version == 0 and (root / "1d" / "OLD.arrow").exists()
+    assert not (root / MANIFEST_NAME).exists()
+    files = _day_files(tmp_path / "csv", ["NEW"], DAYS[:5], "")
+    assert all(o.ok for o in import_files(files, root, progress=False))
+    assert store.version == 1 and store.symbols() == ["NEW", "OLD"]
+    assert len(store.read("OLD")) == 5  # its plain file is generation 0 of version 1
+    store.write("OLD", frame.assign(timestamps=DAYS[5:10]))  # now a one-symbol transaction
+    assert store.version == 2 and len(store.read("OLD")) == 10
+    assert verify(root).ok
