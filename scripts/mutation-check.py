@@ -40,6 +40,9 @@ class Plant:
 
 
 SVC = "tests/service"
+FID = "tests/eval/test_fidelity.py"
+GP = "tests/eval/test_garch_paired.py"
+HOLD = "tests/train/test_corpus_holdout.py"
 PLANTS: list[Plant] = [
     Plant(
         "bug 1: CPU out-of-memory (RuntimeError) not split, only torch.OutOfMemoryError",
@@ -130,6 +133,39 @@ PLANTS: list[Plant] = [
         "        try:\n            return list(await "
         "asyncio.shield(asyncio.gather(*tasks)))\n        except ZeroDivisionError:",
         (f"{SVC}/gateway",),
+    ),
+    # the faults an audit planted that once passed the suite (issue 41)
+    Plant(
+        "fidelity: the one-step move taken as the mean absolute level",
+        "kronos_core/eval/fidelity.py", "move = float(np.abs(np.diff(x, axis=1)).mean())",
+        "move = float(np.abs(x).mean())",
+        (f"{FID}::test_the_move_is_the_one_step_change_not_the_level",),
+    ),
+    Plant(
+        "Diebold-Mariano without its HAC variance", "kronos_core/eval/paired.py",
+        "var = hac_variance(d, lags)", "var = hac_variance(d, 0)",
+        (f"{GP}::test_dm_uses_the_hac_variance_on_autocorrelated_differences",),
+    ),
+    Plant(
+        "GARCH: a window's variance read one row past its origin", "kronos_core/eval/garch.py",
+        "var_next = var[rows - 1]", "var_next = var[rows]",
+        (f"{GP}::test_a_window_reads_no_row_at_or_past_its_origin",),
+    ),
+    Plant(
+        "GARCH: a window's last close read one row past its origin", "kronos_core/eval/garch.py",
+        "last = np.asarray(closes[k], dtype=np.float64)[rows - 1]",
+        "last = np.asarray(closes[k], dtype=np.float64)[rows]",
+        (f"{GP}::test_a_window_reads_no_row_at_or_past_its_origin",),
+    ),
+    Plant(
+        "training loads every split (the split filter broken alone)", "kronos_core/train/data.py",
+        "flt = CorpusFilter(split=TRAIN,", "flt = CorpusFilter(split=None,",
+        (f"{HOLD}::test_the_split_filter_alone_keeps_the_hold_out_instruments_out",),
+    ),
+    Plant(
+        "the training mask allows hold-out instruments (the mask broken alone)",
+        "kronos_core/data/corpus.py", 'if info["split"] == HOLDOUT_INSTRUMENT:', "if False:",
+        (f"{HOLD}::test_the_mask_alone_keeps_out_hold_out_instruments_and_evaluation_rows",),
     ),
     Plant(
         "client gone over HTTP: the replicas keep running the request (shielded gateway)",
