@@ -48,7 +48,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--sample-count", type=int, default=16, help="sample paths per symbol (default 16)"
     )
     g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--batch-size", type=int, default=512, help="universe symbols per engine call")
+    g.add_argument("--batch-size", type=int, default=512,
+                   help="windows per engine call; the windows of all rebalance dates share calls "
+                        "(default 512)")
+    g.add_argument("--per-date", action="store_true",
+                   help="forecast one rebalance date per engine call, as before issue 44 (the "
+                        "same scores, slower; for timing comparisons)")
     g.add_argument("--out", type=Path, help="folder for backtest.json, backtest.md and equity.png")
     add_file_arguments(parser)
     add_corpus_arguments(parser)
@@ -93,7 +98,7 @@ def run(args) -> int:
         res = run_backtest(
             predictor, uni, args.lookback, args.horizon, args.rebalance, args.top, args.long_short,
             args.cost_bps, args.rank, args.sample_count, args.momentum_window, start, args.end,
-            args.seed, args.batch_size,
+            args.seed, args.batch_size, per_date=args.per_date,
         )
     except (DataError, CheckpointError, ValueError) as exc:
         print(f"kronos backtest: {exc}", file=sys.stderr)

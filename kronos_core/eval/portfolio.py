@@ -106,14 +106,52 @@ def forecast_scores(
     for lo in range(0, len(uni.names), batch_size):
         hi = min(len(uni.names), lo + batch_size)
         res = predictor.forecast(list(ctx[lo:hi]), [ts] * (hi - lo), [fut] * (hi - lo), options)
-        ret = res.paths[:, :, -1, CLOSE].astype(np.float64) / last[lo:hi, None] - 1.0  # (b, S)
-        mean = ret.mean(axis=1)
-        if rank == "sharpe":
-            sd = ret.std(axis=1, ddof=1) if ret.shape[1] > 1 else np.zeros(len(ret))
-            scores[lo:hi] = np.where(sd > 0, mean / np.where(sd > 0, sd, 1.0), np.nan)
-        else:
-            scores[lo:hi] = mean
+        scores[lo:hi] = _scores_of(res.paths[:, :, -1, CLOSE], last[lo:hi], rank)
     return scores
+
+
+def _scores_of(paths_close: np.ndarray, last: np.ndarray, rank: str) -> np.ndarray:
+    """Scores (b,) from the close at the horizon of b windows' paths (b, S) and their last
+    closes (b,): the mean return, or for ``rank`` "sharpe" that mean over the paths' std."""
+    ret = paths_close.astype(np.float64) / last[:, None] - 1.0  # (b, S)
+    mean = ret.mean(axis=1)
+    if rank == "sharpe":
+        sd = ret.std(axis=1, ddof=1) if ret.shape[1] > 1 else np.zeros(len(ret))
+        return np.where(sd > 0, mean / np.where(sd > 0, sd, 1.0), np.nan)
+    return mean
+
+
+def forecast_scores_all(
+    predictor, uni: Universe, rows: Sequence[int], lookback: int, horizon: int,
+    sample_count: int, rank: str = "return", seed: int = 0, batch_size: int = 512,
+    progress: bool = False,
+) -> np.ndarray:
+    """Scores (R, M) at every rebalance row of ``rows``, each from rows [row - lookback, row)
+    only, as ``forecast_scores`` gives them one row at a time.
+
+    Every date's windows are known before the first forecast, so they go through the engine
+    together: ``batch_size`` windows per call, the dates' windows one after another (R x M
+    windows in all, the calls sized as ``forecast_scores``' are, so memory is bounded the same
+    way). The engine seeds each window's paths by its content, not by the batch around it, so
+    the scores equal the per-date ones (``tests/eval/test_backtest_batching.py``)."""
+    rows = list(rows)
+    m = len(uni.names)
+    jobs = [(i, k) for i in range(len(rows)) for k in range(m)]  # (rebalance index, symbol)
+    stamps = [uni.timestamps[r - lookback:r] for r in rows]  # R x (L,)
+    futures = [future_timestamps(ts, horizon) for ts in stamps]  # R x (H,) one per date
+    options = ForecastOptions(horizon, sample_count=sample_count, seed=seed)
+    scores = np.empty(len(jobs))
+    bar = tqdm(total=len(jobs), desc="forecast", unit="win", disable=not progress)
+    for lo in range(0, len(jobs), batch_size):
+        chunk = jobs[lo:lo + batch_size]
+        ctx = [uni.values[k, rows[i] - lookback:rows[i]] for i, k in chunk]  # b x (L, 6)
+        res = predictor.forecast(ctx, [stamps[i] for i, _ in chunk],
+                                 [futures[i] for i, _ in chunk], options)
+        last = np.array([c[-1, CLOSE] for c in ctx], dtype=np.float64)  # (b,)
+        scores[lo:lo + len(chunk)] = _scores_of(res.paths[:, :, -1, CLOSE], last, rank)
+        bar.update(len(chunk))
+    bar.close()
+    return scores.reshape(len(rows), m)  # (R, M)
 
 
 def momentum_scores(uni: Universe, row: int, window: int) -> np.ndarray:
@@ -154,20 +192,27 @@ def run_backtest(
     predictor, uni: Universe, lookback: int, horizon: int, rebalance: int, top: int,
     long_short: bool = False, cost_bps: float = 0.0, rank: str = "return", sample_count: int = 16,
     momentum_window: int | None = None, start=None, end=None, seed: int = 0, batch_size: int = 512,
-    progress: bool = True,
+    progress: bool = True, per_date: bool = False,
 ) -> BacktestResult:
-    """Model strategy, momentum baseline and equal-weight universe over the same rebalance rows."""
+    """Model strategy, momentum baseline and equal-weight universe over the same rebalance rows.
+    The model's scores of all dates are forecast together (``forecast_scores_all``);
+    ``per_date``: one date at a time, as before issue 44 (the same scores, for comparison)."""
     mw = momentum_window or lookback
     rows = rebalance_rows(uni, max(lookback, mw + 1), rebalance, start, end)
     if not rows:
         raise ValueError(f"no rebalance date: the common calendar has {len(uni.timestamps)} rows, "
                          f"lookback {lookback} / momentum window {mw} need more")
     t0 = time.perf_counter()
+    if per_date:
+        all_scores = np.stack([
+            forecast_scores(predictor, uni, r, lookback, horizon, sample_count, rank, seed,
+                            batch_size)
+            for r in tqdm(rows, desc="rebalance", unit="date", disable=not progress)])  # (R, M)
+    else:
+        all_scores = forecast_scores_all(predictor, uni, rows, lookback, horizon, sample_count,
+                                         rank, seed, batch_size, progress)  # (R, M)
     model_w, mom_w, decisions = [], [], []
-    for r in tqdm(rows, desc="rebalance", unit="date", disable=not progress):
-        s = forecast_scores(
-            predictor, uni, r, lookback, horizon, sample_count, rank, seed, batch_size
-        )
+    for r, s in zip(rows, all_scores):
         w = bt.target_weights(s, top, long_short)
         model_w.append(w)
         mom_w.append(bt.target_weights(momentum_scores(uni, r, mw), top, long_short))

@@ -84,9 +84,18 @@ def measure(config: str | None, overrides: dict, steps: int) -> dict:
         }
 
 
-def run_bench(args: argparse.Namespace) -> int:
-    """Every variant in its own process; prints a table and the JSON."""
-    config = args.config or str(DEFAULT_CONFIG)
+def _in_process(config: str, overrides: dict, steps: int) -> dict:
+    """``measure`` in a fresh subprocess (its own peak RSS, its own torch threads); raises
+    ``RuntimeError`` with the tail of its stderr when it fails."""
+    spec = json.dumps({"config": config, "overrides": overrides, "steps": steps})
+    proc = subprocess.run([sys.executable, "-m", "kronos_core.train.bench", spec],
+                          capture_output=True, text=True, check=False)
+    if proc.returncode:
+        raise RuntimeError(proc.stderr[-2000:])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _base_overrides(args: argparse.Namespace) -> dict:
     from kronos_core.train.default import REAL_DATA
 
     base = {
@@ -97,15 +106,54 @@ def run_bench(args: argparse.Namespace) -> int:
         if v is not None
     }
     base["data.paths"] = args.data or [str(REAL_DATA)]  # the bundled real candles unless --data
+    return base
+
+
+def run_threads(args: argparse.Namespace) -> int:
+    """``--compare-threads 1 2``: fp32 steps of the config at each thread count, every count in
+    a fresh process, the counts alternating for ``--rounds`` rounds (so a load that comes and
+    goes hits them alike); prints each round's seconds per step, the medians and their ratio to
+    the first count's."""
+    import statistics
+
+    config = args.config or str(DEFAULT_CONFIG)
+    base = _base_overrides(args)
+    counts = list(args.compare_threads)
+    step_s: dict[int, list[float]] = {t: [] for t in counts}
+    for r in range(max(1, args.rounds)):
+        for t in counts:
+            try:
+                res = _in_process(config, {**base, "threads": t}, args.steps)
+            except RuntimeError as exc:
+                print(f"threads {t}: failed\n{exc}", file=sys.stderr)
+                return 1
+            step_s[t].append(res["step_s"])
+            print(f"round {r + 1}: threads {t}: {res['step_s']:.3f} s/step "
+                  f"({res['samples_per_s']:.1f} samples/s, batch {res['batch']})", flush=True)
+    medians = {t: statistics.median(v) for t, v in step_s.items()}
+    first = medians[counts[0]]
+    print(f"{'threads':>7} {'median s/step':>14} {'x threads ' + str(counts[0]):>14}")
+    for t in counts:
+        print(f"{t:>7} {medians[t]:>14.3f} {medians[t] / first:>14.2f}")
+    print(json.dumps({"step_s": {str(t): v for t, v in step_s.items()},
+                      "median_step_s": {str(t): v for t, v in medians.items()}}))
+    return 0
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    """Every variant in its own process; prints a table and the JSON (``--compare-threads``:
+    ``run_threads`` instead)."""
+    if getattr(args, "compare_threads", None):
+        return run_threads(args)
+    config = args.config or str(DEFAULT_CONFIG)
+    base = _base_overrides(args)
     results = {}
     for name, extra in tqdm(VARIANTS.items(), desc="train bench", total=len(VARIANTS)):
-        spec = json.dumps({"config": config, "overrides": {**base, **extra}, "steps": args.steps})
-        proc = subprocess.run([sys.executable, "-m", "kronos_core.train.bench", spec],
-                              capture_output=True, text=True, check=False)
-        if proc.returncode:
-            print(f"{name}: failed\n{proc.stderr[-2000:]}", file=sys.stderr)
+        try:
+            results[name] = _in_process(config, {**base, **extra}, args.steps)
+        except RuntimeError as exc:
+            print(f"{name}: failed\n{exc}", file=sys.stderr)
             return 1
-        results[name] = json.loads(proc.stdout.strip().splitlines()[-1])
     print(
         f"{'variant':<16} {'samples/s':>10} {'step s':>8} {'micro x acc':>11} {'peak RSS MB':>12} "
         f"{'train +MB':>10} {'planner MB':>11} {'error':>7}"

@@ -198,7 +198,10 @@ class TrainConfig(_Strict):
     seed: int = 0
     device: str = "auto"
     threads: int | None = Field(
-        None, ge=1, description="torch CPU threads (None = torch's default); 1 on a busy machine"
+        1, ge=1, description="torch CPU threads (None = torch's default, one per core). 1 by "
+        "default: on the project's shared 2-core machine one thread trained faster than two "
+        "(kronos train bench --compare-threads 1 2, docs/training.md); raise it on a machine "
+        "with idle cores"
     )
     max_context: int = 512
     name: str = "kronos-custom"
