@@ -432,12 +432,15 @@ def run(args: argparse.Namespace) -> int:
         began = signalled[0] if signalled else time.monotonic()
         if stop_event.is_set():
             drain(settings, force, handle, began)
+        if scratch is not None:  # this process's own Ray, its gateways drained: their metric
+            # files and drain marker go now, before a stop that Ray may end abruptly
+            shutil.rmtree(scratch, ignore_errors=True)
         # Serve and Ray stop within the grace: a third of the reserve is left for Ray and the exit
         clean = stop(
             settings,
             began + settings.shutdown_grace_s - stop_reserve(settings.shutdown_grace_s) / 3,
         )
-        if scratch is not None:  # this process's own Ray is gone, and with it every gateway
+        if scratch is not None:  # what the gateways wrote while they stopped
             shutil.rmtree(scratch, ignore_errors=True)
         print("stopped", flush=True)
         if not clean:  # a Serve call still blocked would hold the exit past the grace
