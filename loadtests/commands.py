@@ -18,6 +18,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "forecast-ledger overhead on a large request (recorded vs not, "
         "same run) and its disk per 1,000 forecasts",
     ),
+    "bench overload": (
+        "loadtests.bench_overload",
+        "goodput under overload: a few users, then ten times as many careless ones, one "
+        "replica; exits 1 when a goal is missed",
+    ),
     "loadtest": (
         "loadtests.run", "headless locust load test against a local service (loopback only)",
     ),

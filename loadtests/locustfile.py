@@ -10,6 +10,9 @@ user's pause between requests, "min,max" seconds, default "0.05,0.2"), KRONOS_LO
 (sent as ``X-API-Key`` when the service has keys on; ``kronos loadtest --api-key`` sets it).
 A 401 or 403 stops the whole run at once (``auth_failure`` holds the service's answer):
 every other request would fail the same way.
+A shed request (503/429 with ``Retry-After``) makes its user wait that long before its next
+request, as a well-behaved client does; ``KRONOS_LOAD_NO_BACKOFF=1`` (``kronos loadtest
+--no-backoff``) keeps the careless client that retries after its usual pause, for stress tests.
 Outcomes are counted apart: ``outcomes["ok"]`` (a 200 whose answer covers every symbol asked),
 ``outcomes["shed"]`` (503/429 with Retry-After: the service shedding load as designed). A shed
 request is not a success: locust records it as a failure named "shed: ...", so its latency does
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import os
 import random
+import time
 
 from locust import HttpUser, between, events, task
 
@@ -35,9 +39,11 @@ TIMEOUT_S = float(os.environ.get("KRONOS_LOAD_TIMEOUT_S", "330"))
 LOST_CODES = (ErrorCode.REPLICA_UNAVAILABLE.value,)
 
 API_KEY_VARIABLE = "KRONOS_API_KEY"
+NO_BACKOFF_VARIABLE = "KRONOS_LOAD_NO_BACKOFF"  # "1": ignore Retry-After (a careless client)
 
 _universe: list[str] = []
 outcomes = {"ok": 0, "shed": 0}
+answered_ms: list[float] = []  # the latency of each answered (ok) forecast request
 # {"status", "detail"} of the first 401/403: the run stopped on it
 auth_failure: dict[str, str] = {}
 SHED_PREFIX = "shed: "  # failure messages of shed requests start with it
@@ -52,13 +58,24 @@ def key_headers() -> dict[str, str]:
 @events.test_start.add_listener
 def _reset_counts(environment, **_kw):
     outcomes.update(ok=0, shed=0)
+    answered_ms.clear()
     auth_failure.clear()
 
 
+def backoff() -> bool:
+    """Whether users honour Retry-After (the default)."""
+    return os.environ.get(NO_BACKOFF_VARIABLE, "") not in ("1", "true", "yes")
+
+
 class PortfolioUser(HttpUser):
-    wait_time = between(*WAIT_S)
+    pause = between(*WAIT_S)
     # a request that hangs becomes a failure, not a silent loss at the end
     network_timeout = TIMEOUT_S
+    retry_at = 0.0  # time.monotonic() before which a shed user sends nothing (Retry-After)
+
+    def wait_time(self) -> float:
+        """The user's pause, and what is left of the last Retry-After when it honours it."""
+        return self.pause() + max(0.0, self.retry_at - time.monotonic())
 
     def on_start(self):
         global _universe
@@ -87,6 +104,7 @@ class PortfolioUser(HttpUser):
         if not _universe:  # on_start was refused: the run is stopping
             return
         headers = {"Accept": accept, **key_headers()} if accept else key_headers()
+        t0 = time.perf_counter()
         with self.client.post(
             "/v1/forecast", json=body, headers=headers, name=name, catch_response=True
         ) as r:
@@ -94,6 +112,12 @@ class PortfolioUser(HttpUser):
                 r.failure(f"HTTP {r.status_code}: API key refused")
             elif r.status_code in (429, 503) and "Retry-After" in r.headers:
                 outcomes["shed"] += 1
+                if backoff():
+                    try:
+                        wait = float(r.headers["Retry-After"])
+                    except ValueError:
+                        wait = 1.0
+                    self.retry_at = time.monotonic() + wait
                 r.failure(
                     f"{SHED_PREFIX}HTTP {r.status_code}, Retry-After {r.headers['Retry-After']}"
                 )
@@ -112,6 +136,7 @@ class PortfolioUser(HttpUser):
                 )
             else:
                 outcomes["ok"] += 1
+                answered_ms.append((time.perf_counter() - t0) * 1e3)
 
     @task(8)
     def portfolio_json(self):

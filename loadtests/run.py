@@ -84,6 +84,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="end the run once this many forecast requests are answered (any status); --run-time "
         "then only caps it (default 10 min)",
     )
+    p.add_argument(
+        "--no-backoff", action="store_true",
+        help="users ignore Retry-After and retry after their usual pause (a careless client, "
+        "for stress tests); default: a shed user waits Retry-After",
+    )
     add_key_argument(p)
 
 
@@ -209,9 +214,22 @@ def _drive(host: str, users: int, spawn_rate: float, run_s: float, stop_timeout:
         "p50_ms": total.get_response_time_percentile(0.5),
         "p95_ms": total.get_response_time_percentile(0.95),
         "p99_ms": total.get_response_time_percentile(0.99), "max_ms": total.max_response_time,
+        # answered requests only (sheds are fast and would flatter the percentiles)
+        "answered_p99_ms": _percentile(locustfile.answered_ms, 99),
+        "answered_per_s": round(locustfile.outcomes["ok"] / elapsed, 3),
+        "backoff": locustfile.backoff(),
         "endpoints": rows,
         "auth_failure": dict(locustfile.auth_failure) or None,
     }
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    """The ``q``th percentile of ``values`` (None when empty)."""
+    if not values:
+        return None
+    import numpy as np
+
+    return round(float(np.percentile(np.asarray(values), q)), 1)
 
 
 def _write(summary: dict, out: Path) -> None:
@@ -253,6 +271,10 @@ def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("GEVENT_SUPPORT", "True")
     if args.api_key:
         os.environ["KRONOS_API_KEY"] = args.api_key  # the locust users read it
+    if args.no_backoff:
+        from loadtests.locustfile import NO_BACKOFF_VARIABLE
+
+        os.environ[NO_BACKOFF_VARIABLE] = "1"
     run_s = (
         600.0
         if args.requests and args.run_time == RUN_TIME_DEFAULT

@@ -22,6 +22,7 @@ from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from kronos_core.base.errors import ErrorCode
+from service.admission import AdmissionMiddleware
 from service.auth import ApiKeyMiddleware
 from service.common.answer import ForecastResponse
 from service.common.errors import (
@@ -105,9 +106,15 @@ MAX_SYMBOL_OFFSET = 2**31 - 1
 # service.state.current() at each call, never through a global of this module: serve.ingress
 # pickles the Ingress class by value, and a global read or set by its methods would be a copy.
 
-# all three sit inside the latency middleware below, so that their 413s and 503s are observed too
-# order of refusals: draining (503), then API key (401/403), then body size (413), all before the
-# body is read
+# all four sit inside the latency middleware below, so that their 413s and 503s are observed too
+# order of refusals: draining (503), then API key (401/403), then body size (413), then admission
+# (503 overloaded), all before the body is read.
+# Innermost of the refusals: a forecast request waits for a slot (or is refused 503 overloaded)
+# only once it passed the others, and still before its body is read (service.admission)
+api.add_middleware(
+    AdmissionMiddleware, get_admission=lambda: current().admission,
+    get_timeout=lambda: current().request_timeout_s,
+)
 api.add_middleware(BodyLimitMiddleware, get_limits=lambda: current().limits)
 api.add_middleware(ApiKeyMiddleware, get_ring=lambda: current().ring())
 api.add_middleware(DrainMiddleware, get_state=lambda: current().lifecycle)
@@ -392,6 +399,8 @@ class Ingress:
         timeout = self.settings.request_timeout_s
         if x_kronos_timeout_s is not None:
             timeout = min(timeout, x_kronos_timeout_s)
+        # the wait for a slot (service.admission) is part of the deadline
+        timeout = max(0.001, timeout - scope_state.get("queued_s", 0.0))
         rid = request_id_of(request.scope) if request is not None else None
         # a ServiceError: answered by _service_error
         out = await self.pipeline.forecast(req, timeout_s=timeout, request_id=rid)

@@ -193,6 +193,26 @@ class _DropLine(logging.Filter):
         return self.text not in record.getMessage()
 
 
+def exit_watchdog(deadline: float, exit_now=None) -> threading.Thread:
+    """A daemon thread that ends the process at ``deadline`` (``time.monotonic()``) if it is
+    still running then: Serve's and Ray's teardown can outlast the shutdown grace on a loaded
+    machine, and the budget (grace + ``EXIT_MARGIN_S``, inside the pod's termination period)
+    must hold. ``exit_now``: what ends it (default ``os._exit(0)`` after flushing)."""
+
+    def _exit() -> None:
+        print("shutdown budget spent: exiting without waiting for Ray's teardown", flush=True)
+        sys.stderr.flush()
+        os._exit(0)
+
+    def watch() -> None:
+        time.sleep(max(0.0, deadline - time.monotonic()))
+        (exit_now or _exit)()
+
+    thread = threading.Thread(target=watch, name="kronos-exit-watchdog", daemon=True)
+    thread.start()
+    return thread
+
+
 def metrics_url(settings) -> str:
     """Where ``/metrics`` is served: the internal metrics port when one is set, else the API
     port."""
@@ -427,17 +447,21 @@ def run(args: argparse.Namespace) -> int:
         pass
     finally:
         print("stopping Kronos service...", flush=True)
-        from service.lifecycle import stop_reserve
+        from service.lifecycle import EXIT_MARGIN_S, stop_reserve
 
         began = signalled[0] if signalled else time.monotonic()
+        exit_watchdog(began + settings.shutdown_grace_s + EXIT_MARGIN_S)
         if stop_event.is_set():
             drain(settings, force, handle, began)
+        if scratch is not None:  # this process's own Ray, its gateways drained: their metric
+            # files and drain marker go now, before a stop that Ray may end abruptly
+            shutil.rmtree(scratch, ignore_errors=True)
         # Serve and Ray stop within the grace: a third of the reserve is left for Ray and the exit
         clean = stop(
             settings,
             began + settings.shutdown_grace_s - stop_reserve(settings.shutdown_grace_s) / 3,
         )
-        if scratch is not None:  # this process's own Ray is gone, and with it every gateway
+        if scratch is not None:  # what the gateways wrote while they stopped
             shutil.rmtree(scratch, ignore_errors=True)
         print("stopped", flush=True)
         if not clean:  # a Serve call still blocked would hold the exit past the grace

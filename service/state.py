@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kronos_core.base.errors import ErrorCode
+from service.admission import Admission
 from service.auth import KeyFileWatch, KeyRing, load_keyring
 from service.common.metrics import Metrics
 from service.common.settings import Settings
@@ -31,6 +33,8 @@ class ProcessState:
     cors_origins: frozenset[str] = frozenset()  # KRONOS_CORS_ORIGINS; empty: CORS off
     max_horizon: int | None = None  # the loaded model's max_context once a replica described itself
     key_watch: KeyFileWatch | None = None  # re-reads KRONOS_API_KEYS_FILE when it changes
+    admission: Admission | None = None  # forecast slots and their queue; None until it starts
+    request_timeout_s: float = 300.0  # the default deadline a queued request's wait is bound by
 
     def ring(self) -> KeyRing:
         """The API keys to check a request against (re-read when the keys file changed)."""
@@ -49,6 +53,11 @@ class ProcessState:
         self.keyring = load_keyring(settings)
         self.key_watch = KeyFileWatch(settings, self.keyring) if settings.api_keys_file else None
         self.cors_origins = parse_origins(settings.cors_origins)
+        self.request_timeout_s = settings.request_timeout_s
+        self.admission = Admission(
+            settings.max_inflight_requests, settings.max_queued_requests, settings.queue_wait_s,
+            settings.retry_after_s, on_refuse=lambda: metrics.record_error(ErrorCode.OVERLOADED),
+        )
 
 
 _STATE = ProcessState()

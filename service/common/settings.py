@@ -165,7 +165,19 @@ class Settings(BaseSettings):
     # -- limits and back-pressure
     max_symbols: int = Field(10_000, ge=1, description="symbols (or inline series) per request")
     max_inflight_requests: int = Field(
-        32, ge=1, description="forecast requests in flight at each gateway replica; beyond: 503",
+        32, ge=1,
+        description="forecast requests in flight at each gateway replica; beyond: they wait "
+                    "(max_queued_requests, queue_wait_s), then 503",
+    )
+    max_queued_requests: int = Field(
+        32, ge=0,
+        description="forecast requests waiting for a slot at each gateway replica (their body "
+                    "not read yet); beyond: 503 overloaded at once",
+    )
+    queue_wait_s: float = Field(
+        2.0, ge=0,
+        description="longest wait for a slot (also bounded by the request's deadline, from "
+                    "which it is taken); then 503 overloaded",
     )
     replica_max_ongoing: int = Field(
         16, ge=1, description="shards one replica holds at once (coalescing window)"

@@ -173,6 +173,7 @@ def live_service(tmp_path_factory):
         # the gateways' JSON log lines in files a test reads (tests/integration/test_request_id.py)
         log_format="json", log_dir=str(tmp_path_factory.mktemp("gateway-logs")),
         max_inflight_requests=4,  # per gateway; small, so that the overload test can reach it
+        max_queued_requests=2,  # and its queue (service.admission), which the test fills too
         shard_retries=5,
         # dispatch (shards_per_replica, shards_in_flight_per_replica, batching) stays at the
         # defaults

@@ -1,5 +1,6 @@
 """The shutdown budget of ``kronos serve`` (issue 28): with a short grace, SIGTERM during a
-request that outlives it. The process exits within the grace + 5 s, and the client gets a
+request that outlives it. The process exits within the grace + EXIT_MARGIN_S (issue 45), and
+the client gets a
 coded 503 naming the unanswered symbols, with the forecasts already made kept. The same
 service runs with the ledger ``off`` (said once at start; ``/v1/accuracy`` answers a coded
 404, never a 500) and with API keys, which ``kronos loadtest`` and ``kronos soak`` without a
@@ -19,6 +20,7 @@ import pytest
 from test_shutdown import BIG, ROOT, _free_port, _wait_ready
 
 from service.auth import hash_key
+from service.lifecycle import EXIT_MARGIN_S
 
 pytestmark = pytest.mark.integration
 
@@ -80,7 +82,11 @@ def test_sigterm_past_the_grace_answers_503_naming_the_unanswered_and_exits_in_t
         took = time.monotonic() - signalled
         t.join(timeout=60)
         assert code == 0
-        assert took <= GRACE_S + 5, f"exited {took:.1f} s after SIGTERM (grace {GRACE_S} s)"
+        # the documented budget: every request ends by the grace, the process by grace +
+        # EXIT_MARGIN_S (a watchdog); 1 s for the exit to be seen
+        assert took <= GRACE_S + EXIT_MARGIN_S + 1, (
+            f"exited {took:.1f} s after SIGTERM (grace {GRACE_S} s)"
+        )
         r = result["r"]
         assert r.status_code == 503, r.text[:300]
         body = r.json()

@@ -132,3 +132,25 @@ def test_a_serve_config_build_warns_about_a_misspelt_variable_too(monkeypatch, c
     assert (
         "KRONOS_DEVCIE is not a setting and is ignored (did you mean KRONOS_DEVICE?)" in caplog.text
     )
+
+
+def test_the_exit_watchdog_ends_the_process_at_its_deadline_only():
+    """Issue 45: with a 15 s grace the process exited at 25.0 s, Ray's teardown running on. The
+    watchdog ends it at grace + EXIT_MARGIN_S whatever is still running (here a fake exit)."""
+    import threading
+    import time
+
+    from service.cli import exit_watchdog
+
+    fired: list[float] = []
+    done = threading.Event()
+
+    def fake_exit() -> None:
+        fired.append(time.monotonic())
+        done.set()
+
+    start = time.monotonic()
+    thread = exit_watchdog(start + 0.3, fake_exit)
+    assert thread.daemon  # never holds a clean exit back
+    assert done.wait(5) and len(fired) == 1
+    assert fired[0] - start >= 0.3
