@@ -30,7 +30,7 @@ from kronos_core.base.candles import (
     repair_candles,
     time_features,
 )
-from kronos_core.base.options import ForecastOptions, SamplingDefaults
+from kronos_core.base.options import ForecastOptions, SamplingDefaults, quantile_column
 from kronos_core.calibration.policy import correct
 from kronos_core.engine.batch import assemble
 from kronos_core.engine.config import EngineStats, GenerationConfig
@@ -51,6 +51,37 @@ class ForecastResult:
     quantiles: np.ndarray  # (Q, B, H, 6) float32, Q = len(quantile_levels)
     quantile_levels: tuple[float, ...]  # the requested quantile levels
     stats: EngineStats  # timings and token counts of the engine run(s)
+
+    def to_frame(self, symbols: Sequence[str], timestamps: Sequence) -> pd.DataFrame:
+        """Long format, one row per (symbol, step): ``symbol``, ``step`` (1 = the first forecast
+        candle), ``timestamp``, the six mean columns (``FEATURES``), then ``<feature>_q<level>``
+        per quantile level (``quantile_column``). ``symbols``: one name per series;
+        ``timestamps``: each series' ``horizon`` future times (the forecast's y_timestamps).
+        The served answer as a frame (``kronos_core.client.KronosClient``) has this layout, so
+        local and served forecasts compare column for column."""
+        b, h = self.mean.shape[:2]  # (B, H, 6)
+        if len(symbols) != b or len(timestamps) != b:
+            raise ValueError(
+                f"{b} series forecast, but {len(symbols)} symbols and {len(timestamps)} "
+                "timestamp arrays given"
+            )
+        data: dict[str, Any] = {
+            "symbol": np.repeat(np.asarray(list(symbols), dtype=object), h),
+            "step": np.tile(np.arange(1, h + 1, dtype=np.int32), b),
+            "timestamp": np.concatenate(
+                [np.asarray(pd.DatetimeIndex(t), "datetime64[ns]") for t in timestamps]
+            ) if b else np.array([], "datetime64[ns]"),
+        }
+        for k, name in enumerate(FEATURES):
+            data[name] = self.mean[:, :, k].reshape(-1).astype(np.float32)  # (B*H,)
+        for qi, level in enumerate(self.quantile_levels):
+            for k, name in enumerate(FEATURES):
+                data[quantile_column(name, level)] = (
+                    self.quantiles[qi, :, :, k].reshape(-1).astype(np.float32)  # (B*H,)
+                )
+        frame = pd.DataFrame(data)
+        frame["symbol"] = frame["symbol"].astype(str)  # pandas' own text dtype (object or str)
+        return frame
 
 
 class ForecastJob:
