@@ -1,6 +1,6 @@
-"""The replica's batching policy: every "how big, and when" decision about the work on one device,
-in one place. The step runner (``service.replica.step_runner``) carries it out; the step scheduler
-(``service.replica.scheduler``) is built from it.
+"""The replica's batching policy: every "how big, and when" figure of the work on one device, in
+one place. The step scheduler (``service.replica.scheduler``) takes every decision with these
+figures and the step runner (``service.replica.step_runner``) carries the decisions out.
 
 - **Merging**: shards that arrive within ``batch_wait_timeout_s`` of the first waiting one, with
   the same options (and calibration), form one batch of at most ``max_batch_tokens`` tokens.
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from service.common.settings import Settings
-from service.replica.scheduler import DEFAULT_MAX_SKIPPED
+from service.replica.scheduler import DEFAULT_MAX_SKIPPED, joining
 
 # History tokens one batch may prefill, per device kind, when the setting is unset. CPU: a prefill
 # of 2,048 tokens is about 50 ms on one core, so a small request waits for at most that; GPU: small
@@ -143,22 +143,16 @@ class BatchingPolicy:
         other_requests: list[frozenset[str]] | None = None,
     ) -> list[int]:
         """Which of the other live batches (their rows, in priority order) join the picked batch's
-        decode step: each in turn while the step stays within ``max_step_rows`` rows and, unless
-        ``share_within_request``, carries none of the requests already in the step (the picked
-        batch's ``picked_requests``, each other's ``other_requests``) -> their indices."""
-        joined: list[int] = []
-        rows = picked_rows
-        taken = set(picked_requests)
-        for i, n in enumerate(other_rows):
-            requests = other_requests[i] if other_requests is not None else frozenset()
-            if rows + n > self.max_step_rows:
-                continue
-            if not self.share_within_request and taken & requests:
-                continue
-            joined.append(i)
-            rows += n
-            taken |= requests
-        return joined
+        decode step under this policy's cap and request rule (the scheduler's ``joining``) ->
+        their indices."""
+        return joining(
+            picked_rows,
+            other_rows,
+            self.max_step_rows,
+            self.share_within_request,
+            picked_requests,
+            other_requests,
+        )
 
     def splits(self, series: int, out_of_memory: bool) -> bool:
         """Whether a batch of ``series`` that failed is halved and retried (else its shards

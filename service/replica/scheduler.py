@@ -1,10 +1,19 @@
-"""The replica's step scheduler: priority lanes with preemption at step boundaries.
+"""The replica's step scheduler: every decision about the next step, with preemption at step
+boundaries.
 
-A pure object (no model, no Ray, no torch, no clock of its own): the replica tells it which jobs
-arrived (``submit``), which finished or were cancelled, and after every decode step asks it for the
-``NextStep``: which queued jobs to admit (start: tokenize and prefill), which live job runs the
-next decode step, which jobs leave (cancelled: their memory is freed). The replica carries it
-out (``service.replica.step_runner.StepRunner``).
+Pure (no model, no Ray, no torch, no clock of its own). The step runner
+(``service.replica.step_runner.StepRunner``) reports facts and carries out decisions; every
+decision is taken here:
+
+* **Which shards form a job** (``coalesce_due``, ``group_arrivals``): the shards that arrived
+  together, once the first has waited ``batch_wait_timeout_s`` or they hold ``max_batch_tokens``,
+  grouped by options (and calibration) into jobs of at most ``max_batch_tokens`` tokens.
+* **Each job's shape** (``cut_for_prefill``): at most ``max_prefill_tokens`` history tokens.
+* **Which jobs start, which run, which leave, which share the step** (``Scheduler.next_step``):
+  one frozen ``NextStep`` naming every job admitted, leaving and stepping, with the step's rows.
+
+The runner tells the scheduler which jobs arrived (``submit``), which ran (``stepped_together``,
+with whether each one's next step can share), and which were cancelled.
 
 Policy:
 
@@ -39,16 +48,28 @@ Policy:
   admitted before it (the live jobs drain until it fits), so a big queued job is not starved by
   small ones either. A job is always admitted onto an empty device, fitting or not:
   out-of-memory splitting (the replica's) is the answer to a job the model says is too big.
-* **Shared steps.** The job picked to run may take other live jobs into its decode step
-  (continuous batching: ``by_priority`` gives the order, the replica's batching policy the
-  row cap and whether jobs of one request share a step); every job in it counts the step
-  (``stepped_together``).
+* **Shared steps** (``joining``). The job picked to run takes other live jobs into its decode
+  step (continuous batching): each job whose next step is a cached decode (the runner says so
+  after each step: ``shares_steps``), least remaining work first, while the step holds at most
+  ``max_step_rows`` rows and, unless ``share_within_request``, carries none of the requests
+  already in it. On a CPU a step's cost grows with its rows: two parts of one big request
+  stepping together fill the step, and a small job that arrives pushes one out; apart, the big
+  request's parts decode one after another and the small job rides beside the one decoding.
+  Every job in the step counts it (``stepped_together``).
+* **Coalescing and cuts.** Shards that arrive within ``batch_wait_timeout_s`` of the first waiting
+  one share jobs (one per options group, at most ``max_batch_tokens``). A job's first step
+  (tokenize and prefill its whole history) cannot be preempted, so a job holds at most
+  ``max_prefill_tokens`` history tokens; a shard that does not fit the current job's room starts a
+  job of its own, and the last job of a shard that was cut takes no other: a small request's
+  shard arriving beside a part of a big one never shares a job with the big one's series, so its
+  own job has less work and runs first instead of after all of that part's jobs.
 * **Determinism.** Ties break by arrival order; the next step depends only on the calls made,
   never on time.
 """
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
 # a live job waits at most this many steps of other jobs (a small job of horizon <= 32 runs
@@ -73,6 +94,10 @@ class BatchTicket:
     shard_rows: int = 0
     cancelled: bool = False
     started: bool = False  # admitted (its first step, the prefill, may run)
+    # the requests whose series it carries (jobs of one request may be kept out of one step)
+    requests: frozenset[str] = field(default=frozenset(), compare=False)
+    # its next step can run inside a shared decode step (the runner's report after each step)
+    shares_steps: bool = False
     # the oldest live job: steps of others since it last ran; queued: next steps it waited
     skipped: int = 0
     arrival: int = field(default=0, compare=False)  # order of submission
@@ -101,22 +126,128 @@ class BatchTicket:
 @dataclass(frozen=True)
 class NextStep:
     """What the replica does before the next step: close ``leave``, start ``admit`` (in order), then
-    run one decode step of ``run`` (None: nothing to run)."""
+    run one decode step of every job in ``step`` together (``run`` first; empty: nothing to
+    run)."""
 
-    leave: tuple[int, ...] = ()
-    admit: tuple[int, ...] = ()
-    run: int | None = None
+    leave: tuple[int, ...] = ()  # cancelled jobs: their engine state is freed
+    admit: tuple[int, ...] = ()  # queued jobs to start (tokenize, set up), in order
+    run: int | None = None  # the picked job (None: nothing to run)
     admitted_mid_batch: int = 0  # of ``admit``, jobs started while another job was mid-decode
+    step: tuple[int, ...] = ()  # every job in the decode step: ``run``, then those joining it
+    step_rows: int = 0  # rows (series x sample paths) of all of them
+
+
+def joining(
+    picked_rows: int,
+    other_rows: Sequence[int],
+    max_step_rows: int,
+    share_within_request: bool = True,
+    picked_requests: frozenset[str] = frozenset(),
+    other_requests: Sequence[frozenset[str]] | None = None,
+) -> list[int]:
+    """Which of the other live jobs (their rows, in priority order) join the picked job's decode
+    step: each in turn while the step stays within ``max_step_rows`` rows and, unless
+    ``share_within_request``, carries none of the requests already in the step -> their indices."""
+    joined: list[int] = []
+    rows = picked_rows
+    taken = set(picked_requests)
+    for i, n in enumerate(other_rows):
+        requests = other_requests[i] if other_requests is not None else frozenset()
+        if rows + n > max_step_rows:
+            continue
+        if not share_within_request and taken & requests:
+            continue
+        joined.append(i)
+        rows += n
+        taken |= requests
+    return joined
+
+
+@dataclass(frozen=True)
+class Arrival:
+    """A shard waiting at the replica, as the coalescing rule sees it."""
+
+    key: Hashable  # its options group: shards of one group may share a job
+    tokens: int  # rows x (lookback + horizon)
+    arrived: float  # the runner's clock when it arrived
+    cancelled: bool = False
+
+
+def coalesce_due(arrivals: Sequence[Arrival], now: float, wait_s: float, max_tokens: int) -> bool:
+    """Whether the waiting shards form jobs now: the first has waited ``wait_s``, or together they
+    hold ``max_tokens`` (more would not fit one job anyway)."""
+    if not arrivals:
+        return False
+    return arrivals[0].arrived + wait_s <= now or sum(a.tokens for a in arrivals) >= max_tokens
+
+
+def group_arrivals(arrivals: Sequence[Arrival], max_tokens: int) -> list[list[int]]:
+    """The waiting shards (indices into ``arrivals``) grouped into jobs: one per options group, in
+    order of each group's first shard, a new job when the next shard would take the current one
+    past ``max_tokens``; cancelled shards are left out."""
+    groups: dict[Hashable, list[list[int]]] = {}
+    used: dict[Hashable, int] = {}
+    for i, a in enumerate(arrivals):
+        if a.cancelled:
+            continue
+        chunks = groups.setdefault(a.key, [[]])
+        if chunks[-1] and used[a.key] + a.tokens > max_tokens:
+            chunks.append([])
+            used[a.key] = 0
+        chunks[-1].append(i)
+        used[a.key] = used.get(a.key, 0) + a.tokens
+    return [chunk for chunks in groups.values() for chunk in chunks]
+
+
+def cut_for_prefill(
+    costs: Sequence[Sequence[int]], cap: int | None
+) -> list[list[tuple[int, int, int]]]:
+    """A job's shards cut into jobs of at most ``cap`` prefill tokens. ``costs[k]``: the prefill
+    tokens of each series of the job's k-th shard segment -> jobs, each a list of ``(k, lo, hi)``:
+    series ``lo:hi`` of segment k (offsets within the segment). One series is never cut; shards
+    that fit are packed together; a shard that does not fit the current job's room starts a job of
+    its own; the last job of a shard that was cut takes no other. ``cap`` 0 or None: no cut."""
+    if not cap:
+        return [[(k, 0, len(c)) for k, c in enumerate(costs)]]
+    jobs: list[list[tuple[int, int, int]]] = [[]]
+    used = 0
+    for k, series in enumerate(costs):
+        if used and used + sum(series) > cap:  # no room for all of it: a job of its own
+            jobs.append([])
+            used = 0
+        lo, cut = 0, False
+        for i, cost in enumerate(series):
+            if used and used + cost > cap:
+                if i > lo:
+                    jobs[-1].append((k, lo, i))
+                jobs.append([])
+                lo, used, cut = i, 0, True
+            used += cost
+        jobs[-1].append((k, lo, len(series)))
+        if cut:  # its last job takes no other shard
+            jobs.append([])
+            used = 0
+    return [j for j in jobs if j]
 
 
 class Scheduler:
     """Plans the replica's device loop; see the module docstring for the policy."""
 
-    def __init__(self, budget_bytes: int, max_skipped: int = DEFAULT_MAX_SKIPPED):
+    def __init__(
+        self,
+        budget_bytes: int,
+        max_skipped: int = DEFAULT_MAX_SKIPPED,
+        max_step_rows: int = 0,
+        share_within_request: bool = True,
+    ):
+        """``max_step_rows``: rows one shared decode step holds at most (0: every job steps
+        alone); ``share_within_request``: whether jobs carrying one request share a step."""
         if max_skipped < 0:
             raise ValueError(f"max_skipped must be >= 0, got {max_skipped}")
         self.budget_bytes = int(budget_bytes)
         self.max_skipped = max_skipped
+        self.max_step_rows = max_step_rows
+        self.share_within_request = share_within_request
         self.queued: dict[int, BatchTicket] = {}  # submitted, not admitted
         self.live: dict[int, BatchTicket] = {}  # admitted, not finished
         self._arrivals = 0
@@ -139,16 +270,19 @@ class Scheduler:
         """``job_id`` ran one step; ``steps_left`` remain (0: finished, it leaves the live set)."""
         self.stepped_together({job_id: steps_left})
 
-    def stepped_together(self, steps_left: dict[int, int]) -> None:
+    def stepped_together(
+        self, steps_left: dict[int, int], shares_next: dict[int, bool] | None = None
+    ) -> None:
         """The jobs in ``steps_left`` ran one (shared) step; each has ``steps_left[job]`` left
-        (0: finished, it leaves the live set). One step for aging: the oldest live job ages by one
-        unless it ran."""
+        (0: finished, it leaves the live set) and its next step can share a decode step when
+        ``shares_next[job]``. One step for aging: the oldest live job ages by one unless it ran."""
         oldest = min(self.live.values(), key=lambda t: t.arrival)
         if oldest.job_id not in steps_left:  # only the oldest ages (Aging in the module docstring)
             oldest.skipped += 1
         for job_id, left in steps_left.items():
             ran = self.live[job_id]
             ran.steps_left, ran.skipped = left, 0
+            ran.shares_steps = bool(shares_next and shares_next.get(job_id))
             if left <= 0:
                 del self.live[job_id]
 
@@ -183,7 +317,31 @@ class Scheduler:
         mid_batch = bool(self.live)
         admit = self._admit()
         run = self._pick()
-        return NextStep(tuple(leave), tuple(admit), run, len(admit) if mid_batch else 0)
+        step = [] if run is None else [run, *self._joining(run)]
+        return NextStep(
+            tuple(leave),
+            tuple(admit),
+            run,
+            len(admit) if mid_batch else 0,
+            tuple(step),
+            sum(self.live[j].rows for j in step),
+        )
+
+    def _joining(self, run: int) -> list[int]:
+        """The live jobs that share ``run``'s decode step (``joining``, in priority order)."""
+        picked = self.live[run]
+        if self.max_step_rows <= 0 or not picked.shares_steps:
+            return []
+        others = [self.live[j] for j in self.by_priority(exclude=run) if self.live[j].shares_steps]
+        joined = joining(
+            picked.rows,
+            [t.rows for t in others],
+            self.max_step_rows,
+            self.share_within_request,
+            picked.requests,
+            [t.requests for t in others],
+        )
+        return [others[i].job_id for i in joined]
 
     def _admit(self) -> list[int]:
         admitted: list[int] = []

@@ -1,8 +1,8 @@
-"""The replica's batch execution, without Ray: ``StepRunner`` coalesces the shards that arrive
-together into jobs (one per options group), runs them one decode step at a time as
-``service.replica.scheduler`` decides, halves a job and queues both halves on out-of-memory, and
-puts each shard's answer back together from the jobs that carried its series. Unit-tested with
-fake engines.
+"""The replica's batch execution, without Ray: ``StepRunner`` carries out what
+``service.replica.scheduler`` decides (which shards form which jobs, each job's cuts, which jobs
+start, step together or leave), halves a job and queues both halves on out-of-memory, and puts
+each shard's answer back together from the jobs that carried its series. It takes no scheduling
+decision of its own. Unit-tested with fake engines.
 """
 
 from __future__ import annotations
@@ -25,16 +25,22 @@ from service.common.interfaces import ForecastEngine, ForecastJob
 from service.common.messages import BatchReport, Shard, ShardResult
 from service.replica.memory import MemoryModel, device_memory, is_out_of_memory
 from service.replica.policy import BatchingPolicy
-from service.replica.scheduler import BatchTicket, Scheduler
+from service.replica.scheduler import (
+    Arrival,
+    BatchTicket,
+    Scheduler,
+    coalesce_due,
+    cut_for_prefill,
+    group_arrivals,
+)
 
 log = logging.getLogger(__name__)
 
 # ---- step-at-a-time execution (the replica's device loop) ----------------------------------------
 # The replica runs every shard through ``StepRunner``, the one execution path (tests drive the
-# same path with ``submit`` + ``run_until_idle``): shards arriving together are coalesced into jobs
-# (one per options group, at most ``max_batch_tokens`` each), the
-# ``service.replica.scheduler.Scheduler`` picks which job runs each decode step, and a job's rows
-# keep their state between its steps.
+# same path with ``submit`` + ``run_until_idle``): the scheduler decides which shards arriving
+# together form which jobs and each decode step's jobs; a job's rows keep their state between
+# its steps.
 
 GroupKey = tuple[ForecastOptions, bool, "str | None"]  # (options, calibrate, calibration group)
 
@@ -107,6 +113,12 @@ class PendingShard:
             self._parts.clear()
             if not self.cancelled:  # else nobody waits for it
                 self.on_done(result)
+
+
+def _arrival(p: PendingShard) -> Arrival:
+    """A waiting shard as the scheduler's coalescing rule sees it."""
+    s = p.shard
+    return Arrival((s.options, s.calibrate, s.calibration_group), s.tokens, p.arrived, p.cancelled)
 
 
 @dataclass
@@ -204,7 +216,12 @@ class StepRunner:
         self.calibration: Calibration | None = None  # this model's calibration, when configured
         # its stamp (adaptive calibration: version, hash, updated_at)
         self.calibration_state: dict | None = None
-        self.scheduler = Scheduler(self.policy.budget_bytes, max_skipped=self.policy.max_skipped)
+        self.scheduler = Scheduler(
+            self.policy.budget_bytes,
+            max_skipped=self.policy.max_skipped,
+            max_step_rows=self.policy.max_step_rows,
+            share_within_request=self.policy.share_within_request,
+        )
         self.memory_model = memory_model
         self.clock = clock
         self.jobs: dict[int, DeviceBatch] = {}
@@ -236,6 +253,8 @@ class StepRunner:
             self.policy = policy
             self.scheduler.budget_bytes = policy.budget_bytes
             self.scheduler.max_skipped = policy.max_skipped
+            self.scheduler.max_step_rows = policy.max_step_rows
+            self.scheduler.share_within_request = policy.share_within_request
 
     def take_reports(self) -> list[BatchReport]:
         with self._lock:
@@ -249,11 +268,12 @@ class StepRunner:
                 return 0.0
             if not self._inbox:
                 return None
-            if sum(p.shard.tokens for p in self._inbox) >= self.policy.max_batch_tokens:
+            now = self.clock()
+            arrivals = [_arrival(p) for p in self._inbox]
+            wait = self.policy.batch_wait_timeout_s
+            if coalesce_due(arrivals, now, wait, self.policy.max_batch_tokens):
                 return 0.0
-            return max(
-                0.0, self._inbox[0].arrived + self.policy.batch_wait_timeout_s - self.clock()
-            )
+            return max(0.0, self._inbox[0].arrived + wait - now)
 
     @property
     def waiting_shards(self) -> int:
@@ -264,7 +284,7 @@ class StepRunner:
     # ---- the device thread -----------------------------------------------------------------------
     def tick(self) -> bool:
         """One round of the device loop; False when there was nothing to do."""
-        self._coalesce()
+        self._take_arrivals()
         with self._lock:
             for job_id, job in self.jobs.items():
                 if job.abandoned:
@@ -276,7 +296,7 @@ class StepRunner:
         for job_id in decided.admit:
             self._start(job_id, mid_batch)
         if decided.run is not None and decided.run in self.jobs:
-            self._step(decided.run)
+            self._step(decided.step)
         return bool(decided.leave or decided.admit or decided.run is not None)
 
     def run_until_idle(self, max_ticks: int = 1 << 30) -> None:
@@ -308,73 +328,32 @@ class StepRunner:
 
             torch.cuda.empty_cache()
 
-    def _coalesce(self) -> None:
-        """Turn the shards that arrived into jobs: one per options group, within the token cap."""
+    def _take_arrivals(self) -> None:
+        """Queue the jobs the scheduler's rules make of the shards that arrived, once due."""
         with self._lock:
-            if not self._inbox:
-                return
-            due = self._inbox[0].arrived + self.policy.batch_wait_timeout_s <= self.clock()
-            if not due and sum(p.shard.tokens for p in self._inbox) < self.policy.max_batch_tokens:
+            if not coalesce_due(
+                [_arrival(p) for p in self._inbox],
+                self.clock(),
+                self.policy.batch_wait_timeout_s,
+                self.policy.max_batch_tokens,
+            ):
                 return
             inbox, self._inbox = self._inbox, []
-        groups: dict[GroupKey, list[list[PendingShard]]] = {}
-        for p in inbox:
-            if p.cancelled:
-                continue
-            s = p.shard
-            chunks = groups.setdefault((s.options, s.calibrate, s.calibration_group), [[]])
-            if (
-                chunks[-1]
-                and sum(q.shard.tokens for q in chunks[-1]) + s.tokens
-                > self.policy.max_batch_tokens
-            ):
-                chunks.append([])
-            chunks[-1].append(p)
-        for key, chunks in groups.items():
-            for chunk in chunks:
-                for segments in self._prefill_sized(
-                    [Segment(p, 0, p.shard.size) for p in chunk], key[0]
-                ):
-                    self._queue(key, segments)
-
-    def _prefill_sized(
-        self, segments: list[Segment], options: ForecastOptions
-    ) -> list[list[Segment]]:
-        """``segments`` cut into jobs of at most ``max_prefill_tokens`` history tokens (a shard may
-        be cut; its parts are put back together by ``PendingShard``); one series is never cut.
-
-        Shards that fit in one job are packed together; a shard that does not fit in the current
-        job's room starts a job of its own, and the last job of a shard that was cut takes no
-        other shard. So a small request's shard that arrives beside a part of a big one never
-        shares a job with the big one's series: its own job has less work and runs before that
-        part's jobs (the scheduler), instead of after all of them.
-        """
-        cap = self.policy.max_prefill_tokens
-        if not cap:
-            return [segments]
-        jobs: list[list[Segment]] = [[]]
-        used = 0
-        for g in segments:
+        arrivals = [_arrival(p) for p in inbox]
+        for chunk in group_arrivals(arrivals, self.policy.max_batch_tokens):
+            s = inbox[chunk[0]].shard
+            key: GroupKey = (s.options, s.calibrate, s.calibration_group)
+            segments = [Segment(inbox[i], 0, inbox[i].shard.size) for i in chunk]
             costs = [
-                self.policy.prefill_cost(len(g.pending.shard.values[i]), options.sample_count)
-                for i in range(g.lo, g.hi)
+                [
+                    self.policy.prefill_cost(len(g.pending.shard.values[i]), key[0].sample_count)
+                    for i in range(g.lo, g.hi)
+                ]
+                for g in segments
             ]
-            if used and used + sum(costs) > cap:  # no room for all of it: a job of its own
-                jobs.append([])
-                used = 0
-            lo, cut = g.lo, False
-            for i, cost in zip(range(g.lo, g.hi), costs):
-                if used and used + cost > cap:
-                    if i > lo:
-                        jobs[-1].append(Segment(g.pending, lo, i))
-                    jobs.append([])
-                    lo, used, cut = i, 0, True
-                used += cost
-            jobs[-1].append(Segment(g.pending, lo, g.hi))
-            if cut:  # its last job takes no other shard
-                jobs.append([])
-                used = 0
-        return [j for j in jobs if j]
+            for job in cut_for_prefill(costs, self.policy.max_prefill_tokens):
+                parts = [Segment(segments[k].pending, lo, hi) for k, lo, hi in job]
+                self._queue(key, parts)
 
     def _queue(self, key: GroupKey, segments: list[Segment]) -> None:
         job = DeviceBatch(self._next_id, key, segments)
@@ -391,6 +370,7 @@ class StepRunner:
                 shard_rows=max(g.pending.shard.size for g in segments) * options.sample_count,
                 resident_bytes=resident,
                 transient_bytes=transient,
+                requests=job.requests,
             )
         )
 
@@ -416,10 +396,10 @@ class StepRunner:
         except Exception as exc:
             self._failed(job, exc)
 
-    def _step(self, job_id: int) -> None:
-        """One step of the picked job, shared with the live jobs the policy lets join it."""
-        job = self.jobs[job_id]
-        group = [job, *self._joining(job)]
+    def _step(self, step: tuple[int, ...]) -> None:
+        """One decode step of the jobs the scheduler put in it (the picked one first)."""
+        job = self.jobs[step[0]]
+        group = [job, *(self.jobs[j] for j in step[1:])]
         try:
             if len(group) == 1:
                 assert job.engine is not None
@@ -431,38 +411,20 @@ class StepRunner:
                 self._failed(j, exc)
             return
         steps_left: dict[int, int] = {}
+        shares_next: dict[int, bool] = {}
         for j in group:
             assert j.engine is not None
             j.decode_steps += 1
             j.shared_steps += int(len(group) > 1)
             steps_left[j.job_id] = 0 if j.engine.done else max(1, int(j.engine.steps_left))
-        self.scheduler.stepped_together(steps_left)
+            shares_next[j.job_id] = bool(j.engine.shares_steps)
+        self.scheduler.stepped_together(steps_left, shares_next)
         for j in group:
             try:
                 if steps_left[j.job_id] == 0:
                     self._finish(j)
             except Exception as exc:
                 self._failed(j, exc)
-
-    def _joining(self, job: DeviceBatch) -> list[DeviceBatch]:
-        """The other live jobs that share ``job``'s next decode step (continuous batching): those
-        whose next step is a cached decode too, least remaining work first, within the policy's
-        row cap, and (unless the policy lets a request's jobs share steps) carrying none of the
-        requests already in the step."""
-        if self.policy.max_step_rows <= 0 or job.engine is None or not job.engine.shares_steps:
-            return []
-        others = [
-            (other, other.engine.rows)
-            for other in (self.jobs.get(i) for i in self.scheduler.by_priority(exclude=job.job_id))
-            if other is not None and other.engine is not None and other.engine.shares_steps
-        ]
-        joined = self.policy.shares(
-            job.engine.rows,
-            [rows for _, rows in others],
-            job.requests,
-            [other.requests for other, _ in others],
-        )
-        return [others[i][0] for i in joined]
 
     def _finish(self, job: DeviceBatch) -> None:
         engine = job.engine
