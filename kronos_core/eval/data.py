@@ -80,11 +80,15 @@ def _from_store(root: Path, symbols: Sequence[str] | None) -> list[Series]:
     from kronos_core.data.store import TIME_COLUMN, KlineStore, StoreError
 
     store = KlineStore(root)
-    names = list(symbols) if symbols else store.symbols()
+    try:
+        version = store.manifest()  # every symbol from this one store version
+    except StoreError as exc:
+        raise DataError(f"store {root}: {exc}") from exc
+    names = list(symbols) if symbols else store.symbols(None, version)
     out = []
     for sym in names:
         try:
-            df = store.read(sym)
+            df = store.read(sym, manifest=version)
         except (StoreError, KeyError) as exc:
             raise DataError(f"store {root}: {exc}") from exc
         out.append(_from_frame(df, sym, f"{root}:{sym}", TIME_COLUMN))
