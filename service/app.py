@@ -308,7 +308,8 @@ class Ingress:
             "gateway warm-up: prepared %d symbol(s), one of each exchange and session clock",
             len(warmed),
         )
-        self._symbols: list[str] | None = None
+        # (store version, its symbols): listed again when the store publishes a new version
+        self._symbols: tuple[int, list[str]] | None = None
         current().start(settings, self.metrics, _replica_id())
         self.metrics.set_limits(
             settings.max_inflight_requests * settings.gateway_replicas, num_replicas
@@ -437,12 +438,27 @@ class Ingress:
         limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
         offset: Annotated[int, Query(ge=0, le=MAX_SYMBOL_OFFSET)] = 0,
     ) -> Response:
-        if self._symbols is None:
-            self._symbols = await asyncio.to_thread(self.store.symbols)
-        page = self._symbols[offset: offset + limit]
-        return _json(
-            {"symbols": page, "total": len(self._symbols), "limit": limit, "offset": offset}
-        )
+        listed = await asyncio.to_thread(self._symbol_list)
+        version, symbols = listed
+        page = symbols[offset: offset + limit]
+        return _json({"symbols": page, "total": len(symbols), "limit": limit, "offset": offset,
+                      "store_version": version})
+
+    def _symbol_list(self) -> tuple[int, list[str]]:
+        """The current store version's symbols: cached per version (one stat of the manifest
+        to check); an unversioned store (version 0) is listed on every call."""
+        version = int(getattr(self.store, "version", 0))
+        cached = self._symbols
+        if cached is not None and cached[0] == version and version > 0:
+            return cached
+        for _ in range(3):  # an import published between the two reads: list again
+            symbols = self.store.symbols()
+            after = int(getattr(self.store, "version", 0))
+            if after == version:
+                break
+            version = after
+        self._symbols = (version, symbols)
+        return self._symbols
 
     @api.get("/v1/candles", response_model=CandlesResponse,
              responses={503: _SHUTTING_DOWN, **_KEYS})

@@ -1,4 +1,5 @@
-"""Store read benchmark: windows of many symbols from the Arrow store against per-symbol CSVs."""
+"""Store read benchmark: windows of many symbols from the Arrow store against per-symbol CSVs
+(``run_bench``, a generated store), or the window reads of a real store (``bench_real_store``)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from tqdm.auto import tqdm
 
 from kronos_core.base.candles import FEATURES
 from kronos_core.data.sample_store import build_sample_store
-from kronos_core.data.store import KlineStore
+from kronos_core.data.store import KlineStore, WindowBatch
 
 
 @dataclass
@@ -55,7 +56,7 @@ class BenchResult:
 
 _COLD_PROCESS = """
 import json, sys, time
-from kronos_core.data.store import KlineStore
+from kronos_core.data.store import KlineStore, WindowBatch
 store = KlineStore(sys.argv[1], frequency="5min")
 symbols = store.symbols()
 t0 = time.perf_counter()
@@ -184,3 +185,57 @@ def run_bench(
             snapshot_opens=snapshot_opens,
             store_cold_best_s=min(cold_times),
         )
+
+
+@dataclass
+class RealStoreResult:
+    """Window reads of every symbol of one frequency of a real store, in seconds."""
+
+    root: str
+    frequency: str
+    version: int  # the store version read (0: unversioned)
+    n_symbols: int
+    lookback: int
+    errors: int  # symbols the read reported as errors
+    cold_s: float  # first read in a fresh reader (snapshot when present)
+    cold_best_s: float  # fastest first read of 5 more fresh readers
+    cold_files_s: float  # first read of a fresh reader that maps every file (no snapshot)
+    warm_s: float  # median of repeated reads of one reader (opened files cached)
+    warm_best_s: float  # fastest repeated read
+    snapshot_opens: int  # symbols the cold read took from the snapshot
+
+
+def bench_real_store(root: str | Path, frequency: str | None = None, lookback: int = 512,
+                     repeats: int = 11) -> RealStoreResult:
+    """Time ``read_windows`` of every symbol of ``frequency`` (default: the frequency holding
+    the most symbols) of the store at ``root``: cold, cold without the snapshot, warm. Reads
+    only."""
+    probe = KlineStore(root)
+    freqs = probe.frequencies()
+    if not freqs:
+        raise ValueError(f"{root}: no symbols (is it a store folder?)")
+    if frequency is None:
+        frequency = max(freqs, key=lambda f: len(probe.symbols(f)))
+    symbols = probe.symbols(frequency)
+
+    def cold(snapshot: bool = True) -> tuple[float, KlineStore, WindowBatch]:
+        reader = KlineStore(root, frequency=frequency, snapshot=snapshot)
+        t0 = time.perf_counter()
+        batch = reader.read_windows(symbols, lookback)
+        return time.perf_counter() - t0, reader, batch
+
+    cold_s, reader, batch = cold()
+    snapshot_opens = reader.opened["snapshot"]
+    cold_best = min(cold()[0] for _ in range(5))
+    cold_files = cold(snapshot=False)[0]
+    warm = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        reader.read_windows(symbols, lookback)
+        warm.append(time.perf_counter() - t0)
+    return RealStoreResult(
+        root=str(root), frequency=frequency, version=probe.version, n_symbols=len(symbols),
+        lookback=lookback, errors=len(batch.errors), cold_s=cold_s, cold_best_s=cold_best,
+        cold_files_s=cold_files, warm_s=statistics.median(warm), warm_best_s=min(warm),
+        snapshot_opens=snapshot_opens,
+    )

@@ -226,9 +226,12 @@ class KlineReader(StoreDirectory):
             meta["last"] = str(pd.Timestamp(int(entry.ts[-1])))
         return meta
 
-    def read(self, symbol: str, frequency: str | None = None, start=None, end=None) -> pd.DataFrame:
-        """All candles of ``symbol`` (optionally ``start <= t <= end``) as a DataFrame (a copy)."""
-        entry = self._entry(symbol, frequency or self.frequency)
+    def read(self, symbol: str, frequency: str | None = None, start=None, end=None,
+             manifest: Any = CURRENT) -> pd.DataFrame:
+        """All candles of ``symbol`` (optionally ``start <= t <= end``) as a DataFrame (a copy).
+        ``manifest``: the store version to read (``manifest()`` taken once, so that reads of
+        several symbols come from one version; default: the published one now)."""
+        entry = self._entry(symbol, frequency or self.frequency, None, None, manifest)
         tz = entry.meta.get("timezone")
         lo = 0 if start is None else int(np.searchsorted(entry.ts, _as_ns(start, tz), "left"))
         hi = (

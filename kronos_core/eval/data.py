@@ -101,14 +101,18 @@ def _from_store(path: Path, symbols: Sequence[str] | None) -> list[Series]:
 
     root, frequency = store_and_frequency(path)
     store = KlineStore(root, frequency)
-    names = list(symbols) if symbols else store.symbols()
+    try:
+        version = store.manifest()  # every symbol from this one store version
+    except StoreError as exc:
+        raise DataError(f"store {root}: {exc}") from exc
+    names = list(symbols) if symbols else store.symbols(frequency, version)
     if not names:
         where = f"frequency folder {frequency} of store {root}" if frequency else f"store {root}"
         raise DataError(f"{where}: no series (frequencies: {store.frequencies() or 'none'})")
     out = []
     for sym in names:
         try:
-            df = store.read(sym)
+            df = store.read(sym, manifest=version)
             meta = dict(store.metadata(sym))
         except (StoreError, KeyError) as exc:
             raise DataError(f"store {root}: {exc}") from exc

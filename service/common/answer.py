@@ -173,6 +173,13 @@ class ForecastAnswer:
         required=False,
         default=None,
     )  # {value, source, note}: kronos_core.base.lookback.Lookback.as_dict()
+    store_version: int | None = answer_field(
+        int | None,
+        "the store version every stored window of this answer was read from (one per request; "
+        "0: an unversioned store); null for inline series",
+        required=False,
+        default=None,
+    )
     # ---- per symbol: the answer's "forecasts", one object per answered symbol
     symbols: list[str] = answer_field(str, name="symbol", per_symbol=True, arrow_input=True)
     history_length: list[int] = answer_field(

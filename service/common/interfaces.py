@@ -73,12 +73,20 @@ class Windows(Protocol):
     @property
     def errors(self) -> Sequence[SymbolFailure]: ...
 
+    @property
+    def store_version(self) -> int: ...  # the one store version every window was read from
+
 
 @runtime_checkable
 class CandleStore(Protocol):
     """The gateway's view of the store (``kronos_core.data.store_reader.KlineReader``)."""
 
     root: Any  # the store's folder: messages to clients name it by its base name only
+
+    @property
+    def version(self) -> int:
+        """The published store version (0: an unversioned store); one stat to check."""
+        ...
 
     def symbols(self, frequency: str | None = None) -> list[str]:
         """Sorted symbols (of one frequency, or of all)."""

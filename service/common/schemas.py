@@ -633,6 +633,9 @@ class SymbolsPage(BaseModel):
     total: int
     limit: int
     offset: int
+    store_version: int | None = Field(
+        None, description="the store version listed (0: an unversioned store, listed afresh)"
+    )
 
 
 class ModelsResponse(BaseModel):

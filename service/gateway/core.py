@@ -251,6 +251,7 @@ class ForecastPipeline:
             calibration_state=g.calibration_state,
             request_id=shards[0].request_id if shards else request_id,
             lookback=choice.as_dict(),
+            store_version=prep.store_version,
             symbols=g.symbols,
             history_length=g.history_length,
             last_timestamp=g.last_timestamp,

@@ -56,6 +56,7 @@ class Prepared:
     y_ts: list[np.ndarray] = field(default_factory=list)  # (H,) datetime64[ns]
     warnings: list[list[dict]] = field(default_factory=list)  # per usable series: {code, message}
     errors: list[dict] = field(default_factory=list)  # {symbol, code, message}
+    store_version: int | None = None  # the store version read (None: inline series)
 
 
 def _wall_clock(t: pd.Timestamp, tz: str | None) -> pd.Timestamp:
@@ -116,13 +117,16 @@ def store_as_of(value) -> pd.Timestamp | None:
 
 
 def _store_series(
-    store: CandleStore, req: ForecastRequest, lookback: int, errors: list[dict]
+    store: CandleStore, req: ForecastRequest, lookback: int, out: Prepared
 ) -> list[_Series]:
     # the store reads a naive as_of as each symbol's wall clock, an aware one converted
     as_of = None if req.as_of is None else store_as_of(req.as_of)
+    # one read: every window of one store version, which the answer names
     batch = store.read_windows(
         list(req.symbols or []), lookback, as_of=as_of, frequency=req.frequency
     )
+    out.store_version = batch.store_version
+    errors = out.errors
     errors.extend(symbol_error(e.symbol, ErrorCode(e.code), e.message) for e in batch.errors)
     items = []
     for win in batch.windows:
@@ -182,7 +186,7 @@ def prepare(req: ForecastRequest, lookback: int | Lookback, store: CandleStore,
     if not isinstance(lookback, Lookback):
         lookback = Lookback(int(lookback), "request", f"lookback {lookback}")
     if req.symbols is not None:
-        items = _store_series(store, req, lookback.value, out.errors)
+        items = _store_series(store, req, lookback.value, out)
     else:
         items = _inline_series(req, lookback.value, out.errors)
     short = min_history_warning

@@ -248,3 +248,17 @@ def test_unversioned_store_becomes_versioned_at_its_first_import(tmp_path):
     store.write("OLD", frame.assign(timestamps=DAYS[5:10]))  # now a one-symbol transaction
     assert store.version == 2 and len(store.read("OLD")) == 10
     assert verify(root).ok
+
+
+def test_reads_of_several_symbols_from_one_version(base_store, tmp_path):
+    """What ``kronos eval`` does with a store: take the manifest once, read every symbol from
+    it, while an import publishes the next version."""
+    from kronos_core.eval.data import _from_store
+
+    store = KlineStore(base_store)
+    v1 = store.manifest()
+    files = _day_files(tmp_path / "csv", SYMS, DAYS[30:31], "d30")
+    assert all(o.ok for o in import_files(files, base_store, progress=False))
+    assert [len(store.read(s, manifest=v1)) for s in SYMS] == [30] * len(SYMS)
+    assert [len(store.read(s)) for s in SYMS] == [31] * len(SYMS)
+    assert [len(s) for s in _from_store(base_store, None)] == [31] * len(SYMS)

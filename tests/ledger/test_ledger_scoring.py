@@ -335,3 +335,25 @@ def test_a_symbol_the_store_cannot_tell_the_last_candle_of_is_read_every_pass(
     score(led, store, waiting=memo)
     score(led, store, waiting=memo)
     assert [len(r) for r in read] == [2, 1]  # the file with the unknown symbol again; AAA's not
+
+
+@pytest.mark.parametrize("since", [None, "request day"])
+def test_scores_in_an_earlier_partition_are_not_scored_again_after_a_restart(tmp_path, since):
+    """Issue 42, finding 11: de-duplication must read every partition the request's scores can
+    be in, not only today's: scores written on an earlier day (moved to yesterday's partition
+    here) are not written again by a scorer that starts afresh."""
+    store, led, full, _, _ = _setup(tmp_path)
+    for s, f in full.items():
+        append(store, s, f.iloc[30:33])
+    assert score(led, store).scores.num_rows == 6
+    (today,) = [p for p in led.scores_root.iterdir() if p.name.startswith("date=")]
+    day = pd.Timestamp(today.name.split("=", 1)[1])
+    earlier = today.with_name(f"date={(day - pd.Timedelta(days=1)).date()}")
+    today.rename(earlier)  # scored yesterday
+    for s, f in full.items():
+        append(store, s, f.iloc[33:35])
+    fresh = Ledger(tmp_path / "ledger")  # a restarted scorer: nothing in memory
+    when = None if since is None else led.read().to_pandas()["request_time"].min().floor("D")
+    assert score(fresh, store, since=when).scores.num_rows == 4
+    keys = fresh.read_scores().to_pandas()[["request_id", "symbol", "horizon_step"]]
+    assert len(keys) == 10 and not keys.duplicated().any()

@@ -38,6 +38,7 @@ class FakeWindowBatch:
 
     windows: list[SymbolWindow]  # the real value type: a fake of it would buy nothing
     errors: list[FakeSymbolError] = field(default_factory=list)
+    store_version: int = 0
 
     @property
     def symbols(self):
@@ -50,6 +51,7 @@ class FakeStore:
 
     def __init__(self, n: int = 20, length: int = 300, root: str = "/srv/fake-store"):
         self.n, self.length, self.root = n, length, root
+        self.version = 0  # one version: the fake's data never changes
         self.idx = pd.date_range("2024-01-01", periods=length, freq="h")
 
     def symbols(self, frequency=None):
