@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from service.common.messages import Shard, ShardResult
+from service.replica.placement import TokenCounts
 from service.replica.step_runner import PendingShard, StepRunner
 
 log = logging.getLogger(__name__)
@@ -114,8 +115,7 @@ class DeviceLoops:
         if not loops:
             raise ValueError("a replica needs at least one device loop")
         self.loops = loops
-        self._tokens = [0] * len(loops)
-        self._lock = threading.Lock()
+        self._tokens = TokenCounts(range(len(loops)))
 
     @property
     def runners(self) -> list[StepRunner]:
@@ -123,25 +123,21 @@ class DeviceLoops:
 
     def least_loaded(self) -> int:
         """The index of the loop with the fewest tokens in flight."""
-        with self._lock:
-            return min(range(len(self.loops)), key=self._tokens.__getitem__)
+        return self._tokens.least(range(len(self.loops)))
 
     def submit(
         self, index: int, shard: Shard, on_done: Callable[[ShardResult], None]
     ) -> Placed:
         """Hand ``shard`` to loop ``index`` (from ``least_loaded``)."""
         runner = self.loops[index].runner
-        with self._lock:
-            self._tokens[index] += shard.tokens
+        self._tokens.add(index, shard.tokens)
         return Placed(index, runner, runner.submit(shard, on_done))
 
     def release(self, placed: Placed) -> None:
-        with self._lock:
-            self._tokens[placed.index] -= placed.pending.shard.tokens
+        self._tokens.take(placed.index, placed.pending.shard.tokens)
 
     def tokens_in_flight(self) -> list[int]:
-        with self._lock:
-            return list(self._tokens)
+        return self._tokens.snapshot(range(len(self.loops)))
 
     @property
     def alive(self) -> bool:

@@ -30,6 +30,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from service.common.messages import ReplicaInfo, Shard, ShardResult
 from service.common.settings import Settings
+from service.replica.placement import TokenCounts
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +82,7 @@ class LoopProcesses:
             actor.remote(child_settings, None, replica_id=replica_id, loop_name=f"p{k}")
             for k in range(loops)
         ]
-        self._tokens = [0] * loops
+        self._tokens = TokenCounts(range(loops))
         self._lock = threading.Lock()
         self.dead: dict[int, str] = {}  # child index -> how it ended
         try:
@@ -108,7 +109,7 @@ class LoopProcesses:
             live = [k for k in range(len(self.children)) if k not in self.dead]
             if not live:
                 raise LoopProcessDied("; ".join(self.dead.values()))
-            return min(live, key=self._tokens.__getitem__)
+            return self._tokens.least(live)
 
     def _ended(self, index: int, exc: BaseException) -> str:
         first = str(exc).splitlines()[0] if str(exc) else "no detail"
@@ -122,15 +123,13 @@ class LoopProcesses:
         return why
 
     def tokens_in_flight(self) -> list[int]:
-        with self._lock:
-            return list(self._tokens)
+        return self._tokens.snapshot(range(len(self.children)))
 
     async def forecast_shard(self, shard: Shard) -> ShardResult:
         """The shard's result from the least-loaded live child (which attached its batch
         reports)."""
         index = self.least_loaded()
-        with self._lock:
-            self._tokens[index] += shard.tokens
+        self._tokens.add(index, shard.tokens)
         ref = self.children[index].forecast_shard.remote(shard)
         try:
             return await ref
@@ -140,8 +139,7 @@ class LoopProcesses:
         except RayActorError as exc:
             raise LoopProcessDied(self._ended(index, exc)) from exc
         finally:
-            with self._lock:
-                self._tokens[index] -= shard.tokens
+            self._tokens.take(index, shard.tokens)
 
     async def check_health(self, timeout_s: float) -> None:
         """Raises ``LoopProcessDied`` when a child has ended or does not answer in time."""

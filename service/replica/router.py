@@ -11,13 +11,11 @@ completes, whatever the outcome (Serve calls ``on_request_completed`` once per r
 ranks the replicas by those counts, least first; Serve then sends the shard to the first ranked
 replica whose queue is not full, and backs off before asking again when every queue is full.
 Each gateway counts the shards it sent; with several gateways each places by its own share of the
-load.
+load. The counting is ``service.replica.placement``'s, the same the step loops are placed by.
 """
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Hashable
 from typing import Any
 
 from ray.serve.request_router import (
@@ -29,46 +27,9 @@ from ray.serve.request_router import (
 )
 
 from service.common.messages import Shard
+from service.replica.placement import TokensInFlight
 
-
-class TokensInFlight:
-    """Tokens in flight per replica, from the calls routed and not yet completed (no Ray).
-
-    A call is known by (replica, call id); the id alone is not unique: every shard of one HTTP
-    request carries the request's id, and hedged copies repeat it. Calls with the same key are
-    completed in the order they were routed (their tokens may differ a little; once all of them
-    complete, the replica's count is exact again)."""
-
-    def __init__(self) -> None:
-        self.by_replica: dict[Hashable, int] = {}
-        self._calls: dict[tuple[Hashable, str], deque[int]] = {}
-        self._ranked_first_at: dict[Hashable, int] = {}  # the ranking in which it was first
-        self._rankings = 0
-
-    def routed(self, call_id: str, replica: Hashable, tokens: int) -> None:
-        self.by_replica[replica] = self.by_replica.get(replica, 0) + tokens
-        self._calls.setdefault((replica, call_id), deque()).append(tokens)
-
-    def completed(self, call_id: str, replica: Hashable) -> None:
-        calls = self._calls.get((replica, call_id))
-        if not calls:
-            return  # not routed here (rejected, or completed already)
-        tokens = calls.popleft()
-        if not calls:
-            del self._calls[(replica, call_id)]
-        self.by_replica[replica] = max(0, self.by_replica.get(replica, 0) - tokens)
-
-    def ranked(self, replicas: list[Any], key: Any = lambda r: r) -> list[Any]:
-        """``replicas`` by tokens in flight, least first; ties to the one ranked first least
-        recently (then in the order given). A call's tokens count only once its replica has
-        accepted it, so the shards of one request, routed together, all see the same tokens; the
-        tie-break takes turns instead of sending every one of them to the same replica."""
-        order = sorted(replicas, key=lambda r: (self.by_replica.get(key(r), 0),
-                                                self._ranked_first_at.get(key(r), -1)))
-        if order:
-            self._rankings += 1
-            self._ranked_first_at[key(order[0])] = self._rankings
-        return order
+__all__ = ["LeastTokensRouter", "TokensInFlight", "request_tokens"]
 
 
 def request_tokens(args: list[Any]) -> int:
