@@ -77,6 +77,7 @@ function askForKey(reason) {
   $("key-reason").textContent = reason;
   $("key-input").value = "";
   const dialog = $("key-dialog");
+  dialog.returnValue = ""; // Escape closes it without an action
   if (!dialog.open) dialog.showModal();
 }
 
@@ -438,6 +439,7 @@ async function runSymbol(event) {
 function openSymbol(symbol) {
   $("symbol-input").value = symbol;
   $("symbol-horizon").value = $("horizon").value;
+  $("symbol-samples").value = $("sample-count").value;
   $("symbol-lookback").value = $("lookback").value;
   $("symbol-as-of").value = $("as-of").value;
   showTab("symbol");
@@ -458,6 +460,27 @@ function figuresTable(title, rows) {
     }).join("")
     + `<td>${fmt(f.crps, 4)}</td><td>${fmt(f.mae, 4)}</td><td>${f.direction_hit === null ? "–" : pct(f.direction_hit)}</td></tr>`).join("");
   return `<table class="accuracy-table"><thead>${head}</thead><tbody>${body}</tbody></table>`;
+}
+
+/** CRPS by the day the forecasts were made, over the last 7 days. /v1/accuracy?since=T gives
+ * the mean over every forecast made at or after T with its count, so one day's mean is exact:
+ * (mean_a * n_a - mean_b * n_b) / (n_a - n_b) for the cuts a < b around it. */
+async function crpsOverTime(symbol) {
+  const days = 7, now = Date.now(), cum = [];
+  for (let k = days; k >= 0; k--) {
+    const since = new Date(now - k * 86400e3).toISOString();
+    const one = await api(`v1/accuracy?since=${encodeURIComponent(since)}${symbol ? "&symbol=" + encodeURIComponent(symbol) : ""}`);
+    cum.push({ since, n: one.all_time.scored, crps: one.all_time.crps });
+  }
+  const rows = [];
+  for (let i = 0; i < days; i++) {
+    const a = cum[i], b = cum[i + 1], n = a.n - b.n;
+    const sum = (a.crps || 0) * a.n - (b.crps || 0) * b.n;
+    rows.push(`<tr><td>${escapeHtml(a.since.slice(0, 10))}</td><td>${n}</td><td>${n > 0 ? fmt(sum / n, 4) : "–"}</td></tr>`);
+  }
+  if (!cum[0].n) return "<h2>CRPS over time</h2><p class=\"empty\">No forecast made in the last 7 days has been scored yet.</p>";
+  return "<h2>CRPS over time (by the day the forecasts were made, UTC)</h2>"
+    + `<table class="accuracy-table"><thead><tr><th scope="col">day</th><th scope="col">scored</th><th scope="col">CRPS</th></tr></thead><tbody>${rows.join("")}</tbody></table>`;
 }
 
 async function loadAccuracy(event) {
@@ -487,6 +510,7 @@ async function loadAccuracy(event) {
       byStep.push([`step ${h}`, one.all_time]);
     }
     if (byStep.length) html += "<h2>By horizon step (all time)</h2>" + figuresTable("step", byStep);
+    html += await crpsOverTime(symbol);
     const bySymbol = [];
     for (const r of state.rows.slice(0, 20)) {
       if (r.error) continue;
