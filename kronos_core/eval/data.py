@@ -89,9 +89,10 @@ def load_series(sources: Sequence[str | Path], symbols: Sequence[str] | None = N
 
 def store_and_frequency(path: Path) -> tuple[Path, str | None]:
     """``STORE`` -> (STORE, None); ``STORE/5min`` (a frequency folder of a store: named like a
-    bar size, ``BAR_SIZE``, and holding no folders of its own) -> (STORE, "5min")."""
+    bar size, ``BAR_SIZE``, and holding no folders of its own but the store's internal ones,
+    ``_v`` of its versions and dot-folders) -> (STORE, "5min")."""
     if BAR_SIZE.fullmatch(path.name) and not any(e.is_dir() for e in path.iterdir()
-                                                 if not e.name.startswith(".")):
+                                                 if not e.name.startswith((".", "_"))):
         return path.parent, path.name
     return path, None
 

@@ -565,8 +565,9 @@ def kept_name(name: str) -> str:
 
 
 def best_checkpoint(out: Path) -> dict:
-    """Where ``best/`` is and what it holds: step, validation loss, and ``source`` ("trained",
-    or "init" when the forecasting check put the starting weights back)."""
+    """Where ``best/`` is and what it holds: step, validation loss, ``source`` ("trained", or
+    "init" when the forecasting check put the starting weights back), its model ``name`` and
+    ``kept`` (the guard's mark when it kept the starting weights; None otherwise)."""
     folder = out / "best"
     manifest = folder / "kronos.json"
     info = json.loads(manifest.read_text()) if manifest.is_file() else {}

@@ -33,7 +33,8 @@ def test_the_end_of_a_run_says_windows_files_and_best_checkpoint(tmp_path, capsy
              if r.get("val_loss") is not None]
     best = min(evals, key=lambda r: r["val_loss"])
     assert summary["best"] == {"path": str(out / "best"), "step": best["step"],
-                               "val_loss": best["val_loss"], "source": "trained"}
+                               "val_loss": best["val_loss"], "source": "trained",
+                               "name": "kronos-custom", "kept": None}
     assert json.loads((out / "best" / "kronos.json").read_text())["step"] == best["step"]
 
     # the files: exactly what is in the folder
