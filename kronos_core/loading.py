@@ -216,13 +216,16 @@ def resolve_source(cfg: PredictorConfig) -> ResolvedSource:
 def _bundle_source(folder: Path, cfg: PredictorConfig, bundled: bool) -> ResolvedSource:
     meta = _manifest(folder)
     tdir = resolve_checkpoint(cfg.tokenizer, None) if cfg.tokenizer else folder / "tokenizer"
+    name = str(meta.get("name") or folder.name)
     try:
         sampling = SamplingDefaults.from_manifest(meta.get("sampling"),
                                                   str(folder / BUNDLE_MANIFEST))
     except ValueError as exc:
         raise CheckpointError(str(exc)) from exc
+    if meta.get("sampling") is not None:  # named by the model, never by a server path
+        sampling = replace(sampling, source=f"{name}'s {BUNDLE_MANIFEST}")
     return ResolvedSource(
-        folder / "model", tdir, str(meta.get("name") or folder.name),
+        folder / "model", tdir, name,
         int(cfg.max_context or meta.get("max_context") or 512), bundled,
         bool(meta.get("random_weights", False)), None, sampling,
     )

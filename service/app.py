@@ -483,7 +483,7 @@ class Ingress:
     ) -> Response:
         """The stored candles of one symbol around a forecast's start: the history (what a
         forecast ``as_of`` the same time reads) and the actual candles that followed ``as_of``.
-        A symbol the store cannot give: 422 naming ``symbol``. Key scope: ``candles``."""
+        A symbol the store cannot give: 404 with the store's reason. Key scope: ``candles``."""
         return _json(await asyncio.to_thread(
             candles_answer, self.store, symbol, before, after, as_of, frequency
         ))

@@ -24,7 +24,6 @@ from fastapi.responses import Response
 
 from kronos_core.base.candles import FEATURES
 from service.common.answer import iso_times
-from service.common.errors import RequestInvalid
 
 STATIC = Path(__file__).parent / "static"
 UI_PATH = "/ui"
@@ -74,13 +73,13 @@ def candles_answer(
     """``GET /v1/candles``: the last ``before`` stored candles of ``symbol`` at or before
     ``as_of`` (None: the latest), and with ``as_of`` up to ``after`` candles stored after it.
     ``store`` is a ``KlineReader``. A symbol the store cannot give (unknown, invalid, nothing
-    up to ``as_of``) is a 422 naming the parameter, with the store's message (``RequestInvalid``).
+    up to ``as_of``) is a 404 with the store's message and code: the request is valid, its
+    resource is not there (a schema-valid request is never refused with 422).
     """
     batch = store.read_windows([symbol], before, as_of=as_of, frequency=frequency)
     if batch.errors:
         err = batch.errors[0]
-        message = f"{err.message} ({err.code})"
-        raise RequestInvalid("symbol", message, [(["query", "symbol"], message)])
+        raise HTTPException(404, f"symbol: {err.message} ({err.code})")
     window = batch.windows[0]
     later_ts = np.array([], "datetime64[ns]")
     later = np.zeros((0, len(FEATURES)), np.float32)

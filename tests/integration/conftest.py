@@ -95,7 +95,10 @@ class LiveService:
         symbols = self.store.symbols()[:64]
         for _ in range(20):
             r = self.client.post(
-                "/v1/forecast", json={"symbols": symbols, "lookback": 128, "horizon": 2, "seed": 0}
+                "/v1/forecast",
+                # one path: callers count the flush's tokens (the model's default is 32 paths)
+                json={"symbols": symbols, "lookback": 128, "horizon": 2, "seed": 0,
+                      "sample_count": 1},
             )
             assert r.status_code == 200, r.text[:300]
             bodies.append(r.json())

@@ -18,7 +18,6 @@ from fastapi.testclient import TestClient  # noqa: E402
 
 from service.app import api  # noqa: E402
 from service.auth import KeyRing, app_path, hash_key, is_open, parse_keys  # noqa: E402
-from service.common.errors import RequestInvalid  # noqa: E402
 from service.state import current  # noqa: E402
 from service.ui import ASSETS, STATIC, candles_answer  # noqa: E402
 
@@ -135,11 +134,13 @@ def test_candles_around_as_of_are_the_stored_ones(store):
     assert latest["after"]["timestamps"] == []
 
 
-def test_a_symbol_the_store_cannot_give_is_a_422_naming_it(store):
+def test_a_symbol_the_store_cannot_give_is_a_404_with_its_reason(store):
+    from fastapi import HTTPException
+
     s, frame = store
-    with pytest.raises(RequestInvalid) as caught:
+    with pytest.raises(HTTPException) as caught:
         candles_answer(s, "NOPE", before=10, after=0)
-    assert caught.value.detail()[0]["loc"] == ["query", "symbol"]
-    assert "NOPE" in caught.value.message and "unknown_symbol" in caught.value.message
-    with pytest.raises(RequestInvalid, match="no_data"):
+    assert caught.value.status_code == 404
+    assert "NOPE" in caught.value.detail and "unknown_symbol" in caught.value.detail
+    with pytest.raises(HTTPException, match="no_data"):
         candles_answer(s, "AAA", before=10, after=0, as_of="2023-06-01")
