@@ -79,7 +79,9 @@ def candles_answer(
     batch = store.read_windows([symbol], before, as_of=as_of, frequency=frequency)
     if batch.errors:
         err = batch.errors[0]
-        raise HTTPException(404, f"symbol: {err.message} ({err.code})")
+        # the code, not the store's message: that one names the store's folder on the server
+        raise HTTPException(404, f"symbol {symbol!r}: {err.code} in the store"
+                                 + (f" at as_of {as_of}" if as_of is not None else ""))
     window = batch.windows[0]
     later_ts = np.array([], "datetime64[ns]")
     later = np.zeros((0, len(FEATURES)), np.float32)
