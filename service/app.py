@@ -125,6 +125,13 @@ api.add_middleware(CorsMiddleware, get_origins=lambda: current().cors_origins)
 _SHUTTING_DOWN: dict[str, Any] = {
     "model": RequestErrorOut, "description": "shutting down (code shutting_down); see Retry-After",
 }
+_NO_CANDLES: dict[str, Any] = {  # GET /v1/candles: a symbol the store cannot give
+    "description": "the store cannot give the symbol (unknown, invalid, nothing up to as_of): "
+                   "`detail` names it and the store's code",
+    "content": {"application/json": {"schema": {
+        "type": "object", "properties": {"detail": {"type": "string"}}, "required": ["detail"],
+    }}},
+}
 _KEYS: dict[int | str, dict[str, Any]] = {  # only when API keys are configured (off by default)
     401: {
         "model": RequestErrorOut,
@@ -461,7 +468,7 @@ class Ingress:
         return self._symbols
 
     @api.get("/v1/candles", response_model=CandlesResponse,
-             responses={503: _SHUTTING_DOWN, **_KEYS})
+             responses={404: _NO_CANDLES, 503: _SHUTTING_DOWN, **_KEYS})
     async def candles(
         self,
         symbol: Annotated[str, Query(min_length=1, max_length=64)],

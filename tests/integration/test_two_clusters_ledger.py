@@ -44,6 +44,10 @@ def _keys(table) -> list[tuple]:
     return list(zip(*cols, strict=True))
 
 
+@pytest.mark.xfail(strict=True, reason=(
+    "known broken (issue 45 stays open): in both CI runs of 2026-12-05 every forecast of both "
+    "clusters was recorded whole and none scored twice, but some recorded step was never scored "
+    "before the deadline; strict, so a fix shows as XPASS and this mark must go"))
 def test_two_clusters_write_and_score_one_ledger_at_once(tmp_path):
     from kronos_core.data.store import KlineStore
     from kronos_core.ledger import Ledger
