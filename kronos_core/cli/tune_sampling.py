@@ -15,7 +15,7 @@ folder's ``kronos.json`` (``sampling``, with the grid's table), where ``kronos f
 
 Example::
 
-    kronos tune-sampling --corpus ../shared/data/corpus --model MODEL_DIR --max-series-per-group 8
+    kronos tune-sampling --corpus CORPUS_DIR --model MODEL_DIR --max-series-per-group 8
         --windows 4 --lookback 251 --horizon 1 5 --write MODEL_DIR
 """
 
