@@ -184,9 +184,9 @@ def _fit_group(args, predictor, series) -> tuple[dict, int, float]:
     n_windows, seconds = len(truth), sum(w.seconds for w in wfs)
     from kronos_core.eval.runner import sampling_for
 
-    info = {"windows": n_windows, "lookback": args.lookback,
-            "sampling": sampling_for(args, predictor).as_dict(),
-            "sample_count": sampling_for(args, predictor).sample_count,
+    sampling = sampling_for(args, predictor)
+    info = {"windows": n_windows, "lookback": args.lookback, "sampling": sampling.as_dict(),
+            "sample_count": sampling.sample_count,
             "seed": args.seed, "step": args.step or args.horizon, "holdout": args.holdout,
             "series": [s.name for s in series], "start": args.start, "end": args.end}
     if getattr(args, "eval_from", None) is not None:
