@@ -154,11 +154,6 @@ class BatchingPolicy:
             other_requests,
         )
 
-    def splits(self, series: int, out_of_memory: bool) -> bool:
-        """Whether a batch of ``series`` that failed is halved and retried (else its shards
-        fail)."""
-        return out_of_memory and series > self.min_split
-
 
 def replica_budget(settings: Settings, device: str, free_gpu_bytes: int | None = None) -> int:
     """Bytes one replica plans its batches for: the setting, else 90% of the free GPU memory, else

@@ -12,8 +12,15 @@ decision is taken here:
 * **Which jobs start, which run, which leave, which share the step** (``Scheduler.next_step``):
   one frozen ``NextStep`` naming every job admitted, leaving and stepping, with the step's rows.
 
-The runner tells the scheduler which jobs arrived (``submit``), which ran (``stepped_together``,
-with whether each one's next step can share), and which were cancelled.
+* **Out of memory** (``Scheduler.failed``, ``halve``): a job halved at its middle series, both
+  halves queued, down to ``min_split`` series; else its shards fail.
+
+The runner tells the scheduler which shards arrived (``arrive``, with the facts forming needs:
+each series' prefill cost and length, paths, steps, request) or were cancelled
+(``cancel_shard``; a formed job's, ``cancel``), which jobs ran (``stepped_together``, with whether
+each one's next step can share) and which failed (``failed``). ``next_step(now)`` returns one
+frozen ``NextStep``: the jobs formed (``JobPlan``: their ``(shard, lo, hi)`` row segments), those
+leaving, starting and stepping, and the rows of each job in the step.
 
 Policy:
 
@@ -69,8 +76,9 @@ Policy:
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 # a live job waits at most this many steps of other jobs (a small job of horizon <= 32 runs
 # uninterrupted)
@@ -125,9 +133,10 @@ class BatchTicket:
 
 @dataclass(frozen=True)
 class NextStep:
-    """What the replica does before the next step: close ``leave``, start ``admit`` (in order), then
-    run one decode step of every job in ``step`` together (``run`` first; empty: nothing to
-    run)."""
+    """One complete step, decided: make the jobs ``formed`` (from shards that arrived, or halves of
+    a job out of memory), close ``leave``, start ``admit`` (in order), then run one decode step of
+    every job in ``step`` together (``run`` first; empty: nothing to run). ``step_segments``
+    names the rows of each job in ``step``: its ``(shard, lo, hi)`` segments."""
 
     leave: tuple[int, ...] = ()  # cancelled jobs: their engine state is freed
     admit: tuple[int, ...] = ()  # queued jobs to start (tokenize, set up), in order
@@ -135,6 +144,8 @@ class NextStep:
     admitted_mid_batch: int = 0  # of ``admit``, jobs started while another job was mid-decode
     step: tuple[int, ...] = ()  # every job in the decode step: ``run``, then those joining it
     step_rows: int = 0  # rows (series x sample paths) of all of them
+    formed: tuple[JobPlan, ...] = ()  # jobs made since the last step, queued (before ``admit``)
+    step_segments: tuple[tuple[tuple[object, int, int], ...], ...] = ()  # per job in ``step``
 
 
 def joining(
@@ -165,12 +176,38 @@ def joining(
 
 @dataclass(frozen=True)
 class Arrival:
-    """A shard waiting at the replica, as the coalescing rule sees it."""
+    """A shard waiting at the replica, as the scheduler sees it: the facts its rules decide by.
+    The fields after ``cancelled`` are what forming the shard's jobs needs (their defaults keep
+    tests of the bare coalescing rule short)."""
 
     key: Hashable  # its options group: shards of one group may share a job
     tokens: int  # rows x (lookback + horizon)
     arrived: float  # the runner's clock when it arrived
     cancelled: bool = False
+    ref: object = field(default=None, compare=False)  # the runner's handle on the shard (opaque)
+    costs: tuple[int, ...] = ()  # prefill tokens of each of its series
+    lengths: tuple[int, ...] = ()  # history rows of each of its series (the memory model's input)
+    paths: int = 1  # sample paths of each series (rows = series x paths)
+    steps: int = 1  # decode steps of its jobs (the horizon)
+    request: str = ""  # the request it is a part of
+
+    @property
+    def series(self) -> int:
+        return len(self.lengths)
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    """One job the scheduler formed: which rows it carries, as ``(shard, lo, hi)`` segments
+    (series ``lo:hi`` of the shard whose runner handle is ``shard``), in order."""
+
+    job_id: int
+    key: Hashable  # the options group of all its shards
+    segments: tuple[tuple[object, int, int], ...]
+
+    @property
+    def series(self) -> int:
+        return sum(hi - lo for _, lo, hi in self.segments)
 
 
 def coalesce_due(arrivals: Sequence[Arrival], now: float, wait_s: float, max_tokens: int) -> bool:
@@ -230,6 +267,27 @@ def cut_for_prefill(
     return [j for j in jobs if j]
 
 
+def halve(segments: Sequence[tuple[Any, int, int]]) -> tuple[list, list]:
+    """A job's ``(shard, lo, hi)`` segments split at its middle series (a segment may be cut in
+    two): the two jobs an out-of-memory job becomes."""
+    half = sum(hi - lo for _, lo, hi in segments) // 2
+    first: list = []
+    second: list = []
+    seen = 0
+    for ref, lo, hi in segments:
+        n = hi - lo
+        if seen + n <= half:
+            first.append((ref, lo, hi))
+        elif seen >= half:
+            second.append((ref, lo, hi))
+        else:
+            cut = lo + (half - seen)
+            first.append((ref, lo, cut))
+            second.append((ref, cut, hi))
+        seen += n
+    return first, second
+
+
 class Scheduler:
     """Plans the replica's device loop; see the module docstring for the policy."""
 
@@ -239,18 +297,51 @@ class Scheduler:
         max_skipped: int = DEFAULT_MAX_SKIPPED,
         max_step_rows: int = 0,
         share_within_request: bool = True,
+        *,
+        wait_s: float = 0.0,
+        max_batch_tokens: int = 1 << 62,
+        max_prefill_tokens: int | None = None,
+        min_split: int = 1,
+        job_memory: Callable[[Hashable, list[int]], tuple[int, int]] | None = None,
     ):
         """``max_step_rows``: rows one shared decode step holds at most (0: every job steps
-        alone); ``share_within_request``: whether jobs carrying one request share a step."""
+        alone); ``share_within_request``: whether jobs carrying one request share a step;
+        ``wait_s``, ``max_batch_tokens``, ``max_prefill_tokens``: how arrived shards form jobs
+        (``coalesce_due``, ``group_arrivals``, ``cut_for_prefill``); ``min_split``: a job of
+        at most this many series is not halved on out-of-memory; ``job_memory(key, lengths)``:
+        a job's (resident, transient) bytes, from its options group and its series' lengths
+        (None: 0, every job fits)."""
         if max_skipped < 0:
             raise ValueError(f"max_skipped must be >= 0, got {max_skipped}")
         self.budget_bytes = int(budget_bytes)
         self.max_skipped = max_skipped
         self.max_step_rows = max_step_rows
         self.share_within_request = share_within_request
+        self.wait_s = wait_s
+        self.max_batch_tokens = max_batch_tokens
+        self.max_prefill_tokens = max_prefill_tokens
+        self.min_split = min_split
+        self.job_memory = job_memory
         self.queued: dict[int, BatchTicket] = {}  # submitted, not admitted
         self.live: dict[int, BatchTicket] = {}  # admitted, not finished
+        self.inbox: list[Arrival] = []  # shards arrived, not yet formed into jobs
+        self.plans: dict[int, JobPlan] = {}  # the rows of each job it formed, until it ends
+        self._parts: dict[int, list[tuple[Arrival, int, int]]] = {}  # the same, with the facts
+        self._formed: list[JobPlan] = []  # formed since the last ``next_step``
         self._arrivals = 0
+        self._next_job = 0
+
+    def configure(self, limits: Any) -> None:
+        """Take the figures of ``limits`` (a ``BatchingPolicy``, read by field name) from the next
+        step on: the replica's live ``reconfigure``."""
+        self.budget_bytes = int(limits.budget_bytes)
+        self.max_skipped = limits.max_skipped
+        self.max_step_rows = limits.max_step_rows
+        self.share_within_request = limits.share_within_request
+        self.wait_s = limits.batch_wait_timeout_s
+        self.max_batch_tokens = limits.max_batch_tokens
+        self.max_prefill_tokens = limits.max_prefill_tokens
+        self.min_split = limits.min_split
 
     # ---- what the replica tells it -----------------------------------------------------------
     def submit(self, ticket: BatchTicket) -> None:
@@ -265,6 +356,30 @@ class Scheduler:
         t = self.queued.get(job_id) or self.live.get(job_id)
         if t is not None:
             t.cancelled = True
+
+    def arrive(self, arrival: Arrival) -> None:
+        """A shard arrived: it waits in the inbox until ``coalesce_due`` forms its jobs."""
+        self.inbox.append(arrival)
+
+    def cancel_shard(self, ref: object) -> None:
+        """The caller of the waiting shard ``ref`` is gone: it forms no job (a job it is already
+        in leaves once none of its shards is wanted: the runner's ``cancel``)."""
+        self.inbox = [
+            replace(a, cancelled=True) if a.ref is ref else a for a in self.inbox
+        ]
+
+    def failed(self, job_id: int, out_of_memory: bool) -> bool:
+        """The job's start or step raised. Out of memory, with more than ``min_split`` series: it is
+        halved, both halves queued (in the next step's ``formed``) -> True. Else -> False: its
+        shards fail (the runner's part)."""
+        parts = self._parts.get(job_id, [])
+        plan = self.plans.get(job_id)
+        self.discard(job_id)
+        if plan is None or not (out_of_memory and plan.series > self.min_split):
+            return False
+        for half in halve(parts):
+            self._queue_plan(plan.key, half)
+        return True
 
     def stepped(self, job_id: int, steps_left: int) -> None:
         """``job_id`` ran one step; ``steps_left`` remain (0: finished, it leaves the live set)."""
@@ -284,7 +399,7 @@ class Scheduler:
             ran.steps_left, ran.skipped = left, 0
             ran.shares_steps = bool(shares_next and shares_next.get(job_id))
             if left <= 0:
-                del self.live[job_id]
+                self.discard(job_id)
 
     def by_priority(self, exclude: int | None = None) -> list[int]:
         """The live jobs (but ``exclude``) by ``BatchTicket.priority``: the order in which others
@@ -296,11 +411,31 @@ class Scheduler:
         """Forget a job without running it further (it failed, or was split into new jobs)."""
         self.queued.pop(job_id, None)
         self.live.pop(job_id, None)
+        self.plans.pop(job_id, None)
+        self._parts.pop(job_id, None)
 
     # ---- what it answers ---------------------------------------------------------------------
     @property
     def idle(self) -> bool:
+        """No job queued or live (shards may wait in the inbox)."""
         return not self.queued and not self.live
+
+    @property
+    def waiting_shards(self) -> int:
+        """Shards arrived and not yet admitted: in the inbox or in a queued job only."""
+        queued = {id(ref) for j in self.queued if j in self.plans
+                  for ref, _, _ in self.plans[j].segments}
+        return len(self.inbox) + len(queued)
+
+    def wakeup(self, now: float) -> float | None:
+        """Seconds until ``next_step(now)`` has something to do (0: now), None when idle."""
+        if not self.idle or self._formed:
+            return 0.0
+        if not self.inbox:
+            return None
+        if coalesce_due(self.inbox, now, self.wait_s, self.max_batch_tokens):
+            return 0.0
+        return max(0.0, self.inbox[0].arrived + self.wait_s - now)
 
     def memory_in_use(self, tickets: list[BatchTicket] | None = None) -> int:
         """Resident bytes of the given (default: live) jobs plus the largest one step adds."""
@@ -309,7 +444,12 @@ class Scheduler:
             return 0
         return sum(t.resident_bytes for t in ts) + max(t.transient_bytes for t in ts)
 
-    def next_step(self) -> NextStep:
+    def next_step(self, now: float | None = None) -> NextStep:
+        """The next step, whole. ``now`` (the runner's clock): form jobs of the shards that arrived,
+        once due; None: no forming (tests of admission and picking that submit tickets)."""
+        if now is not None:
+            self._form(now)
+        formed, self._formed = tuple(self._formed), []
         leave = [j for j, t in self.live.items() if t.cancelled]
         leave += [j for j, t in self.queued.items() if t.cancelled]
         for j in leave:
@@ -325,7 +465,46 @@ class Scheduler:
             len(admit) if mid_batch else 0,
             tuple(step),
             sum(self.live[j].rows for j in step),
+            formed,
+            tuple(self.plans[j].segments if j in self.plans else () for j in step),
         )
+
+    def _form(self, now: float) -> None:
+        """Jobs of the shards waiting, once ``coalesce_due``: grouped (``group_arrivals``), then cut
+        for their prefill (``cut_for_prefill``), each queued."""
+        if not coalesce_due(self.inbox, now, self.wait_s, self.max_batch_tokens):
+            return
+        inbox, self.inbox = self.inbox, []
+        for chunk in group_arrivals(inbox, self.max_batch_tokens):
+            shards = [inbox[i] for i in chunk]
+            for job in cut_for_prefill([a.costs for a in shards], self.max_prefill_tokens):
+                self._queue_plan(shards[0].key, [(shards[k], lo, hi) for k, lo, hi in job])
+
+    def _queue_plan(self, key: Hashable, parts: list[tuple[Arrival, int, int]]) -> None:
+        """Queue a job of ``parts`` (series ``lo:hi`` of each arrival): its ticket from their
+        facts, its plan for the runner."""
+        while self._next_job in self.queued or self._next_job in self.live:
+            self._next_job += 1
+        job_id = self._next_job
+        self._next_job += 1
+        lengths = [n for a, lo, hi in parts for n in a.lengths[lo:hi]]
+        paths = parts[0][0].paths
+        resident, transient = self.job_memory(key, lengths) if self.job_memory else (0, 0)
+        self.submit(
+            BatchTicket(
+                job_id,
+                rows=len(lengths) * paths,
+                steps=parts[0][0].steps,
+                shard_rows=max(a.series for a, _, _ in parts) * paths,
+                resident_bytes=resident,
+                transient_bytes=transient,
+                requests=frozenset(a.request for a, _, _ in parts),
+            )
+        )
+        plan = JobPlan(job_id, key, tuple((a.ref, lo, hi) for a, lo, hi in parts))
+        self.plans[job_id] = plan
+        self._parts[job_id] = parts
+        self._formed.append(plan)
 
     def _joining(self, run: int) -> list[int]:
         """The live jobs that share ``run``'s decode step (``joining``, in priority order)."""

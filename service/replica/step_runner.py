@@ -7,11 +7,10 @@ decision of its own. Unit-tested with fake engines.
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,14 +24,7 @@ from service.common.interfaces import ForecastEngine, ForecastJob
 from service.common.messages import BatchReport, Shard, ShardResult
 from service.replica.memory import MemoryModel, device_memory, is_out_of_memory
 from service.replica.policy import BatchingPolicy
-from service.replica.scheduler import (
-    Arrival,
-    BatchTicket,
-    Scheduler,
-    coalesce_due,
-    cut_for_prefill,
-    group_arrivals,
-)
+from service.replica.scheduler import Arrival, JobPlan, Scheduler
 
 log = logging.getLogger(__name__)
 
@@ -115,12 +107,6 @@ class PendingShard:
                 self.on_done(result)
 
 
-def _arrival(p: PendingShard) -> Arrival:
-    """A waiting shard as the scheduler's coalescing rule sees it."""
-    s = p.shard
-    return Arrival((s.options, s.calibrate, s.calibration_group), s.tokens, p.arrived, p.cancelled)
-
-
 @dataclass
 class Segment:
     """Series ``lo:hi`` of one pending shard, carried by a job."""
@@ -160,27 +146,6 @@ class DeviceBatch:
             yts += s.y_timestamps[g.lo : g.hi]
         return values, xts, yts
 
-    def halves(self) -> tuple[list[Segment], list[Segment]]:
-        """Its segments split at the middle series (a segment may be cut in two)."""
-        half, first, second, seen = self.series // 2, [], [], 0
-        for g in self.segments:
-            n = g.hi - g.lo
-            if seen + n <= half:
-                first.append(g)
-            elif seen >= half:
-                second.append(g)
-            else:
-                cut = g.lo + (half - seen)
-                first.append(Segment(g.pending, g.lo, cut))
-                second.append(Segment(g.pending, cut, g.hi))
-            seen += n
-        return first, second
-
-    @functools.cached_property
-    def requests(self) -> frozenset[str]:
-        """The requests whose series it carries (its segments are fixed when it is made)."""
-        return frozenset(g.pending.shard.request_id for g in self.segments)
-
     @property
     def abandoned(self) -> bool:
         """Nobody waits for any of its series any more."""
@@ -216,18 +181,22 @@ class StepRunner:
         self.calibration: Calibration | None = None  # this model's calibration, when configured
         # its stamp (adaptive calibration: version, hash, updated_at)
         self.calibration_state: dict | None = None
+        self.memory_model = memory_model
         self.scheduler = Scheduler(
             self.policy.budget_bytes,
             max_skipped=self.policy.max_skipped,
             max_step_rows=self.policy.max_step_rows,
             share_within_request=self.policy.share_within_request,
+            wait_s=self.policy.batch_wait_timeout_s,
+            max_batch_tokens=self.policy.max_batch_tokens,
+            max_prefill_tokens=self.policy.max_prefill_tokens,
+            min_split=self.policy.min_split,
+            job_memory=None if memory_model is None else self._job_memory,
         )
-        self.memory_model = memory_model
         self.clock = clock
         self.jobs: dict[int, DeviceBatch] = {}
-        self._inbox: list[PendingShard] = []
         self._reports: list[BatchReport] = []
-        self._next_id = 0
+        # every scheduler call holds it: shards arrive on other threads
         self._lock = threading.RLock()
         # notified when a shard arrives or is cancelled
         self.wakeup = threading.Condition(self._lock)
@@ -236,7 +205,7 @@ class StepRunner:
     def submit(self, shard: Shard, on_done: Callable[[ShardResult], None]) -> PendingShard:
         pending = PendingShard(shard, on_done, self.clock())
         with self._lock:
-            self._inbox.append(pending)
+            self.scheduler.arrive(self._arrival(pending))
             self.wakeup.notify_all()
         return pending
 
@@ -245,16 +214,14 @@ class StepRunner:
         shard is left in it)."""
         with self._lock:
             pending.cancelled = True
+            self.scheduler.cancel_shard(pending)
             self.wakeup.notify_all()
 
     def use_policy(self, policy: BatchingPolicy) -> None:
         """Batch by ``policy`` from the next tick on (the replica's live ``reconfigure``)."""
         with self._lock:
             self.policy = policy
-            self.scheduler.budget_bytes = policy.budget_bytes
-            self.scheduler.max_skipped = policy.max_skipped
-            self.scheduler.max_step_rows = policy.max_step_rows
-            self.scheduler.share_within_request = policy.share_within_request
+            self.scheduler.configure(policy)
 
     def take_reports(self) -> list[BatchReport]:
         with self._lock:
@@ -264,32 +231,26 @@ class StepRunner:
     def next_wakeup(self) -> float | None:
         """Seconds until ``tick`` has something to do (0: now), None when idle."""
         with self._lock:
-            if not self.scheduler.idle:
-                return 0.0
-            if not self._inbox:
-                return None
-            now = self.clock()
-            arrivals = [_arrival(p) for p in self._inbox]
-            wait = self.policy.batch_wait_timeout_s
-            if coalesce_due(arrivals, now, wait, self.policy.max_batch_tokens):
-                return 0.0
-            return max(0.0, self._inbox[0].arrived + wait - now)
+            return self.scheduler.wakeup(self.clock())
 
     @property
     def waiting_shards(self) -> int:
         """Shards received, not yet admitted onto the device."""
-        queued = {id(g.pending) for j in self.scheduler.queued for g in self.jobs[j].segments}
-        return len(self._inbox) + len(queued)
+        with self._lock:
+            return self.scheduler.waiting_shards
 
     # ---- the device thread -----------------------------------------------------------------------
     def tick(self) -> bool:
-        """One round of the device loop; False when there was nothing to do."""
-        self._take_arrivals()
+        """One round of the device loop: carry out the scheduler's next step (make the jobs it
+        formed, close the ones that leave, start the admitted ones, run one decode step); False
+        when there was nothing to do."""
         with self._lock:
             for job_id, job in self.jobs.items():
                 if job.abandoned:
                     self.scheduler.cancel(job_id)
-        decided = self.scheduler.next_step()
+            decided = self.scheduler.next_step(self.clock())
+            for plan in decided.formed:
+                self.jobs[plan.job_id] = self._job_of(plan)
         for job_id in decided.leave:
             self._drop(job_id)
         mid_batch = decided.admitted_mid_batch > 0
@@ -297,7 +258,7 @@ class StepRunner:
             self._start(job_id, mid_batch)
         if decided.run is not None and decided.run in self.jobs:
             self._step(decided.step)
-        return bool(decided.leave or decided.admit or decided.run is not None)
+        return bool(decided.formed or decided.leave or decided.admit or decided.run is not None)
 
     def run_until_idle(self, max_ticks: int = 1 << 30) -> None:
         """Tick until nothing is left (tests and tools; the replica runs its own loop)."""
@@ -328,51 +289,33 @@ class StepRunner:
 
             torch.cuda.empty_cache()
 
-    def _take_arrivals(self) -> None:
-        """Queue the jobs the scheduler's rules make of the shards that arrived, once due."""
-        with self._lock:
-            if not coalesce_due(
-                [_arrival(p) for p in self._inbox],
-                self.clock(),
-                self.policy.batch_wait_timeout_s,
-                self.policy.max_batch_tokens,
-            ):
-                return
-            inbox, self._inbox = self._inbox, []
-        arrivals = [_arrival(p) for p in inbox]
-        for chunk in group_arrivals(arrivals, self.policy.max_batch_tokens):
-            s = inbox[chunk[0]].shard
-            key: GroupKey = (s.options, s.calibrate, s.calibration_group)
-            segments = [Segment(inbox[i], 0, inbox[i].shard.size) for i in chunk]
-            costs = [
-                [
-                    self.policy.prefill_cost(len(g.pending.shard.values[i]), key[0].sample_count)
-                    for i in range(g.lo, g.hi)
-                ]
-                for g in segments
-            ]
-            for job in cut_for_prefill(costs, self.policy.max_prefill_tokens):
-                parts = [Segment(segments[k].pending, lo, hi) for k, lo, hi in job]
-                self._queue(key, parts)
-
-    def _queue(self, key: GroupKey, segments: list[Segment]) -> None:
-        job = DeviceBatch(self._next_id, key, segments)
-        self._next_id += 1
-        self.jobs[job.job_id] = job
-        options = key[0]
-        lengths = [len(g.pending.shard.values[i]) for g in segments for i in range(g.lo, g.hi)]
-        resident, transient = self.memory_model(options, lengths) if self.memory_model else (0, 0)
-        self.scheduler.submit(
-            BatchTicket(
-                job.job_id,
-                rows=len(lengths) * options.sample_count,
-                steps=options.horizon,
-                shard_rows=max(g.pending.shard.size for g in segments) * options.sample_count,
-                resident_bytes=resident,
-                transient_bytes=transient,
-                requests=job.requests,
-            )
+    def _arrival(self, pending: PendingShard) -> Arrival:
+        """A shard as the scheduler sees it: the facts its rules decide by."""
+        s = pending.shard
+        paths = s.options.sample_count
+        return Arrival(
+            (s.options, s.calibrate, s.calibration_group),
+            s.tokens,
+            pending.arrived,
+            ref=pending,
+            costs=tuple(self.policy.prefill_cost(len(v), paths) for v in s.values),
+            lengths=tuple(len(v) for v in s.values),
+            paths=paths,
+            steps=s.options.horizon,
+            request=s.request_id,
         )
+
+    def _job_memory(self, key: Hashable, lengths: list[int]) -> tuple[int, int]:
+        """A job's (resident, transient) bytes: the memory model for its options group's."""
+        assert self.memory_model is not None
+        options: ForecastOptions = key[0]  # type: ignore[index]
+        return self.memory_model(options, lengths)
+
+    @staticmethod
+    def _job_of(plan: JobPlan) -> DeviceBatch:
+        """The job the scheduler formed, its segments on the pending shards."""
+        segments = [Segment(ref, lo, hi) for ref, lo, hi in plan.segments]  # type: ignore[arg-type]
+        return DeviceBatch(plan.job_id, plan.key, segments)  # type: ignore[arg-type]
 
     def _start(self, job_id: int, mid_batch: bool) -> None:
         job = self.jobs[job_id]
@@ -418,7 +361,8 @@ class StepRunner:
             j.shared_steps += int(len(group) > 1)
             steps_left[j.job_id] = 0 if j.engine.done else max(1, int(j.engine.steps_left))
             shares_next[j.job_id] = bool(j.engine.shares_steps)
-        self.scheduler.stepped_together(steps_left, shares_next)
+        with self._lock:
+            self.scheduler.stepped_together(steps_left, shares_next)
         for j in group:
             try:
                 if steps_left[j.job_id] == 0:
@@ -458,19 +402,16 @@ class StepRunner:
         if job.engine is not None:
             job.engine.close()
             job.engine = None
-        self.scheduler.discard(job.job_id)
         del self.jobs[job.job_id]
         n = job.series
-        oom = is_out_of_memory(exc)
-        split = self.policy.splits(n, oom)
+        with self._lock:  # halved (both halves formed into the next step) or failed
+            split = self.scheduler.failed(job.job_id, is_out_of_memory(exc))
         self._report(job, tokens=0, oom_split=split)
         if split:
             log.warning(
                 "replica %s: out of memory on %d series, splitting in half", self.replica_id, n
             )
             self._empty_cache()
-            for half in job.halves():
-                self._queue(job.key, half)
             return
         log.error("replica %s: forecast failed for %d series: %s", self.replica_id, n, exc)
         for g in job.segments:

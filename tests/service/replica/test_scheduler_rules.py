@@ -2,6 +2,8 @@
 job (``coalesce_due``, ``group_arrivals``), how a job is cut for its prefill (``cut_for_prefill``),
 and which live jobs share the next decode step (``NextStep.step``)."""
 
+import pytest
+
 from service.replica.scheduler import (
     Arrival,
     BatchTicket,
@@ -120,3 +122,56 @@ def test_joining_keeps_the_priority_order_and_skips_what_does_not_fit():
     assert joining(5, [10, 20, 10, 3], max_step_rows=32) == [0, 2, 3]
     big, small = frozenset({"big"}), frozenset({"small"})
     assert joining(5, [10, 10, 3], 32, False, small, [big, big, frozenset({"x"})]) == [0, 2]
+
+
+def _shard(ref: str, series: int, arrived: float = 0.0, key: str = "a") -> Arrival:
+    """A waiting shard of ``series`` series of 10 history rows, 2 paths, 3 steps."""
+    return Arrival(key, tokens=series * 13 * 2, arrived=arrived, ref=ref, costs=(20,) * series,
+                   lengths=(10,) * series, paths=2, steps=3, request=ref)
+
+
+def test_the_next_step_forms_the_jobs_of_arrived_shards_and_names_every_row_it_runs():
+    s = Scheduler(10**6, wait_s=0.005, max_prefill_tokens=60,
+                  job_memory=lambda key, lengths: (len(lengths), 0))
+    s.arrive(_shard("big", 5, arrived=1.0))
+    s.arrive(_shard("small", 1, arrived=1.001))
+    assert s.wakeup(now=1.002) == pytest.approx(0.003) and s.next_step(now=1.002).formed == ()
+    assert s.waiting_shards == 2
+    step = s.next_step(now=1.005)
+    # the big shard cut at 60 prefill tokens (3 series); its last job takes no other
+    assert [p.segments for p in step.formed] == [
+        (("big", 0, 3),), (("big", 3, 5),), (("small", 0, 1),),
+    ]
+    tickets = {p.job_id: s.live.get(p.job_id) or s.queued[p.job_id] for p in step.formed}
+    assert [(t.rows, t.steps, t.shard_rows, t.resident_bytes) for t in tickets.values()] == [
+        (6, 3, 10, 3), (4, 3, 10, 2), (2, 3, 2, 1),
+    ]
+    assert [t.requests for t in tickets.values()] == [{"big"}, {"big"}, {"small"}]
+    # the step names its jobs and each job's rows
+    assert step.run is not None and step.step_segments[0] == s.plans[step.run].segments
+    assert not s.inbox and step.formed and s.next_step(now=2.0).formed == ()
+
+
+def test_a_cancelled_waiting_shard_forms_no_job():
+    s = Scheduler(10**6)
+    s.arrive(_shard("gone", 2))
+    s.arrive(_shard("kept", 1))
+    s.cancel_shard("gone")
+    assert [p.segments for p in s.next_step(now=0.0).formed] == [(("kept", 0, 1),)]
+
+
+def test_a_job_out_of_memory_is_halved_into_two_jobs_down_to_min_split():
+    s = Scheduler(10**6, min_split=1)
+    s.arrive(_shard("x", 3))
+    s.arrive(_shard("y", 2))
+    (job,) = s.next_step(now=0.0).formed
+    assert s.failed(job.job_id, out_of_memory=True)
+    halves = s.next_step(now=0.0).formed
+    assert [p.segments for p in halves] == [(("x", 0, 2),), (("x", 2, 3), ("y", 0, 2))]
+    assert job.job_id not in s.plans and all(p.job_id in s.plans for p in halves)
+    # another error fails the job's shards (the runner's part); one series is not halved
+    assert not s.failed(halves[1].job_id, out_of_memory=False)
+    one = Scheduler(10**6, min_split=1)
+    one.arrive(_shard("z", 1))
+    (single,) = one.next_step(now=0.0).formed
+    assert not one.failed(single.job_id, out_of_memory=True) and one.idle
