@@ -30,6 +30,7 @@ from kronos_core.data.errors import NoDataError, StoreError, SymbolError, valida
 from kronos_core.data.fileformat import TIME_COLUMN, FileEntry, open_file, stat_key
 from kronos_core.data.snapshot import SNAPSHOT_NAME, Snapshot, open_snapshot
 from kronos_core.data.store_dir import CURRENT, StoreDirectory
+from kronos_core.data.timestamps import template_history
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,9 @@ class SymbolWindow:
     (frequency, timezone, session_timezone, exchange, ...); ``last_stored`` the
     symbol's last stored candle, which is after ``timestamps[-1]`` when ``as_of``
     cut the window; ``held`` the candles the symbol holds at or before ``as_of`` (None:
-    not known, take the window's length), so a caller can tell a lookback cut history.
+    not known, take the window's length), so a caller can tell a lookback cut history;
+    ``template_stamps`` the stamps the future's session template learns from when the metadata
+    names no calendar (``kronos_core.data.timestamps.template_history``; None: it names one).
     """
 
     symbol: str
@@ -52,6 +55,7 @@ class SymbolWindow:
     metadata: dict
     last_stored: np.datetime64
     held: int | None = None
+    template_stamps: np.ndarray | None = None
 
 
 
@@ -335,4 +339,12 @@ def _window(symbol: str, entry: FileEntry, start: int, end: int) -> SymbolWindow
         metadata=entry.meta,
         last_stored=np.datetime64(int(entry.ts[-1]), "ns"),
         held=end,
+        template_stamps=_template_stamps(entry, end),
     )
+
+
+def _template_stamps(entry: FileEntry, end: int) -> np.ndarray | None:
+    """The stamps up to row ``end`` the session template learns from, when the metadata names no
+    calendar (a view of the file's, datetime64[ns])."""
+    stamps = template_history(entry.ts, end, entry.meta)
+    return None if stamps is None else np.asarray(stamps).view("datetime64[ns]")

@@ -15,6 +15,23 @@ from kronos_core.data.calendar_bars import exchange_future
 from kronos_core.data.round_clock import round_clock_future, round_clock_name
 from kronos_core.data.sessions import as_int64, template_future
 
+# Stamps before the forecast origin the session template learns from when a series' metadata
+# names no calendar: the lookback window alone can miss whole sessions (32 five-minute A-share
+# bars end before the afternoon, and the learned week then skipped to another day). 2,048 is ~8
+# weeks of 5-minute A-share bars, a week of 5-minute crypto, eight years of daily bars; learning
+# from it takes about a millisecond.
+TEMPLATE_HISTORY_ROWS = 2048
+
+
+def template_history(timestamps, end: int, meta) -> object | None:
+    """The stamps ``timestamps[:end]`` a series' future is learned from when its metadata names no
+    calendar (``calendar_of``): the last ``TEMPLATE_HISTORY_ROWS`` of them, never any after the
+    origin; None when the metadata names one (the window's last stamps suffice then). A slice, not
+    a copy."""
+    if calendar_of(meta):
+        return None
+    return timestamps[max(0, end - TEMPLATE_HISTORY_ROWS):end]
+
 
 def calendar_of(meta) -> str | None:
     """The calendar a stored series' future timestamps follow, from its metadata: the

@@ -25,7 +25,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from kronos_core.base.options import ForecastOptions
-from kronos_core.data.timestamps import future_options, future_timestamps
+from kronos_core.data.timestamps import future_options, future_timestamps, template_history
 from kronos_core.eval.data import Series
 
 log = logging.getLogger(__name__)
@@ -126,9 +126,13 @@ def build_windows(series: Sequence[Series], lookback: int, horizon: int, windows
     context = np.stack([series[k].values[o - lookback:o] for k, o in rows])  # (N, L, 6)
     truth = np.stack([series[k].values[o:o + horizon] for k, o in rows])  # (N, H, 6)
     ctx_ts = [series[k].timestamps[o - lookback:o] for k, o in rows]
-    # the calendar of each series' metadata, as the service reads it (future_options)
-    fut_ts = [future_timestamps(ts, horizon, **future_options(series[k].meta))
-              for (k, _), ts in zip(rows, ctx_ts)]
+    # the calendar of each series' metadata, as the service reads it (future_options); without
+    # one, sessions learned from the history before the origin, as the service learns them
+    fut_ts = []
+    for (k, o), ts in zip(rows, ctx_ts):
+        learn = template_history(series[k].timestamps, o, series[k].meta)
+        fut_ts.append(future_timestamps(ts if learn is None else learn, horizon,
+                                        **future_options(series[k].meta)))
     return Windows(idx, org, context, ctx_ts, fut_ts, truth, [s.name for s in series])
 
 

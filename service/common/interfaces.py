@@ -60,6 +60,10 @@ class SymbolWindowView(Protocol):
     @property
     def held(self) -> int | None: ...  # candles held at or before as_of (None: unknown)
 
+    @property
+    # the stamps the sessions are learned from without a calendar (None: it has one)
+    def template_stamps(self) -> np.ndarray | None: ...
+
 
 @runtime_checkable
 class Windows(Protocol):

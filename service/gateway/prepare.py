@@ -44,6 +44,9 @@ class _Series:
     exchange: str | None = None
     warnings: list[dict] = field(default_factory=list)  # {code, message}
     held: int | None = None  # candles the series holds (store: up to as_of); None: len(values)
+    # the stamps its sessions are learned from when no calendar is known (store: the history
+    # before the window too, ``SymbolWindow.template_stamps``); None: ``ts``
+    template_ts: np.ndarray | None = None
 
 
 @dataclass
@@ -139,6 +142,7 @@ def _store_series(
         item = _Series(
             win.symbol, np.asarray(win.values, dtype=np.float32), to_ns(win.timestamps), session,
             req.exchange or calendar_of(meta), held=win.held,
+            template_ts=None if req.exchange else win.template_stamps,
         )
         if req.as_of is not None:
             w = as_of_warning(req.as_of, item.ts, win.last_stored, meta.get("timezone"))
@@ -193,7 +197,8 @@ def prepare(req: ForecastRequest, lookback: int | Lookback, store: CandleStore,
     reach = max_context or lookback.value
     for it in items:
         try:
-            y = future(it.ts, req.horizon, it.session, it.exchange)
+            history = it.ts if it.template_ts is None else it.template_ts
+            y = future(history, req.horizon, it.session, it.exchange)
         except Exception as exc:
             out.errors.append(
                 symbol_error(it.symbol, ErrorCode.NO_CALENDAR, f"future timestamps: {exc}")

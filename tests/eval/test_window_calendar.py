@@ -35,3 +35,20 @@ def test_corpus_calendar_column_is_the_exchange():
     assert corpus_meta({"calendar": "XNYS", "timezone": "America/New_York"})["exchange"] == "XNYS"
     # a name the calendar library does not know: sessions learned from each window, as before
     assert "exchange" not in corpus_meta({"calendar": "CME Globex", "timezone": "UTC"})
+
+
+def test_without_a_calendar_sessions_come_from_the_history_before_each_origin(tmp_path):
+    """As the service's: a short window of 5-minute A-share bars does not see the sessions after
+    its last bar; the history before the origin does (``template_history``)."""
+    from tests.service.gateway.test_prepare_calendar import _a_share_5min
+
+    frame = _a_share_5min()
+    KlineStore(tmp_path / "store").write("SZ000001", frame, frequency="5min",
+                                         timezone="Asia/Shanghai")
+    series = load_series([tmp_path / "store"])
+    assert not series[0].meta.get("exchange") and not series[0].meta.get("sessions")
+    w = build_windows(series, lookback=32, horizon=3, windows=30, step=7)
+    stamps = list(frame["timestamps"])
+    for ctx, fut in zip(w.context_ts, w.future_ts):
+        k = stamps.index(pd.Timestamp(ctx[-1]))
+        assert list(pd.DatetimeIndex(fut)) == stamps[k + 1:k + 4]

@@ -3,7 +3,12 @@ one, and both clusters' gateways write the one (ReadWriteMany) ledger folder unt
 deleted. Here two ``kronos serve`` processes, each with its own local Ray instance, record
 into one folder at the same time while both background scorers run. Nothing is lost (every
 answered request's rows are there), nothing is torn (no file is skipped as unreadable), and
-every recorded step is scored exactly once, whichever cluster's scorer got to it."""
+every recorded step is scored exactly once, whichever cluster's scorer got to it.
+
+(It failed until the 6th of December for another reason: the SYN symbols' forecasts were stamped
+days after their origin, from sessions learned on the 32-bar window alone, so no step had a
+stored truth. Sessions are now learned from the stored history before the origin:
+``kronos_core.data.timestamps.template_history``.)"""
 
 from __future__ import annotations
 
@@ -44,10 +49,6 @@ def _keys(table) -> list[tuple]:
     return list(zip(*cols, strict=True))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known broken (issue 45 stays open): in both CI runs of 2026-12-05 every forecast of both "
-    "clusters was recorded whole and none scored twice, but some recorded step was never scored "
-    "before the deadline; strict, so a fix shows as XPASS and this mark must go"))
 def test_two_clusters_write_and_score_one_ledger_at_once(tmp_path):
     from kronos_core.data.store import KlineStore
     from kronos_core.ledger import Ledger

@@ -41,3 +41,38 @@ def test_other_slashes_and_unknown_venues_are_still_refused():
         ForecastRequest(symbols=["A"], horizon=2, exchange="24/6")
     with pytest.raises(RequestInvalid, match="unknown exchange"):
         check_exchange("NOPE")
+
+
+def _a_share_5min(days: int = 10) -> pd.DataFrame:
+    """5-minute A-share bars (09:35-11:30, 13:05-15:00, weekdays), no exchange known."""
+    stamps = []
+    for day in pd.bdate_range("2024-08-19", periods=days):
+        for lo, hi in (("09:35", "11:30"), ("13:05", "15:00")):
+            stamps += list(pd.date_range(f"{day.date()} {lo}", f"{day.date()} {hi}", freq="5min"))
+    n = len(stamps)
+    close = 10 + 0.01 * (pd.Series(range(n)) % 7)
+    return pd.DataFrame({"timestamps": stamps, "open": close, "high": close + 0.02,
+                         "low": close - 0.02, "close": close, "volume": 1000.0, "amount": 1e4})
+
+
+def test_sessions_are_learned_from_the_stored_history_not_the_window_alone(tmp_path):
+    """32 bars ending Friday 13:20 saw no afternoon past it: learned from that window alone, the
+    next stamp was days away (the bug the two-clusters ledger test met); from the stored history
+    before the origin it is 13:25, and no stamp after ``as_of`` is looked at."""
+    store = KlineStore(tmp_path / "store")
+    frame = _a_share_5min()
+    store.write("SZ000001", frame, frequency="5min", timezone="Asia/Shanghai")
+    as_of = pd.Timestamp("2024-08-30 13:20")
+    req = ForecastRequest(symbols=["SZ000001"], lookback=32, horizon=3, as_of=as_of)
+    out = prepare(req, 32, store, FutureTimestamps(), min_history_warning=8)
+    assert not out.errors and pd.Timestamp(out.x_ts[0][-1]) == as_of
+    after = frame["timestamps"][frame["timestamps"] > as_of]
+    assert list(pd.DatetimeIndex(out.y_ts[0])) == list(after.iloc[:3])
+    (win,) = store.read_windows(["SZ000001"], 32, as_of=as_of).windows
+    assert win.template_stamps is not None and pd.Timestamp(win.template_stamps[-1]) == as_of
+    assert len(win.template_stamps) == int((frame["timestamps"] <= as_of).sum())
+    # an exchange in the metadata or the request: its calendar, no learned sessions
+    store.write("SH600000", frame, frequency="5min", timezone="Asia/Shanghai",
+                extra_metadata={"exchange": "XSHG"})
+    (named,) = store.read_windows(["SH600000"], 32, as_of=as_of).windows
+    assert named.template_stamps is None
