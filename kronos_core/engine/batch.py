@@ -23,6 +23,13 @@ class EngineBatch:
     lengths: torch.Tensor  # (N,) int64 real history length of each row
     # (N,) uint64 seeds for batch-invariant sampling; None = global RNG
     row_keys: np.ndarray | None = None
+    # rows come in runs of ``paths`` copies of one series (row = series * paths + path): the
+    # generation tokenizes and prefills each series once and spreads it over its paths
+    paths: int = 1
+
+    def __post_init__(self) -> None:
+        if self.paths < 1 or self.x.shape[0] % self.paths:
+            raise ValueError(f"{self.x.shape[0]} rows are not runs of {self.paths} paths")
 
     @property
     def rows(self) -> int:
@@ -72,5 +79,5 @@ def assemble(
 
     return EngineBatch(
         x=rows(x), x_stamp=rows(xs), y_stamp=rows(ys), lengths=rows(lengths.astype(np.int64)),
-        row_keys=row_keys,
+        row_keys=row_keys, paths=int(sample_count),
     )

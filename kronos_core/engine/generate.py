@@ -1,4 +1,5 @@
-"""The generation loop: tokenize once, prefill once, decode one token per step from caches.
+"""The generation loop: tokenize once, prefill once (each series once, whatever its paths),
+decode one token per step from caches.
 
 ``Generator.generate(batch, cfg)`` runs a ``Generation`` (``kronos_core.engine.job``)
 to the end; a scheduler that interleaves several batches on one device drives jobs

@@ -336,8 +336,14 @@ class Generation:
     def _tokenize(self) -> _Sequences:
         batch = self.batch
         padded = max(self.lengths_host) > min(self.lengths_host)
-        # (N, Lmax) each
-        s1, s2 = self.generator.tokenizer.encode(batch.x, batch.pad if padded else None)
+        first = slice(None, None, batch.paths)  # one row of each series' run of paths
+        # (B, Lmax) each: every series once
+        s1, s2 = self.generator.tokenizer.encode(
+            batch.x[first], batch.pad[first] if padded else None
+        )
+        if batch.paths > 1:  # (N, Lmax): the same tokens on each of its paths
+            s1 = s1.repeat_interleave(batch.paths, 0)
+            s2 = s2.repeat_interleave(batch.paths, 0)
         room = s1.new_zeros(batch.rows, batch.horizon)  # (N, H)
         stamps = torch.cat([batch.x_stamp, batch.y_stamp], dim=1)  # (N, Lmax + H, 5)
         return _Sequences(
@@ -417,15 +423,31 @@ class Generation:
             model, pad_host, width, width + self.cfg.horizon, dtype, self.device, static
         )
         self._cached = state
-        # (N, W), (N, 1, W, W) | None
-        positions, mask = padded_positions_and_mask(state.pad, width, state.padded)
-        x = model.embed(seqs.s1[:, cols], seqs.s2[:, cols], seqs.stamps[:, cols])  # (N, W, d)
-        hidden = model.trunk(x, positions, mask, state.caches, 0)  # (N, W, d)
-        k, v = model.dep_layer.cross_attn.project_kv(hidden)  # (N, 4, W, D)
+        paths = self.batch.paths
+        # the paths of one series share its history: run each series once (B = N / paths rows)
+        rows = slice(None, None, paths)
+        c = model.config
+        caches = state.caches if paths == 1 else [
+            KVCache(len(pad_host) // paths, c.n_heads, width, c.head_dim, dtype, self.device)
+            for _ in range(c.n_layers)
+        ]
+        # (B, W), (B, 1, W, W) | None
+        positions, mask = padded_positions_and_mask(state.pad[rows], width, state.padded)
+        # (B, W, d)
+        x = model.embed(seqs.s1[rows, cols], seqs.s2[rows, cols], seqs.stamps[rows, cols])
+        hidden = model.trunk(x, positions, mask, caches, 0)  # (B, W, d)
+        k, v = model.dep_layer.cross_attn.project_kv(hidden)  # (B, 4, W, D)
+        last = hidden[:, -1]  # (B, d)
+        if paths > 1:  # spread each series' caches, keys and last state over its paths
+            for mine, its in zip(state.caches, caches, strict=True):
+                mine.write(0, its.k[:, :, :width].repeat_interleave(paths, 0),
+                           its.v[:, :, :width].repeat_interleave(paths, 0))
+            k, v = k.repeat_interleave(paths, 0), v.repeat_interleave(paths, 0)  # (N, 4, W, D)
+            last = last.repeat_interleave(paths, 0)  # (N, d)
         state.dep.write(0, k, v)
         key_mask = state.real[:, :width] if state.padded else None  # (N, W) or None
         return _StepInputs(
-            state.rows, hidden[:, -1], state.dep.k[:, :, :width], state.dep.v[:, :, :width],
+            state.rows, last, state.dep.k[:, :, :width], state.dep.v[:, :, :width],
             key_mask, every_row=True,
         )
 

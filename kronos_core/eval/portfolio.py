@@ -121,19 +121,49 @@ def _scores_of(paths_close: np.ndarray, last: np.ndarray, rank: str) -> np.ndarr
     return mean
 
 
+# Rows (windows x paths) of one engine call when no batch size is given, per device kind. A CPU's
+# cost grows with a call's rows and small calls lose nothing: two daily series, 16 paths, 200
+# rebalances took 13.7 s at 32 rows a call, 11.4 s at 128, 13.5 s at 512 and 14.0 s at 2,048,
+# and 8,192 rows a call (512 windows) peaked at 12 GB (scripts/bench-backtest-batching.py). A GPU
+# wants wide calls; its free memory caps them (``max_batch_that_fits``).
+ROWS_PER_CALL = {"cpu": 128, "cuda": 16384}
+GPU_MEMORY_SHARE = 0.8  # of the free GPU memory one backtest call may plan for
+
+
+def windows_per_call(predictor, lookback: int, horizon: int, sample_count: int,
+                     batch_size: int | None = None) -> int:
+    """Windows per engine call: ``batch_size`` when given, else ``ROWS_PER_CALL`` rows of the
+    predictor's device kind, within the GPU's free memory."""
+    if batch_size:
+        return int(batch_size)
+    import torch
+
+    device = torch.device(getattr(predictor, "device", "cpu"))
+    n = max(1, ROWS_PER_CALL["cuda" if device.type == "cuda" else "cpu"] // sample_count)
+    if device.type == "cuda":
+        from kronos_core.engine.memory import max_batch_that_fits
+
+        budget = int(torch.cuda.mem_get_info(device)[0] * GPU_MEMORY_SHARE)
+        fits = max_batch_that_fits(predictor.model.config, predictor.tokenizer.config, budget,
+                                   lookback, horizon, sample_count,
+                                   max_context=predictor.max_context)
+        n = min(n, max(1, fits))
+    return n
+
+
 def forecast_scores_all(
     predictor, uni: Universe, rows: Sequence[int], lookback: int, horizon: int,
-    sample_count: int, rank: str = "return", seed: int = 0, batch_size: int = 512,
+    sample_count: int, rank: str = "return", seed: int = 0, batch_size: int | None = None,
     progress: bool = False,
 ) -> np.ndarray:
     """Scores (R, M) at every rebalance row of ``rows``, each from rows [row - lookback, row)
     only, as ``forecast_scores`` gives them one row at a time.
 
     Every date's windows are known before the first forecast, so they go through the engine
-    together: ``batch_size`` windows per call, the dates' windows one after another (R x M
-    windows in all, the calls sized as ``forecast_scores``' are, so memory is bounded the same
-    way). The engine seeds each window's paths by its content, not by the batch around it, so
-    the scores equal the per-date ones (``tests/eval/test_backtest_batching.py``)."""
+    together, the dates' windows one after another (R x M windows in all), ``batch_size`` windows
+    per call (None: ``windows_per_call``, sized by rows for the device and its memory). The
+    engine seeds each window's paths by its content, not by the batch around it, so the scores
+    equal the per-date ones (``tests/eval/test_backtest_batching.py``)."""
     rows = list(rows)
     m = len(uni.names)
     jobs = [(i, k) for i in range(len(rows)) for k in range(m)]  # (rebalance index, symbol)
@@ -141,6 +171,7 @@ def forecast_scores_all(
     futures = [future_timestamps(ts, horizon) for ts in stamps]  # R x (H,) one per date
     options = ForecastOptions(horizon, sample_count=sample_count, seed=seed)
     scores = np.empty(len(jobs))
+    batch_size = windows_per_call(predictor, lookback, horizon, sample_count, batch_size)
     bar = tqdm(total=len(jobs), desc="forecast", unit="win", disable=not progress)
     for lo in range(0, len(jobs), batch_size):
         chunk = jobs[lo:lo + batch_size]
@@ -191,8 +222,8 @@ class BacktestResult:
 def run_backtest(
     predictor, uni: Universe, lookback: int, horizon: int, rebalance: int, top: int,
     long_short: bool = False, cost_bps: float = 0.0, rank: str = "return", sample_count: int = 16,
-    momentum_window: int | None = None, start=None, end=None, seed: int = 0, batch_size: int = 512,
-    progress: bool = True, per_date: bool = False,
+    momentum_window: int | None = None, start=None, end=None, seed: int = 0,
+    batch_size: int | None = None, progress: bool = True, per_date: bool = False,
 ) -> BacktestResult:
     """Model strategy, momentum baseline and equal-weight universe over the same rebalance rows.
     The model's scores of all dates are forecast together (``forecast_scores_all``);
@@ -206,7 +237,7 @@ def run_backtest(
     if per_date:
         all_scores = np.stack([
             forecast_scores(predictor, uni, r, lookback, horizon, sample_count, rank, seed,
-                            batch_size)
+                            batch_size or 512)
             for r in tqdm(rows, desc="rebalance", unit="date", disable=not progress)])  # (R, M)
     else:
         all_scores = forecast_scores_all(predictor, uni, rows, lookback, horizon, sample_count,

@@ -113,3 +113,29 @@ def test_a_finished_job_holds_no_caches(tiny, goog):
     while not job.done:
         job.step()
     assert job.generation.cache_tensors() == [] and job.result().paths.shape == (1, 1, 4, 6)
+
+
+@pytest.mark.parametrize("sliding", ["exact", "rolling"])
+def test_a_series_paths_share_one_tokenize_and_prefill_with_the_same_result(tiny, goog, sliding):
+    """``EngineBatch.paths``: each series is tokenized and prefilled once and spread over its
+    paths; the tokens and candles equal those of the rows run one by one (``paths=1``), ragged
+    and with a window that slides mid-way included."""
+    from dataclasses import replace
+
+    from kronos_core.base.candles import normalize, time_features
+
+    gen = Generator(*tiny)
+    values, xs, ys = windows(goog, [0, 300, 900], [64, 40, 75], 12)
+    batch = assemble(
+        [normalize(v)[0] for v in values], [time_features(x) for x in xs],
+        [time_features(y) for y in ys], sample_count=4, row_keys=row_keys(5, [1, 2, 3], 4),
+    )
+    assert batch.paths == 4 and batch.rows == 12
+    cfg = GenerationConfig(12, 80, SamplingParams(top_p=0.9), sliding=sliding)
+    shared = gen.generate(batch, cfg)
+    apart = gen.generate(replace(batch, paths=1), cfg)
+    assert torch.equal(shared.s1, apart.s1) and torch.equal(shared.s2, apart.s2)
+    assert torch.equal(shared.candles, apart.candles)
+    assert len({tuple(r) for r in shared.s1[:4].tolist()}) > 1  # the paths do differ
+    with pytest.raises(ValueError, match="runs of 5 paths"):
+        replace(batch, paths=5)
