@@ -7,7 +7,7 @@ each, forecasts a second, and whether the scores are the same.
 
 Two daily series of the bundled real data (GOOG, S&P 500), rebalanced every row over the last
 ``--rebalances`` common rows. Timings on a shared machine are noisy; both are measured in the
-same run, the per-date one first.
+same run, the per-date one first. Exits 1 when the scores differ or the batched run is slower.
 """
 
 from __future__ import annotations
@@ -50,8 +50,12 @@ def main() -> None:
               f"{n / secs:6.1f} forecasts/s, sharpe {res.performance['model']['sharpe']:.4f}")
     a = np.array([d["scores"] for d in runs[True][1].decisions])
     b = np.array([d["scores"] for d in runs[False][1].decisions])
-    print(f"speed-up {runs[True][0] / runs[False][0]:.2f}x; scores identical: "
-          f"{bool(np.array_equal(a, b))} (largest difference {np.abs(a - b).max():.3g})")
+    same, speedup = bool(np.array_equal(a, b)), runs[True][0] / runs[False][0]
+    print(f"speed-up {speedup:.2f}x; scores identical: {same} "
+          f"(largest difference {np.abs(a - b).max():.3g})")
+    if not same or speedup < 1.0:
+        print("FAILED: " + ("the scores differ" if not same else "batching dates was slower"))
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":
