@@ -277,6 +277,16 @@ class KronosPredictor:
         return out
 
     # ---- array API ----------------------------------------------------------------------
+    def series_that_fit(self, budget_bytes: int, lookback: int, horizon: int,
+                        sample_count: int = 1) -> int:
+        """The most series of ``lookback`` candles one ``forecast`` call of ``horizon`` steps and
+        ``sample_count`` paths fits in ``budget_bytes`` of device memory, weights included (the
+        engine's memory model; 0: not even one)."""
+        from kronos_core.engine.memory import max_batch_that_fits
+
+        return max_batch_that_fits(self.model.config, self.tokenizer.config, budget_bytes,
+                                   lookback, horizon, sample_count, max_context=self.max_context)
+
     def forecast(
         self,
         series: Sequence[np.ndarray],

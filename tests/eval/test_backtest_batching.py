@@ -13,6 +13,7 @@ from kronos_core.eval.portfolio import (
     forecast_scores,
     forecast_scores_all,
     run_backtest,
+    windows_per_call,
 )
 from kronos_core.loading import PredictorConfig, load_predictor
 
@@ -43,3 +44,15 @@ def test_the_backtest_report_is_the_same_either_way(setup):
     before = run_backtest(predictor, uni, 32, 3, 2, 1, per_date=True, **kw)
     assert now.rows == before.rows and len(now.rows) == 11
     assert now.decisions == before.decisions and now.performance == before.performance
+
+
+def test_engine_calls_are_sized_by_rows_and_the_memory_model(setup):
+    """Without ``--batch-size``: 128 rows of windows x paths a call on a CPU; the predictor's
+    memory model answers how many series fit a budget (what caps a GPU's calls)."""
+    _, predictor = setup
+    assert windows_per_call(predictor, 128, 5, sample_count=16) == 8
+    assert windows_per_call(predictor, 128, 5, sample_count=500) == 1
+    assert windows_per_call(predictor, 128, 5, sample_count=16, batch_size=3) == 3
+    small = predictor.series_that_fit(64 << 20, 128, 5, sample_count=16)
+    big = predictor.series_that_fit(1 << 30, 128, 5, sample_count=16)
+    assert 0 < small < big and predictor.series_that_fit(1, 128, 5) == 0
