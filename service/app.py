@@ -26,10 +26,10 @@ from service.admission import AdmissionMiddleware
 from service.auth import ApiKeyMiddleware
 from service.common.answer import ForecastResponse
 from service.common.errors import (
-    InvalidRequest,
     LedgerOff,
     LedgerUnavailable,
     RateLimited,
+    RequestInvalid,
     ServiceError,
     TooLarge,
 )
@@ -185,7 +185,7 @@ async def _invalid(request: Request, exc: RequestValidationError) -> Response:
         {"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")}
         for e in exc.errors()
     ]
-    return error_response(InvalidRequest(detail), current().metrics)
+    return error_response(RequestInvalid.of(detail), current().metrics)
 
 
 @api.exception_handler(StarletteHTTPException)
@@ -195,7 +195,7 @@ async def _http_error(request: Request, exc: StarletteHTTPException) -> Response
     past the limit while it streams (``service.limits.BodyTooLarge``) is 413 ``too_large``."""
     if exc.status_code == 400:
         return error_response(
-            InvalidRequest(
+            RequestInvalid.of(
                 [
                     {
                         "loc": ["body"], "msg": f"unreadable body: {exc.detail}; send UTF-8 JSON",

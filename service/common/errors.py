@@ -34,36 +34,39 @@ class ServiceError(Exception):
         return None if self.retry_after_s is None else {"Retry-After": str(self.retry_after_s)}
 
 
-class InvalidRequest(ServiceError):
-    """422 in FastAPI's validation-error shape, ``{"detail": [{loc, msg, type}, ...]}`` (no
-    ``code`` in the body: the shape is FastAPI's)."""
+class RequestInvalid(ServiceError):
+    """A request the service cannot run as asked: 422 in FastAPI's validation-error shape,
+    ``{"detail": [{loc, msg, type}, ...]}`` (no ``code`` in the body: the shape is FastAPI's).
+    ``field`` names the culprit; ``details``: (loc, message) per culprit, when there are several.
+    ``RequestInvalid.of(detail)`` takes entries already in that shape (FastAPI's own
+    validation errors, an unreadable body)."""
 
     code = ErrorCode.INVALID_REQUEST
     status = 422
 
-    def __init__(self, detail: list[dict[str, Any]]):
-        super().__init__(detail[0]["msg"] if detail else "invalid request")
-        self._detail = detail
+    def __init__(
+        self, field: str, message: str, details: list[tuple[list[str | int], str]] | None = None
+    ):
+        super().__init__(message)
+        self.field = field
+        self.details = details
+        pairs = details or [(["body", field], message)]
+        self._detail = [{"loc": loc, "msg": msg, "type": "value_error"} for loc, msg in pairs]
+
+    @classmethod
+    def of(cls, detail: list[dict[str, Any]]) -> RequestInvalid:
+        """The error of ``detail`` entries (``loc``, ``msg``, ``type``) as they are."""
+        loc = detail[0]["loc"] if detail else ["body"]
+        message = detail[0]["msg"] if detail else "invalid request"
+        exc = cls(str(loc[-1]) if loc else "body", message)
+        exc._detail = list(detail)
+        return exc
 
     def detail(self) -> list[dict[str, Any]]:
         return self._detail
 
     def body(self) -> dict[str, Any]:
         return {"detail": self.detail()}
-
-
-class RequestInvalid(InvalidRequest):
-    """A request the service cannot run as asked (422); ``field`` names the culprit."""
-
-    def __init__(
-        self, field: str, message: str, details: list[tuple[list[str | int], str]] | None = None
-    ):
-        self.field = field
-        self.details = details  # (loc, message) per culprit, when there are several
-        pairs = details or [(["body", field], message)]
-        super().__init__([{"loc": loc, "msg": msg, "type": "value_error"} for loc, msg in pairs])
-        self.message = message
-        self.args = (message,)
 
 
 class TooLarge(ServiceError):

@@ -8,7 +8,6 @@ import pytest
 from kronos_core.base.errors import REQUEST_ERROR_CODES
 from service.common.errors import (
     DeadlineExceeded,
-    InvalidRequest,
     Overloaded,
     RateLimited,
     ReplicaGone,
@@ -38,7 +37,7 @@ from service.responses import error_response
             b'{"detail":[{"loc":["body","symbols"],"msg":"too many","type":"value_error"}]}', {},
         ),
         (
-            InvalidRequest([{"loc": ["body"], "msg": "bad", "type": "json_invalid"}]), 422,
+            RequestInvalid.of([{"loc": ["body"], "msg": "bad", "type": "json_invalid"}]), 422,
             b'{"detail":[{"loc":["body"],"msg":"bad","type":"json_invalid"}]}', {},
         ),
         (ReplicaGone("gone"), 503, b'{"detail":"gone","code":"replica_unavailable"}', {}),
@@ -62,7 +61,7 @@ def test_request_invalid_keeps_its_field_message_and_details():
 
 def test_every_request_level_code_but_the_middlewares_has_an_error_type():
     kinds = {
-        cls.code for cls in (InvalidRequest, TooLarge, RateLimited, Overloaded, DeadlineExceeded)
+        cls.code for cls in (RequestInvalid, TooLarge, RateLimited, Overloaded, DeadlineExceeded)
     }
     # shutting_down, unauthorized, forbidden: answered by the drain and key middlewares before any
     # route; ledger_off, ledger_unavailable: answered by the /v1/accuracy route itself (issue 28)
