@@ -365,23 +365,57 @@ def score(ledger: Ledger, store: KlineReader, since: Any = None, now: datetime |
 
 def _score_locked(ledger: Ledger, store: KlineReader, since: Any, now: datetime | None,
                   require_next_bar: bool, memo: WaitingFiles | None = None) -> ScoreResult:
+    skipped: list[tuple[Path, str]] = []
+    last_stored = _last_stored(store)  # one metadata read per symbol for the whole pass
+    files, forecasts, todo = _unscored(ledger, last_stored, since, memo, skipped)
+    if forecasts.num_rows == 0:
+        return ScoreResult(empty_scores(), empty_forecasts(), 0, None, skipped)
+    if todo.num_rows == 0:
+        _note_complete(ledger, files, forecasts, None)
+        return ScoreResult(empty_scores(), todo.drop_columns(["_file"]), 0, None, skipped)
+    steps_ns = pc.cast(todo["step_time"], pa.int64()).to_numpy()
+    truth, origin_close = _truths_of(store, last_stored, todo, steps_ns, require_next_bar)
+    ready = np.isfinite(truth[:, FEATURES.index("close")])
+    waiting = int((~ready).sum())
+    if memo is not None and since is None:
+        _remember_waiting(memo, files, todo, ready, steps_ns)
+    if not ready.any():
+        _note_complete(ledger, files, forecasts, todo.filter(pa.array(~ready)))
+        return ScoreResult(
+            empty_scores(), todo.slice(0, 0).drop_columns(["_file"]), waiting, None, skipped
+        )
+    open_rows = todo.filter(pa.array(~ready))
+    rows_ready = todo.filter(pa.array(ready)).drop_columns(["_file"])
+    truth, origin_close = truth[ready], origin_close[ready]
+    scores = _score_table(rows_ready, truth, origin_close, now)
+    path = ledger.write_scores(scores)
+    _note_complete(ledger, files, forecasts, open_rows)
+    scored = rows_ready
+    for j, f in enumerate(FEATURES):
+        scored = scored.append_column(f"truth_{f}", pa.array(truth[:, j], pa.float64()))
+    return ScoreResult(scores, scored, waiting, path, skipped)
+
+
+def _unscored(
+    ledger: Ledger, last_stored: Any, since: Any, memo: WaitingFiles | None,
+    skipped: list[tuple[Path, str]],
+) -> tuple[list[Path], pa.Table, pa.Table]:
+    """The forecast files worth reading (not complete, and due by ``memo``), their rows (of
+    requests from ``since`` on) and, of those, the steps with no score yet (``_file``: the index
+    of each row's file)."""
     complete = ledger.complete_files()
     files = [f for f in ledger.files(since) if _file_key(f) not in complete]
-    last_stored = _last_stored(store)
-    if since is not None:
-        memo = None  # it remembers whole files; a pass over part of them would misremember
-    if memo is not None:
+    if since is None and memo is not None:  # memo remembers whole files: not for a part of them
         present = {_file_key(f) for f in files}
         for gone in [k for k in memo.waits if k not in present]:  # removed (retention) or complete
             del memo.waits[gone]
         files = [f for f in files if memo.due(_file_key(f), last_stored)]
-    skipped: list[tuple[Path, str]] = []
     read = read_files(files, skipped, file_index=True)
     forecasts = empty_forecasts() if read is None else read
     if since is not None:
         forecasts = filter_rows(forecasts, "request_time", utc_ns(since), None, None)
     if forecasts.num_rows == 0:
-        return ScoreResult(empty_scores(), empty_forecasts(), 0, None, skipped)
+        return files, forecasts, forecasts
     # a step is scored after its request, so scores of these requests were written from
     # ``since`` on; a day's margin covers writers whose clocks disagree (extra keys are harmless)
     day = (
@@ -401,16 +435,20 @@ def _score_locked(ledger: Ledger, store: KlineReader, since: Any, now: datetime 
             )
         )
         todo = forecasts.join(keys, list(KEY), join_type="left anti")
-    todo = todo.combine_chunks()
-    if todo.num_rows == 0:
-        _note_complete(ledger, files, forecasts, None)
-        return ScoreResult(empty_scores(), todo.drop_columns(["_file"]), 0, None, skipped)
+    return files, forecasts, todo.combine_chunks()
+
+
+def _truths_of(
+    store: KlineReader, last_stored: Any, todo: pa.Table, steps_ns: np.ndarray,
+    require_next_bar: bool,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's stored truth (N, 6) at its step and the close at its origin (N,), NaN where the
+    store has none yet."""
     n = todo.num_rows
     truth = np.full((n, len(FEATURES)), np.nan)  # (N, 6)
     origin_close = np.full(n, np.nan)
     symbols = todo["symbol"].to_numpy(zero_copy_only=False)
     freqs = todo["frequency"].to_numpy(zero_copy_only=False)
-    steps_ns = pc.cast(todo["step_time"], pa.int64()).to_numpy()
     origins_ns = pc.cast(todo["origin"], pa.int64()).to_numpy()
     for (symbol, frequency), idx in _row_groups(symbols, freqs).items():
         last = last_stored(symbol, frequency)
@@ -419,37 +457,25 @@ def _score_locked(ledger: Ledger, store: KlineReader, since: Any, now: datetime 
         found = _truths(store, symbol, frequency, steps_ns[idx], origins_ns[idx], require_next_bar)
         if found is not None:
             truth[idx], origin_close[idx] = found
-    ready = np.isfinite(truth[:, FEATURES.index("close")])
-    waiting = int((~ready).sum())
-    if memo is not None:
-        _remember_waiting(memo, files, todo, ready, steps_ns)
-    if not ready.any():
-        _note_complete(ledger, files, forecasts, todo.filter(pa.array(~ready)))
-        return ScoreResult(
-            empty_scores(), todo.slice(0, 0).drop_columns(["_file"]), waiting, None, skipped
-        )
-    open_rows = todo.filter(pa.array(~ready))
-    rows_ready = todo.filter(pa.array(ready)).drop_columns(["_file"])
-    truth, origin_close = truth[ready], origin_close[ready]
-    recorded_last = _col(rows_ready, "last_close")
+    return truth, origin_close
+
+
+def _score_table(rows: pa.Table, truth: np.ndarray, origin_close: np.ndarray,
+                 now: datetime | None) -> pa.Table:
+    """The scores of ``rows`` against their ``truth`` (N, 6), stamped ``now``."""
+    recorded_last = _col(rows, "last_close")
     last = np.where(np.isfinite(recorded_last), recorded_last, origin_close)
-    values = step_scores(rows_ready, truth[:, FEATURES.index("close")], last)
+    values = step_scores(rows, truth[:, FEATURES.index("close")], last)
     scored_at = datetime.now(timezone.utc) if now is None else now
-    at_ns = np.full(rows_ready.num_rows, int(scored_at.timestamp() * 1e9), dtype="i8")
-    cols: dict[str, Any] = {k: rows_ready[k] for k in KEY}
-    cols["request_time"] = rows_ready["request_time"]
+    at_ns = np.full(rows.num_rows, int(scored_at.timestamp() * 1e9), dtype="i8")
+    cols: dict[str, Any] = {k: rows[k] for k in KEY}
+    cols["request_time"] = rows["request_time"]
     cols["scored_at"] = pa.array(at_ns.astype("datetime64[ns]"), pa.timestamp("ns", tz="UTC"))
     for k in CARRIED[1:]:
-        cols[k] = rows_ready[k]
+        cols[k] = rows[k]
     cols["truth_close"] = pa.array(truth[:, FEATURES.index("close")], pa.float64())
-    cols["mean_close"] = rows_ready["mean_close"]
+    cols["mean_close"] = rows["mean_close"]
     cols["last_close"] = pa.array(last, pa.float64(), from_pandas=True)
     for k, v in values.items():
         cols[k] = pa.array(v, pa.float64(), from_pandas=True)
-    scores = pa.table(cols)
-    path = ledger.write_scores(scores)
-    _note_complete(ledger, files, forecasts, open_rows)
-    scored = rows_ready
-    for j, f in enumerate(FEATURES):
-        scored = scored.append_column(f"truth_{f}", pa.array(truth[:, j], pa.float64()))
-    return ScoreResult(scores, scored, waiting, path, skipped)
+    return pa.table(cols)
