@@ -40,7 +40,7 @@ _FLAGS = {
     "device_budget_bytes": ("--device-budget", int, "bytes one replica may use per batch"),
     "replica_cpus": ("--replica-cpus", float, "CPUs (torch threads) per CPU replica"),
     "cpu_step_loops": (
-        "--cpu-step-loops", int, "device loops per CPU replica (default and most: one per CPU)",
+        "--cpu-step-loops", int, "step loops per CPU replica (default and most: one per CPU)",
     ),
     "cpu_step_loop_mode": (
         "--cpu-step-loop-mode", str, "process (default) or thread: where a CPU replica's loops run",
@@ -79,7 +79,7 @@ def check_model(settings) -> str | None:
     except (CheckpointError, ValueError, OSError) as exc:
         return str(exc)
     if settings.calibration:
-        from service.replica.deployment import load_calibration
+        from service.replica.loop_worker import load_calibration
 
         try:
             load_calibration(settings.calibration, loaded.identity)
@@ -352,7 +352,10 @@ def _delete_app(app_name: str, deadline: float | None) -> bool:
     return True
 
 
-def run(args: argparse.Namespace) -> int:
+def preflight(args: argparse.Namespace):
+    """The settings of ``args``, checked before anything starts: the settings themselves, the API
+    keys, a public bind without keys, the metrics port, the ledger folder, ports in use, the model.
+    Returns the settings, or None after printing the problem (``kronos serve`` then exits 2)."""
     from pydantic import ValidationError
 
     try:
@@ -365,7 +368,7 @@ def run(args: argparse.Namespace) -> int:
             f"kronos serve: invalid settings: {describe_settings_error(exc, flags)}",
             file=sys.stderr,
         )
-        return 2
+        return None
     from service.common.settings import unknown_kronos_variables
 
     for message in unknown_kronos_variables():
@@ -376,7 +379,7 @@ def run(args: argparse.Namespace) -> int:
         keys = load_keyring(settings)
     except KeyFileError as exc:
         print(f"kronos serve: invalid API keys: {exc}", file=sys.stderr)
-        return 2
+        return None
     from service.preflight import (
         LEDGER_OFF_NOTE,
         ledger_problem,
@@ -390,7 +393,7 @@ def run(args: argparse.Namespace) -> int:
     ):
         if problem:
             print(f"kronos serve: {problem}", file=sys.stderr)
-            return 2
+            return None
     if settings.resolved_ledger_dir() is None:
         print(f"NOTE: {LEDGER_OFF_NOTE}", file=sys.stderr, flush=True)
     if not keys.enabled and settings.host not in ("127.0.0.1", "localhost", "::1"):
@@ -409,10 +412,19 @@ def run(args: argparse.Namespace) -> int:
                 f"kronos serve: port {port} on {settings.host} is {held}; stop that "
                 f"service or choose another port ({flag})", file=sys.stderr,
             )
-            return 2
+            return None
     problem = check_model(settings)
     if problem:
         print(f"kronos serve: cannot load the model: {problem}", file=sys.stderr)
+        return None
+    return settings
+
+
+def run(args: argparse.Namespace) -> int:
+    """``kronos serve``: the preflight checks (exit 2), then the service until a signal, then a
+    drain within the grace (docs/operations.md, "Graceful shutdown")."""
+    settings = preflight(args)
+    if settings is None:
         return 2
     stop_event, force = threading.Event(), threading.Event()
     handle = scratch = None
