@@ -177,9 +177,10 @@ def test_serve_dtype_flag_reaches_the_replica_engine(monkeypatch):
         )
     )
     replica = Predictor.func_or_class(settings)  # the deployment's class, built outside Serve
-    assert replica.predictor.dtype is torch.bfloat16 and replica.predictor.sliding == "rolling"
-    assert replica.predictor.max_context == 64
-    assert replica.model["dtype"] == "bfloat16" and len(replica.model["sha256"]) == 64
+    core = replica.core  # its step loops in this process (a LoopWorker)
+    assert core.predictor.dtype is torch.bfloat16 and core.predictor.sliding == "rolling"
+    assert core.predictor.max_context == 64
+    assert core.model["dtype"] == "bfloat16" and len(core.model["sha256"]) == 64
 
 
 def test_serve_refuses_a_bad_model_before_starting_ray(capsys, monkeypatch):

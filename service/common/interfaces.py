@@ -175,7 +175,7 @@ class ForecastEngine(Protocol):
                        series_keys: Sequence[int] | None = None,
                        verbose: bool = False) -> ForecastJob:
         """A forecast of ``series`` with every option of the call in ``options``, not yet run:
-        the replica's device loop steps it between other jobs' steps."""
+        the replica's step loop steps it between other jobs' steps."""
         ...
 
     def step_together(self, jobs: Sequence[ForecastJob]) -> None:

@@ -114,6 +114,6 @@ class ReplicaInfo:
     model: dict[str, Any]  # ModelInfo fields (its "calibration" block is ``calibration.as_dict()``)
     # what the replica's calibration covers (None: none)
     calibration: CalibrationDescription | None = None
-    # device loops that run batches side by side (a GPU: one; a CPU: one per core by default);
+    # step loops that run batches side by side (a GPU: one; a CPU: one per core by default);
     # budget_bytes is each loop's
     step_loops: int = 1

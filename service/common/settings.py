@@ -81,7 +81,7 @@ class Settings(BaseSettings):
     )
     cpu_step_loops: int | None = Field(
         None, ge=1,
-        description="CPU replica: device loops that run batches side by side, each on its own "
+        description="CPU replica: step loops that run batches side by side, each on its own "
         "thread with an equal share of the replica's CPUs as torch threads; default: one per CPU "
         "(one torch thread each), and never more loops than CPUs; 1: one loop on all of them",
     )

@@ -208,13 +208,13 @@ class ForecastPipeline:
         fit = self.fit_factory(info, req.horizon, req.paths)
         record = self.recorder is not None and req.record
         # each step loop of a replica runs batches of its own: sharding and dispatch count loops
-        lanes = self.num_replicas * info.step_loops
+        loops = self.num_replicas * info.step_loops
         slices, shards = make_shards(
             req,
             prep,
             info,
             fit,
-            lanes,
+            loops,
             self.settings.shards_per_replica,
             want_paths=record and self.settings.ledger_paths,
             min_shard_tokens=self.settings.min_shard_tokens,
@@ -222,7 +222,7 @@ class ForecastPipeline:
             request_id=request_id,
         )
         run = ShardRun(shard_timeout_s)
-        results = await self.dispatcher.run_all(shards, run, lanes)
+        results = await self.dispatcher.run_all(shards, run, loops)
         t_fc = time.perf_counter()
         g = gather(prep, slices, results)
         n = len(g.symbols)

@@ -81,16 +81,16 @@ class Dispatcher:
         self.cut = cut
         self.shards_in_flight = 0
 
-    async def run_all(self, shards: list[Shard], run: ShardRun, lanes: int) -> list[ShardResult]:
+    async def run_all(self, shards: list[Shard], run: ShardRun, loops: int) -> list[ShardResult]:
         """Every shard's answer, in shard order. Once ``cut`` returns, the shards not answered
-        yet are cancelled and answered ``interrupted`` (the answered ones are kept). ``lanes``:
+        yet are cancelled and answered ``interrupted`` (the answered ones are kept). ``loops``:
         the replicas' step loops in all."""
         # Pull model: a request keeps only a few shards in flight (by default two per step loop:
         # one running, one queued so the loop never idles between shards); the next shard goes to
         # the replica that frees up first (the router counts tokens in flight). Sending all shards
         # at once let Serve's default router pile 3 of 4 on one replica while the other idled.
         in_flight = asyncio.Semaphore(
-            max(1, lanes * self.settings.shards_in_flight_per_replica)
+            max(1, loops * self.settings.shards_in_flight_per_replica)
         )
 
         async def one(shard: Shard) -> ShardResult:

@@ -4,12 +4,14 @@ Two step loops in one Python process take turns holding the interpreter lock bet
 operations, and a decode step of a small model is mostly such turns: offline, two threads ran a
 10-row step in ~11 ms each against 6.65 ms alone, and two processes in ~8 ms (docs/service.md,
 "Scheduling", "Each loop in its own process"). So a CPU replica with more than one loop runs
-each loop in a child process by default (``Settings.cpu_step_loop_mode``): a Ray actor of the
-replica's own class with one loop and the loop's share of the CPUs and of the memory budget,
-pinned to the replica's node and owned by it (Ray ends the children when the replica ends).
+each loop in a child process by default (``Settings.cpu_step_loop_mode``): a Ray actor of a
+one-loop ``LoopWorker`` (``service.replica.loop_worker``) with the loop's share of the CPUs and of
+the memory budget, pinned to the replica's node and owned by it (Ray ends the children when the
+replica ends). It answers the calls a ``LoopWorker`` answers, so the replica's front
+(``service.replica.deployment.Predictor``) holds either behind one seam.
 
 The replica then only places shards: each goes to the child with the fewest tokens in flight,
-as the thread loops are placed (``service.replica.device_loop.DeviceLoops``). A cancelled call
+as the thread loops are placed (``service.replica.step_loop.StepLoops``). A cancelled call
 cancels the child's task (Ray raises ``CancelledError`` inside it, and the child drops the
 shard's rows at its next step). A child that dies fails the calls it held with a clear error and
 makes the replica report itself unhealthy, so Serve replaces it and its children.
@@ -34,6 +36,10 @@ from service.replica.placement import TokenCounts
 
 log = logging.getLogger(__name__)
 
+# a step-loop process that does not answer a health check in this long counts as dead (Serve's own
+# health-check timeout is 30 s)
+CHILD_HEALTH_TIMEOUT_S = 20.0
+
 
 class LoopProcessDied(RuntimeError):
     """A step-loop process of the replica ended; the replica is unhealthy from then on."""
@@ -43,7 +49,7 @@ class LoopProcesses:
     """The child processes of one CPU replica, one step loop each, and the placement of shards on
     them by tokens in flight.
 
-    ``replica_class``: the (undecorated) replica class; each child is a Ray actor of it, built with
+    ``worker_class``: the class of each child (``LoopWorker``), a Ray actor built with
     ``settings`` narrowed to one loop of ``cpus_per_loop`` CPUs and ``budget_per_loop`` bytes, and
     with the parent's ``replica_id`` (its batch reports name the replica the gateway called).
     Blocks until every child has loaded the model and warmed up, then sends each the shard
@@ -51,7 +57,7 @@ class LoopProcesses:
 
     def __init__(
         self,
-        replica_class: type,
+        worker_class: type,
         settings: Settings,
         replica_id: str,
         loops: int,
@@ -69,7 +75,7 @@ class LoopProcesses:
             }
         )
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-        actor: Any = ray.remote(replica_class).options(
+        actor: Any = ray.remote(worker_class).options(
             num_cpus=0,  # the replica holds the CPUs its loops run on
             scheduling_strategy=here,
             max_restarts=0,  # a dead loop makes the replica unhealthy; Serve replaces both
@@ -79,7 +85,7 @@ class LoopProcesses:
         )
         self.replica_id = replica_id
         self.children: list[Any] = [
-            actor.remote(child_settings, None, replica_id=replica_id, loop_name=f"p{k}")
+            actor.remote(child_settings, replica_id, loop_name=f"p{k}", cpus=cpus_per_loop)
             for k in range(loops)
         ]
         self._tokens = TokenCounts(range(loops))
@@ -95,6 +101,9 @@ class LoopProcesses:
         except BaseException:
             self.stop()
             raise
+
+    async def describe(self) -> ReplicaInfo:
+        return self.info()
 
     def info(self) -> ReplicaInfo:
         """The replica's description: its first child's (``budget_bytes`` is each loop's, as with
@@ -141,7 +150,7 @@ class LoopProcesses:
         finally:
             self._tokens.take(index, shard.tokens)
 
-    async def check_health(self, timeout_s: float) -> None:
+    async def check_health(self, timeout_s: float = CHILD_HEALTH_TIMEOUT_S) -> None:
         """Raises ``LoopProcessDied`` when a child has ended or does not answer in time."""
         for index, child in enumerate(self.children):
             if index in self.dead:

@@ -289,7 +289,7 @@ def halve(segments: Sequence[tuple[Any, int, int]]) -> tuple[list, list]:
 
 
 class Scheduler:
-    """Plans the replica's device loop; see the module docstring for the policy."""
+    """Plans the replica's step loop; see the module docstring for the policy."""
 
     def __init__(
         self,

@@ -1,10 +1,10 @@
 """The threads that drive a replica's device.
 
-A ``DeviceLoop`` is one thread with its own ``StepRunner``: it builds the runner (model load,
+A ``StepLoop`` is one thread with its own ``StepRunner``: it builds the runner (model load,
 warm-up), then ticks it while it has work. A replica has one loop per GPU, and on a CPU one loop
 per core by default (``Settings.cpu_step_loops``), each on one torch thread: on two cores, two
 single-thread loops got through about twice the work of one loop whose operations were split over
-two threads (docs/results/mixed.md, "One step loop per core"). ``DeviceLoops`` places
+two threads (docs/results/mixed.md, "One step loop per core"). ``StepLoops`` places
 each shard on the loop with the fewest tokens in flight.
 """
 
@@ -22,7 +22,7 @@ from service.replica.step_runner import PendingShard, StepRunner
 log = logging.getLogger(__name__)
 
 
-class DeviceLoop:
+class StepLoop:
     """One thread that drives one step runner. It first builds the runner (``build``), then ticks
     it while it has work and sleeps on its ``wakeup`` condition otherwise (a shard's arrival, or
     the end of the coalescing wait, wakes it).
@@ -71,12 +71,12 @@ class DeviceLoop:
             try:
                 runner.tick()
             except Exception:  # the loop must outlive any one job's failure
-                log.exception("replica %s: device loop step failed", runner.replica_id)
+                log.exception("replica %s: step loop step failed", runner.replica_id)
 
     @property
     def runner(self) -> StepRunner:
         """The loop's step runner (built before ``__init__`` returns)."""
-        assert self._runner is not None, "the device loop's runner is not built"
+        assert self._runner is not None, "the step loop's runner is not built"
         return self._runner
 
     def stop(self) -> None:
@@ -92,7 +92,7 @@ class DeviceLoop:
 
 @dataclass(frozen=True)
 class Placed:
-    """A shard on one loop: ``cancel`` it there, and ``DeviceLoops.release`` it when its call
+    """A shard on one loop: ``cancel`` it there, and ``StepLoops.release`` it when its call
     ends."""
 
     index: int  # of the loop
@@ -103,17 +103,17 @@ class Placed:
         self.runner.cancel(self.pending)
 
 
-class DeviceLoops:
-    """A replica's device loops, and the placement of its shards on them.
+class StepLoops:
+    """A replica's step loops, and the placement of its shards on them.
 
     Each shard goes to the loop with the fewest tokens in flight (``Shard.tokens`` of the shards
     placed there whose calls have not ended; the first loop on a tie), so a request cut into shards
     spreads over the loops, and a small request joins the loop with the least work. The count is
     exact: every placed shard is released once, answered or cancelled."""
 
-    def __init__(self, loops: list[DeviceLoop]):
+    def __init__(self, loops: list[StepLoop]):
         if not loops:
-            raise ValueError("a replica needs at least one device loop")
+            raise ValueError("a replica needs at least one step loop")
         self.loops = loops
         self._tokens = TokenCounts(range(len(loops)))
 

@@ -28,7 +28,7 @@ from service.replica.scheduler import Arrival, JobPlan, Scheduler
 
 log = logging.getLogger(__name__)
 
-# ---- step-at-a-time execution (the replica's device loop) ----------------------------------------
+# ---- step-at-a-time execution (the replica's step loop) ----------------------------------------
 # The replica runs every shard through ``StepRunner``, the one execution path (tests drive the
 # same path with ``submit`` + ``run_until_idle``): the scheduler decides which shards arriving
 # together form which jobs and each decode step's jobs; a job's rows keep their state between
@@ -153,7 +153,7 @@ class DeviceBatch:
 
 
 class StepRunner:
-    """The replica's device loop body: shards in (``submit``, any thread), one ``tick`` at a time on
+    """The replica's step loop body: shards in (``submit``, any thread), one ``tick`` at a time on
     the device thread: coalesce shards that arrived together, carry out the scheduler's next step
     (close the jobs that leave, start the admitted ones, run one decode step), deliver finished
     shards. An out-of-memory error at a job's start or step discards the job and queues its two
@@ -241,7 +241,7 @@ class StepRunner:
 
     # ---- the device thread -----------------------------------------------------------------------
     def tick(self) -> bool:
-        """One round of the device loop: carry out the scheduler's next step (make the jobs it
+        """One round of the step loop: carry out the scheduler's next step (make the jobs it
         formed, close the ones that leave, start the admitted ones, run one decode step); False
         when there was nothing to do."""
         with self._lock:

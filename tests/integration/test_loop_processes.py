@@ -57,11 +57,11 @@ def _in_child(child, fn):
 @pytest.fixture(scope="module")
 def loop_processes(live_service):
     """Two loop processes of the replica class, made from this (driver) process."""
-    from service.replica.deployment import Predictor
     from service.replica.loop_processes import LoopProcesses
+    from service.replica.loop_worker import LoopWorker
 
     processes = LoopProcesses(
-        Predictor.func_or_class, Settings(model_dir=TINY, device="cpu"), "test-replica",
+        LoopWorker, Settings(model_dir=TINY, device="cpu"), "test-replica",
         loops=2, cpus_per_loop=1, budget_per_loop=1 << 30,
     )
     yield processes
@@ -174,11 +174,11 @@ def _kill(child) -> None:
 def test_a_dead_loop_process_fails_only_the_calls_that_need_it_and_the_replica_turns_unhealthy(
     live_service,
 ):
-    from service.replica.deployment import Predictor
     from service.replica.loop_processes import LoopProcessDied, LoopProcesses
+    from service.replica.loop_worker import LoopWorker
 
     processes = LoopProcesses(
-        Predictor.func_or_class, Settings(model_dir=TINY, device="cpu"), "doomed-replica",
+        LoopWorker, Settings(model_dir=TINY, device="cpu"), "doomed-replica",
         loops=2, cpus_per_loop=1, budget_per_loop=1 << 30,
     )
     try:

@@ -14,7 +14,8 @@ from kronos_core.calibration.conformal import Calibration, CalibrationMismatch
 from kronos_core.calibration.policy import CalibrationDescription, CalibrationPolicy
 from kronos_core.loading import PredictorConfig, load_predictor
 from service.common.settings import Settings
-from service.replica.deployment import Predictor, load_calibration
+from service.replica.deployment import Predictor
+from service.replica.loop_worker import load_calibration
 from service.replica.step_runner import StepRunner
 
 
@@ -87,8 +88,9 @@ def test_replica_reports_its_calibration(tmp_path):
     predictor = load_predictor(PredictorConfig(model=TINY, device="cpu"))
     path = tmp_path / "cal.json"
     cal = _calibration(predictor.identity.as_dict(), path)
-    replica = Predictor.func_or_class(Settings(model_dir=TINY, device="cpu", calibration=str(path)))
-    assert replica.loops.runners and all(r.calibration is not None for r in replica.loops.runners)
+    front = Predictor.func_or_class(Settings(model_dir=TINY, device="cpu", calibration=str(path)))
+    replica = front.core  # its step loops in this process (a LoopWorker)
+    assert replica.runners and all(r.calibration is not None for r in replica.runners)
     assert replica.calibration == CalibrationDescription.of(cal)  # typed, in its ReplicaInfo too
     assert replica.model["calibration"] == replica.calibration.as_dict()
     assert replica.model["calibration"]["model_sha256"] == replica.model["sha256"]

@@ -42,7 +42,7 @@ SHARING = {"alone": 0, "shared": 10_000}  # max_step_rows: every job steps alone
 def _run(
     runner: StepRunner, arrivals: list[tuple[int, Shard]], can_share: bool = True
 ) -> dict[str, ShardResult]:
-    """Submit each shard after ``ticks`` steps of the device loop; run until every one is
+    """Submit each shard after ``ticks`` steps of the step loop; run until every one is
     answered. Steps were shared exactly when the runner shares them and ``can_share``."""
     out: dict[str, ShardResult] = {}
     tick = 0

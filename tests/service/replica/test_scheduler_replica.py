@@ -1,4 +1,4 @@
-"""The predictor replica's device loop (``service.replica.deployment``) outside Serve, on the
+"""The predictor replica's step loop (``service.replica.deployment``) outside Serve, on the
 reference fixture
 checkpoint: it warms up before it is ready, answers shards through the step scheduler, lets a small
     shard
@@ -20,23 +20,24 @@ from service.replica.deployment import Predictor
 @pytest.fixture(scope="module")
 def replica():
     # one step loop: the scenario is the scheduler's, within one loop (placement over several
-    # loops: test_device_loop.py)
+    # loops: test_step_loop.py)
     rep = Predictor.func_or_class(Settings(model_dir=TINY, device="cpu", cpu_step_loops=1))
     yield rep
-    rep.loops.stop()
+    rep.core.stop()
 
 
 def test_the_replica_warmed_up_before_it_was_ready(replica):
-    assert replica.warmup_seconds > 0 and replica.loops.alive
+    assert replica.core.warmup_seconds > 0 and replica.core.loops.alive
     # the warm-up is not reported
-    assert replica.loops.runners[0].take_reports() == [] and replica.loops.runners[0].scheduler.idle
+    runner = replica.core.loops.runners[0]
+    assert runner.take_reports() == [] and runner.scheduler.idle
 
 
 def test_a_small_shard_overtakes_a_big_job_and_a_cancelled_shard_frees_its_job(replica):
     async def scenario():
         big = asyncio.ensure_future(replica.forecast_shard(
             make_shard(48, length=100, options=make_options(horizon=60, seed=2), request_id="big")))
-        while not replica.loops.runners[0].scheduler.live:  # the big job is decoding
+        while not replica.core.loops.runners[0].scheduler.live:  # the big job is decoding
             await asyncio.sleep(0.005)
         small = await replica.forecast_shard(
             make_shard(2, length=50, options=make_options(horizon=4), request_id="small")
@@ -47,12 +48,12 @@ def test_a_small_shard_overtakes_a_big_job_and_a_cancelled_shard_frees_its_job(r
         with pytest.raises(asyncio.CancelledError):
             await big
         deadline = time.monotonic() + 10
-        while replica.loops.runners[0].jobs and time.monotonic() < deadline:
+        while replica.core.loops.runners[0].jobs and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
         return small
 
     small = asyncio.run(scenario())
     assert small.error is None and small.mean.shape == (2, 4, 6)
     # the big job left, its memory freed
-    assert not replica.loops.runners[0].jobs and replica.loops.runners[0].scheduler.idle
-    replica.check_health()
+    assert not replica.core.loops.runners[0].jobs and replica.core.loops.runners[0].scheduler.idle
+    asyncio.run(replica.check_health())  # the front asks its loops

@@ -1,6 +1,6 @@
-"""The replica's device loop threads (``service.replica.device_loop``): a loop builds its runner on
+"""The replica's step loop threads (``service.replica.step_loop``): a loop builds its runner on
 its own thread (so every torch call of the loop, the model's loading and warm-up included, runs on
-one thread), drives it, and hands a failed build back to the constructor; ``DeviceLoops`` places
+one thread), drives it, and hands a failed build back to the constructor; ``StepLoops`` places
 each shard on the loop with the fewest tokens in flight. A real replica on two CPUs runs two
 single-thread loops whose seeded paths do not depend on the loop."""
 
@@ -11,7 +11,7 @@ import threading
 import pytest
 from service_fakes import FakePredictor, make_shard
 
-from service.replica.device_loop import DeviceLoop, DeviceLoops
+from service.replica.step_loop import StepLoop, StepLoops
 from service.replica.step_runner import StepRunner
 
 
@@ -40,7 +40,7 @@ def test_the_loop_builds_its_runner_on_its_own_thread_and_runs_every_job_there()
         assert warm and warm[0].error is None
         return runner
 
-    loop = DeviceLoop(build)
+    loop = StepLoop(build)
     try:
         assert built_on == [loop.thread] and loop.thread is not threading.current_thread()
         assert loop.runner is not None and loop.alive
@@ -69,17 +69,17 @@ def test_a_build_that_fails_raises_in_the_constructor_and_leaves_no_loop_running
 
     before = set(threading.enumerate())
     with pytest.raises(RuntimeError, match="checkpoint unreadable"):
-        DeviceLoop(build)
+        StepLoop(build)
     started = [t for t in threading.enumerate() if t not in before]
     for t in started:
         t.join(10)
     assert not [t for t in started if t.is_alive() and t.name.startswith("kronos-device-loop")]
 
 
-def _fake_loops(n: int) -> DeviceLoops:
-    return DeviceLoops(
+def _fake_loops(n: int) -> StepLoops:
+    return StepLoops(
         [
-            DeviceLoop(lambda: StepRunner(FakePredictor(), "r1", "cpu"), name=str(k))
+            StepLoop(lambda: StepRunner(FakePredictor(), "r1", "cpu"), name=str(k))
             for k in range(n)
         ]
     )
@@ -119,8 +119,8 @@ def test_each_shard_goes_to_the_loop_with_the_fewest_tokens_in_flight_until_rele
 
 
 def test_a_replica_needs_a_loop():
-    with pytest.raises(ValueError, match="at least one device loop"):
-        DeviceLoops([])
+    with pytest.raises(ValueError, match="at least one step loop"):
+        StepLoops([])
 
 
 def test_a_replica_on_two_cpus_runs_one_single_thread_loop_per_cpu_and_paths_do_not_depend_on_it():
@@ -140,18 +140,19 @@ def test_a_replica_on_two_cpus_runs_one_single_thread_loop_per_cpu_and_paths_do_
 
     one = Predictor.func_or_class(
         Settings(model_dir=TINY, device="cpu", replica_cpus=2, cpu_step_loops=1)
-    )
+    ).core  # outside Serve: its loops are threads of a LoopWorker in this process
     one.loops.stop()
     assert (one.step_loops, one.torch_threads, len(one.loops.loops)) == (1, 2, 1)
 
-    replica = Predictor.func_or_class(Settings(model_dir=TINY, device="cpu", replica_cpus=2))
+    front = Predictor.func_or_class(Settings(model_dir=TINY, device="cpu", replica_cpus=2))
+    replica = front.core
     try:
         assert (replica.step_loops, replica.torch_threads) == (2, 1)
         assert len({loop.thread.name for loop in replica.loops.loops}) == 2 and replica.loops.alive
         # each loop plans for half of the memory beyond the weights
         assert replica.budget < 2 << 30
         # a live user_config reaches every loop's runner
-        asyncio.run(replica.reconfigure({"max_step_rows": 8, "batch_wait_timeout_s": 0.001}))
+        asyncio.run(front.reconfigure({"max_step_rows": 8, "batch_wait_timeout_s": 0.001}))
         assert [(r.policy.max_step_rows, r.policy.batch_wait_timeout_s)
                 for r in replica.loops.runners] == [(8, 0.001), (8, 0.001)]
         ran_on: list[int] = []
@@ -170,7 +171,7 @@ def test_a_replica_on_two_cpus_runs_one_single_thread_loop_per_cpu_and_paths_do_
         ]
 
         async def both():
-            calls = (replica.forecast_shard(shard), replica.forecast_shard(shard))
+            calls = (front.forecast_shard(shard), front.forecast_shard(shard))
             return await asyncio.gather(*calls)
 
         a, b = asyncio.run(both())
