@@ -319,7 +319,7 @@ class Ingress:
         self._symbols: tuple[int, list[str]] | None = None
         current().start(settings, self.metrics, _replica_id())
         self.metrics.set_limits(
-            settings.max_inflight_requests * settings.gateway_replicas, num_replicas
+            settings.inflight_limit * settings.gateway_replicas, num_replicas
         )
         # kronos_replicas_ready, probes or not
         self.watch = ReadyWatch(settings.app_name, self.metrics).start()
@@ -629,12 +629,16 @@ def build_app(args: Settings) -> serve.Application:
     check_startup(settings, announce=not isinstance(args, Settings))
     gpus = _cluster_gpus()
     replicas = settings.resolved_num_replicas(gpus)
-    if settings.use_gpu(gpus):
+    gpu = settings.use_gpu(gpus)
+    if gpu:
         actor_opts: dict[str, float] = {"num_gpus": 1, "num_cpus": 1}
     else:
         cpus = settings.resolved_replica_cpus(replicas)
         actor_opts = {"num_cpus": cpus}
         settings = settings.model_copy(update={"replica_cpus": cpus})
+    # the gateways' slots, from the replicas when unset (Settings.resolved_max_inflight)
+    inflight = settings.resolved_max_inflight(replicas, gpu, settings.replica_cpus or 1)
+    settings = settings.model_copy(update={"max_inflight_requests": inflight})
     # a model folder of this node reaches the replicas on every node through the object store
     shipped = ship_weights(settings)
     # @serve.deployment makes the class a ray Deployment; mypy does not apply class decorators
@@ -654,7 +658,7 @@ def build_app(args: Settings) -> serve.Application:
         num_replicas=settings.gateway_replicas,
         ray_actor_options=gateway_opts,
         # beyond: the gateway answers 503 itself
-        max_ongoing_requests=settings.max_inflight_requests + 64,
+        max_ongoing_requests=settings.inflight_limit + settings.max_queued_requests + 64,
         # Serve (KubeRay) lets requests finish
         graceful_shutdown_timeout_s=settings.shutdown_grace_s,
     )

@@ -55,7 +55,7 @@ class ProcessState:
         self.cors_origins = parse_origins(settings.cors_origins)
         self.request_timeout_s = settings.request_timeout_s
         self.admission = Admission(
-            settings.max_inflight_requests, settings.max_queued_requests, settings.queue_wait_s,
+            settings.inflight_limit, settings.max_queued_requests, settings.queue_wait_s,
             settings.retry_after_s, on_refuse=lambda: metrics.record_error(ErrorCode.OVERLOADED),
         )
 

@@ -164,13 +164,14 @@ class Settings(BaseSettings):
 
     # -- limits and back-pressure
     max_symbols: int = Field(10_000, ge=1, description="symbols (or inline series) per request")
-    max_inflight_requests: int = Field(
-        32, ge=1,
+    max_inflight_requests: int | None = Field(
+        None, ge=1,
         description="forecast requests in flight at each gateway replica; beyond: they wait "
-                    "(max_queued_requests, queue_wait_s), then 503",
+                    "(max_queued_requests, queue_wait_s), then 503. Default: from the predictor "
+                    "replicas (2 per CPU step loop, 32 per GPU), split over the gateways",
     )
     max_queued_requests: int = Field(
-        32, ge=0,
+        128, ge=0,
         description="forecast requests waiting for a slot at each gateway replica (their body "
                     "not read yet); beyond: 503 overloaded at once",
     )
@@ -368,6 +369,28 @@ class Settings(BaseSettings):
             return True
         return num_gpus > 0
 
+    def resolved_max_inflight(self, replicas: int, gpu: bool, replica_cpus: float) -> int:
+        """Forecast requests in flight at each gateway: the setting, else what keeps the predictor
+        replicas busy and no more (more slots than the replicas serve at once only lengthen every
+        answer: ``kronos bench overload``, docs/results/overload.md), split over the gateways:
+        two requests per step loop of a CPU replica (one running, one queued behind it), 32 per
+        GPU replica, whose continuous batching gains from company."""
+        if self.max_inflight_requests:
+            return self.max_inflight_requests
+        if gpu:
+            per_replica = INFLIGHT_PER_GPU_REPLICA
+        else:
+            cpus = max(1, int(replica_cpus))
+            per_replica = INFLIGHT_PER_CPU_LOOP * max(1, min(self.cpu_step_loops or cpus, cpus))
+        total = per_replica * max(1, replicas)
+        return max(1, -(-total // max(1, self.gateway_replicas)))  # ceil
+
+    @property
+    def inflight_limit(self) -> int:
+        """``max_inflight_requests`` as resolved (``build_app`` resolves it before a gateway
+        starts; a gateway built without it, in tests, takes ``UNRESOLVED_INFLIGHT``)."""
+        return self.max_inflight_requests or UNRESOLVED_INFLIGHT
+
     def resolved_replica_cpus(self, replicas: int) -> float:
         if self.replica_cpus:
             return self.replica_cpus
@@ -375,6 +398,11 @@ class Settings(BaseSettings):
 
 
 ENV_PREFIX = "KRONOS_"
+# Default forecast requests in flight (Settings.resolved_max_inflight): per step loop of a CPU
+# replica, per GPU replica, and for a gateway whose settings were not resolved (tests).
+INFLIGHT_PER_CPU_LOOP = 2
+INFLIGHT_PER_GPU_REPLICA = 32
+UNRESOLVED_INFLIGHT = 32
 
 # KRONOS_* variables that are not settings but are read elsewhere, so they never warn. A new
 # one goes here (tests/service/test_serve_cli.py checks that every KRONOS_* variable the code

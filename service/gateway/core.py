@@ -169,10 +169,10 @@ class ForecastPipeline:
                 f"{field_name}: {req.n_series} given, "
                 f"at most {self.settings.max_symbols} per request",
             )
-        if self._inflight >= self.settings.max_inflight_requests:
+        if self._inflight >= self.settings.inflight_limit:
             raise Overloaded(
                 f"{self._inflight} forecast requests in flight "
-                f"(limit {self.settings.max_inflight_requests})",
+                f"(limit {self.settings.inflight_limit})",
                 self.settings.retry_after_s,
             )
         self._inflight += 1

@@ -149,3 +149,17 @@ def test_gateway_replicas_flag_and_the_builder_pin_them():
     assert a.startswith("/m/kronos-") and a != Settings(metrics_dir="/m").gateway_shared_dir(
         "node-b" * 8
     )
+
+
+def test_gateway_slots_default_to_what_the_replicas_run_at_once():
+    """``max_inflight_requests`` unset: 2 per CPU step loop, 32 per GPU replica, split over the
+    gateways (rounded up); set, it is kept (docs/results/overload.md)."""
+    s = Settings()
+    assert s.max_inflight_requests is None and s.inflight_limit == 32
+    assert s.max_queued_requests == 128
+    assert s.resolved_max_inflight(replicas=1, gpu=False, replica_cpus=2) == 4
+    assert s.resolved_max_inflight(replicas=3, gpu=False, replica_cpus=4) == 24
+    assert Settings(cpu_step_loops=1).resolved_max_inflight(2, False, 4) == 4  # one loop each
+    assert s.resolved_max_inflight(replicas=4, gpu=True, replica_cpus=1) == 128
+    assert Settings(gateway_replicas=3).resolved_max_inflight(4, True, 1) == 43  # ceil(128 / 3)
+    assert Settings(max_inflight_requests=7).resolved_max_inflight(4, True, 1) == 7
