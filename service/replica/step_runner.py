@@ -1,7 +1,7 @@
 """The replica's batch execution, without Ray: ``StepRunner`` carries out what
 ``service.replica.scheduler`` decides (which shards form which jobs, each job's cuts, which jobs
-start, step together or leave), halves a job and queues both halves on out-of-memory, and puts
-each shard's answer back together from the jobs that carried its series. It takes no scheduling
+start, step together or leave, and whether a job out of memory is halved), and puts each
+shard's answer back together from the jobs that carried its series. It takes no scheduling
 decision of its own. Unit-tested with fake engines.
 """
 
@@ -154,10 +154,11 @@ class DeviceBatch:
 
 class StepRunner:
     """The replica's step loop body: shards in (``submit``, any thread), one ``tick`` at a time on
-    the device thread: coalesce shards that arrived together, carry out the scheduler's next step
-    (close the jobs that leave, start the admitted ones, run one decode step), deliver finished
-    shards. An out-of-memory error at a job's start or step discards the job and queues its two
-    halves as new jobs (nothing is lost; a single series that does not fit fails its shard). Reports
+    the device thread: carry out the scheduler's next step (make the jobs it formed, close the
+    ones that leave, start the admitted ones, run one decode step), deliver finished shards. An
+    error at a job's start or step is reported to the scheduler (``failed``), which halves a job
+    out of memory into two new jobs (nothing is lost; a single series that does not fit fails its
+    shard); else the job's shards fail. Reports
     (one ``BatchReport`` per job) wait in ``take_reports`` for the replica to hand them to the
     gateway."""
 
