@@ -19,6 +19,7 @@ import pandas as pd
 
 from kronos_core.base.options import ForecastOptions, quantile_column
 from kronos_core.data.reader import add_reader_arguments
+from kronos_core.data.timestamps import TEMPLATE_HISTORY_ROWS
 from kronos_core.loading import add_predictor_arguments, load_predictor, predictor_config_from_args
 
 log = logging.getLogger(__name__)
@@ -165,8 +166,11 @@ def run(args) -> int:
                                                   stamps[-lookback:], Path(args.csv).stem)
         if why:
             log.warning("--calibration %s not applied: %s", args.calibration, why)
+    # sessions learned from the file's history before the window too, as the service learns them
+    # from the store's (``template_history``); with --exchange its calendar decides
+    future = future_stamps(stamps[-max(lookback, TEMPLATE_HISTORY_ROWS):], args.horizon,
+                           args.exchange)
     values, stamps = values[-lookback:], stamps[-lookback:]
-    future = future_stamps(stamps, args.horizon, args.exchange)
     if calibration is not None:
         options = options.with_(calibration=calibration)
     if args.samples is None:  # the model's path count (its sampling block), not one

@@ -42,7 +42,9 @@ def test_client_frame_equals_the_local_predictor_s(live_service):
         )
         series.append(np.asarray(w.values, np.float32))
         xts.append(pd.DatetimeIndex(w.timestamps))
-        yts.append(future(np.asarray(w.timestamps), 3, session, meta.get("exchange")))
+        # without a calendar the sessions come from the stored history before the window
+        history = w.timestamps if w.template_stamps is None else w.template_stamps
+        yts.append(future(np.asarray(history), 3, session, meta.get("exchange")))
     options = ForecastOptions(3, sample_count=3, seed=11, quantiles=(0.1, 0.5, 0.9))
     local = predictor.forecast(series, xts, yts, options).to_frame(batch.symbols, yts)
     assert list(out.frame.columns) == list(local.columns)

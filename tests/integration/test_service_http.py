@@ -248,7 +248,9 @@ def test_service_equals_engine_called_directly(live_service):
         v, ts = w.values, pd.DatetimeIndex(w.timestamps)
         series.append(np.asarray(v, np.float32))
         xts.append(ts)
-        yts.append(ft(ts.to_numpy(), SMALL["horizon"]))
+        # the gateway's future: sessions from the stored history when no calendar is named
+        history = ts.to_numpy() if w.template_stamps is None else w.template_stamps
+        yts.append(ft(history, SMALL["horizon"], None, w.metadata.get("exchange")))
     res = predictor.forecast(
         series, xts, yts, ForecastOptions(SMALL["horizon"], sample_count=2, seed=7)
     )
