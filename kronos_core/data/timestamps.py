@@ -36,7 +36,8 @@ def template_history(timestamps, end: int, meta) -> object | None:
 def calendar_of(meta) -> str | None:
     """The calendar a stored series' future timestamps follow, from its metadata: the
     ``exchange`` it was imported with, else the ``sessions`` the store inferred from its whole
-    history (``24/7``, ``kronos_core.data.round_clock``), else None (learned from the window).
+    history (``24/7``, ``kronos_core.data.round_clock``), else None (learned from the history
+    before the origin: ``template_history``).
     The service's prepare stage and the evaluation both ask here."""
     return (meta or {}).get("exchange") or (meta or {}).get("sessions") or None
 
