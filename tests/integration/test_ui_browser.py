@@ -109,8 +109,10 @@ def test_portfolio_sorts_and_symbol_view_draws_the_fan(browser, live_service, sh
     browser.find_element("id", "tab-accuracy").click()
     text = wait_for(lambda: (t := browser.find_element("id", "accuracy-body").text) and t, 120,
                     "the accuracy view")
-    # the session's ledger scores in the background: figures, or the empty state saying why
-    assert "Model SHA-256" in text and ("coverage" in text or "Nothing scored yet" in text)
+    # the session's ledger scores in the background: figures (the coverage and CRPS table, and
+    # the CRPS by day), or the empty state saying why
+    scored = "Coverage of the bands against nominal, CRPS" in text and "CRPS over time" in text
+    assert "Model SHA-256" in text and (scored or "Nothing scored yet" in text), text[:500]
     browser.save_screenshot(str(shots / "accuracy.png"))
     browser.find_element("id", "tab-model").click()
     assert "max_context" in browser.find_element("id", "model-info").text
