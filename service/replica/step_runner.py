@@ -184,16 +184,9 @@ class StepRunner:
         self.calibration_state: dict | None = None
         self.memory_model = memory_model
         self.scheduler = Scheduler(
-            self.policy.budget_bytes,
-            max_skipped=self.policy.max_skipped,
-            max_step_rows=self.policy.max_step_rows,
-            share_within_request=self.policy.share_within_request,
-            wait_s=self.policy.batch_wait_timeout_s,
-            max_batch_tokens=self.policy.max_batch_tokens,
-            max_prefill_tokens=self.policy.max_prefill_tokens,
-            min_split=self.policy.min_split,
-            job_memory=None if memory_model is None else self._job_memory,
+            self.policy.budget_bytes, job_memory=None if memory_model is None else self._job_memory
         )
+        self.scheduler.configure(self.policy)  # every other figure, as a live reconfigure sets it
         self.clock = clock
         self.jobs: dict[int, DeviceBatch] = {}
         self._reports: list[BatchReport] = []
