@@ -42,6 +42,14 @@ from kronos_core.model import Kronos, KronosTokenizer
 log = logging.getLogger(__name__)
 
 
+# Rows (series x paths) of one forecast call for callers with many series, per device kind. A
+# CPU's cost grows with a call's rows and wide calls gain nothing but memory: two daily series,
+# 16 paths, 200 backtest rebalances took 13.7 s at 32 rows a call, 11.4 s at 128, 13.5 s at 512,
+# 14.0 s at 2,048, and 8,192 rows a call peaked at 12 GB (docs/results/backtest.md). A GPU wants
+# wide calls; its free memory caps them.
+ROWS_PER_CALL = {"cpu": 128, "cuda": 16384}
+GPU_CALL_MEMORY_SHARE = 0.8  # of the free GPU memory one such call may plan for
+
 @dataclass
 class ForecastResult:
     """Forecasts of B series, S sample paths each, H steps, 6 features (``FEATURES``), raw scale."""
@@ -277,6 +285,17 @@ class KronosPredictor:
         return out
 
     # ---- array API ----------------------------------------------------------------------
+    def series_per_call(self, lookback: int, horizon: int, sample_count: int = 1) -> int:
+        """Series one ``forecast`` call should carry when a caller has many (backtests,
+        evaluation): ``ROWS_PER_CALL`` rows (series x paths) for this device kind, on a GPU
+        within ``GPU_CALL_MEMORY_SHARE`` of its free memory."""
+        cuda = self.device.type == "cuda"
+        n = max(1, ROWS_PER_CALL["cuda" if cuda else "cpu"] // max(1, sample_count))
+        if cuda:
+            budget = int(torch.cuda.mem_get_info(self.device)[0] * GPU_CALL_MEMORY_SHARE)
+            n = min(n, max(1, self.series_that_fit(budget, lookback, horizon, sample_count)))
+        return n
+
     def series_that_fit(self, budget_bytes: int, lookback: int, horizon: int,
                         sample_count: int = 1) -> int:
         """The most series of ``lookback`` candles one ``forecast`` call of ``horizon`` steps and

@@ -121,29 +121,13 @@ def _scores_of(paths_close: np.ndarray, last: np.ndarray, rank: str) -> np.ndarr
     return mean
 
 
-# Rows (windows x paths) of one engine call when no batch size is given, per device kind. A CPU's
-# cost grows with a call's rows and small calls lose nothing: two daily series, 16 paths, 200
-# rebalances took 13.7 s at 32 rows a call, 11.4 s at 128, 13.5 s at 512 and 14.0 s at 2,048,
-# and 8,192 rows a call (512 windows) peaked at 12 GB (scripts/bench-backtest-batching.py). A GPU
-# wants wide calls; its free memory caps them (``KronosPredictor.series_that_fit``).
-ROWS_PER_CALL = {"cpu": 128, "cuda": 16384}
-GPU_MEMORY_SHARE = 0.8  # of the free GPU memory one backtest call may plan for
-
-
 def windows_per_call(predictor, lookback: int, horizon: int, sample_count: int,
                      batch_size: int | None = None) -> int:
-    """Windows per engine call: ``batch_size`` when given, else ``ROWS_PER_CALL`` rows of the
-    predictor's device kind, within the GPU's free memory."""
+    """Windows per engine call: ``batch_size`` when given, else the predictor's
+    (``KronosPredictor.series_per_call``: sized by rows for its device and memory)."""
     if batch_size:
         return int(batch_size)
-    import torch
-
-    device = torch.device(getattr(predictor, "device", "cpu"))
-    n = max(1, ROWS_PER_CALL["cuda" if device.type == "cuda" else "cpu"] // sample_count)
-    if device.type == "cuda":
-        budget = int(torch.cuda.mem_get_info(device)[0] * GPU_MEMORY_SHARE)
-        n = min(n, max(1, predictor.series_that_fit(budget, lookback, horizon, sample_count)))
-    return n
+    return predictor.series_per_call(lookback, horizon, sample_count)
 
 
 def forecast_scores_all(

@@ -80,7 +80,9 @@ def add_window_arguments(parser: argparse.ArgumentParser, several_horizons: bool
         "--seed", type=int, default=0, help="sampling seed (per window content, batch-invariant)"
     )
     g.add_argument(
-        "--batch-size", type=int, default=256, help="windows per engine call (default 256)"
+        "--batch-size", type=int, default=None,
+        help="windows per engine call (default: sized by rows for the device, 128 rows of "
+             "windows x paths on a CPU, 16,384 on a GPU within its memory)"
     )
     g.add_argument(
         "--quantiles", type=floats, default=DEFAULT_QUANTILES,
@@ -230,8 +232,8 @@ def forecast_paths(args, predictor, w: Windows, horizon: int,
     ``args.paths_cache`` when it is set (keyed by model, windows, horizon, sampling, seed).
     ``sampling``: the settings (default: ``sampling_for(args, predictor)``)."""
     sampling = sampling or sampling_for(args, predictor)
-    log.info("%d windows, lookback %d, horizon %d, %s, batches of %d, model %s",
-             len(w), args.lookback, horizon, sampling.describe(), args.batch_size,
+    log.info("%d windows, lookback %d, horizon %d, %s, batches of %s, model %s",
+             len(w), args.lookback, horizon, sampling.describe(), args.batch_size or "auto",
              getattr(predictor.identity, "name", "model"))
     cache = getattr(args, "paths_cache", None)
     file = None

@@ -137,10 +137,11 @@ def build_windows(series: Sequence[Series], lookback: int, horizon: int, windows
 
 
 def forecast_windows(predictor, w: Windows, horizon: int, sample_count: int, seed: int = 0,
-                     batch_size: int = 256, progress: bool = True, *,
+                     batch_size: int | None = None, progress: bool = True, *,
                      temperature: float | None = None,
                      top_p: float | None = None) -> tuple[np.ndarray, float]:
-    """Sample paths (N, S, H, 6) of every window, ``batch_size`` windows per engine call.
+    """Sample paths (N, S, H, 6) of every window, ``batch_size`` windows per engine call (None:
+    the predictor's ``series_per_call``).
 
     Seeded per window content, so a window's paths do not depend on the batch
     around it. ``temperature`` / ``top_p`` None: the predictor's (its model's sampling
@@ -151,6 +152,8 @@ def forecast_windows(predictor, w: Windows, horizon: int, sample_count: int, see
     t0 = time.perf_counter()
     options = ForecastOptions(horizon, sample_count=sample_count, seed=seed,
                               temperature=temperature, top_p=top_p)
+    if not batch_size:
+        batch_size = predictor.series_per_call(w.context.shape[1], horizon, sample_count)
     bar = tqdm(total=n, unit="win", desc="forecast", disable=not progress)
     for lo in range(0, n, batch_size):
         hi = min(n, lo + batch_size)

@@ -56,3 +56,4 @@ def test_engine_calls_are_sized_by_rows_and_the_memory_model(setup):
     small = predictor.series_that_fit(64 << 20, 128, 5, sample_count=16)
     big = predictor.series_that_fit(1 << 30, 128, 5, sample_count=16)
     assert 0 < small < big and predictor.series_that_fit(1, 128, 5) == 0
+    assert predictor.series_per_call(128, 5, sample_count=32) == 4  # what kronos eval takes
