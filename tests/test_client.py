@@ -16,6 +16,7 @@ import numpy as np
 import orjson
 import pandas as pd
 import pytest
+from http_stub import send
 
 from kronos_core.client import KronosClient, KronosServiceError
 
@@ -83,17 +84,11 @@ class StandIn:
         return self._send_raw(handler, 200, answer_to_arrow(answer), ARROW)
 
     def _send(self, handler, status, body, extra=None):
-        self._send_raw(handler, status, json.dumps(body).encode(), "application/json", extra)
+        send(handler, status, json.dumps(body).encode(), "application/json", extra)
 
     @staticmethod
     def _send_raw(handler, status, payload, media, extra=None):
-        handler.send_response(status)
-        handler.send_header("Content-Type", media)
-        handler.send_header("Content-Length", str(len(payload)))
-        for k, v in (extra or {}).items():
-            handler.send_header(k, v)
-        handler.end_headers()
-        handler.wfile.write(payload)
+        send(handler, status, payload, media, extra)
 
 
 @pytest.fixture

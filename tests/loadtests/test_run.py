@@ -12,6 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from http_stub import send
 
 # not imported here: locust monkey-patches the process (gevent); it runs in a subprocess
 pytestmark = pytest.mark.skipif(
@@ -31,13 +32,7 @@ def _stub(shed: bool) -> ThreadingHTTPServer:
             self, code: int, body: bytes, ctype: str = "application/json",
             headers: dict | None = None,
         ):
-            self.send_response(code)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            for k, v in (headers or {}).items():
-                self.send_header(k, v)
-            self.end_headers()
-            self.wfile.write(body)
+            send(self, code, body, ctype, headers)
 
         def do_GET(self):
             self._send(200, json.dumps({"symbols": SYMBOLS, "total": len(SYMBOLS)}).encode())
