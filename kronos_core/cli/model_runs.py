@@ -133,7 +133,7 @@ def _match_calibrations(files, predictors, names) -> dict[int, tuple]:
 
 
 def _forecasters(runs: list[ModelRun], base: dict[str, np.ndarray]) -> list:
-    from kronos_core.eval.evaluate import CLOSE, baseline_point
+    from kronos_core.eval.evaluate import CLOSE, baseline_crps_estimator, baseline_point
     from kronos_core.eval.grouped import Forecaster
     from kronos_core.eval.metrics import point_forecast
 
@@ -149,8 +149,42 @@ def _forecasters(runs: list[ModelRun], base: dict[str, np.ndarray]) -> list:
                                   calibration=str(r.calibration_file)))
     for name, s in base.items():
         if name != "seasonal_naive":  # its season differs between groups
-            out.append(Forecaster(name, s, baseline_point(name, s)))
+            out.append(Forecaster(name, s, baseline_point(name, s),
+                                  crps_estimator=baseline_crps_estimator(name)))
     return out
+
+
+def scoring_section(runs: list[ModelRun]) -> dict:
+    """How each forecaster's CRPS was estimated, and from how many paths (the report's
+    ``scoring``)."""
+    from kronos_core.eval.baselines import HIST_VOL_SAMPLES
+    from kronos_core.eval.evaluate import baseline_crps_estimator
+    from kronos_core.eval.garch import GARCH_SAMPLES
+    from kronos_core.eval.metrics import CRPS_METHOD, FAIR
+
+    forecasters = {}
+    for r in runs:
+        forecasters[r.name] = {"crps_estimator": FAIR, "paths": int(r.paths.shape[1])}
+        if r.calibrated is not None:
+            forecasters[r.calibrated_name] = {"crps_estimator": FAIR,
+                                              "paths": int(r.paths.shape[1])}
+    for name, paths in (("hist_vol", HIST_VOL_SAMPLES), ("garch", GARCH_SAMPLES),
+                        ("last_value", 1), ("drift", 1), ("seasonal_naive", 1)):
+        forecasters[name] = {"crps_estimator": baseline_crps_estimator(name), "paths": paths}
+    return {"crps_estimators": CRPS_METHOD, "forecasters": forecasters,
+            "note": "quantiles, coverage and P(up) of a sampled forecaster come from its paths"}
+
+
+def scoring_note(runs: list[ModelRun]) -> str:
+    """One line naming the CRPS estimators of the report."""
+    from kronos_core.eval.baselines import HIST_VOL_SAMPLES
+    from kronos_core.eval.garch import GARCH_SAMPLES
+
+    paths = sorted({int(r.paths.shape[1]) for r in runs})
+    return (f"the fair (unbiased) ensemble estimator for the models ({'/'.join(map(str, paths))} "
+            f"paths) and GARCH ({GARCH_SAMPLES} paths); the plug-in one for the band's "
+            f"{HIST_VOL_SAMPLES}-level quantile grid and the point forecasts (scoringrules). "
+            "Quantiles, coverage and P(up) come from the same paths.")
 
 
 def evaluate_models(args) -> EvalResult:
@@ -245,6 +279,7 @@ def evaluate_models(args) -> EvalResult:
                   "fallback": {source.series[k].name: f.fallback
                                for k, f in fits.items() if f.fallback}},
         "groups": groups,
+        "scoring": scoring_section(runs),
         "throughput": models[0]["throughput"],
     }
     default_monitor = (args.out.with_name(args.out.stem + ".monitor.json") if args.out
@@ -265,6 +300,11 @@ def evaluate_models(args) -> EvalResult:
             parts += [f"### All windows ({row['windows']}), horizon {h}", "",
                       table(row["forecasters"], args.coverage), ""]
     parts += ["", grouped.markdown(groups)]
+    vol = grouped.volatility_markdown(groups)
+    if vol:
+        parts += ["", "### Volatility skill (the last step of each horizon; "
+                  "kronos_core/eval/volatility.py)", "", vol]
+    parts += ["", f"CRPS: {scoring_note(runs)}"]
     cmp = grouped.comparison_markdown(groups)
     if cmp:
         parts += ["", "### Models compared (paired test on all windows)", "", cmp]

@@ -5,6 +5,8 @@ mean and with the median of its paths as the point forecast, against the last va
 error) and the historical-volatility band (CRPS), at each horizon asked. The settings with the
 lowest **objective** win: the mean over horizons of the two ratios, model / last value (MASE) and
 model / band (CRPS), both pooled over the windows on the MASE scale (the model card's protocol).
+The model's CRPS is the fair ensemble estimate (its paths are random draws), the band's the plug-in
+one of its stratified quantile grid, as ``kronos eval`` scores them.
 
 The windows end before each series' evaluation period: with ``--corpus``, the last ``--windows``
 windows of each selected series whose truth ends before its ``eval_from`` (as ``kronos
@@ -86,7 +88,7 @@ def pooled_ratios(paths: np.ndarray, truth: np.ndarray, history: np.ndarray,
         ae = m.scaled_errors(model_point[ok, :h], truth[ok, :h], scale[ok])
         ae_last = m.scaled_errors(last[ok, :h], truth[ok, :h], scale[ok])
         crps = m.crps_elements(paths[ok, :, :h], truth[ok, :h]) / scale[ok, None]
-        crps_band = m.crps_elements(band[ok, :, :h], truth[ok, :h]) / scale[ok, None]
+        crps_band = m.crps_elements(band[ok, :, :h], truth[ok, :h], m.PLUG_IN) / scale[ok, None]
         out[h] = (float(ae.mean() / ae_last.mean()), float(crps.mean() / crps_band.mean()))
     return out
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from kronos_core.base.candles import FEATURES
 from kronos_core.eval import baselines as bl
-from kronos_core.eval.metrics import point_forecast
+from kronos_core.eval.metrics import FAIR, PLUG_IN, point_forecast
 from kronos_core.eval.regimes import REGIME_THRESHOLD, REGIME_WINDOW, REGIMES, classify
 from kronos_core.eval.scoring import DEFAULT_COVERAGE, DEFAULT_QUANTILES, headline, score
 from kronos_core.eval.windows import Windows
@@ -41,6 +41,13 @@ def baseline_samples(
 POINT_BY_MEDIAN = ("hist_vol", "garch")  # baselines whose point forecast is their median
 
 
+def baseline_crps_estimator(name: str) -> str:
+    """How a baseline's CRPS is estimated: GARCH's paths are random draws (the fair estimator,
+    as for the model); the band's are a stratified quantile grid and the others point forecasts,
+    whose own values are the distribution (plug-in)."""
+    return FAIR if name == "garch" else PLUG_IN
+
+
 def baseline_point(name: str, samples: np.ndarray) -> np.ndarray:
     """A baseline's point forecast (N, H) from its samples (N, S, H)."""
     return np.median(samples, axis=1) if name in POINT_BY_MEDIAN else samples.mean(axis=1)
@@ -61,7 +68,7 @@ def _cards(w: Windows, idx, model_samples, base, quantiles, coverage,
     for name, s in base.items():
         bs = s[idx]
         baselines[name] = score(bs, baseline_point(name, bs), truth, last, history, quantiles,
-                                coverage)
+                                coverage, crps_estimator=baseline_crps_estimator(name))
     return model, baselines
 
 

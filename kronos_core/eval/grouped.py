@@ -15,7 +15,12 @@ Per (hold-out, market, frequency) row, and per hold-out over all its groups, on 
   above 1.02, else ``tie``: within 2% is a tie); direction accuracy against the drift
   forecast's, Brier against GARCH's and the band's (a coin's, 0.25, for a driftless band);
 * paired tests (``kronos_core.eval.paired``) of each model against each baseline and each other
-  model, on the per-window scaled CRPS and absolute error.
+  model, on the per-window scaled CRPS and absolute error;
+* every distribution's volatility skill at step h (``kronos_core.eval.volatility``): the rank
+  correlation of its spread with the realised |return|, and its mean |return| over the realised.
+
+CRPS is the fair ensemble estimate for sampled forecasters (the model, GARCH) and the plug-in one
+for the band's stratified quantile grid and the point forecasts (``Forecaster.crps_estimator``).
 """
 
 from __future__ import annotations
@@ -27,8 +32,10 @@ from pathlib import Path
 import numpy as np
 
 from kronos_core.eval import paired
+from kronos_core.eval.metrics import FAIR
 from kronos_core.eval.scoring import DEFAULT_COVERAGE, DEFAULT_QUANTILES, headline, score
 from kronos_core.eval.sources import GIVEN, INSTRUMENT, TIME, SeriesInfo
+from kronos_core.eval.volatility import volatility_skill
 from kronos_core.eval.windows import Windows
 
 TIE = 0.02  # a ratio within 2% of 1 is a tie
@@ -52,6 +59,7 @@ class Forecaster:
     # (window indices, horizon) -> quantile function at any levels; None: the samples' quantiles
     quantiles: Callable | None = None
     calibration: str | None = None  # the calibration file applied, for calibrated rows
+    crps_estimator: str = FAIR  # random draws: fair; a quantile grid or a point: plug-in
 
 
 def verdict(ratio: float | None) -> str | None:
@@ -72,8 +80,11 @@ def _card(f: Forecaster, w: Windows, idx: np.ndarray, h: int, quantiles, coverag
     history = w.context[idx, :, CLOSE].astype(np.float64)  # (n, L)
     qfn = f.quantiles(idx, h) if f.quantiles is not None else None
     card = score(f.samples[idx, :, :h], f.point[idx, :h], truth, history[:, -1], history,
-                 quantiles, coverage, qfn)
-    return headline(card)
+                 quantiles, coverage, qfn, crps_estimator=f.crps_estimator)
+    out = headline(card)
+    if f.samples.shape[1] > 1:  # a distribution: its volatility skill at step h
+        out["volatility"] = volatility_skill(f.samples[idx, :, :h], truth, history[:, -1])
+    return out
 
 
 def _row(w, idx, h, forecasters, losses, quantiles, coverage) -> dict:
@@ -122,7 +133,8 @@ def grouped_report(w: Windows, info: Sequence[SeriesInfo], forecasters: Sequence
                  "calibration": {f.name: f.calibration for f in forecasters if f.is_model}}
     for h in horizons:
         truth = w.truth[:, :h, CLOSE].astype(np.float64)
-        losses = {f.name: paired.window_losses(f.samples[:, :, :h], f.point[:, :h], truth, history)
+        losses = {f.name: paired.window_losses(f.samples[:, :, :h], f.point[:, :h], truth, history,
+                                               f.crps_estimator)
                   for f in forecasters}
         rows = []
         for ho in [x for x in HOLDOUT_ORDER if x in set(holdout)]:
@@ -199,6 +211,28 @@ def markdown(report: dict) -> str:
                     parts.append("| " + " | ".join(cells) + " |")
             parts.append("")
     return "\n".join(parts).rstrip()
+
+
+VOLATILITY_FORECASTERS = ("hist_vol", "garch")
+
+
+def volatility_markdown(report: dict) -> str:
+    """Per horizon, the pooled row of each hold-out: every model's and the band's and GARCH's
+    spread-rank correlation and |return| ratio (``kronos_core.eval.volatility``)."""
+    head = ["horizon", "hold-out", "windows", "forecaster", "paths", "spread rank corr",
+            "forecast |ret|", "realised |ret|", "|ret| ratio"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for h, rows in report["horizons"].items():
+        for r in (r for r in rows if r["market"] == ALL):
+            names = [*r["models"], *(n for n in VOLATILITY_FORECASTERS if n in r["forecasters"])]
+            for name in names:
+                card = r["forecasters"][name]
+                v = card.get("volatility") or {}
+                lines.append("| " + " | ".join([
+                    h, r["holdout"], str(r["windows"]), name, str(card.get("paths", "—")),
+                    _f(v.get("spread_rank_corr")), _f(v.get("forecast_abs_return")),
+                    _f(v.get("realised_abs_return")), _f(v.get("abs_return_ratio"))]) + " |")
+    return "\n".join(lines) if len(lines) > 2 else ""
 
 
 def comparison_markdown(report: dict) -> str:

@@ -84,21 +84,39 @@ def direction_hits(point, truth, last) -> np.ndarray:
 
 
 # ---- probabilistic forecasts from sample paths -----------------------------------------
-def crps_elements(samples, truth) -> np.ndarray:
-    """CRPS of the empirical distribution of the samples (N, H); lower is better.
+FAIR = "fair"
+PLUG_IN = "plug-in"
+CRPS_ESTIMATORS = (FAIR, PLUG_IN)
+CRPS_METHOD = {
+    FAIR: "fair (unbiased) ensemble CRPS: E|X - y| - E|X - X'| / 2 over distinct pairs "
+          "(scoringrules.crps_ensemble, estimator 'pwm', which equals the 'fair' form)",
+    PLUG_IN: "plug-in CRPS of the samples as the distribution itself (scoringrules "
+             "estimator 'qd'): for stratified quantile grids and point forecasts",
+}
 
-    CRPS(F, y) = E|X - y| - E|X - X'| / 2 (Gneiting & Raftery 2007), with X, X'
-    independent draws of F = the S samples. E|X - X'| comes from the sorted samples:
-    (2 / S^2) * sum_i (2i - S - 1) x_(i), i = 1..S, so the cost is O(S log S).
-    For S = 1 it is the absolute error.
+
+def crps_elements(samples, truth, estimator: str = FAIR) -> np.ndarray:
+    """CRPS of each step (N, H) of sample forecasts (N, S, H); lower is better.
+
+    ``FAIR`` (default): for S random draws of a forecaster, the unbiased estimate of the CRPS of
+    the distribution they come from (Ferro 2014; Zamo & Naveau 2018). The plug-in estimate counts
+    each draw against itself and exceeds it by E|X - X'| / (2S) in expectation, so it penalises a
+    forecaster for the number of paths it was scored from. ``PLUG_IN``: the CRPS of the S values
+    taken as the distribution (a stratified quantile grid, a point forecast). With one sample both
+    are the absolute error. The arithmetic is scoringrules' (``crps_ensemble``).
     """
-    x = np.sort(_f64(samples), axis=1)  # (N, S, H)
-    y = _f64(truth)[:, None, :]  # (N, 1, H)
-    s = x.shape[1]
-    term1 = np.abs(x - y).mean(axis=1)  # (N, H)
-    weights = (2.0 * np.arange(1, s + 1) - s - 1)[None, :, None]  # (1, S, 1)
-    spread = 2.0 * (weights * x).sum(axis=1) / (s * s)  # (N, H): E|X - X'|
-    return term1 - 0.5 * spread
+    import scoringrules as sr
+
+    if estimator not in CRPS_ESTIMATORS:
+        raise ValueError(f"CRPS estimator must be one of {CRPS_ESTIMATORS}, got {estimator!r}")
+    x = _f64(samples)  # (N, S, H)
+    y = _f64(truth)  # (N, H)
+    if x.shape[1] == 1:
+        return np.abs(x[:, 0, :] - y)
+    # pwm is the fair estimator in O(S log S); qd the plug-in one (equal to the energy form)
+    form = "pwm" if estimator == FAIR else "qd"
+    return np.asarray(sr.crps_ensemble(y, np.moveaxis(x, 1, -1), m_axis=-1, estimator=form),
+                      dtype=np.float64)
 
 
 def sample_quantiles(samples, levels: Sequence[float]) -> np.ndarray:

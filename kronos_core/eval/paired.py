@@ -14,7 +14,7 @@ Losses compared (per window, averaged over its h steps, each divided by the wind
 the in-sample mean absolute one-step change of its context — so series at different price levels
 weigh alike):
 
-* ``crps``: the CRPS of the forecast distribution;
+* ``crps``: the CRPS of the forecast distribution (the fair estimator for sampled forecasters);
 * ``abs_error``: the absolute error of the point forecast (the terms of MASE).
 
 What the test assumes: the HAC variance covers correlation between neighbouring windows of one
@@ -35,12 +35,13 @@ METHOD = ("Diebold-Mariano, Newey-West (Bartlett) HAC variance, Harvey-Leybourne
 
 
 def window_losses(samples: np.ndarray, point: np.ndarray, truth: np.ndarray,
-                  history: np.ndarray) -> dict[str, np.ndarray]:
+                  history: np.ndarray, crps_estimator: str = m.FAIR) -> dict[str, np.ndarray]:
     """Per-window scaled losses (N,) of one forecaster: ``crps`` and ``abs_error`` (module
-    docstring). samples (N, S, H), point (N, H), truth (N, H), history (N, L)."""
+    docstring). samples (N, S, H), point (N, H), truth (N, H), history (N, L);
+    ``crps_estimator``: ``m.FAIR`` for random draws, ``m.PLUG_IN`` for a grid or a point."""
     scale = m.mase_scale(history)[:, None]  # (N, 1)
     with np.errstate(divide="ignore", invalid="ignore"):
-        crps = (m.crps_elements(samples, truth) / scale).mean(axis=1)
+        crps = (m.crps_elements(samples, truth, crps_estimator) / scale).mean(axis=1)
         ae = (m.abs_errors(point, truth) / scale).mean(axis=1)
     return {"crps": crps, "abs_error": ae}
 

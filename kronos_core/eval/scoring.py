@@ -42,6 +42,7 @@ def score(
     coverage: Sequence[float] = DEFAULT_COVERAGE,
     quantile_fn: QuantileFn | None = None,
     pit_bins: int = 10,
+    crps_estimator: str = m.FAIR,
 ) -> dict:
     """Every metric of forecasts of one feature.
 
@@ -49,12 +50,14 @@ def score(
     context the forecast saw, for the MASE scale). Returns a JSON-ready dict with
     the overall figures (``mae``, ``rmse``, ``mape``, ``mase``, ``direction_accuracy``,
     ``crps``, ``brier_up``, ``coverage``, ``pinball``, ``pit``, ``reliability``) and
-    ``per_step`` lists (one value per horizon step).
+    ``per_step`` lists (one value per horizon step). ``crps_estimator``: ``m.FAIR`` for random
+    draws (the model, GARCH), ``m.PLUG_IN`` for a stratified grid or a point forecast; the card
+    names it, and the number of paths its quantiles, coverage and P(up) came from (``paths``).
     """
     qfn = quantile_fn or (lambda levels: m.sample_quantiles(samples, levels))
     ae = m.abs_errors(point, truth)
     se = m.squared_errors(point, truth)
-    crps = m.crps_elements(samples, truth)
+    crps = m.crps_elements(samples, truth, crps_estimator)
     sc = m.scaled_errors(point, truth, m.mase_scale(history))
     hits = m.direction_hits(point, truth, last)
     p_up = m.prob_up(samples, last)
@@ -73,6 +76,8 @@ def score(
     mse = _mean(se)
     return {
         "windows": int(truth.shape[0]),
+        "paths": int(np.shape(samples)[1]),
+        "crps_estimator": crps_estimator,
         "mae": _mean(ae),
         "rmse": float(np.sqrt(mse)) if mse is not None else None,
         "mape": _mean(m.ape(point, truth)),
@@ -102,4 +107,7 @@ def headline(card: dict) -> dict:
     out = {k: card[k] for k in HEADLINE}
     out["coverage"] = dict(card["coverage"])
     out["windows"] = card["windows"]
+    for key in ("paths", "crps_estimator"):
+        if key in card:
+            out[key] = card[key]
     return out

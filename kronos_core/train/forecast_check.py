@@ -7,8 +7,9 @@ forecast sees) and the first ``horizon`` rows after it (the truth). Forecasts co
 project's predictor (``KronosPredictor.forecast``: the cached engine, ``paths`` sample paths per
 window, seeded, so both checks draw the same way) and are scored with ``kronos_core.eval.metrics``:
 
-* ``crps_scaled``: the CRPS of the close's sample paths divided by the window's in-sample naive
-  MAE (``mase_scale``), so that series of any price level average together; lower is better;
+* ``crps_scaled``: the fair (unbiased) ensemble CRPS of the close's sample paths (as ``kronos
+  eval`` scores them) divided by the window's in-sample naive MAE (``mase_scale``), so that series
+  of any price level average together; lower is better;
 * ``mase``: the absolute error of the mean path over the same scale (MASE);
 * ``naive_mase``: the MASE of the last value on the same windows, for reference (1.0 on a
   random walk).

@@ -45,10 +45,37 @@ def test_crps_point_forecast_is_absolute_error():
 
 
 def test_crps_two_samples_by_hand():
-    # X uniform on {0, 2}, y = 1: E|X - y| = 1, E|X - X'| = (0 + 2 + 2 + 0) / 4 = 1 -> CRPS 0.5
-    assert m.crps_elements(np.array([[[0.0], [2.0]]]), np.array([[1.0]]))[0, 0] == pytest.approx(
-        0.5
-    )
+    samples, y = np.array([[[0.0], [2.0]]]), np.array([[1.0]])
+    # plug-in: X uniform on {0, 2}: E|X - y| = 1, E|X - X'| = (0 + 2 + 2 + 0) / 4 = 1 -> 0.5
+    assert m.crps_elements(samples, y, m.PLUG_IN)[0, 0] == pytest.approx(0.5)
+    # fair: the pairs of distinct draws only, E|X - X'| = (2 + 2) / 2 = 2 -> 1 - 1 = 0
+    assert m.crps_elements(samples, y)[0, 0] == pytest.approx(0.0)
+
+
+def test_fair_crps_does_not_depend_on_the_number_of_paths_and_plug_in_does():
+    # Truths and paths from the same N(0, 1): the CRPS of that distribution averages
+    # E|X - Y| - E|X - X'| / 2 = 2 / sqrt(pi) - 1 / sqrt(pi) = 1 / sqrt(pi) over the truths.
+    # The fair estimate is the same from 8, 32 or 512 paths; the plug-in one adds
+    # E|X - X'| / (2 S) = 1 / (S sqrt(pi)), 12.5% of the score with 8 paths.
+    rng = np.random.default_rng(11)
+    n = 20_000
+    truth = rng.standard_normal((n, 1))
+    expected = 1 / np.sqrt(np.pi)
+    for paths in (8, 32, 512):
+        samples = rng.standard_normal((n, paths, 1))
+        fair = m.crps_elements(samples, truth)[:, 0]
+        tolerance = 4 * fair.std() / np.sqrt(n)
+        assert abs(fair.mean() - expected) < tolerance, paths
+        plug_in = m.crps_elements(samples, truth, m.PLUG_IN)[:, 0].mean()
+        excess = 1 / (paths * np.sqrt(np.pi))
+        assert plug_in - fair.mean() == pytest.approx(excess, rel=0.1), paths
+        if paths == 8:
+            assert abs(plug_in - expected) > 4 * tolerance
+
+
+def test_unknown_crps_estimator_is_refused():
+    with pytest.raises(ValueError, match="estimator"):
+        m.crps_elements(np.zeros((1, 2, 1)), np.zeros((1, 1)), "nrg")
 
 
 @pytest.mark.parametrize("y", [0.0, 0.7, -2.0])
@@ -59,7 +86,9 @@ def test_crps_matches_normal_closed_form(y):
     samples = np.array([mu + s * nd.inv_cdf((k + 0.5) / n) for k in range(n)])[None, :, None]
     z = (y - mu) / s
     closed = s * (z * (2 * nd.cdf(z) - 1) + 2 * nd.pdf(z) - 1 / np.sqrt(np.pi))
-    assert m.crps_elements(samples, np.array([[y]]))[0, 0] == pytest.approx(closed, rel=2e-3)
+    # a stratified quantile grid is the distribution itself: the plug-in estimator
+    assert m.crps_elements(samples, np.array([[y]]), m.PLUG_IN)[0, 0] == pytest.approx(
+        closed, rel=2e-3)
 
 
 def test_pinball_by_hand():
