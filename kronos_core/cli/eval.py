@@ -39,6 +39,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--plot-series", nargs="+", help="series for fan charts (default: the first)"
     )
+    g = parser.add_argument_group(
+        "cross-section (--cross-section: rank the universe on rebalance dates instead of "
+        "scoring windows; docs/evaluation.md)")
+    g.add_argument("--cross-section", action="store_true",
+                   help="RankIC, IC, quantile returns, turnover and a top-k portfolio of the "
+                        "model's expected return against 5-day reversal, 20-day momentum and low "
+                        "volatility on every rebalance date")
+    g.add_argument("--every", type=int, default=10,
+                   help="rows of the universe's calendar between rebalance dates (default 10)")
+    g.add_argument("--factor-quantiles", type=int, default=10,
+                   help="signal quantiles per date (default 10: deciles)")
+    g.add_argument("--top-k", type=int, default=None,
+                   help="symbols the long-only portfolio holds (default: the top quantile)")
+    g.add_argument("--cost-bps", type=float, default=10.0,
+                   help="portfolio costs per unit of turnover, basis points (default 10)")
+    g.add_argument("--min-names", type=int, default=20,
+                   help="fewest symbols a date must rank to count (default 20)")
     parser.add_argument(
         "--monitor-out", type=Path, default=None,
         help="resource report (JSON) of the run; default: <--out stem>.monitor.json, "
@@ -52,6 +69,8 @@ def requires(args) -> list:
     from kronos_core.cli.requirements import needs
 
     plots = needs(["matplotlib"], "--plot") if args.plot else []
+    if getattr(args, "cross_section", False):
+        return needs(["empyrical"], "--cross-section's portfolio statistics") + plots
     return needs(["arch"], "the GARCH(1,1) baseline") + plots
 
 
@@ -112,7 +131,56 @@ def check_packages(args) -> None:
                               "pip install 'kronos-portfolio[eval]'") from exc
 
 
+def run_cross_section(args) -> int:
+    """``kronos eval --cross-section``: the cross-section report of the first model."""
+    import time
+
+    from kronos_core.eval import cross_section_report as csr
+    from kronos_core.eval.data import DataError
+    from kronos_core.eval.runner import sampling_for
+    from kronos_core.eval.sources import load_source
+    from kronos_core.loading import load_predictor, predictor_config_from_args
+    from kronos_core.model import CheckpointError
+
+    t0 = time.perf_counter()
+    try:
+        if args.factor_quantiles < 2:
+            raise ValueError(f"--factor-quantiles must be >= 2, got {args.factor_quantiles}")
+        source = load_source(args)
+        model = (args.model or [None])[0]
+        predictor = load_predictor(predictor_config_from_args(args, model=model))
+        sampling = sampling_for(args, predictor)
+        print(f"kronos eval: cross-section, {len(source.series)} series, sampling "
+              f"{sampling.describe()}", file=sys.stderr)
+        section, extras = csr.cross_section(args, predictor, source, sampling)
+    except (DataError, CheckpointError, ValueError) as exc:
+        print(f"kronos eval: {exc}", file=sys.stderr)
+        return 2
+    section["seconds"] = round(time.perf_counter() - t0, 1)
+    report = {"model": {**predictor.identity.as_dict(), "max_context": predictor.max_context},
+              "sampling": sampling.as_dict(), "seed": args.seed,
+              "selection": source.selection or {"data": [str(d) for d in args.data or []]},
+              "cross_section": section}
+    text = csr.markdown(section)
+    print(text)
+    print(f"\ncross-section: {section['windows']} windows forecast in "
+          f"{section['forecast_seconds']:.0f} s, {section['seconds']:.0f} s in all")
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(report, indent=1, default=float))
+        md = args.out.with_suffix(".md")
+        md.write_text(text + "\n")
+        data = csr.write_factor_data(args.out.with_suffix(".factor_data.parquet"), extras)
+        print(f"wrote {args.out}, {md} and {data} (alphalens layout)")
+    if args.plot:
+        for f in csr.write_plots(args.plot, section, extras):
+            print(f"wrote {f}")
+    return 0
+
+
 def run(args) -> int:
+    if getattr(args, "cross_section", False):
+        return run_cross_section(args)
     from kronos_core.calibration.conformal import CalibrationError
     from kronos_core.cli.model_runs import evaluate_models
     from kronos_core.eval.data import DataError

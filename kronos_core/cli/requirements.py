@@ -18,6 +18,7 @@ from dataclasses import dataclass
 EXTRA_OF: dict[str, str] = {
     "matplotlib": "eval",
     "arch": "eval",
+    "empyrical": "eval",
     "openpyxl": "xlsx",
     "locust": "load",
     "huggingface_hub": "hub",

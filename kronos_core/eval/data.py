@@ -58,8 +58,8 @@ def _from_frame(df: pd.DataFrame, name: str, source: str, column: str) -> Series
 
 def load_series(sources: Sequence[str | Path], symbols: Sequence[str] | None = None,
                 read_options: ReadOptions | None = None) -> list[Series]:
-    """Series from CSV/Parquet files (one symbol each, named by the file stem) and store
-    folders (``symbols`` picks from a store; all its symbols without it); ``STORE/FREQ`` reads
+    """Series from CSV/Parquet files (one symbol each, named by the file stem), folders of
+    such files, and store folders (``symbols`` picks from a store; all its symbols without it); ``STORE/FREQ`` reads
     one frequency folder of a store. Each series' ``meta`` is its store metadata (a file's: its
     zone and the round-the-clock calendar inferred from it).
 
@@ -68,8 +68,11 @@ def load_series(sources: Sequence[str | Path], symbols: Sequence[str] | None = N
     reported by row, repairs (``--sort``, ``--drop-nan``, ...) only when asked."""
     options = read_options or ReadOptions()
     out: list[Series] = []
+    paths: list[Path] = []
     for src in sources:
         path = Path(src)
+        paths.extend(candle_files(path) if path.is_dir() and candle_files(path) else [path])
+    for path in paths:
         if path.is_dir():
             out.extend(_from_store(path, symbols))
         elif path.is_file():
@@ -85,6 +88,17 @@ def load_series(sources: Sequence[str | Path], symbols: Sequence[str] | None = N
     if not out:
         raise DataError("no series: give --data with CSV files or a store folder")
     return out
+
+
+def candle_files(folder: Path) -> list[Path]:
+    """A folder of candle files (one series each), sorted by name, when it holds such files and
+    no folders (a store holds folders); else []."""
+    entries = [e for e in folder.iterdir() if not e.name.startswith(".")]
+    if any(e.is_dir() for e in entries):
+        return []
+    from kronos_core.data.reader import CSV_SUFFIXES, PARQUET_SUFFIXES
+
+    return sorted(e for e in entries if e.name.lower().endswith(CSV_SUFFIXES + PARQUET_SUFFIXES))
 
 
 def store_and_frequency(path: Path) -> tuple[Path, str | None]:

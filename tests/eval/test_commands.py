@@ -263,3 +263,49 @@ def test_eval_calibrate_backtest_read_a_vendor_file_like_forecast(real_dir, tmp_
         == 0
     )
     assert "| model |" in capsys.readouterr().out
+
+
+def test_eval_cross_section_on_a_folder_of_csvs(tmp_path, capsys):
+    import pandas as pd
+    from eval_helpers import spliced_universe
+
+    folder = tmp_path / "universe"
+    folder.mkdir()
+    for k, df in enumerate(spliced_universe(n_symbols=7, rows=150)):
+        df.to_csv(folder / f"SYM{k}.csv", index=False)
+    out = tmp_path / "cs.json"
+    rc = main(["eval", "--cross-section", "--data", str(folder), "--lookback", "32",
+               "--horizon", "1", "2", "--every", "15", "--min-names", "6",
+               "--factor-quantiles", "3", "--top-k", "2", "--sample-count", "4", "--model", TINY,
+               "--device", "cpu", "--out", str(out), "--plot", str(tmp_path / "plots")])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "### Cross-section, horizon 2" in text and "RankIC after removing 5-day reversal" in text
+    section = json.loads(out.read_text())["cross_section"]
+    assert section["symbols"] == 7 and len(section["dates"]) >= 5
+    for h in ("1", "2"):
+        per_h = section["horizons"][h]
+        assert set(per_h) == {"model", "reversal_5d", "momentum_20d", "low_vol_20d"}
+        for s in per_h.values():
+            assert {"rank_ic", "rank_ic_t", "icir", "ic", "long_short", "long_short_t",
+                    "quantile_returns", "top_turnover", "portfolio"} <= set(s)
+            assert -1 <= s["rank_ic"] <= 1 and len(s["quantile_returns"]) == 3
+        model = per_h["model"]
+        assert 0 <= model["hit_rate"] <= 1 and 0 <= model["brier_up"] <= 1
+        assert set(model["corr_with"]) == {"reversal_5d", "momentum_20d", "low_vol_20d"}
+        assert "rank_ic_after_reversal_5d" in model
+        assert model["portfolio"]["top_k"] == 2 and model["portfolio"]["cost_bps"] == 10.0
+    factor_data = pd.read_parquet(out.with_suffix(".factor_data.parquet"))
+    assert list(factor_data.index.names) == ["date", "asset"]
+    assert {"factor", "factor_quantile", "1D", "2D", "signal"} <= set(factor_data.columns)
+    for h in (1, 2):
+        _png(tmp_path / "plots" / f"cross_section_rank_ic_h{h}.png")
+        _png(tmp_path / "plots" / f"cross_section_quantiles_h{h}.png")
+
+
+def test_eval_cross_section_refuses_mixed_bar_sizes(real_dir, capsys):
+    rc = main(["eval", "--cross-section", "--data", str(real_dir / "goog_daily.csv"),
+               str(real_dir / "eurusd_hourly.csv"), "--lookback", "32", "--horizon", "1",
+               "--model", TINY, "--device", "cpu"])
+    assert rc == 2
+    assert "one bar size at a time" in capsys.readouterr().err
