@@ -205,6 +205,38 @@ PLANTS: list[Plant] = [
         ),
         integration=True,
     ),
+    # issue 54: the evaluation's yardsticks
+    Plant(
+        "issue 54: sampled forecasts scored with the plug-in CRPS instead of the fair one",
+        "kronos_core/eval/metrics.py", 'form = "pwm" if estimator == FAIR else "qd"',
+        'form = "qd"', ("tests/eval/test_metrics.py",),
+    ),
+    Plant(
+        "issue 54: the look-ahead guard never refuses a factor",
+        "kronos_core/eval/cross_section.py",
+        "        if not same.all():", "        if False:", ("tests/eval/test_cross_section.py",),
+    ),
+    Plant(
+        "issue 54: RankIC computed on the values (Pearson), not their ranks",
+        "kronos_core/eval/cross_section.py", "rank_ic[j] = _corr(_ranks(s), _ranks(r))",
+        "rank_ic[j] = _corr(s, r)", ("tests/eval/test_cross_section.py",),
+    ),
+    Plant(
+        "issue 54: top-minus-bottom spread taken against the second quantile",
+        "kronos_core/eval/cross_section.py", "spread = per_date[:, -1] - per_date[:, 0]",
+        "spread = per_date[:, -1] - per_date[:, 1]", ("tests/eval/test_cross_section.py",),
+    ),
+    Plant(
+        "issue 54: the top-k portfolio pays no costs", "kronos_core/eval/cross_section.py",
+        "port = bt.simulate(prices, trade_rows, weights, cost_bps)",
+        "port = bt.simulate(prices, trade_rows, weights, 0.0)",
+        ("tests/eval/test_cross_section.py",),
+    ),
+    Plant(
+        "issue 54: forecast move size taken as the spread, not the mean |return|",
+        "kronos_core/eval/volatility.py", "forecast = np.abs(path_ret).mean(axis=1)",
+        "forecast = path_ret.std(axis=1)", ("tests/eval/test_volatility.py",),
+    ),
 ]
 
 

@@ -59,9 +59,9 @@ def _from_frame(df: pd.DataFrame, name: str, source: str, column: str) -> Series
 def load_series(sources: Sequence[str | Path], symbols: Sequence[str] | None = None,
                 read_options: ReadOptions | None = None) -> list[Series]:
     """Series from CSV/Parquet files (one symbol each, named by the file stem), folders of
-    such files, and store folders (``symbols`` picks from a store; all its symbols without it); ``STORE/FREQ`` reads
-    one frequency folder of a store. Each series' ``meta`` is its store metadata (a file's: its
-    zone and the round-the-clock calendar inferred from it).
+    such files, and store folders (``symbols`` picks from a store; all its symbols without
+    it); ``STORE/FREQ`` reads one frequency folder of a store. Each series' ``meta`` is its
+    store metadata (a file's: its zone and the round-the-clock calendar inferred from it).
 
     Files go through the reader every command uses (``kronos_core.data.reader``): any-case
     column names, the time column auto-detected or ``read_options.time_column``, every problem
