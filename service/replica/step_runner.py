@@ -137,14 +137,17 @@ class DeviceBatch:
     def series(self) -> int:
         return sum(g.hi - g.lo for g in self.segments)
 
-    def inputs(self) -> tuple[list, list, list]:
-        values, xts, yts = [], [], []
+    def inputs(self) -> tuple[list, list, list, list]:
+        """values, x and y timestamps, and price-limit rules (None each: none) of its series."""
+        values, xts, yts, limits = [], [], [], []
         for g in self.segments:
             s = g.pending.shard
             values += s.values[g.lo : g.hi]
             xts += s.x_timestamps[g.lo : g.hi]
             yts += s.y_timestamps[g.lo : g.hi]
-        return values, xts, yts
+            rules = s.price_limits
+            limits += rules[g.lo : g.hi] if rules is not None else [None] * (g.hi - g.lo)
+        return values, xts, yts, limits
 
     @property
     def abandoned(self) -> bool:
@@ -321,7 +324,7 @@ class StepRunner:
                 job.queue_wait_s.append(now - g.pending.arrived)
                 job.admitted_mid_batch += int(mid_batch)
         options, calibrate, group = job.key
-        values, xts, yts = job.inputs()
+        values, xts, yts, limits = job.inputs()
         try:
             with self._lock:  # the calibration and its stamp change together (use_calibration)
                 chosen = self._options(options, calibrate, group)
@@ -329,7 +332,8 @@ class StepRunner:
                     self.calibration_state if chosen.calibration is not None else None
                 )
             job.options = chosen
-            job.engine = self.predictor.start_forecast(values, xts, yts, chosen)
+            job.engine = self.predictor.start_forecast(values, xts, yts, chosen,
+                                                       price_limits=limits)
         except Exception as exc:
             self._failed(job, exc)
 
