@@ -9,7 +9,6 @@ import pytest
 
 from kronos_core.base.price_limits import (
     PriceLimitRule,
-    board_of,
     limit_envelope,
     limit_paths,
     limit_quantiles,
