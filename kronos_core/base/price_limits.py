@@ -196,7 +196,10 @@ def rule_for(symbol: str, meta: Mapping[str, Any] | None = None,
     meta = meta or {}
     st = parse_flag(meta.get("special_treatment"), f"{symbol}: special_treatment")
     listed = meta.get("listed")
-    listed_day = None if listed in (None, "") else np.datetime64(str(listed)[:10], "D")
+    try:
+        listed_day = None if listed in (None, "") else np.datetime64(str(listed)[:10], "D")
+    except ValueError:
+        raise ValueError(f"{symbol}: listed {listed!r} is not a date (YYYY-MM-DD)") from None
     board = meta.get("board")
     if board:
         board = str(board).strip().lower()
