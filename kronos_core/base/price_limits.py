@@ -62,7 +62,7 @@ class PriceLimitRule:
         if self.board not in BOARDS:
             raise ValueError(f"price-limit board must be one of {BOARDS}, got {self.board!r}")
         if self.listed is not None:
-            object.__setattr__(self, "listed", np.datetime64(self.listed, "D"))
+            object.__setattr__(self, "listed", np.datetime64(str(self.listed)[:10], "D"))
 
     def band(self, day: np.datetime64) -> float:
         """The fraction of the previous close a trading day of date ``day`` may move."""
@@ -96,12 +96,12 @@ class PriceLimitRule:
         weekdays from ``listed`` to the history's first day when the window starts later."""
         days = np.asarray(future, dtype="datetime64[ns]").astype("datetime64[D]")  # (H,)
         out = np.array([self.band(d) for d in days], dtype=np.float64)  # (H,)
-        free = self.free_days()
-        if free:
+        free, listed = self.free_days(), self.listed
+        if free and listed is not None:
             past = np.asarray(history, dtype="datetime64[ns]").astype("datetime64[D]")  # (L,)
-            before = int((past >= self.listed).sum())
-            if len(past) and past[0] > self.listed:
-                before += int(np.busday_count(self.listed, past[0]))
+            before = int((past >= listed).sum())
+            if len(past) and past[0] > listed:
+                before += int(np.busday_count(listed, past[0]))
             ordinal = before + np.arange(1, len(days) + 1)  # (H,) trading day since the listing
             out[ordinal <= free] = np.inf
         return out

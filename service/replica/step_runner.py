@@ -18,6 +18,7 @@ import numpy as np
 
 from kronos_core.base.errors import ErrorCode
 from kronos_core.base.options import ForecastOptions
+from kronos_core.base.price_limits import PriceLimitRule
 from kronos_core.calibration.conformal import Calibration
 from kronos_core.calibration.policy import CalibrationPolicy
 from service.common.interfaces import ForecastEngine, ForecastJob
@@ -139,7 +140,8 @@ class DeviceBatch:
 
     def inputs(self) -> tuple[list, list, list, list]:
         """values, x and y timestamps, and price-limit rules (None each: none) of its series."""
-        values, xts, yts, limits = [], [], [], []
+        values, xts, yts = [], [], []
+        limits: list[PriceLimitRule | None] = []
         for g in self.segments:
             s = g.pending.shard
             values += s.values[g.lo : g.hi]

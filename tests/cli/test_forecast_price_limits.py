@@ -33,7 +33,8 @@ def _outer_band(table: pd.DataFrame, last: float) -> float:
     """The largest |5-step quantile close / last - 1|, per step compounded back to one day."""
     hi, lo = table["close_q0.98"].to_numpy(), table["close_q0.02"].to_numpy()
     steps = np.arange(1, len(table) + 1)
-    return float(max(((hi / last) ** (1 / steps) - 1).max(), (1 - (lo / last) ** (1 / steps)).max()))
+    up, down = (hi / last) ** (1 / steps) - 1, 1 - (lo / last) ** (1 / steps)
+    return float(max(up.max(), down.max()))
 
 
 def test_st_file_is_held_to_5pct_and_names_the_rule(tmp_path, capsys):
