@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 # boards with a daily limit; "none" in a symbol's metadata says it has none
 BOARDS = ("main", "star", "chinext", "bse")
@@ -43,6 +44,15 @@ _BJ = (("920", "bse"), ("8", "bse"), ("4", "bse"))
 _PREFIXES = {"XSHG": _SH, "XSHE": _SZ, "BSE": _BJ}
 _SUFFIX_EXCHANGE = {"SH": "XSHG", "SS": "XSHG", "SZ": "XSHE", "BJ": "BSE"}
 _CODE = re.compile(r"^(?:(SH|SZ|BJ))?(\d{6})(?:\.(SH|SS|SZ|BJ))?$")
+
+
+def trading_days(stamps: Any) -> np.ndarray:
+    """(N,) datetime64[D]: the local dates of ``stamps`` (an aware time's own wall clock, not
+    UTC's: 00:00 in Shanghai is the previous day in UTC)."""
+    idx = pd.DatetimeIndex(np.asarray(stamps) if not isinstance(stamps, pd.Index) else stamps)
+    if idx.tz is not None:
+        idx = idx.tz_localize(None)
+    return idx.to_numpy().astype("datetime64[D]")
 
 
 @dataclass(frozen=True)
@@ -94,11 +104,11 @@ class PriceLimitRule:
         history (L,) and future (H,) datetime64: the series' stamps and its forecast's. A step's
         trading day after the listing counts the history's days on or after ``listed``, plus the
         weekdays from ``listed`` to the history's first day when the window starts later."""
-        days = np.asarray(future, dtype="datetime64[ns]").astype("datetime64[D]")  # (H,)
+        days = trading_days(future)  # (H,)
         out = np.array([self.band(d) for d in days], dtype=np.float64)  # (H,)
         free, listed = self.free_days(), self.listed
         if free and listed is not None:
-            past = np.asarray(history, dtype="datetime64[ns]").astype("datetime64[D]")  # (L,)
+            past = trading_days(history)  # (L,)
             before = int((past >= listed).sum())
             if len(past) and past[0] > listed:
                 before += int(np.busday_count(listed, past[0]))
@@ -116,7 +126,7 @@ class PriceLimitRule:
         if limits is None or future is None or not len(limits):
             bands = f"±{self.band(np.datetime64('today', 'D')):.0%} today"
         else:
-            days = np.asarray(future, dtype="datetime64[ns]").astype("datetime64[D]")
+            days = trading_days(future)
             parts, start = [], 0
             for k in range(1, len(limits) + 1):
                 if k == len(limits) or limits[k] != limits[start]:

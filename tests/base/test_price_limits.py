@@ -202,3 +202,10 @@ def test_limit_table():
     assert limit_table([None, None], hist, fut) is None
     table = limit_table([PriceLimitRule("main", True), None], hist, fut)
     np.testing.assert_array_equal(table, [[0.05] * 3, [np.inf] * 3])
+
+
+def test_aware_stamps_count_on_their_own_wall_clock():
+    """Midnight in Shanghai on Monday 2020-08-24 is Sunday in UTC: still the reform's day."""
+    fut = pd.DatetimeIndex(["2020-08-21", "2020-08-24"]).tz_localize("Asia/Shanghai")
+    hist = pd.DatetimeIndex(["2020-08-20"]).tz_localize("Asia/Shanghai")
+    np.testing.assert_array_equal(PriceLimitRule("chinext").step_limits(hist, fut), [0.1, 0.2])
