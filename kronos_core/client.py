@@ -63,7 +63,7 @@ class Forecast:
     frame: pd.DataFrame  # one row per (symbol, step); see the module docstring
     errors: list[dict] = field(default_factory=list)  # {symbol, code, message} per failed symbol
     inputs: list[dict] = field(default_factory=list)  # {symbol, history_length, last_timestamp,
-    #                                                    last_close, warnings} per answered symbol
+    #                                      last_close, warnings, price_limit} per answered symbol
     model: dict = field(default_factory=dict)  # the model that answered (GET /v1/models' entry)
     tables: list[Any] = field(default_factory=list, repr=False)  # pyarrow Tables, one per chunk
     requests: int = 0  # HTTP requests sent (chunks, splits and retries)
@@ -80,6 +80,12 @@ class Forecast:
     def warnings(self) -> dict[str, list[dict]]:
         """symbol -> its warnings (``short_history``, ``history_cut``, ...)."""
         return {i["symbol"]: i.get("warnings", []) for i in self.inputs}
+
+    @property
+    def price_limits(self) -> dict[str, dict | None]:
+        """symbol -> the daily price-limit rule its paths were held to (``rule``, ``applied``,
+        ``step_limits``...; docs/price-limits.md), None where its market has none."""
+        return {i["symbol"]: i.get("price_limit") for i in self.inputs}
 
 
 def _detail(body: bytes) -> tuple[str | None, str]:
@@ -143,7 +149,8 @@ class KronosClient:
     ) -> Forecast:
         """Forecast store symbols. ``options`` are the request's fields (``POST /v1/forecast``):
         ``sample_count``, ``quantiles``, ``seed``, ``temperature``, ``top_k``, ``top_p``,
-        ``lookback``, ``as_of``, ``exchange``, ``frequency``, ``repair``, ``summary``, ``record``.
+        ``lookback``, ``as_of``, ``exchange``, ``frequency``, ``repair``, ``summary``, ``record``,
+        ``price_limits``.
         """
         if isinstance(symbols, str):
             raise TypeError("symbols must be a sequence of symbols, not one string")
@@ -234,7 +241,8 @@ class KronosClient:
             out.model = body.get("model", {})
             for f in body.get("forecasts", []):
                 out.inputs.append({k: f[k] for k in ("symbol", "history_length",
-                                                     "last_timestamp", "last_close", "warnings")
+                                                     "last_timestamp", "last_close", "warnings",
+                                                     "price_limit")
                                    if k in f})
             frames.append(_frame_of_json(body.get("forecasts", [])))
 

@@ -31,6 +31,12 @@ from kronos_core.base.candles import (
     time_features,
 )
 from kronos_core.base.options import ForecastOptions, SamplingDefaults, quantile_column
+from kronos_core.base.price_limits import (
+    PriceLimitRule,
+    limit_paths,
+    limit_quantiles,
+    limit_table,
+)
 from kronos_core.calibration.policy import correct
 from kronos_core.engine.batch import assemble
 from kronos_core.engine.config import EngineStats, GenerationConfig
@@ -59,6 +65,9 @@ class ForecastResult:
     quantiles: np.ndarray  # (Q, B, H, 6) float32, Q = len(quantile_levels)
     quantile_levels: tuple[float, ...]  # the requested quantile levels
     stats: EngineStats  # timings and token counts of the engine run(s)
+    # (B, H) the daily price-limit fraction each series' step was held to (inf: none); None:
+    # no series had a limit (or the options turned them off)
+    price_limits: np.ndarray | None = None
 
     def to_frame(self, symbols: Sequence[str], timestamps: Sequence) -> pd.DataFrame:
         """Long format, one row per (symbol, step): ``symbol``, ``step`` (1 = the first forecast
@@ -97,16 +106,19 @@ class ForecastJob:
 
     Made by ``KronosPredictor.start_forecast`` (inputs checked and normalized there);
     ``result()`` is what ``forecast`` would have returned (paths, mean, quantiles,
-    calibration and repair applied). ``close()`` frees the engine's caches of a
+    price limits, calibration and repair applied). ``close()`` frees the engine's caches of a
     cancelled forecast.
     """
 
     def __init__(self, predictor: KronosPredictor, generation: Generation, options: ForecastOptions,
-                 n_series: int, means: np.ndarray, stds: np.ndarray):
+                 n_series: int, means: np.ndarray, stds: np.ndarray,
+                 limits: np.ndarray | None = None, last_close: np.ndarray | None = None):
         self.predictor, self.generation, self.options = predictor, generation, options
         self.n_series = n_series
         self.means, self.stds = means, stds  # (B, 6) each: the normalization of every series
         self.rows: int = generation.rows  # engine rows: series x sample paths
+        self.limits = limits  # (B, H) price-limit fractions (inf: none), or None
+        self.last_close = last_close  # (B,) each series' last observed close, with limits
 
     @property
     def done(self) -> bool:
@@ -147,6 +159,10 @@ class ForecastJob:
         levels, calibration = options.quantiles, options.calibration
         # (B, S, H, 6)
         paths = denormalize(norm, mean[:, None, None, :], std[:, None, None, :]).astype(np.float32)
+        limits, last = self.limits, self.last_close
+        if limits is not None:
+            assert last is not None
+            paths = limit_paths(paths, last, limits)  # (B, S, H, 6)
         repair = predictor.repair if options.repair is None else options.repair
         if repair:
             paths = repair_candles(paths)
@@ -154,6 +170,9 @@ class ForecastJob:
         else:
             # (B, H, 6)
             path_mean = denormalize(norm.mean(axis=1), mean[:, None, :], std[:, None, :])
+            if limits is not None:  # the limited series' mean is their limited paths'
+                held = np.isfinite(limits).any(axis=1)  # (B,)
+                path_mean[held] = paths[held].mean(axis=1)
         qs = (
             np.quantile(paths, levels, axis=1).astype(np.float32)
             if levels
@@ -164,8 +183,12 @@ class ForecastJob:
             # (B, S, H, 6), (Q, B, H, 6)
             corrected, qs = correct(calibration, paths, levels, predictor.identity)
             paths = corrected.astype(np.float32)
+            if limits is not None:  # the widened bands stay where a limited path can go
+                assert last is not None
+                paths = limit_paths(paths, last, limits)
+                qs = limit_quantiles(qs, last, limits)
         return ForecastResult(
-            paths, path_mean.astype(np.float32), qs, levels, self.generation.stats
+            paths, path_mean.astype(np.float32), qs, levels, self.generation.stats, limits
         )
 
 
@@ -314,6 +337,7 @@ class KronosPredictor:
         options: ForecastOptions,
         *,
         series_keys: Sequence[int] | None = None,
+        price_limits: Sequence[PriceLimitRule | None] | None = None,
         verbose: bool = False,
     ) -> ForecastResult:
         """Sample paths, mean and quantiles for ragged raw-scale series.
@@ -326,11 +350,15 @@ class KronosPredictor:
         values), not on the rest of the batch. A calibration (with quantile levels asked)
         corrects the quantiles and maps the sample paths onto the corrected distribution,
         the mean stays raw (``kronos_core.calibration.policy``); it is refused
-        (``CalibrationMismatch``) when fitted for another model. Returns ``ForecastResult`` (shapes
-        in its fields).
+        (``CalibrationMismatch``) when fitted for another model. ``price_limits[i]``: series i's
+        daily price-limit rule (``kronos_core.base.price_limits.rule_for``; None: no limit):
+        with ``options.price_limits`` its paths are held inside the limits step by step, and
+        its mean and quantiles are the limited paths'. Returns ``ForecastResult`` (shapes in its
+        fields).
         """
         job = self.start_forecast(
-            series, x_timestamps, y_timestamps, options, series_keys=series_keys, verbose=verbose
+            series, x_timestamps, y_timestamps, options, series_keys=series_keys,
+            price_limits=price_limits, verbose=verbose,
         )
         while not job.done:
             job.step()
@@ -356,6 +384,7 @@ class KronosPredictor:
         options: ForecastOptions,
         *,
         series_keys: Sequence[int] | None = None,
+        price_limits: Sequence[PriceLimitRule | None] | None = None,
         verbose: bool = False,
     ) -> ForecastJob:
         """``forecast``'s arguments, checked and normalized; the engine has not run yet.
@@ -371,7 +400,16 @@ class KronosPredictor:
         if options.calibration is not None:
             options.calibration.check_model(self.identity)  # before spending time on the forecast
         arrays = [self._check_array(i, a) for i, a in enumerate(series)]
-        return self._start(arrays, x_timestamps, y_timestamps, options, series_keys, verbose)
+        if price_limits is not None and len(price_limits) != len(arrays):
+            raise ValueError(
+                f"price_limits has {len(price_limits)} entries for {len(arrays)} series"
+            )
+        job = self._start(arrays, x_timestamps, y_timestamps, options, series_keys, verbose)
+        if options.price_limits and price_limits is not None:
+            job.limits = limit_table(price_limits, x_timestamps, y_timestamps)  # (B, H) or None
+            close = FEATURES.index("close")
+            job.last_close = np.array([a[-1, close] for a in arrays], dtype=np.float64)  # (B,)
+        return job
 
     # ---- shared path ------------------------------------------------------------------------
     @staticmethod

@@ -104,7 +104,7 @@ class SamplingDefaults:
 
 @dataclass(frozen=True)
 class ForecastOptions:
-    """How to forecast: horizon, sampling, quantiles, calibration, sliding mode.
+    """How to forecast: horizon, sampling, quantiles, calibration, sliding mode, price limits.
 
     ``quantiles`` are levels in (0, 1), kept in the order given (answers list them so).
     ``repair`` and ``sliding`` left ``None`` take the predictor's own setting. ``calibration``
@@ -125,6 +125,9 @@ class ForecastOptions:
     repair: bool | None = None
     sliding: str | None = None  # "exact" | "rolling" | "recompute"; None: predictor's
     calibration: QuantileCalibration | None = None  # quantile correction fitted for this model
+    # hold the paths inside each series' daily price limits (the rules given per series:
+    # kronos_core.base.price_limits); False: paths as sampled
+    price_limits: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "horizon", _positive_int("horizon (pred_len)", self.horizon))
@@ -141,6 +144,7 @@ class ForecastOptions:
             object.__setattr__(self, "top_p", float(self.top_p))
         if self.seed is not None:
             object.__setattr__(self, "seed", int(self.seed))
+        object.__setattr__(self, "price_limits", bool(self.price_limits))
         if self.sliding is not None and self.sliding not in SLIDING_MODES:
             raise ValueError(f"sliding must be one of {SLIDING_MODES}, got {self.sliding!r}")
 

@@ -55,6 +55,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--per-date", action="store_true",
                    help="forecast one rebalance date per engine call, as before issue 44 (the "
                         "same scores, slower; for timing comparisons)")
+    g.add_argument("--no-price-limits", dest="price_limits", action="store_false",
+                   help="paths as sampled: not held inside the daily price limit of a Shanghai, "
+                   "Shenzhen or Beijing stock (docs/price-limits.md)")
     g.add_argument("--out", type=Path, help="folder for backtest.json, backtest.md and equity.png")
     add_file_arguments(parser)
     add_corpus_arguments(parser)
@@ -95,6 +98,8 @@ def run(args) -> int:
         source = load_source(args)
         start = corpus_start(args, source)
         uni = Universe.from_series(source.series)
+        if not args.price_limits:  # no symbol has a rule
+            uni.price_limits = []
         predictor = load_predictor(predictor_config_from_args(args))
         res = run_backtest(
             predictor, uni, args.lookback, args.horizon, args.rebalance, args.top, args.long_short,

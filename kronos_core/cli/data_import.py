@@ -9,6 +9,7 @@ from kronos_core.base.candles import CandleError
 from kronos_core.data.importer import import_files, read_symbol_map
 from kronos_core.data.reader import add_reader_arguments, read_options_from_args
 from kronos_core.data.store import KlineStore
+from kronos_core.data.symbol_details import flag_details, merge_details, read_symbol_details
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,7 +25,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--symbol-map", metavar="FILE",
         help="CSV with a header and two columns, vendor symbol -> store symbol (e.g. ^GSPC,GSPC); "
-        "applied to --symbol, --symbol-column values and file names",
+        "applied to --symbol, --symbol-column values and file names. Optional further columns, "
+        "by header, for daily price limits: st (yes/no), board (main, star, chinext, bse, none), "
+        "listed (first trading day, YYYY-MM-DD)",
     )
     parser.add_argument(
         "--frequency", help="frequency directory, e.g. 5min, 1h, 1d (default: inferred)"
@@ -52,6 +55,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--source", help="where the data comes from (metadata; default: the file name)"
     )
+    limits = parser.add_argument_group(
+        "daily price limits", "what a Shanghai, Shenzhen or Beijing stock's limit depends on, kept "
+        "in its metadata (default: its board from its code and exchange, ST status unknown; "
+        "docs/price-limits.md)")
+    limits.add_argument("--st", nargs="+", action="extend", default=[], metavar="SYMBOL",
+                        help="store symbols under special treatment (ST, *ST): the tighter limit")
+    limits.add_argument("--not-st", nargs="+", action="extend", default=[], metavar="SYMBOL",
+                        help="store symbols known not to be under special treatment (e.g. "
+                        "after their ST status was lifted)")
+    limits.add_argument("--board", help="the board of every imported symbol: main, star, chinext, "
+                        "bse, or none (no daily limit); default: from each code")
     parser.add_argument(
         "--on-overlap",
         choices=("error", "keep", "replace"),
@@ -78,6 +92,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         options = read_options_from_args(args)
         symbol_map = read_symbol_map(args.symbol_map) if args.symbol_map else None
+        from_map = read_symbol_details(args.symbol_map) if args.symbol_map else {}
+        from_flags, common = flag_details(args.st, args.not_st, args.board)
     except CandleError as exc:
         print(f"kronos import: {exc}", file=sys.stderr)
         return 2
@@ -86,6 +102,8 @@ def run(args: argparse.Namespace) -> int:
         extra["session_timezone"] = args.session_timezone
     if args.market:
         extra["market"] = args.market
+    extra.update(common)
+    details = merge_details(from_map, from_flags)  # the flags win over the map's cells
     if args.exchange:
         from kronos_core.data.calendars import UnknownExchangeError, exchange_sessions
 
@@ -112,9 +130,14 @@ def run(args: argparse.Namespace) -> int:
         extra_metadata=extra or None,
         progress=not args.no_progress,
         compact=not args.no_compact,
+        symbol_metadata=details or None,
     )
     failed = [o for o in outcomes if not o.ok]
     published = args.partial or not failed
+    unknown = sorted(set(from_flags) - {o.symbol for o in outcomes})
+    if unknown:
+        print(f"warning: --st/--not-st name {', '.join(unknown)}, which this import does not "
+              "hold (store symbols, after --symbol-map)", file=sys.stderr)
     for o in outcomes:
         if o.ok and published:
             fixed = f", {len(o.repairs)} repair(s)" if o.repairs else ""

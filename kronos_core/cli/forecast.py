@@ -5,6 +5,11 @@ Example::
     kronos forecast --csv prices.csv --horizon 24                # the bundled default model
     kronos forecast --model kronos-small --dtype bfloat16 \\
         --csv prices.csv --horizon 24 --samples 20 --quantiles 0.1,0.5,0.9 --out forecast.csv
+    kronos forecast --csv 600518.SH.csv --horizon 5 --st     # held to the ST stock's ±5% a day
+
+A Shanghai, Shenzhen or Beijing stock (its symbol: ``--symbol``, else the file name) has its
+paths held inside the exchange's daily price limit (``kronos_core.base.price_limits``); the rule
+used is printed. ``--no-price-limits``: paths as sampled.
 """
 
 from __future__ import annotations
@@ -18,6 +23,12 @@ import numpy as np
 import pandas as pd
 
 from kronos_core.base.options import ForecastOptions, quantile_column
+from kronos_core.base.price_limits import (
+    BOARDS,
+    NO_LIMIT_BOARD,
+    PriceLimitRule,
+    rule_for,
+)
 from kronos_core.data.reader import add_reader_arguments
 from kronos_core.data.timestamps import TEMPLATE_HISTORY_ROWS
 from kronos_core.loading import add_predictor_arguments, load_predictor, predictor_config_from_args
@@ -68,6 +79,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--summary", action="store_true",
         help="also print the risk summary (expected return, P(up), volatility, VaR, ES)",
     )
+    limits = parser.add_argument_group(
+        "daily price limits", "Shanghai, Shenzhen and Beijing stocks: every path is held inside "
+        "the exchange's limit, step by step (docs/price-limits.md)")
+    limits.add_argument(
+        "--symbol", help="the series' symbol, whose code and suffix name its board (600518.SH, "
+        "300750.SZ, 688981.SH...); default: the file name without its suffix")
+    limits.add_argument("--st", action="store_true",
+                        help="the stock is under special treatment (ST, *ST): its tighter limit "
+                        "(without it the ST status is unknown and the board's own limit is used)")
+    limits.add_argument("--board", choices=(*BOARDS, NO_LIMIT_BOARD),
+                        help="the board whose limit applies (default: from the code and exchange)")
+    limits.add_argument("--listed", metavar="DATE",
+                        help="the first trading day: a new listing's first days have no limit")
+    limits.add_argument("--no-price-limits", action="store_true",
+                        help="paths as sampled, not held inside the daily price limit")
     add_predictor_arguments(parser)
 
 
@@ -87,7 +113,24 @@ def options_from_args(args) -> ForecastOptions:
     return ForecastOptions(
         horizon=args.horizon, sample_count=args.samples or 1, temperature=args.temperature,
         top_k=args.top_k, top_p=args.top_p, seed=args.seed, quantiles=levels, repair=args.repair,
+        price_limits=not args.no_price_limits,
     )
+
+
+def price_limit_rule(args) -> PriceLimitRule | None:
+    """The series' daily price-limit rule from ``--symbol`` (else the file name), ``--exchange``,
+    ``--st``, ``--board`` and ``--listed``; None: no limit. ``ValueError`` names a bad value."""
+    from kronos_core.data.reader import CSV_SUFFIXES, PARQUET_SUFFIXES
+
+    symbol = args.symbol
+    if not symbol:
+        name = Path(args.csv).name
+        ends = [s for s in CSV_SUFFIXES + PARQUET_SUFFIXES if name.lower().endswith(s)]
+        symbol = name[: -len(max(ends, key=len))] if ends else Path(name).stem
+    meta: dict = {"board": args.board, "listed": args.listed}
+    if args.st:
+        meta["special_treatment"] = True
+    return rule_for(symbol, meta, args.exchange)
 
 
 def read_input(args) -> tuple[np.ndarray, pd.DatetimeIndex]:
@@ -124,6 +167,7 @@ def run(args) -> int:
         return 2
     try:
         options = options_from_args(args)  # flag errors before any file is read or model loaded
+        rule = price_limit_rule(args)
         values, stamps = read_input(args)
     except (CandleError, ValueError) as exc:
         print(f"kronos forecast: {exc}", file=sys.stderr)
@@ -178,7 +222,12 @@ def run(args) -> int:
     options = options.with_defaults(predictor.sampling)
     log.info("sampling: %d paths, temperature %g, top-p %g (%s)", options.sample_count,
              options.temperature, options.top_p, predictor.sampling.source)
-    res = predictor.forecast([values], [stamps], [future], options, verbose=sys.stderr.isatty())
+    res = predictor.forecast([values], [stamps], [future], options, verbose=sys.stderr.isatty(),
+                             price_limits=[rule])
+    if rule is not None:
+        report = rule.report(stamps.to_numpy(), np.asarray(future), options.price_limits)
+        held = "" if options.price_limits else " (not applied: --no-price-limits)"
+        print(f"price limit: {report['rule']}{held}", file=sys.stderr)
     table = pd.DataFrame(
         res.mean[0], columns=list(FEATURES), index=pd.Index(future, name="timestamps")
     )

@@ -138,13 +138,15 @@ def import_frame(
     row_numbers=None,
     column_map: Mapping[str, str] | None = None,
     symbol_map: Mapping[str, str] | None = None,
+    symbol_metadata: Mapping[str, dict] | None = None,
 ) -> ImportOutcome:
     """Validate one symbol's candles and merge them into the store (atomically), under its
     mapped (``symbol_map``), upper-case name (``store_symbol``). ``store``: a ``KlineStore``
     (the write is its own store version) or an open ``StoreTransaction`` (published with the
     rest of it). A failure is returned in the outcome (its message names the file and symbol
     once), not logged; warnings (unused columns, a renamed symbol, sessions of its exchange
-    the candles skip) are logged and kept in the outcome."""
+    the candles skip) are logged and kept in the outcome. ``symbol_metadata``: metadata per
+    store symbol (``kronos_core.data.symbol_details``), over ``extra_metadata``."""
     given = symbol
     if isinstance(symbol, str):
         symbol = store_symbol(map_symbol(symbol, symbol_map))
@@ -166,7 +168,8 @@ def import_frame(
             timezone=tz,
             source=source or f"imported from {Path(source_name).name}",
             on_overlap=on_overlap,
-            extra_metadata=extra_metadata,
+            extra_metadata={**(extra_metadata or {}), **(symbol_metadata or {}).get(symbol, {})}
+            or None,
             missing=report.filled,
         )
         if isinstance(store, StoreTransaction):
@@ -243,6 +246,7 @@ def import_files(
     encoding: str | None = None,
     partial: bool = False,
     fsync: bool = True,
+    symbol_metadata: Mapping[str, dict] | None = None,
 ) -> list[ImportOutcome]:
     """Import files into the store at ``store_root``, as one store transaction; one outcome
     per (file, symbol).
@@ -254,6 +258,8 @@ def import_files(
     passed). ``encoding``: of CSV files (default UTF-8). ``compact``: then rewrite the read
     snapshot of every frequency written to (``KlineStore.compact``); without it the imported
     symbols are read from their files (correct, slower to open) until the next compaction.
+    ``symbol_metadata``: metadata per store symbol (its price-limit details,
+    ``kronos_core.data.symbol_details``), added to ``extra_metadata`` for that symbol.
     """
     if symbol is not None and symbol_column is not None:
         raise ValueError("give either symbol or symbol_column, not both")
@@ -263,7 +269,7 @@ def import_files(
         _import_all(tx, files, outcomes, progress, encoding, symbol, symbol_column, dict(
             frequency=frequency, timezone=timezone, source=source, time_column=time_column,
             repairs=repairs, on_overlap=on_overlap, extra_metadata=extra_metadata,
-            column_map=column_map, symbol_map=symbol_map,
+            column_map=column_map, symbol_map=symbol_map, symbol_metadata=symbol_metadata,
         ))
         if not partial and any(not o.ok for o in outcomes):
             tx.abort()

@@ -19,6 +19,7 @@ from tqdm.auto import tqdm
 
 from kronos_core.base.candles import FEATURES
 from kronos_core.base.options import ForecastOptions
+from kronos_core.base.price_limits import PriceLimitRule, rule_for
 from kronos_core.data.timestamps import future_timestamps
 from kronos_core.eval import backtest as bt
 from kronos_core.eval.data import Series
@@ -65,6 +66,12 @@ class Universe:
     names: list[str]
     values: np.ndarray  # (M, T, 6) float32
     timestamps: pd.DatetimeIndex  # (T,)
+    # each symbol's daily price-limit rule (empty: none has one)
+    price_limits: list[PriceLimitRule | None] = field(default_factory=list)
+
+    def rules(self, symbols: Sequence[int]) -> list[PriceLimitRule | None]:
+        """The price-limit rules of these symbol indices (None each: no limit)."""
+        return [self.price_limits[k] if self.price_limits else None for k in symbols]
 
     @classmethod
     def from_series(cls, series: Sequence[Series]) -> Universe:
@@ -80,7 +87,8 @@ class Universe:
                 "aligned on %d common timestamps (rows left out per symbol: %s)", len(common),
                 dropped,
             )
-        return cls([s.name for s in series], vals, pd.DatetimeIndex(common))
+        return cls([s.name for s in series], vals, pd.DatetimeIndex(common),
+                   [rule_for(s.name, s.meta) for s in series])
 
     @property
     def closes(self) -> np.ndarray:
@@ -105,7 +113,8 @@ def forecast_scores(
     options = ForecastOptions(horizon, sample_count=sample_count, seed=seed)
     for lo in range(0, len(uni.names), batch_size):
         hi = min(len(uni.names), lo + batch_size)
-        res = predictor.forecast(list(ctx[lo:hi]), [ts] * (hi - lo), [fut] * (hi - lo), options)
+        res = predictor.forecast(list(ctx[lo:hi]), [ts] * (hi - lo), [fut] * (hi - lo), options,
+                                 price_limits=uni.rules(range(lo, hi)))
         scores[lo:hi] = _scores_of(res.paths[:, :, -1, CLOSE], last[lo:hi], rank)
     return scores
 
@@ -156,7 +165,8 @@ def forecast_scores_all(
         chunk = jobs[lo:lo + batch_size]
         ctx = [uni.values[k, rows[i] - lookback:rows[i]] for i, k in chunk]  # b x (L, 6)
         res = predictor.forecast(ctx, [stamps[i] for i, _ in chunk],
-                                 [futures[i] for i, _ in chunk], options)
+                                 [futures[i] for i, _ in chunk], options,
+                                 price_limits=uni.rules([k for _, k in chunk]))
         last = np.array([c[-1, CLOSE] for c in ctx], dtype=np.float64)  # (b,)
         scores[lo:lo + len(chunk)] = _scores_of(res.paths[:, :, -1, CLOSE], last, rank)
         bar.update(len(chunk))

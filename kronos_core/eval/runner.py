@@ -92,6 +92,10 @@ def add_window_arguments(parser: argparse.ArgumentParser, several_horizons: bool
         "--coverage", type=floats, default=DEFAULT_COVERAGE, help="central interval levels"
     )
     g.add_argument(
+        "--no-price-limits", dest="price_limits", action="store_false",
+        help="paths as sampled: not held inside the daily price limit of a Shanghai, Shenzhen "
+        "or Beijing stock (docs/price-limits.md)")
+    g.add_argument(
         "--paths-cache", type=Path, metavar="DIR",
         help="keep the sample paths of each window set in DIR (keyed by model, windows' content, "
         "sample count, seed) and reuse them on a rerun instead of forecasting again",
@@ -200,14 +204,19 @@ def load_data(args) -> list[Series]:
     return load_series(args.data, args.symbols, read_options(args))
 
 
-def cache_key(identity, w: Windows, horizon: int, sampling: Sampling, seed: int) -> str:
+def cache_key(identity, w: Windows, horizon: int, sampling: Sampling, seed: int,
+              price_limits: bool = True) -> str:
     """Hex digest naming one window set's forecasts: the model's weights, every window's
-    context and stamps, the horizon, sample count, temperature, top-p and seed (not the batch
-    size: seeding is per window content)."""
+    context and stamps, the horizon, sample count, temperature, top-p, seed and the price-limit
+    rules applied (not the batch size: seeding is per window content)."""
     h = hashlib.sha256()
-    h.update(json.dumps({"model": getattr(identity, "sha256", None), "horizon": horizon,
-                         "sample_count": sampling.sample_count, "seed": seed,
-                         "temperature": sampling.temperature, "top_p": sampling.top_p}).encode())
+    key = {"model": getattr(identity, "sha256", None), "horizon": horizon,
+           "sample_count": sampling.sample_count, "seed": seed,
+           "temperature": sampling.temperature, "top_p": sampling.top_p}
+    rules = [None if r is None else r.as_dict() for r in w.price_limits] if price_limits else []
+    if any(r is not None for r in rules):  # a key without limits stays what it was
+        key["price_limits"] = rules
+    h.update(json.dumps(key).encode())
     h.update(np.ascontiguousarray(w.context, dtype=np.float32).tobytes())
     for ts in w.context_ts:
         h.update(np.asarray(ts.asi8).tobytes())
@@ -236,9 +245,10 @@ def forecast_paths(args, predictor, w: Windows, horizon: int,
              len(w), args.lookback, horizon, sampling.describe(), args.batch_size or "auto",
              getattr(predictor.identity, "name", "model"))
     cache = getattr(args, "paths_cache", None)
+    limits = getattr(args, "price_limits", True)
     file = None
     if cache is not None:
-        key = cache_key(predictor.identity, w, horizon, sampling, args.seed)
+        key = cache_key(predictor.identity, w, horizon, sampling, args.seed, limits)
         file = Path(cache) / f"paths-{key}.npz"
         if file.is_file():
             log.info("sample paths of these %d windows read from %s", len(w), file)
@@ -246,7 +256,7 @@ def forecast_paths(args, predictor, w: Windows, horizon: int,
                 return z["paths"], float(z["seconds"])
     paths, secs = forecast_windows(predictor, w, horizon, sampling.sample_count, args.seed,
                                    args.batch_size, temperature=sampling.temperature,
-                                   top_p=sampling.top_p)
+                                   top_p=sampling.top_p, price_limits=limits)
     if file is not None:
         file.parent.mkdir(parents=True, exist_ok=True)
         np.savez(file, paths=paths, seconds=secs)

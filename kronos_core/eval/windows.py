@@ -18,13 +18,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
 from kronos_core.base.options import ForecastOptions
+from kronos_core.base.price_limits import PriceLimitRule, rule_for
 from kronos_core.data.timestamps import future_options, future_timestamps, template_history
 from kronos_core.eval.data import Series
 
@@ -42,6 +43,8 @@ class Windows:
     future_ts: list[pd.DatetimeIndex]  # N x (H,) stamps extrapolated from the context
     truth: np.ndarray  # (N, H, 6) float32 candles from the origin on
     names: list[str]  # series names (indexed by series_index)
+    # each series' daily price-limit rule (indexed by series_index; empty: none has one)
+    price_limits: list[PriceLimitRule | None] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.origins)
@@ -50,7 +53,13 @@ class Windows:
         idx = np.asarray(idx)
         return Windows(self.series_index[idx], self.origins[idx], self.context[idx],
                        [self.context_ts[i] for i in idx], [self.future_ts[i] for i in idx],
-                       self.truth[idx], self.names)
+                       self.truth[idx], self.names, self.price_limits)
+
+    def rules(self, lo: int, hi: int) -> list[PriceLimitRule | None]:
+        """The price-limit rule of windows ``lo..hi`` (None each: no limit)."""
+        if not self.price_limits:
+            return [None] * (hi - lo)
+        return [self.price_limits[k] for k in self.series_index[lo:hi]]
 
 
 def origins_for(n_rows: int, lookback: int, horizon: int, windows: int, step: int,
@@ -133,15 +142,18 @@ def build_windows(series: Sequence[Series], lookback: int, horizon: int, windows
         learn = template_history(series[k].timestamps, o, series[k].meta)
         fut_ts.append(future_timestamps(ts if learn is None else learn, horizon,
                                         **future_options(series[k].meta)))
-    return Windows(idx, org, context, ctx_ts, fut_ts, truth, [s.name for s in series])
+    # each series' daily price limit, from its name and metadata as the service reads them
+    rules = [rule_for(s.name, s.meta) for s in series]
+    return Windows(idx, org, context, ctx_ts, fut_ts, truth, [s.name for s in series], rules)
 
 
 def forecast_windows(predictor, w: Windows, horizon: int, sample_count: int, seed: int = 0,
                      batch_size: int | None = None, progress: bool = True, *,
-                     temperature: float | None = None,
-                     top_p: float | None = None) -> tuple[np.ndarray, float]:
+                     temperature: float | None = None, top_p: float | None = None,
+                     price_limits: bool = True) -> tuple[np.ndarray, float]:
     """Sample paths (N, S, H, 6) of every window, ``batch_size`` windows per engine call (None:
-    the predictor's ``series_per_call``).
+    the predictor's ``series_per_call``), each held inside its series' daily price limit
+    (``Windows.price_limits``) unless ``price_limits`` is False.
 
     Seeded per window content, so a window's paths do not depend on the batch
     around it. ``temperature`` / ``top_p`` None: the predictor's (its model's sampling
@@ -151,7 +163,7 @@ def forecast_windows(predictor, w: Windows, horizon: int, sample_count: int, see
     out = np.empty((n, sample_count, horizon, w.context.shape[2]), dtype=np.float32)
     t0 = time.perf_counter()
     options = ForecastOptions(horizon, sample_count=sample_count, seed=seed,
-                              temperature=temperature, top_p=top_p)
+                              temperature=temperature, top_p=top_p, price_limits=price_limits)
     if not batch_size:
         batch_size = predictor.series_per_call(w.context.shape[1], horizon, sample_count)
     bar = tqdm(total=n, unit="win", desc="forecast", disable=not progress)
@@ -159,6 +171,7 @@ def forecast_windows(predictor, w: Windows, horizon: int, sample_count: int, see
         hi = min(n, lo + batch_size)
         res = predictor.forecast(
             list(w.context[lo:hi]), w.context_ts[lo:hi], w.future_ts[lo:hi], options,
+            price_limits=w.rules(lo, hi),
         )
         out[lo:hi] = res.paths  # (b, S, H, 6)
         bar.update(hi - lo)

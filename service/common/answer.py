@@ -32,6 +32,7 @@ from service.common.schemas import (
     Candles,
     LookbackOut,
     ModelInfo,
+    PriceLimitOut,
     RiskSummaryOut,
     SymbolErrorOut,
     SymbolWarning,
@@ -208,6 +209,15 @@ class ForecastAnswer:
         list[SymbolWarning],
         "short_history, history_cut, missing_sessions, as_of_after_data, uncalibrated: the "
         "forecast is made anyway",
+        required=False,
+        per_symbol=True,
+        arrow_input=True,
+        default_factory=list,
+    )
+    price_limit: list[dict | None] = answer_field(
+        PriceLimitOut | None,
+        "the daily price-limit rule its paths were held to (applied: false when the request or "
+        "the service turned limits off); null: its market has none (US, FX, crypto, an index)",
         required=False,
         per_symbol=True,
         arrow_input=True,

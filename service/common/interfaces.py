@@ -17,6 +17,7 @@ import numpy as np
 
 from kronos_core.base.errors import ErrorCode
 from kronos_core.base.options import ForecastOptions
+from kronos_core.base.price_limits import PriceLimitRule
 from service.common.messages import ReplicaInfo, Shard, ShardResult
 
 
@@ -173,6 +174,7 @@ class ForecastEngine(Protocol):
     def start_forecast(self, series: Sequence[np.ndarray], x_timestamps: Sequence[Any],
                        y_timestamps: Sequence[Any], options: ForecastOptions, *,
                        series_keys: Sequence[int] | None = None,
+                       price_limits: Sequence[PriceLimitRule | None] | None = None,
                        verbose: bool = False) -> ForecastJob:
         """A forecast of ``series`` with every option of the call in ``options``, not yet run:
         the replica's step loop steps it between other jobs' steps."""

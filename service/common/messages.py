@@ -15,6 +15,7 @@ import numpy as np
 
 from kronos_core.base.errors import ErrorCode
 from kronos_core.base.options import ForecastOptions
+from kronos_core.base.price_limits import PriceLimitRule
 from kronos_core.calibration.policy import CalibrationDescription
 
 
@@ -39,6 +40,8 @@ class Shard:
     # the member of a calibration fitted per group (None: not grouped)
     calibration_group: str | None = None
     tokens: int = 0  # sum_i sample_count * (L_i + H): the shard's share of a token budget
+    # per series its daily price-limit rule (None: none); None: no limits for this shard
+    price_limits: list[PriceLimitRule | None] | None = None
 
     def __post_init__(self) -> None:
         # a Calibration is the replica's, never shipped per shard

@@ -291,6 +291,13 @@ class ForecastRequest(BaseModel):
                     "close); "
         "low <= min(open, close). Off by default: results then equal the reference model's",
     )
+    price_limits: StrictBool = Field(
+        True,
+        description="hold each sample path of a symbol with a daily price limit (Shanghai, "
+        "Shenzhen, Beijing: its board, ST status and the step's date) inside the limit of the "
+        "previous step's close, so mean, quantiles and summary come from moves the exchange "
+        "allows; each forecast's price_limit names the rule. false: paths as sampled",
+    )
     record: StrictBool = Field(
         True,
         description="append the answered forecasts to the forecast ledger, to be scored when their "
@@ -504,6 +511,34 @@ class SamplingInfo(BaseModel):
                         "reference's defaults")
 
 
+class PriceLimitsInfo(BaseModel):
+    """The daily price-limit feature (``kronos_core.base.price_limits``, docs/price-limits.md)."""
+
+    enabled: bool = Field(..., description="paths are held inside the limits unless a request "
+                          "says price_limits: false (KRONOS_PRICE_LIMITS)")
+    exchanges: list[str] = Field(..., description="exchanges whose symbols have a rule")
+    rules: str = Field(..., description="the rules in short")
+
+
+class PriceLimitOut(BaseModel):
+    """The daily price-limit rule a forecast's paths were held to."""
+
+    rule: str = Field(..., description="the rule in words, with the band of each part of the "
+                      "horizon, e.g. 'main board ±10%, ST status unknown'")
+    board: str = Field(..., description="main, star, chinext or bse")
+    special_treatment: bool | None = Field(
+        ..., description="ST / *ST: from the store's metadata; null: not known (the rule "
+        "without it is used)")
+    listed: str | None = Field(None, description="first trading day, when the metadata has it")
+    source: str = Field(..., description="where the rule came from: metadata, or the code "
+                        "on its exchange")
+    applied: bool = Field(..., description="false: the request or the service turned limits "
+                          "off, the paths are as sampled")
+    step_limits: list[float | None] = Field(
+        ..., description="per forecast step, the fraction of the previous close it may move "
+        "(null: no limit, a new listing's first days)")
+
+
 class ModelInfo(BaseModel):
     """The model that answered: its identity (pin and audit by ``sha256``) and engine options."""
 
@@ -531,6 +566,9 @@ class ModelInfo(BaseModel):
     sampling: SamplingInfo | None = Field(
         None, description="the sampling settings a request that names none gets (the model's "
         "kronos.json, chosen on validation windows; else the reference's)")
+    price_limits: PriceLimitsInfo | None = Field(
+        None, description="whether sample paths are held inside the exchanges' daily price "
+        "limits")
 
 
 class CalibrationStateOut(BaseModel):

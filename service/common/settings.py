@@ -55,6 +55,12 @@ class Settings(BaseSettings):
     sliding: Literal["exact", "rolling", "recompute"] = Field(
         "exact", description="window past max_context: exact | rolling | recompute"
     )
+    price_limits: bool = Field(
+        True,
+        description="hold the sample paths of symbols with an exchange's daily price limit "
+        "(Shanghai, Shenzhen, Beijing; docs/price-limits.md) inside it, step by step; a request "
+        "turns it off with price_limits: false; false: off for every request",
+    )
     store_dir: str | None = Field(
         None, description="Arrow K-line store; default: the bundled sample store"
     )

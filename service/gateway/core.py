@@ -192,6 +192,8 @@ class ForecastPipeline:
         t0 = time.perf_counter()
         info = await self.info()
         req = req.with_sampling_defaults(info.model.get("sampling"))  # unset: the model's
+        if req.price_limits and not self.settings.price_limits:  # off for the whole service
+            req = req.model_copy(update={"price_limits": False})
         problem = req.too_many_paths()
         if problem:
             raise RequestInvalid("return_paths", problem)
@@ -257,6 +259,11 @@ class ForecastPipeline:
             last_timestamp=g.last_timestamp,
             last_close=[float(h[-1, 3]) for h in g.histories],  # (L, 6) each: its last close
             warnings=g.warnings,
+            price_limit=[
+                None if rule is None else rule.report(x, y, req.price_limits)
+                for rule, x, y in zip(g.price_limits, g.history_timestamps, g.timestamps,
+                                      strict=True)
+            ],
             timestamps=g.timestamps,
             mean=g.mean,
             quantiles=g.quantiles,

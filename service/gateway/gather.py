@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from kronos_core.base.errors import ErrorCode
+from kronos_core.base.price_limits import PriceLimitRule
 from service.common.messages import ShardResult
 from service.common.schemas import FEATURE_NAMES
 from service.gateway.prepare import Prepared, symbol_error
@@ -35,6 +36,7 @@ class Gathered:
     history_timestamps: list[np.ndarray] = field(default_factory=list)  # (L,) their times
     errors: list[dict] = field(default_factory=list)
     calibration_state: dict | None = None  # the adaptive calibration state the replicas applied
+    price_limits: list[PriceLimitRule | None] = field(default_factory=list)  # rule per series
 
 
 def gather(prep: Prepared, slices: list[slice], results: list[ShardResult]) -> Gathered:
@@ -78,6 +80,7 @@ def gather(prep: Prepared, slices: list[slice], results: list[ShardResult]) -> G
             out.warnings.append(prep.warnings[i])
             out.histories.append(prep.values[i])
             out.history_timestamps.append(prep.x_ts[i])
+            out.price_limits.append(prep.price_limits[i] if prep.price_limits else None)
     return out
 
 

@@ -1,6 +1,7 @@
 """Stage 1, prepare: a request's series as arrays, in request order. Store windows (with
 their ``as_of`` warning) or inline candles (``service.gateway.inline``), each with its future
-timestamps (``service.gateway.future``); what cannot be used becomes a per-symbol error.
+timestamps (``service.gateway.future``) and its daily price-limit rule
+(``kronos_core.base.price_limits``); what cannot be used becomes a per-symbol error.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import pandas as pd
 
 from kronos_core.base.errors import ErrorCode, WarningCode
 from kronos_core.base.lookback import Lookback, history_cut_message, horizon_limit_message
+from kronos_core.base.price_limits import PriceLimitRule, rule_for
 from kronos_core.data.timestamps import calendar_of
 from service.common.errors import RequestInvalid
 from service.common.interfaces import CandleStore
@@ -47,6 +49,7 @@ class _Series:
     # the stamps its sessions are learned from when no calendar is known (store: the history
     # before the window too, ``SymbolWindow.template_stamps``); None: ``ts``
     template_ts: np.ndarray | None = None
+    price_limit: PriceLimitRule | None = None  # its daily price-limit rule (None: none)
 
 
 @dataclass
@@ -60,6 +63,8 @@ class Prepared:
     warnings: list[list[dict]] = field(default_factory=list)  # per usable series: {code, message}
     errors: list[dict] = field(default_factory=list)  # {symbol, code, message}
     store_version: int | None = None  # the store version read (None: inline series)
+    # per usable series its daily price-limit rule (None: its market has none)
+    price_limits: list[PriceLimitRule | None] = field(default_factory=list)
 
 
 def _wall_clock(t: pd.Timestamp, tz: str | None) -> pd.Timestamp:
@@ -134,6 +139,12 @@ def _store_series(
     items = []
     for win in batch.windows:
         meta = win.metadata
+        try:
+            rule = rule_for(win.symbol, meta, req.exchange)
+        except ValueError as exc:  # metadata an import did not write
+            errors.append(symbol_error(win.symbol, ErrorCode.INVALID_SERIES,
+                                       f"store metadata, price limit: {exc}"))
+            continue
         session = (
             (meta.get("timezone"), meta["session_timezone"])
             if meta.get("session_timezone")
@@ -142,7 +153,7 @@ def _store_series(
         item = _Series(
             win.symbol, np.asarray(win.values, dtype=np.float32), to_ns(win.timestamps), session,
             req.exchange or calendar_of(meta), held=win.held,
-            template_ts=None if req.exchange else win.template_stamps,
+            template_ts=None if req.exchange else win.template_stamps, price_limit=rule,
         )
         if req.as_of is not None:
             w = as_of_warning(req.as_of, item.ts, win.last_stored, meta.get("timezone"))
@@ -171,7 +182,8 @@ def _inline_series(req: ForecastRequest, lookback: int, errors: list[dict]) -> l
         except ValueError as exc:
             errors.append(symbol_error(s.symbol, ErrorCode.INVALID_SERIES, f"series[{j}]: {exc}"))
             continue
-        items.append(_Series(s.symbol, values, ts, exchange=req.exchange, held=len(s.candles)))
+        items.append(_Series(s.symbol, values, ts, exchange=req.exchange, held=len(s.candles),
+                             price_limit=rule_for(s.symbol, None, req.exchange)))
     return items
 
 
@@ -224,6 +236,7 @@ def prepare(req: ForecastRequest, lookback: int | Lookback, store: CandleStore,
         out.x_ts.append(it.ts)
         out.y_ts.append(y)
         out.warnings.append(it.warnings)
+        out.price_limits.append(it.price_limit)
     if req.symbols is not None:  # errors in request order, like the forecasts
         order = {s: i for i, s in enumerate(req.symbols)}
         out.errors.sort(key=lambda e: order.get(e["symbol"], len(order)))

@@ -32,6 +32,7 @@ def request_options(req: ForecastRequest) -> ForecastOptions:
         seed=req.seed,
         quantiles=tuple(req.quantiles),
         repair=req.repair,
+        price_limits=req.price_limits,
     )
 
 
@@ -194,6 +195,7 @@ def make_shards(
             return_paths=req.return_paths or req.summary or want_paths,
             calibrate=decisions[s.start].calibrate,
             calibration_group=decisions[s.start].group,
+            price_limits=prep.price_limits[s] if options.price_limits else None,
         )
         for i, s in enumerate(slices)
     ]

@@ -13,6 +13,7 @@ import logging
 import os
 import time
 
+from kronos_core.base.price_limits import price_limits_info
 from kronos_core.calibration.policy import CalibrationDescription
 from service.common.messages import ReplicaInfo, Shard, ShardResult
 from service.common.settings import Settings
@@ -118,6 +119,7 @@ class LoopWorker:
         self.tokenizer_cfg = self.predictor.tokenizer.config
         self.model = model_info(self.predictor.identity, self.max_context, self.predictor_config)
         self.model["sampling"] = self.predictor.sampling.as_dict()  # a request's unset settings
+        self.model["price_limits"] = price_limits_info(settings.price_limits)
         free = torch.cuda.mem_get_info()[0] if self.device.startswith("cuda") else None
         weights = self._weight_bytes()
         # the loops share the weights and split the rest of the replica's budget

@@ -18,6 +18,7 @@ import numpy as np
 
 from kronos_core.base.errors import ErrorCode
 from kronos_core.base.options import ForecastOptions
+from kronos_core.base.price_limits import PriceLimitRule
 from kronos_core.calibration.conformal import Calibration
 from kronos_core.calibration.policy import CalibrationPolicy
 from service.common.interfaces import ForecastEngine, ForecastJob
@@ -137,14 +138,18 @@ class DeviceBatch:
     def series(self) -> int:
         return sum(g.hi - g.lo for g in self.segments)
 
-    def inputs(self) -> tuple[list, list, list]:
+    def inputs(self) -> tuple[list, list, list, list]:
+        """values, x and y timestamps, and price-limit rules (None each: none) of its series."""
         values, xts, yts = [], [], []
+        limits: list[PriceLimitRule | None] = []
         for g in self.segments:
             s = g.pending.shard
             values += s.values[g.lo : g.hi]
             xts += s.x_timestamps[g.lo : g.hi]
             yts += s.y_timestamps[g.lo : g.hi]
-        return values, xts, yts
+            rules = s.price_limits
+            limits += rules[g.lo : g.hi] if rules is not None else [None] * (g.hi - g.lo)
+        return values, xts, yts, limits
 
     @property
     def abandoned(self) -> bool:
@@ -321,7 +326,7 @@ class StepRunner:
                 job.queue_wait_s.append(now - g.pending.arrived)
                 job.admitted_mid_batch += int(mid_batch)
         options, calibrate, group = job.key
-        values, xts, yts = job.inputs()
+        values, xts, yts, limits = job.inputs()
         try:
             with self._lock:  # the calibration and its stamp change together (use_calibration)
                 chosen = self._options(options, calibrate, group)
@@ -329,7 +334,8 @@ class StepRunner:
                     self.calibration_state if chosen.calibration is not None else None
                 )
             job.options = chosen
-            job.engine = self.predictor.start_forecast(values, xts, yts, chosen)
+            job.engine = self.predictor.start_forecast(values, xts, yts, chosen,
+                                                       price_limits=limits)
         except Exception as exc:
             self._failed(job, exc)
 

@@ -40,7 +40,7 @@ class _CountingPredictor:
         self.identity = type("Identity", (), {"sha256": sha})()
         self.calls = 0
 
-    def forecast(self, arrays, x_ts, y_ts, options):
+    def forecast(self, arrays, x_ts, y_ts, options, *, price_limits=None):
         self.calls += 1
         rng = np.random.default_rng(self.calls)
         shape = (len(arrays), options.sample_count, options.horizon, 6)

@@ -122,17 +122,19 @@ class FakePredictor:
         self.oom = oom
         self.calls: list[int] = []
         self.options: list[ForecastOptions] = []  # what each call was given
+        self.price_limits: list = []  # the price-limit rules each call was given
         # a ForecastEngine's model identity: none, as a predictor not built by the loader
         self.identity = None
 
     def forecast(
         self, series, x_timestamps, y_timestamps, options: ForecastOptions, *, series_keys=None,
-        verbose=False,
+        price_limits=None, verbose=False,
     ):
         import torch
 
         horizon, sample_count, quantiles = options.horizon, options.sample_count, options.quantiles
         self.options.append(options)
+        self.price_limits.append(price_limits)
         self.calls.append(len(series))
         if self.oom_above is not None and len(series) > self.oom_above:
             if self.oom == "cpu":
@@ -151,10 +153,10 @@ class FakePredictor:
 
     def start_forecast(
         self, series, x_timestamps, y_timestamps, options: ForecastOptions, *, series_keys=None,
-        verbose=False,
+        price_limits=None, verbose=False,
     ) -> OneStepJob:
         """The whole ``forecast`` as one step (its out-of-memory error raised at that step)."""
-        return OneStepJob(self, series, x_timestamps, y_timestamps, options)
+        return OneStepJob(self, series, x_timestamps, y_timestamps, options, price_limits)
 
     def step_together(self, jobs) -> None:
         """Each job's step in turn (a fake job's steps share nothing)."""
@@ -165,8 +167,10 @@ class FakePredictor:
 class OneStepJob:
     """A ``ForecastJob`` of a fake engine: the whole ``forecast`` call is its one step."""
 
-    def __init__(self, predictor, series, x_ts, y_ts, options: ForecastOptions):
+    def __init__(self, predictor, series, x_ts, y_ts, options: ForecastOptions,
+                 price_limits=None):
         self._call = (predictor, series, x_ts, y_ts, options)
+        self._price_limits = price_limits
         self.rows = len(series) * options.sample_count
         self.steps_left = 1
         self.done = False
@@ -175,7 +179,8 @@ class OneStepJob:
 
     def step(self) -> None:
         predictor, series, x_ts, y_ts, options = self._call
-        self._result = predictor.forecast(series, x_ts, y_ts, options)
+        self._result = predictor.forecast(series, x_ts, y_ts, options,
+                                          price_limits=self._price_limits)
         self.steps_left, self.done = 0, True
 
     def close(self) -> None:

@@ -72,7 +72,7 @@ class FakeSteppingEngine(FakePredictor):
         self.closed: list[float] = []
         self.started: list[int] = []
 
-    def start_forecast(self, series, x_ts, y_ts, options, *, series_keys=None):
+    def start_forecast(self, series, x_ts, y_ts, options, *, series_keys=None, price_limits=None):
         self.started.append(len(series))
         if self.oom_above is not None and len(series) > self.oom_above:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
