@@ -6,9 +6,13 @@ import argparse
 import sys
 
 from kronos_core.base.candles import CandleError
+from kronos_core.data.import_summary import import_counts
 from kronos_core.data.importer import import_files, read_symbol_map
 from kronos_core.data.reader import add_reader_arguments, read_options_from_args
 from kronos_core.data.store import KlineStore
+
+
+MAX_LINES = 50  # a line per symbol up to this many (more: the summary; kronos -v logs each)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -46,6 +50,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "recorded as 'sessions: 24/7'",
     )
     parser.add_argument(
+        "--suffix-exchange", action="append", metavar="SUFFIX=MIC",
+        help="without --exchange, a symbol's suffix names its exchange: .SH/.SS -> XSHG, "
+        ".SZ -> XSHE, .BJ -> BJSE (Shanghai's calendar); this adds or changes one (.BJ=XSHG; "
+        ".BJ=none: none from .BJ); repeatable",
+    )
+    parser.add_argument(
+        "--no-suffix-exchange", action="store_true",
+        help="take no exchange from symbol suffixes",
+    )
+    parser.add_argument(
         "--market", help="the market the series belong to (crypto, CN, US, FX...), kept in the "
         "metadata: kronos eval groups a store's series by it"
     )
@@ -78,7 +92,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         options = read_options_from_args(args)
         symbol_map = read_symbol_map(args.symbol_map) if args.symbol_map else None
-    except CandleError as exc:
+        suffixes = _suffix_exchanges(args)
+    except (CandleError, ValueError) as exc:
         print(f"kronos import: {exc}", file=sys.stderr)
         return 2
     extra = {}
@@ -112,10 +127,11 @@ def run(args: argparse.Namespace) -> int:
         extra_metadata=extra or None,
         progress=not args.no_progress,
         compact=not args.no_compact,
+        suffix_exchanges=suffixes,
     )
     failed = [o for o in outcomes if not o.ok]
     published = args.partial or not failed
-    for o in outcomes:
+    for o in outcomes if len(outcomes) <= MAX_LINES else ():
         if o.ok and published:
             fixed = f", {len(o.repairs)} repair(s)" if o.repairs else ""
             same = "" if o.changed else " (unchanged)"
@@ -126,11 +142,25 @@ def run(args: argparse.Namespace) -> int:
     for o in failed:
         print(f"error: {o.error}", file=sys.stderr)
     version = KlineStore(args.store).version
+    counts = import_counts(outcomes, len(args.files))
     if published:
-        print(f"imported {len(outcomes) - len(failed)} of {len(outcomes)} into {args.store} "
-              f"(store version {version})")
+        print(f"imported into {args.store}: {counts.line()} (store version {version})")
     else:
-        print(f"nothing imported into {args.store}: {len(failed)} of {len(outcomes)} failed, and "
-              "an import is all-or-nothing (fix them, leave their files out, or publish the others "
-              f"with --partial); store version {version} unchanged", file=sys.stderr)
+        print(f"nothing imported into {args.store}: {counts.line()}; store version {version} "
+              "unchanged", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _suffix_exchanges(args: argparse.Namespace) -> dict[str, str | None] | None:
+    """The suffix -> exchange overrides of ``--suffix-exchange`` / ``--no-suffix-exchange``
+    (checked: each MIC must name a calendar)."""
+    from kronos_core.data.calendars import exchange_sessions
+    from kronos_core.data.symbol_exchange import SUFFIX_EXCHANGES, parse_suffix_overrides
+
+    if args.no_suffix_exchange:
+        return {suffix: None for suffix in SUFFIX_EXCHANGES}
+    overrides = parse_suffix_overrides(args.suffix_exchange)
+    for mic in overrides.values():
+        if mic is not None:
+            exchange_sessions(mic)  # UnknownExchangeError (a ValueError) names the fix
+    return overrides or None

@@ -4,8 +4,10 @@ An import is one store transaction (``store_txn.StoreTransaction``): every symbo
 is published together as one new store version, and by default only if every file and symbol
 passed (``partial=True`` publishes those that passed). A symbol whose candles are already
 stored as they are is not rewritten; an import that changes nothing publishes nothing.
-Logging: one summary line per import at INFO, per-symbol detail at DEBUG (warnings about a
-symbol's data stay warnings).
+Logging: one summary line per import at INFO, its warnings summarised once per import
+(``import_summary``: one line per kind of warning, missing sessions as one count per symbol),
+per-file detail at DEBUG. The exchange of a symbol whose suffix names one (``600000.SH``) is
+recorded from the suffix (``symbol_exchange``) unless one is given.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from kronos_core.base.candles import CandleError
+from kronos_core.data.import_summary import GAP_PREFIX, import_counts, warning_summary
 from kronos_core.data.reader import (  # noqa: F401  (read_table: re-exported)
     CSV_SUFFIXES,
     PARQUET_SUFFIXES,
@@ -30,7 +33,8 @@ from kronos_core.data.reader import (  # noqa: F401  (read_table: re-exported)
 )
 from kronos_core.data.store import KlineStore, StoreError, validate_symbol
 from kronos_core.data.store_txn import StoreTransaction
-from kronos_core.data.validate import Repairs, validate_candles
+from kronos_core.data.symbol_exchange import exchange_from_symbol
+from kronos_core.data.validate import SYMBOL_NAMES, Repairs, validate_candles
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +52,7 @@ class ImportOutcome:
     repairs: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
     changed: bool = False  # whether the symbol's file is rewritten (False: already stored)
+    held_back: bool = False  # valid with new candles, not published (an all-or-nothing refusal)
 
     @property
     def ok(self) -> bool:
@@ -73,7 +78,7 @@ def gap_warning(frame: pd.DataFrame, exchange: str | None) -> str | None:
         gaps = missing_sessions(frame["timestamps"].to_numpy(), exchange)
     except UnknownExchangeError:
         return None
-    return None if gaps is None else f"missing sessions: {gaps.message()}"
+    return None if gaps is None else f"{GAP_PREFIX}{gaps.message()}"
 
 
 def read_symbol_map(path: str | os.PathLike) -> dict[str, str]:
@@ -138,13 +143,18 @@ def import_frame(
     row_numbers=None,
     column_map: Mapping[str, str] | None = None,
     symbol_map: Mapping[str, str] | None = None,
+    suffix_exchanges: Mapping[str, str | None] | None = None,
+    log_warnings: bool = True,
 ) -> ImportOutcome:
     """Validate one symbol's candles and merge them into the store (atomically), under its
     mapped (``symbol_map``), upper-case name (``store_symbol``). ``store``: a ``KlineStore``
     (the write is its own store version) or an open ``StoreTransaction`` (published with the
     rest of it). A failure is returned in the outcome (its message names the file and symbol
     once), not logged; warnings (unused columns, a renamed symbol, sessions of its exchange
-    the candles skip) are logged and kept in the outcome."""
+    the candles skip) are kept in the outcome, and logged (``log_warnings``; else at DEBUG:
+    ``import_files`` summarises them). Without an ``exchange`` in ``extra_metadata``, a symbol
+    whose suffix names one (``symbol_exchange.exchange_from_symbol`` with ``suffix_exchanges``
+    as overrides) gets it recorded: ``600000.SH`` follows the XSHG calendar."""
     given = symbol
     if isinstance(symbol, str):
         symbol = store_symbol(map_symbol(symbol, symbol_map))
@@ -160,7 +170,9 @@ def import_frame(
             row_numbers=row_numbers,
             column_map=column_map,
         )
-        log_report(report, f"{source_name} [{symbol}]")
+        if log_warnings:
+            log_report(report, f"{source_name} [{symbol}]")
+        extra_metadata = _with_suffix_exchange(symbol, extra_metadata, suffix_exchanges)
         kw: dict[str, Any] = dict(
             frequency=frequency,
             timezone=tz,
@@ -187,13 +199,50 @@ def import_frame(
         gap = gap_warning(frame, meta.get("exchange"))
         if gap is not None:
             extra.append(gap)
-        for line in extra:
-            log.warning("%s [%s]: %s", source_name, symbol, line)
-        out.warnings = tuple(report.warnings) + tuple(extra)
+        out.warnings = tuple(report.repairs) + tuple(report.warnings) + tuple(extra)
+        for line in out.warnings if not log_warnings else extra:
+            log.log(logging.WARNING if log_warnings else logging.DEBUG,
+                    "%s [%s]: %s", source_name, symbol, line)
     except (CandleError, StoreError, ValueError, OSError) as exc:
         msg = str(exc)
         out.error = msg if msg.startswith(source_name) else f"{source_name} [{symbol}]: {msg}"
     return out
+
+
+def _with_suffix_exchange(
+    symbol: str, extra_metadata: dict | None, overrides: Mapping[str, str | None] | None
+) -> dict | None:
+    """``extra_metadata`` with the exchange ``symbol``'s suffix names, unless it names one."""
+    if extra_metadata and extra_metadata.get("exchange"):
+        return extra_metadata
+    mic = exchange_from_symbol(symbol, overrides)
+    if mic is None:
+        return extra_metadata
+    return {**(extra_metadata or {}), "exchange": mic}
+
+
+def _drop_symbol_column(df: pd.DataFrame, path: Path, symbol: str,
+                        symbol_map: Mapping[str, str] | None) -> tuple[pd.DataFrame, str | None]:
+    """A single-symbol file's own symbol column (``symbol``, ``ts_code``...; the first found)
+    checked and dropped: one value is the file's symbol (a warning when it is another one);
+    several values are refused (rows of several symbols are not one series). Returns the
+    frame and a warning, if any."""
+    by_lower = {str(c).strip().lower(): c for c in df.columns}
+    col = next((by_lower[n] for n in SYMBOL_NAMES if n in by_lower), None)
+    if col is None:
+        return df, None
+    values = sorted(df[col].dropna().astype(str).str.strip().unique())
+    if len(values) > 1:
+        raise CandleError(
+            f"{path}: column {str(col)!r} holds {len(values)} symbols ({', '.join(values[:5])}"
+            f"{', ...' if len(values) > 5 else ''}); import it with --symbol-column {str(col)!r} "
+            "(one series per symbol)"
+        )
+    note = None
+    if values and store_symbol(map_symbol(values[0], symbol_map)) != symbol:
+        note = (f"column {str(col)!r} says {values[0]!r}, stored as {symbol!r} (the file's name; "
+                f"--symbol-column {str(col)!r} stores the column's)")
+    return df.drop(columns=[col]), note
 
 
 def _import_grouped(
@@ -243,6 +292,7 @@ def import_files(
     encoding: str | None = None,
     partial: bool = False,
     fsync: bool = True,
+    suffix_exchanges: Mapping[str, str | None] | None = None,
 ) -> list[ImportOutcome]:
     """Import files into the store at ``store_root``, as one store transaction; one outcome
     per (file, symbol).
@@ -254,7 +304,10 @@ def import_files(
     passed). ``encoding``: of CSV files (default UTF-8). ``compact``: then rewrite the read
     snapshot of every frequency written to (``KlineStore.compact``); without it the imported
     symbols are read from their files (correct, slower to open) until the next compaction.
-    """
+    Without an exchange in ``extra_metadata`` each symbol's suffix may name its own
+    (``suffix_exchanges``: overrides of ``symbol_exchange.SUFFIX_EXCHANGES``), so one import
+    puts a mixed ``.SH``/``.SZ`` folder or day file on the right calendars. Warnings are
+    summarised once per import (``import_summary``)."""
     if symbol is not None and symbol_column is not None:
         raise ValueError("give either symbol or symbol_column, not both")
     store = KlineStore(store_root)
@@ -263,20 +316,21 @@ def import_files(
         _import_all(tx, files, outcomes, progress, encoding, symbol, symbol_column, dict(
             frequency=frequency, timezone=timezone, source=source, time_column=time_column,
             repairs=repairs, on_overlap=on_overlap, extra_metadata=extra_metadata,
-            column_map=column_map, symbol_map=symbol_map,
+            column_map=column_map, symbol_map=symbol_map, suffix_exchanges=suffix_exchanges,
+            log_warnings=False,
         ))
         if not partial and any(not o.ok for o in outcomes):
             tx.abort()
             for o in outcomes:
-                o.changed = False
+                o.held_back, o.changed = o.ok and o.changed, False
     version = tx.published.version if tx.published is not None else store.version
     changed = [o for o in outcomes if o.ok and o.changed]
     failed = sum(not o.ok for o in outcomes)
+    for line in warning_summary(outcomes):
+        log.warning("import into %s: %s", store_root, line)
     log.info(
-        "import into %s: %d file(s), %d symbol(s) changed (+%d candles), %d unchanged, "
-        "%d failed; store version %d%s",
-        store_root, len(files), len(changed), sum(o.rows_written for o in changed),
-        sum(o.ok and not o.changed for o in outcomes), failed, version,
+        "import into %s: %s; store version %d%s", store_root,
+        import_counts(outcomes, len(files)).line(), version,
         "" if tx.published is not None else " (nothing published)",
     )
     if compact and (tx.published is not None or not failed):
@@ -328,5 +382,17 @@ def _import_all(tx: StoreTransaction, files: Sequence[str | os.PathLike],
         kw: dict[str, Any] = dict(source_name=str(path), **options)
         if symbol_column is not None:
             outcomes += _import_grouped(tx, df, path, symbol_column, progress, kw)
-        else:
-            outcomes.append(import_frame(tx, df, symbol or _symbol_from_file(path), **kw))
+            continue
+        name = symbol or _symbol_from_file(path)
+        try:
+            df, note = _drop_symbol_column(
+                df, path, store_symbol(map_symbol(name, options["symbol_map"])),
+                options["symbol_map"],
+            )
+        except CandleError as exc:
+            outcomes.append(ImportOutcome(file=str(path), symbol=name, error=str(exc)))
+            continue
+        outcome = import_frame(tx, df, name, **kw)
+        if note is not None and outcome.ok:
+            outcome.warnings += (note,)
+        outcomes.append(outcome)

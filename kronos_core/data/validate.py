@@ -75,6 +75,9 @@ class _Table:
     repairs: Repairs
     report: ValidationReport
     problems: list[str] = field(default_factory=list)
+    # rows already refused by an earlier check: later checks leave them alone, so one bad
+    # value is one complaint (a negative close is not also "low above open/close")
+    refused: np.ndarray | None = None
 
     @property
     def ts(self) -> np.ndarray:
@@ -91,6 +94,20 @@ class _Table:
     def keep(self, mask: np.ndarray) -> None:
         self.frame = self.frame[mask].reset_index(drop=True)
         self.rownums = self.rownums[mask]
+        if self.refused is not None:
+            self.refused = self.refused[mask]
+
+    def refuse_rows(self, positions: np.ndarray) -> None:
+        """Mark rows (positions in ``frame``) as refused, for the checks after this one."""
+        if self.refused is None:
+            self.refused = np.zeros(len(self.frame), bool)
+        self.refused[positions] = True
+
+    def unrefused(self) -> np.ndarray:
+        """Mask of the rows no earlier check refused."""
+        if self.refused is None:
+            return np.ones(len(self.frame), bool)
+        return ~self.refused
 
 
 def _rows(positions, rownums: np.ndarray) -> str:
@@ -158,6 +175,9 @@ def _check_columns(df: pd.DataFrame, time_column: str | None, source: str) -> st
     return tcol
 
 
+# columns that name the row's instrument (``kronos import`` reads them, see
+# ``importer.symbol_column_of``): never hinted at as a price or volume
+SYMBOL_NAMES = ("symbol", "ticker", "ts_code", "code", "instrument")
 ADJUSTED_CLOSE_NAMES = ("adj close", "adj_close", "adjclose", "adj. close", "adjusted close",
                         "adjusted_close")
 
@@ -179,7 +199,11 @@ def _feature_guess(name: str) -> str | None:
 
 def _unused_hint(name: str, shown: str, present: set[str]) -> str:
     """Why column ``name`` (lower-cased; ``shown``: as the file spells it) is unused and how
-    to use it: an adjusted close as the close, else an optional feature the file lacks."""
+    to use it: an adjusted close as the close, a symbol column by ``--symbol-column``, else an
+    optional feature the file lacks."""
+    if name in SYMBOL_NAMES:
+        return (f"column {shown!r} names the symbol and is not used here (kronos import reads it "
+                f"with --symbol-column {shown!r})")
     if name in ADJUSTED_CLOSE_NAMES:
         return (f"column {shown!r} is not used: adjusted prices are usually what a model should "
                 "see (a split or dividend otherwise looks like a price move); use it as the close "
@@ -312,12 +336,17 @@ def _check_positive(tb: _Table) -> None:
             bad[pos] = True
     if tb.repairs.drop_nonpositive and bad.any():
         tb.keep(~bad)
+    elif bad.any():
+        tb.refuse_rows(np.flatnonzero(bad))
 
 
 def _check_high_low(tb: _Table) -> None:
+    """``high`` at least, ``low`` at most every other price, on the rows no earlier check
+    refused (a refused price's high/low complaint would be a knock-on with a wrong fix)."""
     o, h, lo, c = (tb.frame[k].to_numpy() for k in PRICE_COLUMNS)
-    bad_h = np.flatnonzero(h < np.maximum(np.maximum(o, c), lo))
-    bad_l = np.flatnonzero(lo > np.minimum(o, c))
+    clean = tb.unrefused()
+    bad_h = np.flatnonzero(clean & (h < np.maximum(np.maximum(o, c), lo)))
+    bad_l = np.flatnonzero(clean & (lo > np.minimum(o, c)))
     for col, pos, what in (
         ("high", bad_h, "high below open/close/low"), ("low", bad_l, "low above open/close"),
     ):
