@@ -80,11 +80,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "all-or-nothing, a failure publishes nothing)",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    parser.add_argument(
+    compact = parser.add_mutually_exclusive_group()
+    compact.add_argument(
         "--no-compact",
         action="store_true",
         help="do not rewrite the frequency's read snapshot afterwards (run it later: "
         "kronos store compact DIR); reads stay correct, first reads of new data are slower",
+    )
+    compact.add_argument(
+        "--compact", action="store_true",
+        help="rewrite the read snapshot even after a small append (by default it is rewritten "
+        "when there is none or the import added at least 5%% of its candles)",
     )
 
 
@@ -126,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
         on_overlap=args.on_overlap,
         extra_metadata=extra or None,
         progress=not args.no_progress,
-        compact=not args.no_compact,
+        compact=False if args.no_compact else True if args.compact else None,
         suffix_exchanges=suffixes,
     )
     failed = [o for o in outcomes if not o.ok]

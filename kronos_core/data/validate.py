@@ -62,6 +62,7 @@ class ValidationReport:
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     filled: tuple[str, ...] = ()  # the optional columns the file lacked (filled by the rules)
+    groups: np.ndarray | None = None  # with ``groups=``: each output row's group code
 
 
 @dataclass
@@ -75,9 +76,11 @@ class _Table:
     repairs: Repairs
     report: ValidationReport
     problems: list[str] = field(default_factory=list)
+    groups: np.ndarray | None = None  # (n,) group codes (``validate_candles(groups=)``)
     # rows already refused by an earlier check: later checks leave them alone, so one bad
     # value is one complaint (a negative close is not also "low above open/close")
     refused: np.ndarray | None = None
+    unparsed_kept: np.ndarray | None = None  # (rows in,) the rows parsing kept
 
     @property
     def ts(self) -> np.ndarray:
@@ -94,6 +97,8 @@ class _Table:
     def keep(self, mask: np.ndarray) -> None:
         self.frame = self.frame[mask].reset_index(drop=True)
         self.rownums = self.rownums[mask]
+        if self.groups is not None:
+            self.groups = self.groups[mask]
         if self.refused is not None:
             self.refused = self.refused[mask]
 
@@ -292,6 +297,7 @@ def _parse(df: pd.DataFrame, tcol: str, timezone, rownums, repairs, report):
         }
     )
     table.rownums = rownums[keep]
+    table.unparsed_kept = keep
     return table, timezone
 
 
@@ -299,19 +305,35 @@ def _parse(df: pd.DataFrame, tcol: str, timezone, rownums, repairs, report):
 
 
 def _check_order(tb: _Table) -> None:
+    """Timestamps in file order (within each group, when grouped; a grouped table's rows are
+    then put group by group, each in file order, for the later checks)."""
+    if tb.groups is not None:
+        by_group = np.argsort(tb.groups, kind="stable")
+        tb.frame = tb.frame.iloc[by_group].reset_index(drop=True)
+        tb.rownums, tb.groups = tb.rownums[by_group], tb.groups[by_group]
     ts = tb.ts
-    back = np.flatnonzero(ts[1:] < ts[:-1]) + 1
+    back = np.flatnonzero((ts[1:] < ts[:-1]) & _same_group(tb)) + 1
     if len(back):
         msg = (f"column '{tb.tcol}': timestamps not sorted, earlier than the row before in "
                f"{len(back)} {_rows(back, tb.rownums)}")
         tb.found(msg, tb.repairs.sort, "sorted", "--sort sorts them")
-        order = np.argsort(ts, kind="stable")  # later checks look at the sorted rows
+        # later checks look at the sorted rows
+        order = (np.argsort(ts, kind="stable") if tb.groups is None
+                 else np.lexsort((ts, tb.groups)))
         tb.frame = tb.frame.iloc[order].reset_index(drop=True)
         tb.rownums = tb.rownums[order]
+        if tb.groups is not None:
+            tb.groups = tb.groups[order]
+
+
+def _same_group(tb: _Table) -> np.ndarray | bool:
+    """(n - 1,) whether each row is in the group of the row before it (True: ungrouped)."""
+    return True if tb.groups is None else tb.groups[1:] == tb.groups[:-1]
 
 
 def _check_duplicates(tb: _Table) -> None:
-    stamps = pd.Series(tb.ts)
+    stamps = pd.Series(tb.ts) if tb.groups is None else pd.DataFrame(
+        {"g": tb.groups, "t": tb.ts})
     dup = stamps.duplicated(keep=False).to_numpy()
     if dup.any():
         pos = np.flatnonzero(dup)
@@ -400,6 +422,7 @@ def validate_candles(
     row_numbers=None,
     column_map: Mapping[str, str] | None = None,
     ignore_columns: tuple[str, ...] = (),
+    groups: np.ndarray | None = None,
 ) -> tuple[pd.DataFrame, str | None, ValidationReport]:
     """Check (and, by flag, repair) a raw candle table.
 
@@ -412,7 +435,9 @@ def validate_candles(
     those with no value at all (an all-null column is absent), follow the model's rules
     (``fill_volume_amount``). Raises ``CandleError`` listing every
     problem found, with rows and columns. ``row_numbers``: the 1-based data row numbers of
-    ``df``'s rows (default 1..n).
+    ``df``'s rows (default 1..n). ``groups``: (n,) integer codes of several series in one
+    table (a file's symbols): order and duplicates are then checked within each group, the
+    output is ordered by group, then time, and ``report.groups`` holds each output row's code.
     """
     report = ValidationReport(source=source, rows_in=len(df))
     spelled = {str(c).strip().lower(): str(c).strip() for c in df.columns}
@@ -422,6 +447,8 @@ def validate_candles(
     report.warnings += _unused_columns(df, tcol, ignore_columns, spelled)
     rownums = np.arange(1, len(df) + 1) if row_numbers is None else np.asarray(row_numbers)
     tb, timezone = _parse(df, tcol, timezone, rownums, repairs, report)
+    if groups is not None:
+        tb.groups = np.asarray(groups)[tb.unparsed_kept]
     for check in CHECKS:
         check(tb)
     if tb.problems:
@@ -430,4 +457,5 @@ def validate_candles(
     if len(frame) == 0:
         raise CandleError(f"{source}: no rows left after repairs")
     report.rows_out = len(frame)
+    report.groups = tb.groups
     return frame, timezone, report

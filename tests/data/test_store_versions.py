@@ -23,7 +23,7 @@ from kronos_core.data.importer import import_files
 from kronos_core.data.store import KlineStore
 from kronos_core.data.versions import GENERATIONS_DIR, MANIFEST_NAME
 
-DAYS = pd.bdate_range("2024-01-02", periods=40)
+DAYS = pd.bdate_range("2024-01-02", periods=42)
 
 
 def _day_files(folder: Path, symbols: list[str], days: pd.DatetimeIndex, tag: str) -> list[Path]:
@@ -161,7 +161,16 @@ _KILL_SCRIPT = textwrap.dedent("""
     def publish(*a, **k):
         os.kill(os.getpid(), signal.SIGKILL)
 
+    real_new = store_txn.write_arrow_new
+
+    def write_new(path, table):  # a transaction's first write of a symbol
+        if count[0] == kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+        count[0] += 1
+        real_new(path, table)
+
     store_txn.write_arrow_atomic = write
+    store_txn.write_arrow_new = write_new
     if kill_at < 0:
         store_txn.publish = publish
     import_files(files, root, progress=False)
@@ -384,3 +393,30 @@ def test_gc_removes_a_killed_imports_files(base_store, tmp_path):
     r = gc(base_store, grace_s=0)
     assert sorted(r.removed) == sorted(str(gen / f"{s}.2.arrow") for s in SYMS)
     assert verify(base_store).ok and KlineStore(base_store).version == 1
+
+
+def test_a_small_append_leaves_the_snapshot_and_compact_rewrites_it(base_store, tmp_path):
+    """A day's append is work on the new rows: the read snapshot (a rewrite of the whole
+    history) is left as it was unless asked for; reads stay right, from the symbols' files."""
+    snap = base_store / "1d" / "_snapshot.arrow"
+    before = snap.stat().st_mtime_ns
+    files = _day_files(tmp_path / "csv", SYMS, DAYS[30:31], "d30")  # 8 of 240 candles: 3%
+    assert all(o.ok for o in import_files(files, base_store, progress=False))
+    assert snap.stat().st_mtime_ns == before
+    fresh = KlineStore(base_store)
+    assert [len(w.values) for w in fresh.read_windows(SYMS, 100).windows] == [31] * len(SYMS)
+    assert fresh.opened == {"snapshot": 0, "file": len(SYMS)}
+    more = _day_files(tmp_path / "csv", SYMS, DAYS[31:32], "d31")
+    assert main(["import", *map(str, more), "--store", str(base_store), "--no-progress",
+                 "--compact"]) == 0
+    fresh = KlineStore(base_store)
+    assert [len(w.values) for w in fresh.read_windows(SYMS, 100).windows] == [32] * len(SYMS)
+    assert fresh.opened == {"snapshot": len(SYMS), "file": 0}
+    # a bigger import (ten more days, 80 candles to 256) rewrites it by itself
+    compacted = snap.stat().st_mtime_ns
+    ten = _day_files(tmp_path / "csv", SYMS, DAYS[32:42], "d32")
+    assert all(o.ok for o in import_files(ten, base_store, progress=False))
+    assert snap.stat().st_mtime_ns > compacted
+    fresh = KlineStore(base_store)
+    assert [len(w.values) for w in fresh.read_windows(SYMS, 100).windows] == [42] * len(SYMS)
+    assert fresh.opened == {"snapshot": len(SYMS), "file": 0}
