@@ -11,7 +11,6 @@ from kronos_core.data.importer import import_files, read_symbol_map
 from kronos_core.data.reader import add_reader_arguments, read_options_from_args
 from kronos_core.data.store import KlineStore
 
-
 MAX_LINES = 50  # a line per symbol up to this many (more: the summary; kronos -v logs each)
 
 

@@ -176,15 +176,20 @@ def import_frame(
     out = ImportOutcome(file=source_name, symbol=symbol, rows_in=rows_in)
     try:
         validate_symbol(symbol)
-        frame, tz, report = validated or validate_candles(
-            df,
-            source=f"{source_name} [{symbol}]",
-            time_column=time_column,
-            timezone=timezone,
-            repairs=repairs,
-            row_numbers=row_numbers,
-            column_map=column_map,
-        )
+        if validated is not None:
+            frame, tz, report = validated
+        elif isinstance(df, CandleArrays):
+            raise TypeError("candle arrays are imported with validated=")
+        else:
+            frame, tz, report = validate_candles(
+                df,
+                source=f"{source_name} [{symbol}]",
+                time_column=time_column,
+                timezone=timezone,
+                repairs=repairs,
+                row_numbers=row_numbers,
+                column_map=column_map,
+            )
         if log_warnings:
             log_report(report, f"{source_name} [{symbol}]")
         extra_metadata = _with_suffix_exchange(symbol, extra_metadata, suffix_exchanges)
