@@ -76,8 +76,8 @@ def run_append(args: argparse.Namespace) -> int:
     corpus = (None if args.corpus == "none" else Path(args.corpus) if args.corpus
               else CORPUS_A_SHARE)
     r = run_append_bench(args.symbols, args.workdir, corpus)
-    print(f"append one day: {r.symbols} symbols, {r.history_rows:,} stored candles before "
-          f"({r.source}), {r.rows_after:,} after, store version {r.version}")
+    print(f"append a day, {r.days} times: {r.symbols} symbols, {r.history_rows:,} stored candles "
+          f"before ({r.source}), {r.rows_after:,} after, store version {r.version}; medians")
     print(f"  kronos import of the day's CSV           : {r.append_s * 1e3:9.1f} ms")
     print(f"  the same rows to Parquet, file per symbol: {r.parquet_files_s * 1e3:9.1f} ms")
     print(f"  the same rows to Parquet, one file       : {r.parquet_one_s * 1e3:9.1f} ms")

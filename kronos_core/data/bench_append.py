@@ -7,9 +7,11 @@ The store holds one file per symbol, so its append writes one file per symbol; t
 is the same shape without the store: each symbol's new row written to its own Parquet file
 (``pyarrow.parquet.write_table``, no validation, no merge, no fsync). One Parquet file of all
 the rows is timed too, for reference. The history comes from the corpus's A-share part
-(``../shared/data/corpus/candles-ashare-daily.parquet``: its last date is the day appended,
-the rows before it the stored history), topped up with synthetic series to ``symbols``, or is
-all synthetic (ten years of weekdays) when the corpus is absent.
+(``../shared/data/corpus/candles-ashare-daily.parquet``: its last ``DAYS`` dates are the days
+appended, one import each, the rows before them the stored history), topped up with synthetic
+series to ``symbols``, or is all synthetic (ten years of weekdays) when the corpus is absent.
+On a shared machine file creation time swings by several times from one second to the next:
+each day's Parquet write is timed just before its import, and the figures are the medians.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import pyarrow.parquet as pq
 
 from kronos_core.base.candles import FEATURES
 
+DAYS = 3  # days appended, one import each (the median is reported)
 CORPUS_A_SHARE = (Path(__file__).resolve().parents[2].parent / "shared" / "data" / "corpus"
                   / "candles-ashare-daily.parquet")
 
@@ -36,11 +39,12 @@ class AppendResult:
     symbols: int  # symbols stored (and rows appended: one each)
     history_rows: int  # candles stored before the append
     source: str  # where the history came from
-    append_s: float  # the import of the day file (validate, merge, publish, compact)
-    parquet_files_s: float  # the same rows, one Parquet file per symbol
-    parquet_one_s: float  # the same rows, one Parquet file
+    append_s: float  # the import of a day file (validate, merge, publish), median of DAYS
+    parquet_files_s: float  # the same rows, one Parquet file per symbol (median)
+    parquet_one_s: float  # the same rows, one Parquet file (median)
     rows_after: int  # candles stored after the append
-    version: int  # the store version the append published
+    version: int  # the store version the last append published
+    days: int = 1  # days appended, one import each
 
     @property
     def ratio(self) -> float:
@@ -61,35 +65,38 @@ def _synthetic(symbols: list[str], days: pd.DatetimeIndex, seed: int = 0) -> pd.
     return pd.concat(parts, ignore_index=True)
 
 
-def load_rows(n_symbols: int, corpus: Path | None) -> tuple[pd.DataFrame, pd.DataFrame, str]:
-    """``(history, day, source)``: long-form candles (``symbol``, ``timestamps``, FEATURES) of
-    ``n_symbols`` symbols, and one row per symbol on the day after the history."""
+def load_rows(n_symbols: int, corpus: Path | None,
+              n_days: int = DAYS) -> tuple[pd.DataFrame, list[pd.DataFrame], str]:
+    """``(history, days, source)``: long-form candles (``symbol``, ``timestamps``, FEATURES)
+    of ``n_symbols`` symbols, and for each of the ``n_days`` dates after the history one row
+    per symbol (a suspended symbol gets its last close, flat)."""
     if corpus is not None and corpus.is_file():
         rows = pd.read_parquet(corpus)
         rows = rows[rows["symbol"].isin(sorted(rows["symbol"].unique())[:n_symbols])]
         rows["amount"] = rows["amount"].fillna(rows["volume"] * rows["close"])
-        last = rows["timestamps"].max()
-        history = rows[rows["timestamps"] < last]
-        # every symbol gets the day's row (suspended ones their last close, flat)
-        tail = history.groupby("symbol", sort=True).tail(1).copy()
-        day = rows[rows["timestamps"] == last].set_index("symbol")
-        tail = tail.set_index("symbol")
-        tail.loc[day.index, list(FEATURES)] = day[list(FEATURES)]
-        tail["timestamps"] = last
-        day = tail.reset_index()
+        dates = sorted(rows["timestamps"].unique())[-n_days:]
+        history = rows[rows["timestamps"] < dates[0]]
+        last = history.groupby("symbol", sort=True).tail(1).set_index("symbol")
+        days = []
+        for date in dates:
+            traded = rows[rows["timestamps"] == date].set_index("symbol")
+            last.loc[traded.index, list(FEATURES)] = traded[list(FEATURES)]
+            days.append(last.assign(timestamps=date).reset_index())
         source = f"{corpus.name} ({history['symbol'].nunique()} symbols)"
-        missing = n_symbols - day["symbol"].nunique()
+        missing = n_symbols - days[0]["symbol"].nunique()
         if missing > 0:
-            days = pd.bdate_range(end=last, periods=2500)
-            extra = _synthetic([f"SYN{i:04d}.SH" for i in range(missing)], days)
-            history = pd.concat([history, extra[extra["timestamps"] < last]], ignore_index=True)
-            day = pd.concat([day, extra[extra["timestamps"] == last]], ignore_index=True)
+            grid = pd.bdate_range(end=dates[-1], periods=2500)
+            extra = _synthetic([f"SYN{i:04d}.SH" for i in range(missing)], grid)
+            history = pd.concat([history, extra[extra["timestamps"] < dates[0]]],
+                                ignore_index=True)
+            days = [pd.concat([d, extra[extra["timestamps"] == date]], ignore_index=True)
+                    for d, date in zip(days, dates)]
             source += f" + {missing} synthetic"
-        return history, day, source
-    days = pd.bdate_range("2015-01-05", periods=2501)
-    rows = _synthetic([f"{600000 + i}.SH" for i in range(n_symbols)], days)
-    last = days[-1]
-    return rows[rows["timestamps"] < last], rows[rows["timestamps"] == last], "synthetic"
+        return history, days, source
+    grid = pd.bdate_range("2015-01-05", periods=2500 + n_days)
+    rows = _synthetic([f"{600000 + i}.SH" for i in range(n_symbols)], grid)
+    history = rows[rows["timestamps"] < grid[-n_days]]
+    return history, [rows[rows["timestamps"] == d] for d in grid[-n_days:]], "synthetic"
 
 
 def build_store(root: Path, history: pd.DataFrame) -> None:
@@ -106,17 +113,8 @@ def build_store(root: Path, history: pd.DataFrame) -> None:
     store.compact()
 
 
-PARQUET_REPEATS = 3  # the baseline is short and noisy on a shared box: its median
-
-
 def time_parquet(day: pd.DataFrame, folder: Path) -> tuple[float, float]:
-    """Seconds to write ``day``'s rows as one Parquet file per symbol, and as one file (the
-    median of ``PARQUET_REPEATS`` writes each, to fresh folders)."""
-    runs = [_time_parquet_once(day, folder / str(k)) for k in range(PARQUET_REPEATS)]
-    return (float(np.median([r[0] for r in runs])), float(np.median([r[1] for r in runs])))
-
-
-def _time_parquet_once(day: pd.DataFrame, folder: Path) -> tuple[float, float]:
+    """Seconds to write ``day``'s rows as one Parquet file per symbol, and as one file."""
     folder.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     table = pa.Table.from_pandas(day, preserve_index=False)
@@ -136,27 +134,32 @@ def run_append_bench(n_symbols: int = 1000, workdir: str | None = None,
     from kronos_core.data.importer import import_files
     from kronos_core.data.store import KlineStore
 
-    history, day, source = load_rows(n_symbols, corpus)
+    history, days, source = load_rows(n_symbols, corpus)
     tmp = Path(tempfile.mkdtemp(prefix="kronos-append-", dir=workdir))
     try:
         root = tmp / "store"
         build_store(root, history)
-        day_csv = tmp / "day.csv"
-        out = day.assign(timestamps=day["timestamps"].dt.strftime("%Y-%m-%d"))
-        out.to_csv(day_csv, index=False)
-        parquet_files, parquet_one = time_parquet(day, tmp / "parquet")
-        t0 = time.perf_counter()
-        outcomes = import_files([day_csv], root, symbol_column="symbol", progress=False)
-        append_s = time.perf_counter() - t0
-        failed = [o.error for o in outcomes if not o.ok]
-        if failed:
-            raise RuntimeError(f"the day's import failed: {failed[:3]}")
+        appends, files, ones = [], [], []
+        for k, day in enumerate(days):
+            day_csv = tmp / f"day{k}.csv"
+            out = day.assign(timestamps=pd.to_datetime(day["timestamps"]).dt.strftime("%Y-%m-%d"))
+            out.to_csv(day_csv, index=False)
+            parquet_files, parquet_one = time_parquet(day, tmp / f"parquet{k}")
+            files.append(parquet_files)
+            ones.append(parquet_one)
+            t0 = time.perf_counter()
+            outcomes = import_files([day_csv], root, symbol_column="symbol", progress=False)
+            appends.append(time.perf_counter() - t0)
+            failed = [o.error for o in outcomes if not o.ok]
+            if failed:
+                raise RuntimeError(f"the day's import failed: {failed[:3]}")
         store = KlineStore(root)
         rows_after = sum(int(store.metadata(s)["rows"]) for s in store.symbols())
         return AppendResult(
-            symbols=int(day["symbol"].nunique()), history_rows=len(history), source=source,
-            append_s=append_s, parquet_files_s=parquet_files, parquet_one_s=parquet_one,
-            rows_after=rows_after, version=store.version,
+            symbols=int(days[0]["symbol"].nunique()), history_rows=len(history), source=source,
+            append_s=float(np.median(appends)), parquet_files_s=float(np.median(files)),
+            parquet_one_s=float(np.median(ones)), rows_after=rows_after, version=store.version,
+            days=len(days),
         )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -230,10 +230,12 @@ def write_arrow_new(path: Path, table: pa.Table) -> None:
     temporary file, no rename): for files no reader can see until something names them, such
     as a transaction's generation files (a kill leaves a partial file of a generation that was
     never published, which the next transaction removes). Not synced."""
-    with open(path, "xb") as sink:  # FileExistsError if it exists (one open: a create is dear)
-        with ipc.new_file(sink, table.schema) as writer:
-            for batch in table.to_batches(max_chunksize=None):
-                writer.write_batch(batch)
+    sink = pa.BufferOutputStream()  # in memory first: one write call, not one per buffer
+    with ipc.new_file(sink, table.schema) as writer:
+        for batch in table.to_batches(max_chunksize=None):
+            writer.write_batch(batch)
+    with open(path, "xb") as out:  # FileExistsError if it exists (one open: a create is dear)
+        out.write(sink.getvalue())
 
 
 def write_ipc_atomic(

@@ -193,14 +193,18 @@ def fsync_all(paths: list[str]) -> None:
         finally:
             os.close(fd)
 
-    if len(paths) < 4:
-        for p in paths:
+    def chunk(part: list[str]) -> None:
+        for p in part:
             one(p)
+
+    if len(paths) < 4:
+        chunk(paths)
         return
     from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(min(FSYNC_THREADS, len(paths))) as pool:
-        for _ in pool.map(one, paths):  # re-raises a failed fsync
+    n = min(FSYNC_THREADS, len(paths))
+    with ThreadPoolExecutor(n) as pool:  # a chunk per thread: 16 futures, not one per file
+        for _ in pool.map(chunk, [paths[k::n] for k in range(n)]):  # re-raises a failure
             pass
 
 

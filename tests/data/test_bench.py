@@ -63,12 +63,13 @@ def test_append_day_bench_appends_one_row_per_symbol(tmp_path, capsys):
     the benchmark's business, not a test's)."""
     from kronos_core.data.bench_append import load_rows, run_append_bench
 
-    history, day, source = load_rows(12, None)
-    assert source == "synthetic" and day["symbol"].nunique() == len(day) == 12
-    assert (day["timestamps"] > history["timestamps"].max()).all()
+    history, days, source = load_rows(12, None)
+    assert source == "synthetic" and len(days) == 3
+    assert all(d["symbol"].nunique() == len(d) == 12 for d in days)
+    assert (days[0]["timestamps"] > history["timestamps"].max()).all()
     r = run_append_bench(12, str(tmp_path), corpus=None)
-    assert (r.symbols, r.version) == (12, 2)
-    assert r.rows_after == r.history_rows + 12
+    assert (r.symbols, r.days, r.version) == (12, 3, 4)  # one version a day
+    assert r.rows_after == r.history_rows + 3 * 12
     assert r.append_s > 0 and r.parquet_files_s > 0 and r.ratio == r.append_s / r.parquet_files_s
     code = main(["bench", "store", "--append-day", "--symbols", "12", "--corpus", "none",
                  "--workdir", str(tmp_path)])
