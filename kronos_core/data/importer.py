@@ -34,7 +34,7 @@ from kronos_core.data.reader import (  # noqa: F401  (read_table: re-exported)
     read_table,
 )
 from kronos_core.data.store import KlineStore, StoreError, validate_symbol
-from kronos_core.data.store_merge import CandleArrays
+from kronos_core.data.store_merge import CandleArrays, SymbolUpdate
 from kronos_core.data.store_txn import StoreTransaction
 from kronos_core.data.symbol_exchange import exchange_from_symbol
 from kronos_core.data.validate import (
@@ -206,27 +206,35 @@ def import_frame(
         else:
             with store.transaction() as tx:
                 update = tx.update(symbol, frame, **kw)
-        meta = update.meta
-        out.changed = update.changed
-        out.frequency = meta["frequency"]
-        out.rows_written = meta["rows"] - update.rows_before
-        out.rows_total = meta["rows"]
-        out.first, out.last = meta["first"], meta["last"]
-        out.repairs = tuple(report.repairs)
-        extra = []
-        if symbol != given and store_symbol(given) == symbol:
-            extra.append(f"symbol {given!r} stored as {symbol!r} (store symbols are upper case)")
-        gap = gap_warning(frame, meta.get("exchange"))
-        if gap is not None:
-            extra.append(gap)
-        out.warnings = tuple(report.repairs) + tuple(report.warnings) + tuple(extra)
-        for line in out.warnings if not log_warnings else extra:
-            log.log(logging.WARNING if log_warnings else logging.DEBUG,
-                    "%s [%s]: %s", source_name, symbol, line)
+        _record(out, update, given, frame, report, log_warnings)
     except (CandleError, StoreError, ValueError, OSError) as exc:
         msg = str(exc)
         out.error = msg if msg.startswith(source_name) else f"{source_name} [{symbol}]: {msg}"
     return out
+
+
+def _record(out: ImportOutcome, update: SymbolUpdate, given: str,
+            frame: pd.DataFrame | CandleArrays, report: ValidationReport,
+            log_warnings: bool) -> None:
+    """An outcome's figures and warnings from a staged write (``given``: the symbol as the
+    file named it)."""
+    meta, symbol = update.meta, str(out.symbol)
+    out.changed = update.changed
+    out.frequency = meta["frequency"]
+    out.rows_written = meta["rows"] - update.rows_before
+    out.rows_total = meta["rows"]
+    out.first, out.last = meta["first"], meta["last"]
+    out.repairs = tuple(report.repairs)
+    extra = []
+    if symbol != given and store_symbol(given) == symbol:
+        extra.append(f"symbol {given!r} stored as {symbol!r} (store symbols are upper case)")
+    gap = gap_warning(frame, meta.get("exchange"))
+    if gap is not None:
+        extra.append(gap)
+    out.warnings = tuple(report.repairs) + tuple(report.warnings) + tuple(extra)
+    for line in out.warnings if not log_warnings else extra:
+        log.log(logging.WARNING if log_warnings else logging.DEBUG,
+                "%s [%s]: %s", out.file, symbol, line)
 
 
 def _with_suffix_exchange(
@@ -388,27 +396,34 @@ def import_files(
         "" if tx.published is not None else " (nothing published)",
     )
     if compact is not False and (tx.published is not None or not failed):
-        # the frequencies written to, and those whose snapshot predates the published version
-        # (an import with --no-compact before): an identical re-import otherwise writes nothing
-        added: dict[str, int] = {}
-        for o in changed:
-            if o.frequency:
-                added[o.frequency] = added.get(o.frequency, 0) + o.rows_written
-        freqs = set(added)
-        freqs |= {f for f in {o.frequency for o in outcomes if o.ok and o.frequency}
-                  if f is not None and _snapshot_stale(store, f)}
-        for freq in sorted(freqs):
-            if compact is None and freq in added and not worth_compacting(
-                store, freq, added[freq]
-            ):
-                log.info("import into %s: the %s read snapshot is left as it was (a small append; "
-                         "kronos store compact rewrites it)", store_root, freq)
-                continue
-            try:
-                store.compact(freq)
-            except OSError as exc:  # the import stands; reads use the files meanwhile
-                log.warning("import: cannot write the %s snapshot: %s", freq, exc)
+        _compact_after(store, outcomes, changed, compact)
     return outcomes
+
+
+def _compact_after(store: KlineStore, outcomes: list[ImportOutcome],
+                   changed: list[ImportOutcome], compact: bool | None) -> None:
+    """Rewrite the read snapshots an import calls for (``import_files``' ``compact``)."""
+    store_root = store.root
+    # the frequencies written to, and those whose snapshot predates the published version
+    # (an import with --no-compact before): an identical re-import otherwise writes nothing
+    added: dict[str, int] = {}
+    for o in changed:
+        if o.frequency:
+            added[o.frequency] = added.get(o.frequency, 0) + o.rows_written
+    freqs = set(added)
+    freqs |= {f for f in {o.frequency for o in outcomes if o.ok and o.frequency}
+              if f is not None and _snapshot_stale(store, f)}
+    for freq in sorted(freqs):
+        if compact is None and freq in added and not worth_compacting(
+            store, freq, added[freq]
+        ):
+            log.debug("import into %s: the %s read snapshot is left as it was (a small append; "
+                      "kronos store compact rewrites it)", store_root, freq)
+            continue
+        try:
+            store.compact(freq)
+        except OSError as exc:  # the import stands; reads use the files meanwhile
+            log.warning("import: cannot write the %s snapshot: %s", freq, exc)
 
 
 AUTO_COMPACT_SHARE = 0.05
