@@ -43,6 +43,7 @@ SVC = "tests/service"
 FID = "tests/eval/test_fidelity.py"
 GP = "tests/eval/test_garch_paired.py"
 HOLD = "tests/train/test_corpus_holdout.py"
+STV = "tests/data/test_store_versions.py"
 PLANTS: list[Plant] = [
     Plant(
         "bug 1: CPU out-of-memory (RuntimeError) not split, only torch.OutOfMemoryError",
@@ -166,6 +167,44 @@ PLANTS: list[Plant] = [
         "the training mask allows hold-out instruments (the mask broken alone)",
         "kronos_core/data/corpus.py", 'if info["split"] == HOLDOUT_INSTRUMENT:', "if False:",
         (f"{HOLD}::test_the_mask_alone_keeps_out_hold_out_instruments_and_evaluation_rows",),
+    ),
+    Plant(
+        "store gc: an older generation the manifest still names taken for garbage",
+        "kronos_core/data/housekeeping.py", "if named.get(symbol) == gen:",
+        "if gen == m.version:",
+        (f"{STV}::test_gc_after_a_partial_import_keeps_the_older_files_the_manifest_still_names",),
+    ),
+    Plant(
+        "store verify: a file the manifest names but that was deleted passes",
+        "kronos_core/data/housekeeping.py",
+        'report.problems.append(f"{path}: missing (version {report.version} names it)")',
+        "pass",
+        (f"{STV}::test_verify_reports_a_deleted_file_and_a_nan",),
+    ),
+    Plant(
+        "store verify: a file holding a NaN passes", "kronos_core/data/housekeeping.py",
+        "        if bad:\n            report.problems.append(f\"{path}: NaN",
+        "        if False:\n            report.problems.append(f\"{path}: NaN",
+        (f"{STV}::test_verify_reports_a_deleted_file_and_a_nan",),
+    ),
+    Plant(
+        "import: a non-positive open alone is let in (and --fix-high-low spreads it to low)",
+        "kronos_core/data/validate.py",
+        "    for col in PRICE_COLUMNS:", "    for col in PRICE_COLUMNS[1:]:",
+        ("tests/data/test_import_summary.py::"
+         "test_an_open_alone_below_zero_is_refused_even_with_fix_high_low",),
+    ),
+    Plant(
+        "store lock shared: two imports at once both build on one version (one is lost)",
+        "kronos_core/data/versions.py", "fcntl.flock(self.fd, fcntl.LOCK_EX)",
+        "fcntl.flock(self.fd, fcntl.LOCK_SH)",
+        (f"{STV}::test_two_imports_at_the_same_moment_both_land",),
+    ),
+    Plant(
+        "a killed import's unpublished files left beside the next import's version",
+        "kronos_core/data/store_txn.py",
+        "removed = remove_unpublished(self.store.root, self.base)", "removed = []",
+        (f"{STV}::test_a_killed_imports_files_are_gone_after_the_next_import_of_a_few_symbols",),
     ),
     Plant(
         "client gone over HTTP: the replicas keep running the request (shielded gateway)",

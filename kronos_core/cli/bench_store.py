@@ -1,5 +1,6 @@
 """``kronos bench store``: time window reads from the Arrow store against pandas.read_csv (a
-generated store), or a real store's window reads (``--store DIR``)."""
+generated store), or a real store's window reads (``--store DIR``), or a day's append to ~1,000
+stored daily symbols against the bare Parquet write of its rows (``--append-day``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from kronos_core.data.bench import bench_real_store, run_bench
 
 GOAL_MS = 50.0
 GOAL_RATIO = 50.0
+APPEND_GOAL_RATIO = 3.0  # a day's append: at most this many times the bare Parquet write
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,6 +34,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--frequency", help="with --store: the frequency to read (default: the one with the "
         "most symbols)",
     )
+    parser.add_argument(
+        "--append-day", action="store_true",
+        help="time a day's append instead: --symbols daily symbols with years of history (the "
+        "corpus's A-shares, topped up with synthetic ones), one new row each in one CSV, "
+        "imported as kronos import does it, against writing the same rows to Parquet; exit 1 "
+        f"when it takes more than {APPEND_GOAL_RATIO:g}x",
+    )
+    parser.add_argument(
+        "--corpus", metavar="PARQUET",
+        help="with --append-day: the long-form daily candles to build the store from "
+        "(default: ../shared/data/corpus/candles-ashare-daily.parquet; 'none': synthetic)",
+    )
 
 
 def run_real(args: argparse.Namespace) -> int:
@@ -54,7 +68,28 @@ def run_real(args: argparse.Namespace) -> int:
     return 0 if r.errors == 0 else 1
 
 
+def run_append(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from kronos_core.data.bench_append import CORPUS_A_SHARE, run_append_bench
+
+    corpus = (None if args.corpus == "none" else Path(args.corpus) if args.corpus
+              else CORPUS_A_SHARE)
+    r = run_append_bench(args.symbols, args.workdir, corpus)
+    print(f"append a day, {r.days} times: {r.symbols} symbols, {r.history_rows:,} stored candles "
+          f"before ({r.source}), {r.rows_after:,} after, store version {r.version}; medians")
+    print(f"  kronos import of the day's CSV           : {r.append_s * 1e3:9.1f} ms")
+    print(f"  the same rows to Parquet, file per symbol: {r.parquet_files_s * 1e3:9.1f} ms")
+    print(f"  the same rows to Parquet, one file       : {r.parquet_one_s * 1e3:9.1f} ms")
+    ok = r.ratio <= APPEND_GOAL_RATIO
+    print(f"ratio {r.ratio:.2f}x the Parquet files (goal <= {APPEND_GOAL_RATIO:g}x): "
+          f"{'met' if ok else 'NOT met'}")
+    return 0 if ok else 1
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.append_day:
+        return run_append(args)
     if args.store:
         return run_real(args)
     r = run_bench(

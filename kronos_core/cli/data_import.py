@@ -6,10 +6,13 @@ import argparse
 import sys
 
 from kronos_core.base.candles import CandleError
+from kronos_core.data.import_summary import import_counts
 from kronos_core.data.importer import import_files, read_symbol_map
 from kronos_core.data.reader import add_reader_arguments, read_options_from_args
 from kronos_core.data.store import KlineStore
 from kronos_core.data.symbol_details import flag_details, merge_details, read_symbol_details
+
+MAX_LINES = 50  # a line per symbol up to this many (more: the summary; kronos -v logs each)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,6 +52,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "recorded as 'sessions: 24/7'",
     )
     parser.add_argument(
+        "--suffix-exchange", action="append", metavar="SUFFIX=MIC",
+        help="without --exchange, a symbol's suffix names its exchange: .SH/.SS -> XSHG, "
+        ".SZ -> XSHE, .BJ -> BJSE (Shanghai's calendar); this adds or changes one (.BJ=XSHG; "
+        ".BJ=none: none from .BJ); repeatable",
+    )
+    parser.add_argument(
+        "--no-suffix-exchange", action="store_true",
+        help="take no exchange from symbol suffixes",
+    )
+    parser.add_argument(
         "--market", help="the market the series belong to (crypto, CN, US, FX...), kept in the "
         "metadata: kronos eval groups a store's series by it"
     )
@@ -80,11 +93,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "all-or-nothing, a failure publishes nothing)",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    parser.add_argument(
+    compact = parser.add_mutually_exclusive_group()
+    compact.add_argument(
         "--no-compact",
         action="store_true",
         help="do not rewrite the frequency's read snapshot afterwards (run it later: "
         "kronos store compact DIR); reads stay correct, first reads of new data are slower",
+    )
+    compact.add_argument(
+        "--compact", action="store_true",
+        help="rewrite the read snapshot even after a small append (by default it is rewritten "
+        "when there is none or the import added at least 5%% of its candles)",
     )
 
 
@@ -94,7 +113,8 @@ def run(args: argparse.Namespace) -> int:
         symbol_map = read_symbol_map(args.symbol_map) if args.symbol_map else None
         from_map = read_symbol_details(args.symbol_map) if args.symbol_map else {}
         from_flags, common = flag_details(args.st, args.not_st, args.board)
-    except CandleError as exc:
+        suffixes = _suffix_exchanges(args)
+    except (CandleError, ValueError) as exc:
         print(f"kronos import: {exc}", file=sys.stderr)
         return 2
     extra = {}
@@ -129,7 +149,8 @@ def run(args: argparse.Namespace) -> int:
         on_overlap=args.on_overlap,
         extra_metadata=extra or None,
         progress=not args.no_progress,
-        compact=not args.no_compact,
+        compact=False if args.no_compact else True if args.compact else None,
+        suffix_exchanges=suffixes,
         symbol_metadata=details or None,
     )
     failed = [o for o in outcomes if not o.ok]
@@ -138,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
     if unknown:
         print(f"warning: --st/--not-st name {', '.join(unknown)}, which this import does not "
               "hold (store symbols, after --symbol-map)", file=sys.stderr)
-    for o in outcomes:
+    for o in outcomes if len(outcomes) <= MAX_LINES else ():
         if o.ok and published:
             fixed = f", {len(o.repairs)} repair(s)" if o.repairs else ""
             same = "" if o.changed else " (unchanged)"
@@ -149,11 +170,25 @@ def run(args: argparse.Namespace) -> int:
     for o in failed:
         print(f"error: {o.error}", file=sys.stderr)
     version = KlineStore(args.store).version
+    counts = import_counts(outcomes, len(args.files))
     if published:
-        print(f"imported {len(outcomes) - len(failed)} of {len(outcomes)} into {args.store} "
-              f"(store version {version})")
+        print(f"imported into {args.store}: {counts.line()} (store version {version})")
     else:
-        print(f"nothing imported into {args.store}: {len(failed)} of {len(outcomes)} failed, and "
-              "an import is all-or-nothing (fix them, leave their files out, or publish the others "
-              f"with --partial); store version {version} unchanged", file=sys.stderr)
+        print(f"nothing imported into {args.store}: {counts.line()}; store version {version} "
+              "unchanged", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _suffix_exchanges(args: argparse.Namespace) -> dict[str, str | None] | None:
+    """The suffix -> exchange overrides of ``--suffix-exchange`` / ``--no-suffix-exchange``
+    (checked: each MIC must name a calendar)."""
+    from kronos_core.data.calendars import exchange_sessions
+    from kronos_core.data.symbol_exchange import SUFFIX_EXCHANGES, parse_suffix_overrides
+
+    if args.no_suffix_exchange:
+        return {suffix: None for suffix in SUFFIX_EXCHANGES}
+    overrides = parse_suffix_overrides(args.suffix_exchange)
+    for mic in overrides.values():
+        if mic is not None:
+            exchange_sessions(mic)  # UnknownExchangeError (a ValueError) names the fix
+    return overrides or None

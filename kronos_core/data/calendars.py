@@ -164,8 +164,9 @@ LISTED_EXCHANGES = ("XNYS", "XNAS", "XSHG", "XSHE", "XHKG", "XLON", "XTKS")
 
 # MICs exchange_calendars has no calendar of its own for, and the venue whose calendar they
 # follow: the Shenzhen exchange (XSHE) keeps the Shanghai exchange's (XSHG) trading days and
-# hours (both set by the China Securities Regulatory Commission).
-SAME_CALENDAR = {"XSHE": "XSHG"}
+# hours (both set by the China Securities Regulatory Commission), and so does the Beijing Stock
+# Exchange (BJSE: the name this project records for it; exchange_calendars 4.13 has none).
+SAME_CALENDAR = {"XSHE": "XSHG", "BJSE": "XSHG"}
 
 
 @cache

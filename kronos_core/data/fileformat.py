@@ -225,6 +225,19 @@ def write_arrow_atomic(path: Path, table: pa.Table, *, fsync: bool = True) -> No
     write_ipc_atomic(Path(path), table.schema, table.to_batches(max_chunksize=None), fsync=fsync)
 
 
+def write_arrow_new(path: Path, table: pa.Table) -> None:
+    """Write ``table`` as an Arrow IPC file at ``path``, which must not exist, in place (no
+    temporary file, no rename): for files no reader can see until something names them, such
+    as a transaction's generation files (a kill leaves a partial file of a generation that was
+    never published, which the next transaction removes). Not synced."""
+    sink = pa.BufferOutputStream()  # in memory first: one write call, not one per buffer
+    with ipc.new_file(sink, table.schema) as writer:
+        for batch in table.to_batches(max_chunksize=None):
+            writer.write_batch(batch)
+    with open(path, "xb") as out:  # FileExistsError if it exists (one open: a create is dear)
+        out.write(sink.getvalue())
+
+
 def write_ipc_atomic(
     path: Path, schema: pa.Schema, batches: Iterable[pa.RecordBatch], *, fsync: bool
 ) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -76,11 +77,23 @@ class SymbolUpdate:
     changed: bool = True
 
 
-def new_candles(symbol: str, frame: pd.DataFrame, timezone: str | None):
+class CandleArrays(NamedTuple):
+    """Candles as arrays, for writers that already hold them (an import's day file, split by
+    symbol without a DataFrame per symbol): what ``frame_arrays`` makes of a frame."""
+
+    ts: np.ndarray  # (n,) int64 ns, naive wall clock
+    values: np.ndarray  # (n, 6) float64, FEATURES order
+    timezone: str | None = None  # of aware stamps (None: naive)
+
+
+def new_candles(symbol: str, frame: pd.DataFrame | CandleArrays, timezone: str | None):
     """``(ts int64 ns, values (n, 6), timezone)`` of candles to write, re-checked (rows,
     finite, sorted and unique); tz-aware stamps go to ``timezone``'s wall clock (or their
     own zone's)."""
-    ts_new, val_new, frame_tz = frame_arrays(frame)
+    if isinstance(frame, CandleArrays):
+        ts_new, val_new, frame_tz = frame
+    else:
+        ts_new, val_new, frame_tz = frame_arrays(frame)
     if frame_tz is not None:
         if timezone and timezone != frame_tz:  # wall clock of the requested zone
             idx = pd.DatetimeIndex(ts_new).tz_localize(frame_tz).tz_convert(timezone)
@@ -185,6 +198,11 @@ def merge(
 ) -> tuple[np.ndarray, np.ndarray, str]:
     """Stored and new candles merged by timestamp; see ``KlineWriter.write``'s
     ``on_overlap``."""
+    if len(ts_old) and len(ts_new) and ts_new[0] > ts_old[-1]:  # an append: nothing to sort
+        report = (f"{len(ts_old)} stored + {len(ts_new)} new -> {len(ts_old) + len(ts_new)} "
+                  f"candles ({len(ts_new)} added, 0 identical overlaps, 0 conflicts "
+                  f"'{on_overlap}')")
+        return np.concatenate([ts_old, ts_new]), np.concatenate([val_old, val_new]), report
     all_ts = np.concatenate([ts_old, ts_new])
     all_val = np.concatenate([val_old, val_new])
     src = np.concatenate([np.zeros(len(ts_old), np.int8), np.ones(len(ts_new), np.int8)])

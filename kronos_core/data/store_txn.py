@@ -29,8 +29,8 @@ import pandas as pd
 
 from kronos_core.base.atomic import fsync_dir
 from kronos_core.data.errors import validate_symbol
-from kronos_core.data.fileformat import SUFFIX, write_arrow_atomic
-from kronos_core.data.store_merge import SymbolUpdate
+from kronos_core.data.fileformat import SUFFIX, write_arrow_atomic, write_arrow_new
+from kronos_core.data.store_merge import CandleArrays, SymbolUpdate
 from kronos_core.data.versions import (
     GENERATIONS_DIR,
     Manifest,
@@ -55,7 +55,8 @@ class TransactionStore(Protocol):
     def symbols(self, frequency: str | None = None, manifest: Any = ...) -> list[str]: ...
 
     def symbol_update(
-        self, symbol: str, frame: pd.DataFrame, manifest: Any, *, frequency: str | None,
+        self, symbol: str, frame: pd.DataFrame | CandleArrays, manifest: Any, *,
+        frequency: str | None,
         timezone: str | None, source: str | None, on_overlap: str, overwrite: bool,
         extra_metadata: dict | None, missing: tuple[str, ...] = (),
     ) -> SymbolUpdate: ...
@@ -119,13 +120,15 @@ class StoreTransaction:
         metadata its file will have. A write that changes nothing stages nothing."""
         return self.update(symbol, frame, **kw).meta
 
-    def update(self, symbol: str, frame: pd.DataFrame, *, frequency: str | None = None,
+    def update(self, symbol: str, frame: pd.DataFrame | CandleArrays, *,
+               frequency: str | None = None,
                timezone: str | None = None, source: str | None = None,
                on_overlap: str = "error", overwrite: bool = False,
                extra_metadata: dict | None = None, missing: tuple[str, ...] = ()) -> SymbolUpdate:
         """``write``, returning the whole ``SymbolUpdate`` (rows before, whether it changed
         anything; its table dropped once written). ``missing``: the optional columns the
-        source lacked (``store_merge.next_content``)."""
+        source lacked (``store_merge.next_content``). ``frame``: a candle frame, or
+        ``store_merge.CandleArrays``."""
         if not self._open:
             raise RuntimeError("the transaction is not open (use it in a with block)")
         validate_symbol(symbol)
@@ -139,9 +142,13 @@ class StoreTransaction:
         freq = update.meta["frequency"]
         path = file_path(str(self.store.root), freq, symbol, self.version)
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        # a new inode even when this transaction wrote the symbol before (its old file may
-        # still be mapped); synced at commit, all files together
-        write_arrow_atomic(Path(path), update.table, fsync=False)
+        # synced at commit, all files together. A symbol this transaction wrote before gets a
+        # new inode (its old file may still be mapped); else the path is new (the files of dead
+        # transactions were removed when this one began) and is written in place
+        if (freq, symbol) in self.written:
+            write_arrow_atomic(Path(path), update.table, fsync=False)
+        else:
+            write_arrow_new(Path(path), update.table)
         self._files.setdefault(freq, {})[symbol] = self.version
         self.written[(freq, symbol)] = path
         update.table = None
@@ -152,12 +159,7 @@ class StoreTransaction:
         if not self.written:
             return None
         if self.fsync:  # the files, then their folders, then the manifest that names them
-            for p in self.written.values():
-                fd = os.open(p, os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+            fsync_all(list(self.written.values()))
             for d in {os.path.dirname(p) for p in self.written.values()}:
                 fsync_dir(Path(d))
         self.published = publish(self.store.root, self.version, self._files, fsync=self.fsync)
@@ -174,6 +176,36 @@ class StoreTransaction:
                 pass
         self.written.clear()
         self._files = copy.deepcopy(self.base.files) if self.base is not None else {}
+
+
+FSYNC_THREADS = 16
+
+
+def fsync_all(paths: list[str]) -> None:
+    """fsync every file, several at once: a day's import writes a file per symbol, and
+    concurrent fsyncs share the file system's journal commits (one at a time, 1,000 files
+    took 4 s here). Raises the first error."""
+
+    def one(path: str) -> None:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def chunk(part: list[str]) -> None:
+        for p in part:
+            one(p)
+
+    if len(paths) < 4:
+        chunk(paths)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    n = min(FSYNC_THREADS, len(paths))
+    with ThreadPoolExecutor(n) as pool:  # a chunk per thread: 16 futures, not one per file
+        for _ in pool.map(chunk, [paths[k::n] for k in range(n)]):  # re-raises a failure
+            pass
 
 
 def _unversioned(store: TransactionStore) -> Manifest:

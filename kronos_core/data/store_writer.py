@@ -35,7 +35,7 @@ from kronos_core.data.fileformat import (
 )
 from kronos_core.data.snapshot import SNAPSHOT_NAME, write_snapshot
 from kronos_core.data.store_dir import CURRENT, StoreDirectory
-from kronos_core.data.store_merge import SymbolUpdate, new_candles, next_content
+from kronos_core.data.store_merge import CandleArrays, SymbolUpdate, new_candles, next_content
 from kronos_core.data.store_txn import StoreTransaction
 from kronos_core.data.versions import Manifest, StoreLock
 
@@ -187,7 +187,7 @@ class KlineWriter(StoreDirectory):
     def symbol_update(
         self,
         symbol: str,
-        frame: pd.DataFrame,
+        frame: pd.DataFrame | CandleArrays,
         manifest: Any,
         *,
         frequency: str | None,

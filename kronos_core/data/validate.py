@@ -62,6 +62,7 @@ class ValidationReport:
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     filled: tuple[str, ...] = ()  # the optional columns the file lacked (filled by the rules)
+    groups: np.ndarray | None = None  # with ``groups=``: each output row's group code
 
 
 @dataclass
@@ -75,6 +76,11 @@ class _Table:
     repairs: Repairs
     report: ValidationReport
     problems: list[str] = field(default_factory=list)
+    groups: np.ndarray | None = None  # (n,) group codes (``validate_candles(groups=)``)
+    # rows already refused by an earlier check: later checks leave them alone, so one bad
+    # value is one complaint (a negative close is not also "low above open/close")
+    refused: np.ndarray | None = None
+    unparsed_kept: np.ndarray | None = None  # (rows in,) the rows parsing kept
 
     @property
     def ts(self) -> np.ndarray:
@@ -91,6 +97,22 @@ class _Table:
     def keep(self, mask: np.ndarray) -> None:
         self.frame = self.frame[mask].reset_index(drop=True)
         self.rownums = self.rownums[mask]
+        if self.groups is not None:
+            self.groups = self.groups[mask]
+        if self.refused is not None:
+            self.refused = self.refused[mask]
+
+    def refuse_rows(self, positions: np.ndarray) -> None:
+        """Mark rows (positions in ``frame``) as refused, for the checks after this one."""
+        if self.refused is None:
+            self.refused = np.zeros(len(self.frame), bool)
+        self.refused[positions] = True
+
+    def unrefused(self) -> np.ndarray:
+        """Mask of the rows no earlier check refused."""
+        if self.refused is None:
+            return np.ones(len(self.frame), bool)
+        return ~self.refused
 
 
 def _rows(positions, rownums: np.ndarray) -> str:
@@ -158,6 +180,9 @@ def _check_columns(df: pd.DataFrame, time_column: str | None, source: str) -> st
     return tcol
 
 
+# columns that name the row's instrument (``kronos import`` reads them, see
+# ``importer.symbol_column_of``): never hinted at as a price or volume
+SYMBOL_NAMES = ("symbol", "ticker", "ts_code", "code", "instrument")
 ADJUSTED_CLOSE_NAMES = ("adj close", "adj_close", "adjclose", "adj. close", "adjusted close",
                         "adjusted_close")
 
@@ -179,7 +204,11 @@ def _feature_guess(name: str) -> str | None:
 
 def _unused_hint(name: str, shown: str, present: set[str]) -> str:
     """Why column ``name`` (lower-cased; ``shown``: as the file spells it) is unused and how
-    to use it: an adjusted close as the close, else an optional feature the file lacks."""
+    to use it: an adjusted close as the close, a symbol column by ``--symbol-column``, else an
+    optional feature the file lacks."""
+    if name in SYMBOL_NAMES:
+        return (f"column {shown!r} names the symbol and is not used here (kronos import reads it "
+                f"with --symbol-column {shown!r})")
     if name in ADJUSTED_CLOSE_NAMES:
         return (f"column {shown!r} is not used: adjusted prices are usually what a model should "
                 "see (a split or dividend otherwise looks like a price move); use it as the close "
@@ -268,6 +297,7 @@ def _parse(df: pd.DataFrame, tcol: str, timezone, rownums, repairs, report):
         }
     )
     table.rownums = rownums[keep]
+    table.unparsed_kept = keep
     return table, timezone
 
 
@@ -275,19 +305,35 @@ def _parse(df: pd.DataFrame, tcol: str, timezone, rownums, repairs, report):
 
 
 def _check_order(tb: _Table) -> None:
+    """Timestamps in file order (within each group, when grouped; a grouped table's rows are
+    then put group by group, each in file order, for the later checks)."""
+    if tb.groups is not None:
+        by_group = np.argsort(tb.groups, kind="stable")
+        tb.frame = tb.frame.iloc[by_group].reset_index(drop=True)
+        tb.rownums, tb.groups = tb.rownums[by_group], tb.groups[by_group]
     ts = tb.ts
-    back = np.flatnonzero(ts[1:] < ts[:-1]) + 1
+    back = np.flatnonzero((ts[1:] < ts[:-1]) & _same_group(tb)) + 1
     if len(back):
         msg = (f"column '{tb.tcol}': timestamps not sorted, earlier than the row before in "
                f"{len(back)} {_rows(back, tb.rownums)}")
         tb.found(msg, tb.repairs.sort, "sorted", "--sort sorts them")
-        order = np.argsort(ts, kind="stable")  # later checks look at the sorted rows
+        # later checks look at the sorted rows
+        order = (np.argsort(ts, kind="stable") if tb.groups is None
+                 else np.lexsort((ts, tb.groups)))
         tb.frame = tb.frame.iloc[order].reset_index(drop=True)
         tb.rownums = tb.rownums[order]
+        if tb.groups is not None:
+            tb.groups = tb.groups[order]
+
+
+def _same_group(tb: _Table) -> np.ndarray | bool:
+    """(n - 1,) whether each row is in the group of the row before it (True: ungrouped)."""
+    return True if tb.groups is None else tb.groups[1:] == tb.groups[:-1]
 
 
 def _check_duplicates(tb: _Table) -> None:
-    stamps = pd.Series(tb.ts)
+    stamps = pd.Series(tb.ts) if tb.groups is None else pd.DataFrame(
+        {"g": tb.groups, "t": tb.ts})
     dup = stamps.duplicated(keep=False).to_numpy()
     if dup.any():
         pos = np.flatnonzero(dup)
@@ -312,12 +358,17 @@ def _check_positive(tb: _Table) -> None:
             bad[pos] = True
     if tb.repairs.drop_nonpositive and bad.any():
         tb.keep(~bad)
+    elif bad.any():
+        tb.refuse_rows(np.flatnonzero(bad))
 
 
 def _check_high_low(tb: _Table) -> None:
+    """``high`` at least, ``low`` at most every other price, on the rows no earlier check
+    refused (a refused price's high/low complaint would be a knock-on with a wrong fix)."""
     o, h, lo, c = (tb.frame[k].to_numpy() for k in PRICE_COLUMNS)
-    bad_h = np.flatnonzero(h < np.maximum(np.maximum(o, c), lo))
-    bad_l = np.flatnonzero(lo > np.minimum(o, c))
+    clean = tb.unrefused()
+    bad_h = np.flatnonzero(clean & (h < np.maximum(np.maximum(o, c), lo)))
+    bad_l = np.flatnonzero(clean & (lo > np.minimum(o, c)))
     for col, pos, what in (
         ("high", bad_h, "high below open/close/low"), ("low", bad_l, "low above open/close"),
     ):
@@ -371,6 +422,7 @@ def validate_candles(
     row_numbers=None,
     column_map: Mapping[str, str] | None = None,
     ignore_columns: tuple[str, ...] = (),
+    groups: np.ndarray | None = None,
 ) -> tuple[pd.DataFrame, str | None, ValidationReport]:
     """Check (and, by flag, repair) a raw candle table.
 
@@ -383,7 +435,9 @@ def validate_candles(
     those with no value at all (an all-null column is absent), follow the model's rules
     (``fill_volume_amount``). Raises ``CandleError`` listing every
     problem found, with rows and columns. ``row_numbers``: the 1-based data row numbers of
-    ``df``'s rows (default 1..n).
+    ``df``'s rows (default 1..n). ``groups``: (n,) integer codes of several series in one
+    table (a file's symbols): order and duplicates are then checked within each group, the
+    output is ordered by group, then time, and ``report.groups`` holds each output row's code.
     """
     report = ValidationReport(source=source, rows_in=len(df))
     spelled = {str(c).strip().lower(): str(c).strip() for c in df.columns}
@@ -393,6 +447,8 @@ def validate_candles(
     report.warnings += _unused_columns(df, tcol, ignore_columns, spelled)
     rownums = np.arange(1, len(df) + 1) if row_numbers is None else np.asarray(row_numbers)
     tb, timezone = _parse(df, tcol, timezone, rownums, repairs, report)
+    if groups is not None:
+        tb.groups = np.asarray(groups)[tb.unparsed_kept]
     for check in CHECKS:
         check(tb)
     if tb.problems:
@@ -401,4 +457,5 @@ def validate_candles(
     if len(frame) == 0:
         raise CandleError(f"{source}: no rows left after repairs")
     report.rows_out = len(frame)
+    report.groups = tb.groups
     return frame, timezone, report

@@ -16,6 +16,7 @@ import pandas as pd
 from kronos_core.base.errors import ErrorCode, WarningCode
 from kronos_core.base.lookback import Lookback, history_cut_message, horizon_limit_message
 from kronos_core.base.price_limits import PriceLimitRule, rule_for
+from kronos_core.data.symbol_exchange import exchange_from_symbol
 from kronos_core.data.timestamps import calendar_of
 from service.common.errors import RequestInvalid
 from service.common.interfaces import CandleStore
@@ -182,8 +183,10 @@ def _inline_series(req: ForecastRequest, lookback: int, errors: list[dict]) -> l
         except ValueError as exc:
             errors.append(symbol_error(s.symbol, ErrorCode.INVALID_SERIES, f"series[{j}]: {exc}"))
             continue
-        items.append(_Series(s.symbol, values, ts, exchange=req.exchange, held=len(s.candles),
-                             price_limit=rule_for(s.symbol, None, req.exchange)))
+        # no exchange given: the one the symbol's suffix names (600000.SH: XSHG), if any
+        exchange = req.exchange or exchange_from_symbol(s.symbol)
+        items.append(_Series(s.symbol, values, ts, exchange=exchange, held=len(s.candles),
+                             price_limit=rule_for(s.symbol, None, exchange)))
     return items
 
 

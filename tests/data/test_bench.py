@@ -55,3 +55,26 @@ def test_full_benchmark_workload_reads_identical_windows():
     r = run_bench(n_symbols=1000, lookback=512, n_candles=1000, repeats=3)
     assert r.identical and r.snapshot_opens == 1000
     assert r.store_cold_s > 0 and r.store_warm_s > 0 and r.csv_s > 0
+
+
+def test_append_day_bench_appends_one_row_per_symbol(tmp_path, capsys):
+    """``kronos bench store --append-day`` on a small synthetic store: the day's import adds one
+    candle to every symbol as one new version, and the figures are printed (their values are
+    the benchmark's business, not a test's)."""
+    from kronos_core.data.bench_append import load_rows, run_append_bench
+
+    history, days, source = load_rows(12, None)
+    assert source == "synthetic" and len(days) == 3
+    assert all(d["symbol"].nunique() == len(d) == 12 for d in days)
+    assert (days[0]["timestamps"] > history["timestamps"].max()).all()
+    r = run_append_bench(12, str(tmp_path), corpus=None)
+    assert (r.symbols, r.days, r.version) == (12, 3, 4)  # one version a day
+    assert r.rows_after == r.history_rows + 3 * 12
+    assert r.append_s > 0 and r.parquet_files_s > 0 and r.ratio == r.append_s / r.parquet_files_s
+    code = main(["bench", "store", "--append-day", "--symbols", "12", "--corpus", "none",
+                 "--workdir", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code in (0, 1)  # 1: the ratio missed its goal on this (busy) machine
+    assert "kronos import of the day's CSV" in out and "file per symbol" in out
+    assert ("goal <= 3x): met" in out) == (code == 0)
+    assert list(tmp_path.iterdir()) == []  # the temporary stores are gone

@@ -113,7 +113,7 @@ def test_cli_import_real_files_and_append(tmp_path, capsys, synthetic_cn_5min):
     assert st.symbols() == ["CN_5MIN", "EURUSD_HOURLY", "GOOG_DAILY", "SP500_DAILY"]
     assert st.metadata("CN_5MIN")["frequency"] == "5min"
     assert st.metadata("EURUSD_HOURLY")["frequency"] == "1h"
-    assert "imported 4 of 4" in capsys.readouterr().out
+    assert "4 file(s), 4 symbol(s) changed" in capsys.readouterr().out
 
     # append: first half, then the whole file (overlap identical) -> history kept, no duplicates
     df = pd.read_csv(intraday)

@@ -23,7 +23,7 @@ from kronos_core.data.importer import import_files
 from kronos_core.data.store import KlineStore
 from kronos_core.data.versions import GENERATIONS_DIR, MANIFEST_NAME
 
-DAYS = pd.bdate_range("2024-01-02", periods=40)
+DAYS = pd.bdate_range("2024-01-02", periods=42)
 
 
 def _day_files(folder: Path, symbols: list[str], days: pd.DatetimeIndex, tag: str) -> list[Path]:
@@ -161,7 +161,16 @@ _KILL_SCRIPT = textwrap.dedent("""
     def publish(*a, **k):
         os.kill(os.getpid(), signal.SIGKILL)
 
+    real_new = store_txn.write_arrow_new
+
+    def write_new(path, table):  # a transaction's first write of a symbol
+        if count[0] == kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+        count[0] += 1
+        real_new(path, table)
+
     store_txn.write_arrow_atomic = write
+    store_txn.write_arrow_new = write_new
     if kill_at < 0:
         store_txn.publish = publish
     import_files(files, root, progress=False)
@@ -262,3 +271,152 @@ def test_reads_of_several_symbols_from_one_version(base_store, tmp_path):
     assert [len(store.read(s, manifest=v1)) for s in SYMS] == [30] * len(SYMS)
     assert [len(store.read(s)) for s in SYMS] == [31] * len(SYMS)
     assert [len(s) for s in _from_store(base_store, None)] == [31] * len(SYMS)
+
+
+# -- issue 52: faults planted in the store that no test noticed ---------------------------------
+
+
+def test_gc_after_a_partial_import_keeps_the_older_files_the_manifest_still_names(
+    base_store, tmp_path
+):
+    """A new day for three of the eight symbols: the other five stay on version 1's files,
+    which are not garbage however old they are."""
+    few = SYMS[:3]
+    files = _day_files(tmp_path / "csv", few, DAYS[30:31], "d30")
+    assert all(o.ok for o in import_files(files, base_store, progress=False))
+    m = KlineStore(base_store).manifest()
+    assert m.version == 2 and {m.files["1d"][s] for s in SYMS[3:]} == {1}
+    old = DAYS[0].timestamp()
+    for p in (base_store / "1d" / GENERATIONS_DIR).iterdir():
+        os.utime(p, (old, old))  # everything long past the grace period
+    r = gc(base_store, grace_s=3600)
+    assert sorted(r.removed) == [str(base_store / "1d" / GENERATIONS_DIR / f"{s}.1.arrow")
+                                 for s in few]
+    assert verify(base_store).ok
+    store = KlineStore(base_store, snapshot=False)
+    assert [len(store.read(s)) for s in SYMS] == [31] * 3 + [30] * 5
+
+
+def test_verify_reports_a_deleted_file_and_a_nan(base_store):
+    from kronos_core.data.fileformat import open_file, stat_key, to_table, write_arrow_atomic
+
+    m = KlineStore(base_store).manifest()
+    gone = Path(m.path(str(base_store), "1d", "S03"))
+    gone.unlink()
+    r = verify(base_store)
+    assert not r.ok and any(str(gone) in p and "missing" in p for p in r.problems), r.problems
+    assert main(["store", "verify", str(base_store)]) == 1
+    # a file that reads, with one NaN close
+    nan_file = Path(m.path(str(base_store), "1d", "S04"))
+    entry = open_file("S04", str(nan_file), stat_key(nan_file.stat()), "1d")
+    values = np.stack([np.array(c) for c in entry.cols], axis=1)
+    values[5, 3] = np.nan
+    write_arrow_atomic(nan_file, to_table(np.array(entry.ts), values, json_meta(entry)))
+    r = verify(base_store)
+    assert any(str(nan_file) in p and "NaN" in p and "close" in p for p in r.problems), r.problems
+
+
+def json_meta(entry) -> dict:
+    import json
+
+    return json.loads(entry.raw_meta)
+
+
+def test_two_imports_at_the_same_moment_both_land(base_store, tmp_path, monkeypatch):
+    """Two imports of other symbols start together. The store lock lets one in at a time: the
+    second waits and builds on the first's version, so nothing is lost. (Each holds its first
+    write until the other has written too, or a second has passed: with a lock both can hold,
+    both then build on version 1 and the second publish drops the first's symbol.)"""
+    from kronos_core.data.store_writer import KlineWriter
+
+    both_in = threading.Barrier(2, timeout=1.0)
+    real = KlineWriter.symbol_update
+
+    def symbol_update(self, *a, **kw):
+        try:
+            both_in.wait()
+        except threading.BrokenBarrierError:
+            pass  # the other import is waiting for the lock (as it must)
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(KlineWriter, "symbol_update", symbol_update)
+    jobs = [_day_files(tmp_path / "csv", [s], DAYS[30:31], f"d30{s}") for s in ("S00", "S01")]
+    results: list[list] = []
+    threads = [threading.Thread(target=lambda f=f: results.append(
+        import_files(f, base_store, progress=False, compact=False))) for f in jobs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results) == 2 and all(o.ok and o.changed for r in results for o in r)
+    store = KlineStore(base_store, snapshot=False)
+    assert store.version == 3
+    assert [len(store.read(s)) for s in SYMS[:3]] == [31, 31, 30]
+
+
+def test_a_killed_imports_files_are_gone_after_the_next_import_of_a_few_symbols(
+    base_store, tmp_path
+):
+    """The dead import wrote version 2's files of all eight symbols; the next import (of two)
+    publishes version 2 itself: the dead files must not stay beside it as if it had written
+    them, and the symbols it did not touch read their published candles."""
+    files = _day_files(tmp_path / "csv", SYMS, DAYS[30:32], "d30")
+    proc = subprocess.run(
+        [sys.executable, "-c", _KILL_SCRIPT, str(base_store), "-1", *map(str, files)],
+        capture_output=True, timeout=120,
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-2000:]
+    gen = base_store / "1d" / GENERATIONS_DIR
+    assert len(list(gen.glob("*.2.arrow"))) == len(SYMS)  # what the dead import left
+    few = _day_files(tmp_path / "csv", SYMS[:2], DAYS[30:31], "few")
+    assert all(o.ok for o in import_files(few, base_store, progress=False))
+    assert KlineStore(base_store).version == 2
+    assert sorted(p.name for p in gen.iterdir()) == sorted(
+        [f"{s}.1.arrow" for s in SYMS] + [f"{s}.2.arrow" for s in SYMS[:2]]
+    )
+    store = KlineStore(base_store, snapshot=False)
+    assert [len(store.read(s)) for s in SYMS] == [31, 31] + [30] * 6
+    assert verify(base_store).ok and sorted(gc(base_store, grace_s=0).removed) == [
+        str(gen / f"{s}.1.arrow") for s in SYMS[:2]
+    ]
+    assert verify(base_store).ok
+
+
+def test_gc_removes_a_killed_imports_files(base_store, tmp_path):
+    files = _day_files(tmp_path / "csv", SYMS, DAYS[30:32], "d30")
+    proc = subprocess.run(
+        [sys.executable, "-c", _KILL_SCRIPT, str(base_store), "-1", *map(str, files)],
+        capture_output=True, timeout=120,
+    )
+    assert proc.returncode == -signal.SIGKILL
+    gen = base_store / "1d" / GENERATIONS_DIR
+    r = gc(base_store, grace_s=0)
+    assert sorted(r.removed) == sorted(str(gen / f"{s}.2.arrow") for s in SYMS)
+    assert verify(base_store).ok and KlineStore(base_store).version == 1
+
+
+def test_a_small_append_leaves_the_snapshot_and_compact_rewrites_it(base_store, tmp_path):
+    """A day's append is work on the new rows: the read snapshot (a rewrite of the whole
+    history) is left as it was unless asked for; reads stay right, from the symbols' files."""
+    snap = base_store / "1d" / "_snapshot.arrow"
+    before = snap.stat().st_mtime_ns
+    files = _day_files(tmp_path / "csv", SYMS, DAYS[30:31], "d30")  # 8 of 240 candles: 3%
+    assert all(o.ok for o in import_files(files, base_store, progress=False))
+    assert snap.stat().st_mtime_ns == before
+    fresh = KlineStore(base_store)
+    assert [len(w.values) for w in fresh.read_windows(SYMS, 100).windows] == [31] * len(SYMS)
+    assert fresh.opened == {"snapshot": 0, "file": len(SYMS)}
+    more = _day_files(tmp_path / "csv", SYMS, DAYS[31:32], "d31")
+    assert main(["import", *map(str, more), "--store", str(base_store), "--no-progress",
+                 "--compact"]) == 0
+    fresh = KlineStore(base_store)
+    assert [len(w.values) for w in fresh.read_windows(SYMS, 100).windows] == [32] * len(SYMS)
+    assert fresh.opened == {"snapshot": len(SYMS), "file": 0}
+    # a bigger import (ten more days, 80 candles to 256) rewrites it by itself
+    compacted = snap.stat().st_mtime_ns
+    ten = _day_files(tmp_path / "csv", SYMS, DAYS[32:42], "d32")
+    assert all(o.ok for o in import_files(ten, base_store, progress=False))
+    assert snap.stat().st_mtime_ns > compacted
+    fresh = KlineStore(base_store)
+    assert [len(w.values) for w in fresh.read_windows(SYMS, 100).windows] == [42] * len(SYMS)
+    assert fresh.opened == {"snapshot": len(SYMS), "file": 0}
