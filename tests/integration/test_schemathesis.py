@@ -80,6 +80,7 @@ def test_schemathesis_all_checks(live_service, api_schema, mode):
     from hypothesis import HealthCheck, given, settings
     from hypothesis.errors import Unsatisfiable
     from schemathesis import GenerationMode
+    from schemathesis.checks import max_response_time
 
     # a bounded deadline per request: a generated 1,000-series, 100-sample forecast may not hog the
     # replicas
@@ -107,7 +108,9 @@ def test_schemathesis_all_checks(live_service, api_schema, mode):
                 case.headers.setdefault("X-Kronos-Timeout-S", headers["X-Kronos-Timeout-S"])
             ran += 1
             try:
-                case.call_and_validate(base_url=live_service.url, timeout=120)
+                # functional checks only: how long an answer takes is the benchmarks' business
+                case.call_and_validate(base_url=live_service.url, timeout=120,
+                                       excluded_checks=[max_response_time])
             except Exception as exc:  # collect every operation's failures, then report them all
                 failures.append(f"{case.operation.label}: {type(exc).__name__}: {str(exc)[:600]}")
 
@@ -126,9 +129,10 @@ def test_schemathesis_cli_coverage_phase_all_checks(live_service, tmp_path):
     """``st run --checks all`` as a user runs it, for the phase the strategies above do not
     reach (coverage: boundary and null values of every field and parameter, where
     ``X-Kronos-Timeout-S: null`` once slipped through a nullable header schema, and a
-    ``"repair": 0`` was read as false). The one thing left out is an unknown extra header
+    ``"repair": 0`` was read as false). Left out: an unknown extra header
     (``allow-extra-parameters = false``): an HTTP API ignores headers it does not know, which is
-    no violation."""
+    no violation; and the response-time check (``max_response_time``, ST112): a functional test
+    must not fail because the machine is busy (issue 52)."""
     import shutil
     import subprocess
     import sys
@@ -140,7 +144,10 @@ def test_schemathesis_cli_coverage_phase_all_checks(live_service, tmp_path):
     run = subprocess.run(
         [
             st, "--config-file", str(config), "run", f"{live_service.url}/openapi.json", "--checks",
-            "all", "--phases", "coverage", "--generation-deterministic", "--request-timeout", "150",
+            "all",
+            # functional checks only: a busy machine once failed ST112 (a 15.7 s answer against
+            # its 10 s default); timing belongs in the benchmarks (kronos bench, loadtests/)
+            "--exclude-checks", "max_response_time", "--phases", "coverage", "--generation-deterministic", "--request-timeout", "150",
             "--no-color",
             # a deadline the work fits in, as above: the phase's smallest one (1 s) races a
             # calendar's first build (``exchange``: XKRX takes seconds) and earns a 504, right for
