@@ -148,6 +148,13 @@ def _inline_series(req: ForecastRequest, lookback: int, errors: list[dict]) -> l
     return items
 
 
+def _next_slots(future: Callable[..., np.ndarray], history: np.ndarray,
+                session: tuple[str | None, str] | None,
+                exchange: str | None) -> Callable[[int], np.ndarray]:
+    """``n`` -> the series' next ``n`` slots (its future timestamps), for ``stale``'s count."""
+    return lambda n: future(history, n, session, exchange)
+
+
 _GAPS = SessionGaps()  # per process: histories repeat across requests
 
 
@@ -177,7 +184,7 @@ def prepare(req: ForecastRequest, lookback: int | Lookback, store: CandleStore,
             history = it.ts if it.template_ts is None else it.template_ts
             y = future(history, req.horizon, it.session, it.exchange)
             late = staleness(
-                it.ts[-1], y, lambda n, h=history, i=it: future(h, n, i.session, i.exchange),
+                it.ts[-1], y, _next_slots(future, history, it.session, it.exchange),
                 out.as_of, it.as_of, it.exchange,
             ) if stored else None
         except Exception as exc:

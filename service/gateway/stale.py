@@ -102,6 +102,6 @@ def staleness(last_candle: np.datetime64, future_ts: np.ndarray,
 def _step_ns(last_candle: np.datetime64, future_ts: np.ndarray) -> int:
     """The series' typical slot length in ns: the median step from its last candle through its
     future slots (an hourly series' overnight step does not make it daily)."""
-    stamps = np.concatenate([[np.datetime64(last_candle, "ns")],
+    stamps = np.concatenate([np.asarray([last_candle], dtype="datetime64[ns]"),
                              future_ts.astype("datetime64[ns]")])  # (H+1,)
     return int(np.median(np.diff(stamps).astype(np.int64)))

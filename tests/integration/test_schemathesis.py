@@ -147,7 +147,8 @@ def test_schemathesis_cli_coverage_phase_all_checks(live_service, tmp_path):
             "all",
             # functional checks only: a busy machine once failed ST112 (a 15.7 s answer against
             # its 10 s default); timing belongs in the benchmarks (kronos bench, loadtests/)
-            "--exclude-checks", "max_response_time", "--phases", "coverage", "--generation-deterministic", "--request-timeout", "150",
+            "--exclude-checks", "max_response_time",
+            "--phases", "coverage", "--generation-deterministic", "--request-timeout", "150",
             "--no-color",
             # a deadline the work fits in, as above: the phase's smallest one (1 s) races a
             # calendar's first build (``exchange``: XKRX takes seconds) and earns a 504, right for

@@ -20,7 +20,6 @@ import pytest
 from test_shutdown import BIG, ROOT, _free_port, _wait_ready
 
 from service.auth import hash_key
-from service.lifecycle import EXIT_MARGIN_S
 
 pytestmark = pytest.mark.integration
 

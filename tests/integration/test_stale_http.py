@@ -50,7 +50,8 @@ def test_a_symbol_far_behind_a_current_portfolio_is_stale_without_an_as_of(live_
     body = r.json()
     assert _warnings(body) == {**{s: [] for s in current}, "GOOG": ["stale"]}
     message = [f for f in body["forecasts"] if f["symbol"] == "GOOG"][0]["warnings"][0]["message"]
-    assert message.startswith("last candle 2013-03-01 00:00:00: ") and "portfolio's as-of" in message
+    assert message.startswith("last candle 2013-03-01 00:00:00: ")
+    assert "portfolio's as-of 2024-08-30 15:00:00" in message
     assert body["as_of"] == "2024-08-30T15:00:00"  # where most of the portfolio's candles end
 
 

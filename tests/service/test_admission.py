@@ -99,3 +99,43 @@ def test_a_refused_request_is_answered_before_its_body_is_read():
         assert gate.running == 0
 
     asyncio.run(scenario())
+
+
+def test_the_time_a_request_waited_for_a_slot_is_left_for_its_deadline(monkeypatch):
+    """Issue 52 (a missed plant): the middleware leaves the seconds a request queued in its
+    scope's state (``queued_s``), which the forecast route takes off its deadline
+    (tests/service/test_app.py); a request that did not wait has 0 there. Read on a fake clock
+    that the test moves by 7 s while the second request waits."""
+    clock = [100.0]
+
+    class FakeTime:
+        @staticmethod
+        def monotonic():
+            return clock[0]
+
+    monkeypatch.setattr(admission_mod, "time", FakeTime)
+
+    async def scenario():
+        gate = Admission(limit=1, queue=1, max_wait_s=60.0)
+        started, finish = asyncio.Event(), asyncio.Event()
+
+        async def app(scope, receive, send):
+            if not started.is_set():
+                started.set()
+                await finish.wait()
+
+        mw = AdmissionMiddleware(app, lambda: gate)
+        first = {"type": "http", "method": "POST", "path": "/v1/forecast", "headers": []}
+        second = dict(first)
+        running = asyncio.create_task(mw(first, None, None))
+        await started.wait()
+        waiting = asyncio.create_task(mw(second, None, None))
+        await asyncio.sleep(0)
+        assert len(gate.waiting) == 1
+        clock[0] += 7.0
+        finish.set()
+        await running
+        await waiting
+        assert first["state"]["queued_s"] == 0.0 and second["state"]["queued_s"] == 7.0
+
+    asyncio.run(scenario())

@@ -8,7 +8,6 @@ import asyncio
 import errno
 import logging
 import threading
-import time
 
 import numpy as np
 import pandas as pd

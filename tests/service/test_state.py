@@ -72,3 +72,18 @@ def test_the_app_reads_the_state_at_each_request(fresh_state):
     fresh_state.lifecycle.draining = True
     r = client.get("/healthz-nope")
     assert r.status_code == 503 and r.json()["code"] == "shutting_down"
+
+
+def test_start_reads_the_admission_settings_into_the_gate(fresh_state):
+    """Issue 52 (a missed plant): each admission setting reaches the gateway's gate."""
+    settings = Settings(max_inflight_requests=3, max_queued_requests=5, queue_wait_s=1.5,
+                        retry_after_s=7, request_timeout_s=90)
+    fresh_state.start(settings, Metrics(shared_dir=None), None)
+    gate = current().admission
+    assert (gate.limit, gate.queue, gate.max_wait_s, gate.retry_after_s) == (3, 5, 1.5, 7)
+    assert current().request_timeout_s == 90
+    # and a refusal is counted as overloaded
+    gate.on_refuse()
+    assert current().metrics.registry.get_sample_value(
+        "kronos_errors_total", {"code": "overloaded"}
+    ) == 1
