@@ -87,7 +87,7 @@ class WarningCode(str, Enum):
     STALE = "stale"
     # the deployment's calibration does not apply here; the message says why
     UNCALIBRATED = "uncalibrated"
-    HISTORY_CUT = "history_cut"  # history shorter than the lookback asked, or the model could see
+    HISTORY_CUT = "history_cut"  # the series holds fewer candles than the lookback the caller asked
     MISSING_SESSIONS = "missing_sessions"  # the history skips sessions its exchange held (gaps)
 
     def __str__(self) -> str:
