@@ -113,6 +113,9 @@ def iso_datetime_text(v: Any) -> Any:
 # the years a date-time parameter may name: the store keeps datetime64[ns] stamps (1677-09-21 to
 # 2262-04-11), and whole years inside that range, whatever the time zone, are easy to state
 STORE_YEARS = (1678, 2261)
+# the same years as the schema's pattern on the text, so that a client or a fuzzer that follows
+# the schema never sends a date the service refuses
+STORE_YEARS_PATTERN = r"^(16(7[89]|[89][0-9])|1[7-9][0-9]{2}|2[01][0-9]{2}|22[0-5][0-9]|226[01])-"
 
 
 def storable_datetime(v: datetime | None) -> datetime | None:
@@ -128,7 +131,8 @@ def storable_datetime(v: datetime | None) -> datetime | None:
 
 # a date-time query parameter: ISO 8601 text only, within the store's years
 QueryDateTime = Annotated[
-    datetime, BeforeValidator(iso_datetime_text), AfterValidator(storable_datetime)
+    datetime, BeforeValidator(iso_datetime_text), AfterValidator(storable_datetime),
+    Field(json_schema_extra={"pattern": STORE_YEARS_PATTERN}),
 ]
 
 
@@ -267,6 +271,7 @@ class ForecastRequest(BaseModel):
         description="read the store up to this time (inclusive); naive = each symbol's wall "
                     f"clock; years {STORE_YEARS[0]} to {STORE_YEARS[1]} (the store's range), "
                     "else a 422",
+        json_schema_extra={"pattern": STORE_YEARS_PATTERN},
     )
     exclude_stale: StrictBool = Field(
         False,
