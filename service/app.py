@@ -100,6 +100,22 @@ def _note_model_limits(info: Any) -> None:
 api.openapi = _served_openapi  # type: ignore[method-assign]
 
 
+@api.middleware("http")
+async def _model_limits_before_the_schema(request: Request, call_next):
+    """A gateway asked for its schema before any request or probe reached it (one of several
+    behind Serve's proxy) asks a replica for the model's limits first, so that every gateway
+    serves the same schema: a fuzzer reading the static ceiling sent ``horizon`` 511 to a
+    256-candle model and got a 422 for a request its schema allowed. No replica within 10 s:
+    the static ceiling, as before."""
+    describe = current().describe_model
+    if request.url.path == api.openapi_url and current().max_horizon is None and describe:
+        try:
+            await asyncio.wait_for(describe(), timeout=10)
+        except Exception as exc:  # noqa: BLE001 - the schema is served all the same
+            log.info("schema served without the model's limits: %s", type(exc).__name__)
+    return await call_next(request)
+
+
 # /v1/symbols offset ceiling: bounded so that no answer holds a >64-bit int
 MAX_SYMBOL_OFFSET = 2**31 - 1
 
@@ -319,6 +335,7 @@ class Ingress:
         # (store version, its symbols): listed again when the store publishes a new version
         self._symbols: tuple[int, list[str]] | None = None
         current().start(settings, self.metrics, _replica_id())
+        current().describe_model = self.pipeline.info  # the served schema's limits, on demand
         self.metrics.set_limits(
             settings.inflight_limit * settings.gateway_replicas, num_replicas
         )

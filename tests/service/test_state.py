@@ -87,3 +87,38 @@ def test_start_reads_the_admission_settings_into_the_gate(fresh_state):
     assert current().metrics.registry.get_sample_value(
         "kronos_errors_total", {"code": "overloaded"}
     ) == 1
+
+
+def test_a_gateway_asks_for_the_models_limits_before_serving_its_schema(fresh_state):
+    """Issue 52's fresh clone: Schemathesis read /openapi.json from a gateway that no request
+    or probe had reached yet, got the static horizon ceiling (512), and sent 511 to a
+    256-candle model: a 422 for a request its schema allowed. Such a gateway now asks a replica
+    first; with none answering it serves the static ceiling."""
+    pytest.importorskip("ray.serve")
+    from fastapi.testclient import TestClient
+
+    from service.app import _note_model_limits, api
+
+    asked: list[int] = []
+
+    async def describe():
+        asked.append(1)
+        _note_model_limits(type("Info", (), {"max_context": 256})())
+
+    client = TestClient(api)
+    assert client.get("/openapi.json").json()["components"]["schemas"]["ForecastRequest"][
+        "properties"]["horizon"]["maximum"] == 512  # no ingress yet: the static ceiling
+    fresh_state.describe_model = describe
+    for _ in range(2):
+        schema = client.get("/openapi.json").json()
+        assert schema["components"]["schemas"]["ForecastRequest"]["properties"]["horizon"][
+            "maximum"] == 256
+    assert asked == [1]  # once: the limits are then known
+
+    async def no_replica():
+        raise TimeoutError
+
+    fresh_state.max_horizon, fresh_state.describe_model = None, no_replica
+    schema = client.get("/openapi.json").json()
+    assert schema["components"]["schemas"]["ForecastRequest"]["properties"]["horizon"][
+        "maximum"] == 512
