@@ -276,6 +276,65 @@ PLANTS: list[Plant] = [
         "kronos_core/eval/volatility.py", "forecast = np.abs(path_ret).mean(axis=1)",
         "forecast = path_ret.std(axis=1)", ("tests/eval/test_volatility.py",),
     ),
+    # issue 52: plants that once slipped past the suite, each with its test now
+    Plant(
+        "admission: Retry-After of a refusal not read from the settings", "service/state.py",
+        "settings.retry_after_s, on_refuse=", "1, on_refuse=",
+        (f"{SVC}/test_state.py::test_start_reads_the_admission_settings_into_the_gate",),
+    ),
+    Plant(
+        "admission: queue bound not read from the settings", "service/state.py",
+        "settings.inflight_limit, settings.max_queued_requests, settings.queue_wait_s,",
+        "settings.inflight_limit, 32, settings.queue_wait_s,",
+        (f"{SVC}/test_state.py::test_start_reads_the_admission_settings_into_the_gate",),
+    ),
+    Plant(
+        "admission: queue wait bound not read from the settings", "service/state.py",
+        "settings.inflight_limit, settings.max_queued_requests, settings.queue_wait_s,",
+        "settings.inflight_limit, settings.max_queued_requests, 2.0,",
+        (f"{SVC}/test_state.py::test_start_reads_the_admission_settings_into_the_gate",),
+    ),
+    Plant(
+        "admission: the time queued not left for the route", "service/admission.py",
+        'scope.setdefault("state", {})["queued_s"] = time.monotonic() - t0',
+        'scope.setdefault("state", {})["queued_s"] = 0.0',
+        (f"{SVC}/test_admission.py::test_the_time_a_request_waited_for_a_slot_is_left_for_its_"
+         "deadline",),
+    ),
+    Plant(
+        "the time queued not taken off the request's deadline", "service/app.py",
+        'timeout = max(0.001, timeout - scope_state.get("queued_s", 0.0))',
+        "timeout = max(0.001, timeout)",
+        (f"{SVC}/test_app.py::test_the_time_queued_is_taken_off_the_requests_deadline",),
+    ),
+    Plant(
+        "a key past its rate is not refused 429", "service/app.py", "        if wait > 0:\n",
+        "        if False:\n",
+        (f"{SVC}/test_app.py::test_a_key_past_its_rate_is_429_with_retry_after",),
+    ),
+    Plant(
+        "a key's changed rate ignored at a keys-file reload (the old bucket kept)",
+        "service/auth.py", "if before is not None and before.rate == bucket.rate:",
+        "if before is not None:",
+        (f"{SVC}/test_auth.py::test_a_keys_changed_rate_takes_effect_at_the_reload",),
+    ),
+    Plant(
+        "ledger backup copies without the scorers' lock", "kronos_core/ledger/backup.py",
+        "with SymbolLock(root, LOCK_NAME):  # no scoring pass", "if True:  # no scoring pass",
+        ("tests/ledger/test_ledger_backup.py::test_a_backup_of_a_live_ledger_round_trips",),
+    ),
+    Plant(
+        "stale: a symbol behind the portfolio not said (issue 52)", "service/gateway/stale.py",
+        "if missed >= at_least:", "if missed > MAX_COUNT:",
+        (f"{SVC}/gateway/test_stale.py",),
+    ),
+    Plant(
+        "history_cut again for the model's default window (issue 52)",
+        "kronos_core/base/lookback.py",
+        'if lookback.source != "request" or used >= lookback.value:',
+        'if used >= (lookback.value if lookback.source == "request" else held):',
+        (f"{SVC}/gateway/test_history.py", "tests/base/test_lookback.py"),
+    ),
 ]
 
 

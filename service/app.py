@@ -38,6 +38,7 @@ from service.common.schemas import (
     ARROW_STREAM,
     MAX_HORIZON,
     MAX_LOOKBACK,
+    STORE_YEARS,
     AccuracyResponse,
     CandlesResponse,
     ForecastRequest,
@@ -97,6 +98,22 @@ def _note_model_limits(info: Any) -> None:
 
 
 api.openapi = _served_openapi  # type: ignore[method-assign]
+
+
+@api.middleware("http")
+async def _model_limits_before_the_schema(request: Request, call_next):
+    """A gateway asked for its schema before any request or probe reached it (one of several
+    behind Serve's proxy) asks a replica for the model's limits first, so that every gateway
+    serves the same schema: a fuzzer reading the static ceiling sent ``horizon`` 511 to a
+    256-candle model and got a 422 for a request its schema allowed. No replica within 10 s:
+    the static ceiling, as before."""
+    describe = current().describe_model
+    if request.url.path == api.openapi_url and current().max_horizon is None and describe:
+        try:
+            await asyncio.wait_for(describe(), timeout=10)
+        except Exception as exc:  # noqa: BLE001 - the schema is served all the same
+            log.info("schema served without the model's limits: %s", type(exc).__name__)
+    return await call_next(request)
 
 
 # /v1/symbols offset ceiling: bounded so that no answer holds a >64-bit int
@@ -318,6 +335,7 @@ class Ingress:
         # (store version, its symbols): listed again when the store publishes a new version
         self._symbols: tuple[int, list[str]] | None = None
         current().start(settings, self.metrics, _replica_id())
+        current().describe_model = self.pipeline.info  # the served schema's limits, on demand
         self.metrics.set_limits(
             settings.inflight_limit * settings.gateway_replicas, num_replicas
         )
@@ -335,18 +353,25 @@ class Ingress:
 
     # ------------------------------------------------------------ shutdown control (handle calls)
     def __del__(self):
-        """Serve stops this replica: its in-flight gauges leave the shared metrics (counts stay)."""
-        metrics = getattr(self, "metrics", None)  # None: __init__ failed before making them
-        if metrics is not None:
-            metrics.close()
-        for part in (getattr(self, "metrics_port", None), getattr(self, "watch", None)):
-            if part is not None:
-                part.stop()
-        live, recorder = getattr(self, "live", None), getattr(self, "recorder", None)
-        if live is not None:
-            live.stop()
+        """Serve stops this replica: its in-flight gauges leave the shared metrics (counts stay),
+        its threads stop, the ledger writer writes what is queued (a kill loses only that). Each
+        part is closed apart: one that fails is logged and the others still close (a destructor
+        that raises is only an unraisable warning, and skips the rest)."""
+        # a part is None (or absent) when __init__ failed before making it
+        steps = [("metrics", getattr(getattr(self, "metrics", None), "close", None))]
+        for name in ("metrics_port", "watch", "live"):
+            steps.append((name, getattr(getattr(self, name, None), "stop", None)))
+        recorder = getattr(self, "recorder", None)
         if recorder is not None:
-            recorder.close(timeout_s=5)  # what is queued is written; a kill loses only that
+            steps.append(("recorder", lambda: recorder.close(timeout_s=5)))
+        for name, close in steps:
+            if close is None:
+                continue
+            try:
+                close()
+            except Exception as exc:  # noqa: BLE001 - logged; the other parts still close
+                log.warning("gateway stop: closing its %s failed (%s: %s)", name,
+                            type(exc).__name__, exc)
 
     async def drain(self) -> int:
         """Stop taking work on every gateway of the node: new requests get 503, /readyz is not
@@ -482,7 +507,8 @@ class Ingress:
         as_of: Annotated[
             QueryDateTime,
             Query(description="the last candle of the history (ISO 8601; naive = the symbol's "
-                              "wall clock); default: the latest"),
+                              f"wall clock; years {STORE_YEARS[0]} to {STORE_YEARS[1]}, else a "
+                              "422); default: the latest"),
         ] = None,  # type: ignore[assignment]
         frequency: Annotated[
             str, Query(pattern=r"^[A-Za-z0-9]{1,16}$", description="store frequency folder")
@@ -517,7 +543,8 @@ class Ingress:
         symbol: Annotated[str, Query(min_length=1, max_length=64)] = None,  # type: ignore[assignment]
         since: Annotated[
             QueryDateTime,
-            Query(description="only forecasts made at or after this time (ISO 8601; naive = UTC)"),
+            Query(description="only forecasts made at or after this time (ISO 8601; naive = UTC; "
+                              f"years {STORE_YEARS[0]} to {STORE_YEARS[1]}, else a 422)"),
         ] = None,  # type: ignore[assignment]
         horizon_step: Annotated[
             int,

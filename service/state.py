@@ -11,7 +11,9 @@ this process's one ``ProcessState``.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from kronos_core.base.errors import ErrorCode
 from service.admission import Admission
@@ -35,6 +37,8 @@ class ProcessState:
     key_watch: KeyFileWatch | None = None  # re-reads KRONOS_API_KEYS_FILE when it changes
     admission: Admission | None = None  # forecast slots and their queue; None until it starts
     request_timeout_s: float = 300.0  # the default deadline a queued request's wait is bound by
+    # asks a replica for the model (the served schema's limits); None until the ingress starts
+    describe_model: Callable[[], Awaitable[Any]] | None = None
 
     def ring(self) -> KeyRing:
         """The API keys to check a request against (re-read when the keys file changed)."""

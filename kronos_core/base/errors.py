@@ -28,6 +28,7 @@ class ErrorCode(str, Enum):
     FORECAST_FAILED = "forecast_failed"  # the engine raised on this symbol's batch
     REPLICA_UNAVAILABLE = "replica_unavailable"  # no replica answered after the retries
     INTERRUPTED = "interrupted"  # the service shut down before this symbol's shard was answered
+    STALE = "stale"  # behind the portfolio, left out as the request asked (exclude_stale)
 
     # -- per request: an HTTP status; in the body's ``code`` (not 422) and in metrics
     INVALID_REQUEST = "invalid_request"  # 422 (body: FastAPI's validation-error shape)
@@ -56,6 +57,7 @@ SYMBOL_ERROR_CODES: tuple[ErrorCode, ...] = (
     ErrorCode.FORECAST_FAILED,
     ErrorCode.REPLICA_UNAVAILABLE,
     ErrorCode.INTERRUPTED,
+    ErrorCode.STALE,
 )
 """Codes that can appear in a forecast response's ``errors`` list."""
 
@@ -78,10 +80,14 @@ class WarningCode(str, Enum):
     """A forecast was made, but the caller should know something about its input."""
 
     SHORT_HISTORY = "short_history"  # fewer candles than the deployment's min_history_warning
-    AS_OF_AFTER_DATA = "as_of_after_data"  # as_of is past the symbol's last stored candle
+    # as_of is past the symbol's last stored candle; no longer sent (issue 52: ``stale`` says it,
+    # counted in sessions), kept because ledger rows written before may carry it
+    AS_OF_AFTER_DATA = "as_of_after_data"
+    # the last candle is behind the request's as_of or the portfolio's (sessions missed named)
+    STALE = "stale"
     # the deployment's calibration does not apply here; the message says why
     UNCALIBRATED = "uncalibrated"
-    HISTORY_CUT = "history_cut"  # history shorter than the lookback asked, or the model could see
+    HISTORY_CUT = "history_cut"  # the series holds fewer candles than the lookback the caller asked
     MISSING_SESSIONS = "missing_sessions"  # the history skips sessions its exchange held (gaps)
 
     def __str__(self) -> str:

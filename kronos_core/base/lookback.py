@@ -9,9 +9,11 @@ One set of rules for the service and ``kronos forecast``:
 * ``choose_lookback``: the lookback asked; else the lookback a loaded calibration was fitted
   at (its quantile corrections hold there); else ``max_context - horizon``, the most history
   whose window never slides (sliding is exact but slower).
-* ``history_cut_message``: the warning when the history used is shorter than the lookback
-  asked, or than the history the model could have seen (what the series holds, at most
-  ``max_context``), naming both lengths.
+* ``history_cut_message``: the warning when the history used is shorter than the lookback the
+  caller asked (the series holds fewer candles), naming both lengths. Never for a lookback the
+  caller did not ask (the model's default window, a calibration's fitted one): that window is
+  shorter than a long stored history on every request, and a warning on every row teaches
+  people to ignore warnings (issue 52). The answer's ``lookback`` says what was read and why.
 """
 
 from __future__ import annotations
@@ -98,20 +100,13 @@ def choose_lookback(asked: int | None, horizon: int, max_context: int,
                     "history whose window does not slide")
 
 
-def history_cut_message(used: int, held: int, lookback: Lookback, max_context: int) -> str | None:
-    """Why a series' history of ``used`` candles is shorter than it should be, or None.
+def history_cut_message(used: int, held: int, lookback: Lookback) -> str | None:
+    """Why a series' history of ``used`` candles is shorter than the caller asked, or None.
 
-    ``held``: the candles the series holds (up to ``as_of``). With a lookback asked: shorter
-    than asked. Else: shorter than what the model could have seen, ``min(held, max_context)``.
+    ``held``: the candles the series holds (up to ``as_of``). Only a lookback the caller asked
+    (``source == "request"``) is checked.
     """
-    if lookback.source == "request":
-        if used >= lookback.value:
-            return None
-        return (f"history of {used} candles, shorter than the lookback {lookback.value} asked: "
-                f"the series holds {held}")
-    reach = min(held, max_context)
-    if used >= reach:
+    if lookback.source != "request" or used >= lookback.value:
         return None
-    return (f"history cut to {used} candles of the {reach} the model could see (the series "
-            f"holds {held}, the model's context is {max_context}): {lookback.note}; ask a "
-            f"lookback (up to {reach}) to use more, the window then slides past the context")
+    return (f"history of {used} candles, shorter than the lookback {lookback.value} asked: "
+            f"the series holds {held}")

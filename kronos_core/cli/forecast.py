@@ -200,7 +200,7 @@ def run(args) -> int:
     choice = choose_lookback(args.lookback, args.horizon, predictor.max_context, calibration)
     lookback = choice.value
     used = min(lookback, len(values))
-    cut = history_cut_message(used, len(values), choice, predictor.max_context)
+    cut = history_cut_message(used, len(values), choice)
     if cut is not None:
         log.warning("%s", cut)
     # applied only where it was fitted; elsewhere raw quantiles, and why

@@ -181,6 +181,15 @@ class ForecastAnswer:
         required=False,
         default=None,
     )
+    as_of: np.datetime64 | None = answer_field(
+        WallClock | None,
+        "the portfolio's as-of (wall clock): the latest time that most of its series' last "
+        "candles reach; a store symbol behind it by more than a session, or behind the "
+        "request's as_of, carries a `stale` warning; null when no series was usable",
+        encode=_one_time,
+        required=False,
+        default=None,
+    )
     # ---- per symbol: the answer's "forecasts", one object per answered symbol
     symbols: list[str] = answer_field(str, name="symbol", per_symbol=True, arrow_input=True)
     history_length: list[int] = answer_field(
@@ -207,8 +216,8 @@ class ForecastAnswer:
     )
     warnings: list[list[dict]] = answer_field(
         list[SymbolWarning],
-        "short_history, history_cut, missing_sessions, as_of_after_data, uncalibrated: the "
-        "forecast is made anyway",
+        "short_history, history_cut, missing_sessions, stale, uncalibrated: the forecast is made "
+        "anyway",
         required=False,
         per_symbol=True,
         arrow_input=True,

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -109,8 +110,30 @@ def iso_datetime_text(v: Any) -> Any:
     return v
 
 
-# a date-time query parameter: ISO 8601 text only
-QueryDateTime = Annotated[datetime, BeforeValidator(iso_datetime_text)]
+# the years a date-time parameter may name: the store keeps datetime64[ns] stamps (1677-09-21 to
+# 2262-04-11), and whole years inside that range, whatever the time zone, are easy to state
+STORE_YEARS = (1678, 2261)
+# the same years as the schema's pattern on the text, so that a client or a fuzzer that follows
+# the schema never sends a date the service refuses
+STORE_YEARS_PATTERN = r"^(16(7[89]|[89][0-9])|1[7-9][0-9]{2}|2[01][0-9]{2}|22[0-5][0-9]|226[01])-"
+
+
+def storable_datetime(v: datetime | None) -> datetime | None:
+    """``v`` when its year is within ``STORE_YEARS``: a date the store cannot hold is the
+    caller's error (a 422 naming the range), never a 500 from deep inside a read (issue 52)."""
+    if v is not None and not STORE_YEARS[0] <= v.year <= STORE_YEARS[1]:
+        raise ValueError(
+            f"{v.isoformat()} is outside the dates the store holds: the year must be "
+            f"{STORE_YEARS[0]} to {STORE_YEARS[1]}"
+        )
+    return v
+
+
+# a date-time query parameter: ISO 8601 text only, within the store's years
+QueryDateTime = Annotated[
+    datetime, BeforeValidator(iso_datetime_text), AfterValidator(storable_datetime),
+    Field(json_schema_extra={"pattern": STORE_YEARS_PATTERN}),
+]
 
 
 # One candle: [timestamp, open, high, low, close] with optional volume, then amount. Rows are
@@ -245,7 +268,16 @@ class ForecastRequest(BaseModel):
     )
     as_of: datetime | None = Field(
         None,
-        description="read the store up to this time (inclusive); naive = each symbol's wall clock",
+        description="read the store up to this time (inclusive); naive = each symbol's wall "
+                    f"clock; years {STORE_YEARS[0]} to {STORE_YEARS[1]} (the store's range), "
+                    "else a 422",
+        json_schema_extra={"pattern": STORE_YEARS_PATTERN},
+    )
+    exclude_stale: StrictBool = Field(
+        False,
+        description="leave out symbols whose last candle is behind the request's as_of, or "
+                    "behind the portfolio's as-of by more than a session, and list them in "
+                    "errors with code stale; false: they are forecast with a stale warning",
     )
     frequency: str | None = Field(
         None, pattern=r"^[A-Za-z0-9]{1,16}$",
@@ -335,6 +367,11 @@ class ForecastRequest(BaseModel):
     @classmethod
     def _json_datetime(cls, v: Any) -> Any:
         return json_datetime(v, "as_of")
+
+    @field_validator("as_of")
+    @classmethod
+    def _storable(cls, v: datetime | None) -> datetime | None:
+        return storable_datetime(v)
 
     @field_validator("symbols")
     @classmethod

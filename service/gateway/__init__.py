@@ -22,7 +22,7 @@ from service.gateway.encode import (
 )
 from service.gateway.future import FutureTimestamps
 from service.gateway.gather import public_message
-from service.gateway.prepare import Prepared, as_of_warning, store_as_of
+from service.gateway.prepare import Prepared
 from service.gateway.shards import memory_model_fit
 
 __all__ = [
@@ -35,12 +35,10 @@ __all__ = [
     "ReplicaGone",
     "RequestInvalid",
     "ShardRun",
-    "as_of_warning",
     "memory_model_fit",
     "answer_to_arrow",
     "answer_to_json",
     "public_message",
     "quantile_label",
-    "store_as_of",
     "summary_columns",
 ]

@@ -99,10 +99,8 @@ class ForecastPipeline:
         if answer.ledger is not None and self.recorder is not None:
             self.recorder.submit(answer)
 
-    def prepare(self, req: ForecastRequest, lookback: int | Lookback,
-                max_context: int | None = None) -> Prepared:
-        return prepare(req, lookback, self.store, self.future, self.settings.min_history_warning,
-                       max_context)
+    def prepare(self, req: ForecastRequest, lookback: int | Lookback) -> Prepared:
+        return prepare(req, lookback, self.store, self.future, self.settings.min_history_warning)
 
     def warm_up(
         self, limit: int = 16, scan: int = 5000, lookback: int = 64, horizon: int = 8
@@ -203,7 +201,7 @@ class ForecastPipeline:
         lookback = choice.value
         if req.exchange is not None:
             check_exchange(req.exchange)
-        prep = await asyncio.to_thread(self.prepare, req, choice, info.max_context)
+        prep = await asyncio.to_thread(self.prepare, req, choice)
         t_read = time.perf_counter()
         # no usable series (inline or store) is still an answer: no forecasts, every series in
         # errors; a series is judged alone, whatever stands beside it (docs/service.md)
@@ -254,6 +252,7 @@ class ForecastPipeline:
             request_id=shards[0].request_id if shards else request_id,
             lookback=choice.as_dict(),
             store_version=prep.store_version,
+            as_of=prep.as_of,
             symbols=g.symbols,
             history_length=g.history_length,
             last_timestamp=g.last_timestamp,

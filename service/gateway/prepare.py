@@ -1,14 +1,14 @@
-"""Stage 1, prepare: a request's series as arrays, in request order. Store windows (with
-their ``as_of`` warning) or inline candles (``service.gateway.inline``), each with its future
-timestamps (``service.gateway.future``) and its daily price-limit rule
-(``kronos_core.base.price_limits``); what cannot be used becomes a per-symbol error.
+"""Stage 1, prepare: a request's series as arrays, in request order. Store windows or inline
+candles (``service.gateway.inline``), each with its future timestamps
+(``service.gateway.future``), its warnings (``stale``: ``service.gateway.stale``) and its daily
+price-limit rule (``kronos_core.base.price_limits``); what cannot be used becomes a per-symbol
+error.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
 
 import numpy as np
 import pandas as pd
@@ -23,6 +23,7 @@ from service.common.interfaces import CandleStore
 from service.common.schemas import ForecastRequest
 from service.gateway.future import SessionGaps, to_ns
 from service.gateway.inline import inline_arrays
+from service.gateway.stale import portfolio_as_of, staleness
 
 
 def symbol_error(symbol: str, code: ErrorCode, message: str) -> dict:
@@ -51,6 +52,7 @@ class _Series:
     # before the window too, ``SymbolWindow.template_stamps``); None: ``ts``
     template_ts: np.ndarray | None = None
     price_limit: PriceLimitRule | None = None  # its daily price-limit rule (None: none)
+    as_of: np.datetime64 | None = None  # the request's as_of as the series' wall clock
 
 
 @dataclass
@@ -66,6 +68,7 @@ class Prepared:
     store_version: int | None = None  # the store version read (None: inline series)
     # per usable series its daily price-limit rule (None: its market has none)
     price_limits: list[PriceLimitRule | None] = field(default_factory=list)
+    as_of: np.datetime64 | None = None  # the portfolio's as-of (``service.gateway.stale``)
 
 
 def _wall_clock(t: pd.Timestamp, tz: str | None) -> pd.Timestamp:
@@ -73,24 +76,6 @@ def _wall_clock(t: pd.Timestamp, tz: str | None) -> pd.Timestamp:
     if t.tzinfo is None:
         return t
     return (t.tz_convert(tz) if tz else t).tz_localize(None)
-
-
-def as_of_warning(as_of: datetime, ts: np.ndarray, last_stored: np.datetime64,
-                  timezone: str | None) -> dict | None:
-    """A warning when ``as_of`` lies more than one candle after the symbol's last stored
-    candle (``last_stored``, from the window read): the forecast then starts after that
-    older candle. ``timezone``: the symbol's zone, for an aware ``as_of``."""
-    last = pd.Timestamp(last_stored)
-    if len(ts) < 2 or pd.Timestamp(ts[-1]) != last:
-        return None  # the window stops inside the data: as_of is within it
-    step = pd.Timestamp(ts[-1]) - pd.Timestamp(ts[-2])
-    wall = _wall_clock(pd.Timestamp(as_of), timezone)
-    if wall <= last + step:
-        return None
-    return symbol_warning(
-        WarningCode.AS_OF_AFTER_DATA,
-        f"as_of {wall} is after the last stored candle {last}; the forecast starts after {last}",
-    )
 
 
 def check_horizon(horizon: int, max_context: int) -> None:
@@ -114,22 +99,12 @@ def check_exchange(exchange: str) -> None:
         raise RequestInvalid("exchange", str(exc)) from None
 
 
-def store_as_of(value) -> pd.Timestamp | None:
-    """``as_of`` for the store, whose stamps are datetime64[ns] (1677-2262): a time after that
-    range cuts nothing (None), one before it cuts everything (each symbol: no_data)."""
-    ts = pd.Timestamp(value)
-    try:
-        ts.as_unit("ns")
-    except (OverflowError, ValueError):  # OutOfBoundsDatetime is a ValueError
-        return None if ts.year > 2000 else pd.Timestamp("1678-01-01", tz=ts.tz)
-    return ts
-
-
 def _store_series(
     store: CandleStore, req: ForecastRequest, lookback: int, out: Prepared
 ) -> list[_Series]:
-    # the store reads a naive as_of as each symbol's wall clock, an aware one converted
-    as_of = None if req.as_of is None else store_as_of(req.as_of)
+    # the store reads a naive as_of as each symbol's wall clock, an aware one converted; its
+    # year is within the store's range (``ForecastRequest`` refuses others with a 422)
+    as_of = None if req.as_of is None else pd.Timestamp(req.as_of)
     # one read: every window of one store version, which the answer names
     batch = store.read_windows(
         list(req.symbols or []), lookback, as_of=as_of, frequency=req.frequency
@@ -156,10 +131,8 @@ def _store_series(
             req.exchange or calendar_of(meta), held=win.held,
             template_ts=None if req.exchange else win.template_stamps, price_limit=rule,
         )
-        if req.as_of is not None:
-            w = as_of_warning(req.as_of, item.ts, win.last_stored, meta.get("timezone"))
-            if w is not None:
-                item.warnings.append(w)
+        if as_of is not None:
+            item.as_of = np.datetime64(_wall_clock(as_of, meta.get("timezone")), "ns")
         items.append(item)
     return items
 
@@ -190,17 +163,26 @@ def _inline_series(req: ForecastRequest, lookback: int, errors: list[dict]) -> l
     return items
 
 
+def _next_slots(future: Callable[..., np.ndarray], history: np.ndarray,
+                session: tuple[str | None, str] | None,
+                exchange: str | None) -> Callable[[int], np.ndarray]:
+    """``n`` -> the series' next ``n`` slots (its future timestamps), for ``stale``'s count."""
+    return lambda n: future(history, n, session, exchange)
+
+
 _GAPS = SessionGaps()  # per process: histories repeat across requests
 
 
 def prepare(req: ForecastRequest, lookback: int | Lookback, store: CandleStore,
             future: Callable[..., np.ndarray], min_history_warning: int,
-            max_context: int | None = None, gaps: Callable[..., str | None] = _GAPS) -> Prepared:
+            gaps: Callable[..., str | None] = _GAPS) -> Prepared:
     """The request's usable series with their future timestamps; a series with fewer than
     ``min_history_warning`` candles is forecast with a ``short_history`` warning, one whose
-    history is shorter than the lookback asked or than the model could see (``max_context``)
-    with a ``history_cut`` warning naming both lengths; one that skips sessions of its known
-    exchange with a ``missing_sessions`` warning (``gaps``: how many, the first few)."""
+    history is shorter than the lookback the caller asked with a ``history_cut`` warning naming
+    both lengths (``kronos_core.base.lookback``); one that skips sessions of its known
+    exchange with a ``missing_sessions`` warning (``gaps``: how many, the first few); a store
+    series behind the portfolio (``service.gateway.stale``) with a ``stale`` warning, or with
+    ``exclude_stale`` left out and listed in the errors as ``stale``."""
     out = Prepared()
     if not isinstance(lookback, Lookback):
         lookback = Lookback(int(lookback), "request", f"lookback {lookback}")
@@ -209,16 +191,29 @@ def prepare(req: ForecastRequest, lookback: int | Lookback, store: CandleStore,
     else:
         items = _inline_series(req, lookback.value, out.errors)
     short = min_history_warning
-    reach = max_context or lookback.value
+    out.as_of = portfolio_as_of([it.ts[-1] for it in items])
+    # store series only: an inline series ends where its caller cut it
+    stored = req.symbols is not None
     for it in items:
         try:
             history = it.ts if it.template_ts is None else it.template_ts
             y = future(history, req.horizon, it.session, it.exchange)
+            late = staleness(
+                it.ts[-1], y, _next_slots(future, history, it.session, it.exchange),
+                out.as_of, it.as_of, it.exchange,
+            ) if stored else None
         except Exception as exc:
             out.errors.append(
                 symbol_error(it.symbol, ErrorCode.NO_CALENDAR, f"future timestamps: {exc}")
             )
             continue
+        if late is not None:
+            if req.exclude_stale:
+                out.errors.append(symbol_error(
+                    it.symbol, ErrorCode.STALE, f"left out (exclude_stale): {late.message()}"
+                ))
+                continue
+            it.warnings.append(symbol_warning(WarningCode.STALE, late.message()))
         if len(it.values) < short:
             it.warnings.append(
                 symbol_warning(
@@ -228,7 +223,7 @@ def prepare(req: ForecastRequest, lookback: int | Lookback, store: CandleStore,
                 )
             )
         held = len(it.values) if it.held is None else it.held
-        cut = history_cut_message(len(it.values), held, lookback, reach)
+        cut = history_cut_message(len(it.values), held, lookback)
         if cut is not None:
             it.warnings.append(symbol_warning(WarningCode.HISTORY_CUT, cut))
         gap = gaps(it.ts, it.exchange)

@@ -62,15 +62,16 @@ def test_default_lookback_is_context_minus_horizon_or_the_calibrations():
     assert calibration_lookback(grouped) == 200  # the longest inside every group's range
 
 
-def test_history_cut_names_both_lengths():
+def test_history_cut_only_when_the_lookback_asked_is_cut():
     default = choose_lookback(None, 200, 256)
-    msg = history_cut_message(56, 5000, default, 256)
-    assert "56 candles of the 256" in msg and "holds 5000" in msg and "horizon 200" in msg
-    assert history_cut_message(40, 40, default, 256) is None  # all the series holds
+    assert history_cut_message(56, 5000, default) is None  # the model's window: nothing to say
+    assert history_cut_message(40, 40, default) is None
+    fitted = choose_lookback(None, 5, 256, {"scope": Scope((200, 200), ("1d",), None).to_dict()})
+    assert fitted.source == "calibration" and history_cut_message(100, 5000, fitted) is None
     asked = choose_lookback(100, 5, 256)
-    assert history_cut_message(100, 5000, asked, 256) is None  # what was asked
-    msg = history_cut_message(40, 40, asked, 256)
-    assert "40 candles" in msg and "lookback 100 asked" in msg
+    assert history_cut_message(100, 5000, asked) is None  # what was asked
+    msg = history_cut_message(40, 40, asked)
+    assert "40 candles" in msg and "lookback 100 asked" in msg and "holds 40" in msg
 
 
 def test_kronos_forecast_refuses_a_horizon_past_the_context_before_forecasting(capsys, monkeypatch):

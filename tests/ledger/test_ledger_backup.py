@@ -24,7 +24,36 @@ def _keys(table) -> set[tuple]:
     return set(zip(*cols, strict=True))
 
 
-def test_a_backup_of_a_live_ledger_round_trips(tmp_path):
+def test_a_backup_of_a_live_ledger_round_trips(tmp_path, monkeypatch):
+    """A copy taken while a writer records and a scorer scores. That no scoring pass runs during
+    the copy is checked at every file copied (the scorers' lock must be held then), not left to
+    a race that a fast copy wins (issue 52: a backup without the lock passed when copies were
+    quick)."""
+    import kronos_core.ledger.backup as backup_mod
+    from kronos_core.data.fileformat import SymbolLock
+    from kronos_core.ledger.scoring import LOCK_NAME
+
+    held: list[Path] = []  # the locks the backup holds now
+
+    class SeenLock(SymbolLock):
+        def __enter__(self):
+            out = super().__enter__()
+            held.append(self.path)
+            return out
+
+        def __exit__(self, *exc):
+            held.remove(self.path)
+            return super().__exit__(*exc)
+
+    scorers_lock = SymbolLock(tmp_path / "ledger", LOCK_NAME).path
+    real_copy = backup_mod.shutil.copyfile
+    copied_unlocked: list[str] = []
+
+    def copy_holding_the_lock(src, dst, *a, **kw):
+        if scorers_lock not in held:
+            copied_unlocked.append(str(src))
+        return real_copy(src, dst, *a, **kw)
+
     symbols = [f"S{i:02d}" for i in range(6)]
     history, horizon = 30, 4
     full = {s: candles(history + 20, seed=i) for i, s in enumerate(symbols)}
@@ -58,12 +87,16 @@ def test_a_backup_of_a_live_ledger_round_trips(tmp_path):
     try:
         while len(written) < 5:
             stop.wait(0.01)
+        monkeypatch.setattr(backup_mod, "SymbolLock", SeenLock)
+        monkeypatch.setattr(backup_mod.shutil, "copyfile", copy_holding_the_lock)
         report = backup(tmp_path / "ledger", tmp_path / "backup")
+        monkeypatch.undo()
     finally:
         stop.set()
         for t in threads:
             t.join()
     assert report.files > 2 and report.bytes > 0 and report.vanished == 0
+    assert copied_unlocked == []  # a scoring pass could have run while these were copied
     manifest = verify(tmp_path / "backup")
     assert all(not Path(rel).name.startswith(".") for rel in manifest["files"])  # no lock, no tmp
 

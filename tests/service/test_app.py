@@ -194,3 +194,94 @@ def test_request_the_deployment_cannot_run_is_422_naming_the_field():
     )
     assert "at most 2" in detail[0]["msg"]
     assert _errors(ing, "invalid_request") == 1
+
+
+def _route_request(state: dict):
+    """A Starlette request for the forecast route, its scope's state as the middlewares left it."""
+    from starlette.requests import Request
+
+    return Request({"type": "http", "method": "POST", "path": "/v1/forecast", "headers": [],
+                    "state": state})
+
+
+def test_the_time_queued_is_taken_off_the_requests_deadline(monkeypatch):
+    """Issue 52 (a missed plant): a request that waited 40 s for a slot (``queued_s``, set by
+    ``service.admission``) has the rest of its deadline, from the setting or its header."""
+    ing = _ingress(FakeHandle(_run_shard), request_timeout_s=100)
+    deadlines: list[float] = []
+    real = ing.pipeline.forecast
+
+    async def forecast(req, timeout_s=None, request_id=None):
+        deadlines.append(timeout_s)
+        return await real(req, timeout_s=timeout_s, request_id=request_id)
+
+    monkeypatch.setattr(ing.pipeline, "forecast", forecast)
+    small = ForecastRequest(symbols=["S000"], horizon=2, record=False)
+    r = asyncio.run(ing.forecast(small, accept=None, request=_route_request({"queued_s": 40.0})))
+    assert r.status_code == 200 and deadlines == [60.0]
+    asyncio.run(ing.forecast(small, accept=None, x_kronos_timeout_s=50.0,
+                             request=_route_request({"queued_s": 10.0})))
+    assert deadlines[-1] == 40.0
+    asyncio.run(ing.forecast(small, accept=None, request=_route_request({})))  # not queued
+    assert deadlines[-1] == 100.0
+
+
+def test_a_key_past_its_rate_is_429_with_retry_after(monkeypatch):
+    """Issue 52 (a missed plant): the per-key rate limit at the route, without Ray or HTTP:
+    a key of 0.01 series/s (burst 10 s: 0.1 series) runs one request (a bucket may go into debt,
+    so that a portfolio is never refused forever), then is refused 429 ``rate_limited`` with the
+    ~90 s its bucket needs to refill, and another key is not held back."""
+    import service.state
+    from service.auth import KeyRing, parse_keys
+    from service.common.errors import RateLimited
+    from service.state import ProcessState
+
+    state = ProcessState()
+    state.keyring = KeyRing(parse_keys(f"{'a' * 64} slow forecast 0.01\n{'b' * 64} free forecast -",
+                                       "test"), burst_s=10.0)
+    monkeypatch.setattr(service.state, "_STATE", state)
+    slow, free = state.keyring.keys["a" * 64], state.keyring.keys["b" * 64]
+    ing = _ingress(FakeHandle(_run_shard))
+    twenty = ForecastRequest(symbols=[f"S{i:03d}" for i in range(20)], horizon=2, record=False)
+    one = ForecastRequest(symbols=["S000"], horizon=2, record=False)
+    r = asyncio.run(ing.forecast(one, accept=None, request=_route_request({"api_key": slow})))
+    assert r.status_code == 200
+    with pytest.raises(RateLimited) as refused:
+        asyncio.run(ing.forecast(one, accept=None, request=_route_request({"api_key": slow})))
+    resp = error_response(refused.value, ing.metrics)
+    assert resp.status_code == 429 and orjson.loads(resp.body)["code"] == "rate_limited"
+    assert "slow" in orjson.loads(resp.body)["detail"]
+    assert 80 <= int(resp.headers["Retry-After"]) <= 90  # 0.9 series of debt at 0.01/s
+    r = asyncio.run(ing.forecast(twenty, accept=None, request=_route_request({"api_key": free})))
+    assert r.status_code == 200
+
+
+def test_stopping_a_gateway_closes_every_part_even_when_one_fails(caplog):
+    """Issue 52: ``Ingress.__del__`` raised "'Broken' object has no attribute 'stop'" (an
+    unraisable-exception warning) for a ``live`` without ``stop``, and would have skipped the
+    ledger writer after it. Each part is closed apart: one that fails is logged, the rest close."""
+    import logging
+
+    ing = _ingress(FakeHandle(_run_shard))
+    closed: list[str] = []
+
+    class Part:
+        def __init__(self, name, fails=False):
+            self.name, self.fails = name, fails
+
+        def stop(self):
+            if self.fails:
+                raise RuntimeError(f"{self.name} would not stop")
+            closed.append(self.name)
+
+    class Recorder:
+        def close(self, timeout_s):
+            closed.append(f"recorder {timeout_s}")
+
+    ing.metrics_port, ing.watch = Part("metrics_port"), Part("watch", fails=True)
+    ing.live = object()  # a part without stop: nothing to stop
+    ing.recorder = Recorder()
+    with caplog.at_level(logging.WARNING, logger="service.app"):
+        ing.__del__()
+    assert closed == ["metrics_port", "recorder 5"]
+    assert "closing its watch failed (RuntimeError: watch would not stop)" in caplog.text

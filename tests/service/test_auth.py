@@ -206,3 +206,24 @@ def test_a_changed_keys_file_is_read_again_without_a_restart(tmp_path, caplog):
     t += KEYS_CHECK_S
     ring = watch.current(now=t)
     assert ring.enabled and not ring.keys and ring.lookup(OPS) is None  # closed, not open
+
+
+def test_a_keys_changed_rate_takes_effect_at_the_reload(tmp_path):
+    """Issue 52 (a missed plant): a key whose rate the keys file changes gets a bucket of the new
+    rate at the reload (an unchanged key keeps its bucket, tested above), so that 5 -> 50
+    series/s admits ten times as much."""
+    from service.auth import KEYS_CHECK_S, KeyFileWatch
+
+    f = tmp_path / "keys"
+    f.write_text(f"{hash_key(ALICE)} alice forecast 5\n")
+    settings = Settings(api_keys_file=str(f), rate_burst_s=1.0)
+    watch = KeyFileWatch(settings, load_keyring(settings))
+    alice = watch.ring.lookup(ALICE)
+    assert watch.ring.throttle(alice, 5) == 0.0 and watch.ring.throttle(alice, 1) == 0.0
+    assert watch.ring.throttle(alice, 1) > 0  # 5 series/s, 5 of burst: used up
+    f.write_text(f"{hash_key(ALICE)} alice forecast 50\n")
+    ring = watch.current(now=watch.checked + KEYS_CHECK_S)
+    bucket = ring.buckets["alice"]
+    assert (bucket.rate, bucket.capacity) == (50.0, 50.0)
+    alice = ring.lookup(ALICE)
+    assert ring.throttle(alice, 50) == 0.0  # the new burst

@@ -248,14 +248,22 @@ def test_store_errors_reach_clients_without_paths(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "as_of, expect",
-    [
-        ("0001-01-01T00:00:00", "cut-all"), ("9999-12-31T23:59:59", None),
-        ("9999-12-31T00:00:00-23:00", None), ("1500-06-01T00:00:00", "cut-all"),
-        ("2024-01-01T00:00:00", "2024-01-01"),
-    ],
+    "as_of",
+    ["0001-01-01T00:00:00", "0321-10-22T16:00:01Z", "1500-06-01T00:00:00", "1677-12-31T23:59:59",
+     "2262-01-01T00:00:00", "9999-12-31T23:59:59", "9999-12-31T00:00:00-23:00"],
 )
-def test_as_of_outside_the_nanosecond_range_is_clamped(as_of, expect):
+def test_as_of_outside_the_stores_years_is_refused_naming_the_range(as_of):
+    """Issue 52: a date the store cannot hold is the caller's error (a 422), no longer clamped
+    to "everything" or "nothing" (a 500 on /v1/candles before)."""
+    with pytest.raises(ValidationError) as err:
+        ForecastRequest(symbols=["S001"], horizon=2, as_of=as_of)
+    (e,) = err.value.errors()
+    assert e["loc"] == ("as_of",) and "the year must be 1678 to 2261" in e["msg"]
+
+
+@pytest.mark.parametrize("as_of", ["1678-01-01T00:00:00", "2024-01-01T00:00:00",
+                                   "2261-12-31T23:59:59"])
+def test_as_of_inside_the_stores_years_is_read_as_it_is(as_of):
     seen = []
 
     class Store(FakeStore):
@@ -266,13 +274,7 @@ def test_as_of_outside_the_nanosecond_range_is_clamped(as_of, expect):
     gw = _gateway()
     gw.store = Store()
     asyncio.run(gw.forecast(ForecastRequest(symbols=["S001"], horizon=2, as_of=as_of)))
-    if expect is None:
-        assert seen == [None]
-    elif expect == "cut-all":
-        assert seen[0] < pd.Timestamp("1678-01-02", tz=seen[0].tz)
-        seen[0].as_unit("ns")  # representable: the store can compare with it
-    else:
-        assert seen == [pd.Timestamp(expect)]
+    assert seen == [pd.Timestamp(as_of)]
 
 
 def test_a_non_finite_forecast_is_that_series_error_not_a_null():

@@ -221,3 +221,26 @@ def test_unset_sampling_fields_take_the_models_and_the_path_limit_is_checked_aft
                                            "horizon": 501, "return_paths": True})
     assert many.too_many_paths() is None
     assert "5,000,000" in many.with_sampling_defaults({"sample_count": 100}).too_many_paths()
+
+
+def test_the_schemas_date_pattern_admits_exactly_the_years_the_service_takes():
+    """Issue 52: a date outside the store's years is a 422, and the schema says so with a
+    pattern on the text, so that a client or a fuzzer following the schema never sends one."""
+    import re
+    from datetime import datetime
+
+    from pydantic import ValidationError
+
+    from service.common.schemas import STORE_YEARS_PATTERN, ForecastRequest
+
+    for year in range(1, 10000):
+        text = f"{year:04d}-06-01T00:00:00"
+        try:
+            ForecastRequest(symbols=["S"], horizon=1, as_of=text)
+            taken = True
+        except ValidationError:
+            taken = False
+        assert taken == bool(re.match(STORE_YEARS_PATTERN, text)), year
+    assert ForecastRequest(symbols=["S"], horizon=1, as_of="2261-12-31T23:59:59").as_of == (
+        datetime(2261, 12, 31, 23, 59, 59)
+    )

@@ -72,3 +72,53 @@ def test_the_app_reads_the_state_at_each_request(fresh_state):
     fresh_state.lifecycle.draining = True
     r = client.get("/healthz-nope")
     assert r.status_code == 503 and r.json()["code"] == "shutting_down"
+
+
+def test_start_reads_the_admission_settings_into_the_gate(fresh_state):
+    """Issue 52 (a missed plant): each admission setting reaches the gateway's gate."""
+    settings = Settings(max_inflight_requests=3, max_queued_requests=5, queue_wait_s=1.5,
+                        retry_after_s=7, request_timeout_s=90)
+    fresh_state.start(settings, Metrics(shared_dir=None), None)
+    gate = current().admission
+    assert (gate.limit, gate.queue, gate.max_wait_s, gate.retry_after_s) == (3, 5, 1.5, 7)
+    assert current().request_timeout_s == 90
+    # and a refusal is counted as overloaded
+    gate.on_refuse()
+    assert current().metrics.registry.get_sample_value(
+        "kronos_errors_total", {"code": "overloaded"}
+    ) == 1
+
+
+def test_a_gateway_asks_for_the_models_limits_before_serving_its_schema(fresh_state):
+    """Issue 52's fresh clone: Schemathesis read /openapi.json from a gateway that no request
+    or probe had reached yet, got the static horizon ceiling (512), and sent 511 to a
+    256-candle model: a 422 for a request its schema allowed. Such a gateway now asks a replica
+    first; with none answering it serves the static ceiling."""
+    pytest.importorskip("ray.serve")
+    from fastapi.testclient import TestClient
+
+    from service.app import _note_model_limits, api
+
+    asked: list[int] = []
+
+    async def describe():
+        asked.append(1)
+        _note_model_limits(type("Info", (), {"max_context": 256})())
+
+    client = TestClient(api)
+    assert client.get("/openapi.json").json()["components"]["schemas"]["ForecastRequest"][
+        "properties"]["horizon"]["maximum"] == 512  # no ingress yet: the static ceiling
+    fresh_state.describe_model = describe
+    for _ in range(2):
+        schema = client.get("/openapi.json").json()
+        assert schema["components"]["schemas"]["ForecastRequest"]["properties"]["horizon"][
+            "maximum"] == 256
+    assert asked == [1]  # once: the limits are then known
+
+    async def no_replica():
+        raise TimeoutError
+
+    fresh_state.max_horizon, fresh_state.describe_model = None, no_replica
+    schema = client.get("/openapi.json").json()
+    assert schema["components"]["schemas"]["ForecastRequest"]["properties"]["horizon"][
+        "maximum"] == 512

@@ -1,6 +1,7 @@
 """What the gateway reads and says about each series' history (issue 26): a horizon past the
 model's context is a 422 before anything is read, a history shorter than asked or than the
-model could see is a ``history_cut`` warning naming both lengths, and an inline series that
+caller asked is a ``history_cut`` warning naming both lengths (never the model's default window,
+issue 52), and an inline series that
 skips sessions of its exchange gets a ``missing_sessions`` warning."""
 
 import asyncio
@@ -42,15 +43,17 @@ def test_a_horizon_past_the_context_is_refused_before_any_read_or_shard():
     assert out.symbols == ["S001"] and out.history_length == [2] and store.reads == 1
 
 
-def test_the_default_lookback_cut_is_a_warning_naming_both_lengths():
+def test_the_default_window_cut_from_a_long_history_is_no_warning():
+    """Issue 52: the model's default window is shorter than a long stored history on every
+    request; a ``history_cut`` on every row taught people to ignore warnings. The answer's
+    ``lookback`` says what was read and why."""
     gw, _, _ = fake_gateway()  # store symbols hold 300 candles; max_context 64
     out = asyncio.run(gw.forecast(ForecastRequest(symbols=["S001"], horizon=40)))
-    assert out.history_length == [24] and _codes(out) == [["short_history", "history_cut"]]
-    msg = out.warnings[0][1]["message"]
-    assert "24 candles of the 64 the model could see" in msg and "holds 300" in msg
-    assert "horizon 40" in msg
+    assert out.history_length == [24] and _codes(out) == [["short_history"]]
     lookback = {"value": 24, "source": "default", "note": out.lookback["note"]}
-    assert answer_to_json(out)["lookback"] == lookback
+    assert answer_to_json(out)["lookback"] == lookback and "horizon 40" in lookback["note"]
+    out = asyncio.run(gw.forecast(ForecastRequest(symbols=["S001"], horizon=4)))
+    assert out.history_length == [60] and out.warnings == [[]]
 
 
 def test_a_lookback_longer_than_the_series_is_a_warning():

@@ -106,7 +106,7 @@ def test_each_forecast_says_what_history_it_used():
     assert out.history_length == [40] and out.warnings == [[]]
 
 
-def test_as_of_past_the_end_of_the_data_is_a_warning():
+def test_as_of_past_the_end_of_the_data_is_a_stale_warning():
     gw, _, _ = fake_gateway()
     store = gw.store  # hourly 2024-01-01 00:00 .. 300 candles
     last = store.idx[-1]
@@ -119,8 +119,10 @@ def test_as_of_past_the_end_of_the_data_is_a_warning():
     assert within_a_candle.warnings == [[]]
     late = asyncio.run(gw.forecast(ForecastRequest(symbols=["S001", "S002"], horizon=2, lookback=40,
                                                    as_of="2025-01-01T00:00")))
-    assert [[w["code"] for w in ws] for ws in late.warnings] == [["as_of_after_data"]] * 2
-    assert str(last) in late.warnings[0][0]["message"]
+    assert [[w["code"] for w in ws] for ws in late.warnings] == [["stale"]] * 2
+    message = late.warnings[0][0]["message"]
+    assert f"last candle {last}: at least 4096 candles missed up to the request's as_of" in message
+    assert late.as_of == last.to_datetime64()  # the portfolio's as-of: where its data ends
     assert late.last_timestamp[0] == last.to_datetime64()
 
 
