@@ -195,7 +195,9 @@ function rowOf(f) {
 
 function errorRow(e) {
   return {
-    symbol: e.symbol, last_candle: null, first_step: null, last_step: null, stale: null,
+    // a stale symbol left out (exclude_stale) is an error row, marked stale too
+    symbol: e.symbol, last_candle: null, first_step: null, last_step: null,
+    stale: e.code === "stale" ? e : null,
     last_close: null, change: null, band80: null, p_up: null, var_95: null,
     es_95: null, vol_alert: null, notes: `${e.code}: ${e.message}`, warnings: [], error: e,
   };
@@ -292,6 +294,7 @@ async function runPortfolio(event) {
                                samplingOptions("sample-count", "seed"));
     const lookback = numberOf("lookback");
     if (lookback !== null) body.lookback = lookback;
+    if ($("exclude-stale").checked) body.exclude_stale = true; // sent only when asked
     const asOf = $("as-of").value.trim();
     if (asOf) body.as_of = asOf;
     $("portfolio-status").textContent = `forecasting ${symbols.length} symbol(s)…`;
@@ -321,10 +324,10 @@ async function showPortfolio(answer) {
   state.lastRenderMs = performance.now() - t0;
 }
 
-/** The portfolio's as-of: the answer's own when it names one (portfolio_as_of), else the most
- * common last candle of its rows (ties: the latest), the rule the service's stale check uses. */
+/** The portfolio's as-of: the answer's own (its top-level as_of, where the service states it),
+ * else the most common last candle of its rows (ties: the latest), the service's rule too. */
 function portfolioAsOf(answer, rows) {
-  if (answer.portfolio_as_of) return answer.portfolio_as_of;
+  if (answer.as_of) return answer.as_of;
   const counts = new Map();
   for (const r of rows) if (r.last_candle) counts.set(r.last_candle, (counts.get(r.last_candle) || 0) + 1);
   let best = null, most = 0;
@@ -337,6 +340,7 @@ function portfolioAsOf(answer, rows) {
 function showDates(answer) {
   const rows = state.rows.filter((r) => !r.error);
   const box = $("portfolio-dates");
+  const left = state.rows.filter((r) => r.error && r.stale).map((r) => r.symbol);
   if (!rows.length) { state.portfolioDates = null; box.textContent = ""; return; }
   const asOf = portfolioAsOf(answer, rows);
   const firsts = new Set(rows.map((r) => r.first_step)), lasts = new Set(rows.map((r) => r.last_step));
@@ -351,6 +355,10 @@ function showDates(answer) {
   if (stale.length) {
     parts.push(`<span class="badge stale">stale</span> ${stale.length} row(s) whose last candle is behind: `
       + escapeHtml(stale.slice(0, 5).join(", ")) + (stale.length > 5 ? ", …" : ""));
+  }
+  if (left.length) {
+    parts.push(`${left.length} stale symbol(s) left out: ` + escapeHtml(left.slice(0, 5).join(", "))
+      + (left.length > 5 ? ", …" : ""));
   }
   box.innerHTML = parts.join(" · ");
 }
