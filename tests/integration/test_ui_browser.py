@@ -305,6 +305,15 @@ def test_a_symbol_whose_history_ends_earlier_is_shown_stale(browser, live_servic
     dates = browser.find_element("id", "portfolio-dates").text
     assert f"As of candle {STALE_END}" in dates and "HALTED" in dates, dates
     browser.save_screenshot(str(shots / "portfolio-stale-real.png"))
+    # left out on request (exclude_stale): an error row, still marked stale, and counted
+    browser.find_element("id", "exclude-stale").click()
+    _forecast_list(browser, list(frames), {"horizon": "5"})
+    failed = browser.find_elements("css selector", "#portfolio-body tr.data.failed")
+    assert [f.get_attribute("data-symbol") for f in failed] == ["HALTED"]
+    assert "stale" in (failed[0].get_attribute("class") or "").split()
+    assert "stale" in failed[0].text
+    dates = browser.find_element("id", "portfolio-dates").text
+    assert "1 stale symbol(s) left out: HALTED" in dates, dates
 
 
 # forecasts planted with a made-at time and a CRPS; "now" is 09:00 UTC on 2026-12-07
