@@ -1,8 +1,12 @@
 /* The forecast explorer (/ui): plain JavaScript on the service's own API, no build step.
  *
- * Views: portfolio (one forecast request, a sortable, filterable table with virtual scrolling),
- * symbol (candles, the forecast fan, sample paths, actual candles after as_of, volume),
- * accuracy (GET v1/accuracy) and model and settings (GET v1/models, the sampling options).
+ * Views: portfolio (one forecast request, a sortable, filterable table with virtual scrolling,
+ * the as-of candle and forecast dates, stale rows marked), symbol (candles, the forecast fan,
+ * sample paths, actual candles after as_of, volume), accuracy (GET v1/accuracy, CRPS by UTC day)
+ * and model and settings (GET v1/models, the sampling options).
+ * Defaults are the model's (its sample paths and point forecast, GET v1/models' sampling block)
+ * and seeded (DEFAULT_SEED): a forecast here and POST v1/forecast with the same fields give the
+ * same numbers.
  * Every URL is relative to the page, so the page works under a route prefix too. The API key,
  * when the service asks for one (401), is kept in sessionStorage for this tab and sent as the
  * X-API-Key header, never in a URL. window.kronosUi exposes the state the browser tests read.
@@ -13,6 +17,8 @@ const QUANTILES = [0.1, 0.25, 0.5, 0.75, 0.9];
 const KEY_STORE = "kronos.apiKey";
 const ROW_HEIGHT = 28; // px, as tbody tr.data in app.css: the virtual scroll's unit
 const OVERSCAN = 10; // rows drawn above and below the visible ones
+const DEFAULT_SEED = 0; // the forms' seed: the same request gives the same numbers (empty: random)
+const DAY_MS = 86400e3;
 
 const $ = (id) => document.getElementById(id);
 const state = {
@@ -24,9 +30,13 @@ const state = {
   lastAnswer: null,
   chart: null,
   chartInfo: null, // what the symbol view drew (for the tests)
-  modelDefaults: { temperature: 1.0, top_p: 0.9 },
+  // the reference's sampling defaults until GET v1/models says the model's (its sampling block)
+  modelDefaults: { temperature: 1.0, top_p: 0.9, sample_count: null, point: "mean" },
+  portfolioDates: null, // {asOf, first, last, differ, stale} of the last answer (for the tests)
 };
 window.kronosUi = state;
+// pure helpers the browser tests drive with fixed inputs (assigned once defined, below)
+state.fn = {};
 
 // ------------------------------------------------------------------ API calls and the key
 class ApiError extends Error {
@@ -106,12 +116,15 @@ function numberOf(id) {
   return v === "" ? null : Number(v);
 }
 
-/** The sampling options of the model view, only those set (else the service's defaults). */
-function samplingOptions() {
+/** The sampling options: the model view's temperature and top-p, a form's sample paths and seed,
+ * only those set (an unset one is the model's default on the service too). */
+function samplingOptions(samplesId, seedId) {
   const out = {};
-  const t = numberOf("opt-temperature"), p = numberOf("opt-top-p"), s = numberOf("opt-seed");
+  const t = numberOf("opt-temperature"), p = numberOf("opt-top-p");
+  const n = numberOf(samplesId), s = numberOf(seedId);
   if (t !== null) out.temperature = t;
   if (p !== null) out.top_p = p;
+  if (n !== null) out.sample_count = n;
   if (s !== null) out.seed = s;
   return out;
 }
@@ -136,31 +149,56 @@ function at(candles, field) {
   return a && a.length ? a[a.length - 1] : null;
 }
 
+/** The close of the model's point forecast at the last step: the mean of the paths, or the 0.5
+ * quantile when the model's point is the median (GET v1/models, sampling.point). */
+function pointClose(f) {
+  return state.modelDefaults.point === "median" ? at((f.quantiles || {})["0.5"], "close")
+                                                : at(f.mean, "close");
+}
+
+/** Wall-clock text "YYYY-MM-DDTHH:MM:SS" shown short: the date alone at midnight (a daily
+ * candle), else the date and the minute. */
+function shortTime(text) {
+  if (!text) return "–";
+  const [day, time = ""] = String(text).split("T");
+  return time === "" || time.startsWith("00:00:00") ? day : `${day} ${time.slice(0, 5)}`;
+}
+
 function rowOf(f) {
   const q = f.quantiles || {};
   const last = f.last_close;
-  const median = at(q["0.5"], "close");
+  const point = pointClose(f);
   const lo = at(q["0.1"], "close"), hi = at(q["0.9"], "close");
   const s = f.summary || {};
-  const notes = (f.warnings || []).map((w) => w.code);
+  const warnings = f.warnings || [];
+  const notes = warnings.map((w) => w.code);
+  const stale = warnings.find((w) => w.code === "stale") || null;
+  const times = f.timestamps || [];
   return {
     symbol: f.symbol,
+    last_candle: f.last_timestamp || null,
+    first_step: times.length ? times[0] : null,
+    last_step: times.length ? times[times.length - 1] : null,
+    stale, // the stale warning ({code, message, ...}) or null
     last_close: last,
-    change: median !== null && last ? (median / last - 1) * 100 : null,
+    change: point !== null && last ? (point / last - 1) * 100 : null,
     band80: lo !== null && hi !== null && last ? ((hi - lo) / last) * 100 : null,
     p_up: s.p_up ?? null,
     var_95: s.var_95 ?? null,
     es_95: s.es_95 ?? null,
     vol_alert: s.vol_alert ?? null,
     notes: notes.join(", "),
-    warnings: f.warnings || [],
+    warnings,
     error: null,
   };
 }
 
 function errorRow(e) {
   return {
-    symbol: e.symbol, last_close: null, change: null, band80: null, p_up: null, var_95: null,
+    // a stale symbol left out (exclude_stale) is an error row, marked stale too
+    symbol: e.symbol, last_candle: null, first_step: null, last_step: null,
+    stale: e.code === "stale" ? e : null,
+    last_close: null, change: null, band80: null, p_up: null, var_95: null,
     es_95: null, vol_alert: null, notes: `${e.code}: ${e.message}`, warnings: [], error: e,
   };
 }
@@ -178,7 +216,13 @@ function cells(r) {
   const notes = r.error
     ? `<span class="err">${escapeHtml(r.notes)}</span>`
     : `<span class="warn" title="${escapeHtml(r.warnings.map((w) => w.message).join("\n"))}">${escapeHtml(r.notes)}</span>`;
-  return `<td>${escapeHtml(r.symbol)}</td><td>${fmt(r.last_close, 2)}</td>`
+  const badge = r.stale ? ` <span class="badge stale" title="${escapeHtml(r.stale.message)}">stale</span>` : "";
+  const span = r.first_step === null ? "–"
+    : r.first_step === r.last_step ? shortTime(r.first_step)
+    : `${shortTime(r.first_step)} → ${shortTime(r.last_step)}`;
+  return `<td>${escapeHtml(r.symbol)}${badge}</td>`
+    + `<td class="date${r.stale ? " stale" : ""}">${escapeHtml(shortTime(r.last_candle))}</td>`
+    + `<td>${fmt(r.last_close, 2)}</td><td class="date">${escapeHtml(span)}</td>`
     + `<td class="${tone}">${r.change === null ? "–" : (r.change >= 0 ? "+" : "") + r.change.toFixed(2)}</td>`
     + `<td>${fmt(r.band80, 2)}</td><td>${r.p_up === null ? "–" : r.p_up.toFixed(2)}</td>`
     + `<td>${pct(r.var_95)}</td><td>${pct(r.es_95)}</td>`
@@ -219,7 +263,7 @@ function drawRows() {
   const parts = [`<tr class="spacer" aria-hidden="true" style="height:${first * ROW_HEIGHT}px"></tr>`];
   for (let i = first; i < last; i++) {
     const r = state.view[i];
-    parts.push(`<tr class="data${r.error ? " failed" : ""}" tabindex="0" data-symbol="${escapeHtml(r.symbol)}" aria-rowindex="${i + 2}">${cells(r)}</tr>`);
+    parts.push(`<tr class="data${r.error ? " failed" : ""}${r.stale ? " stale" : ""}" tabindex="0" data-symbol="${escapeHtml(r.symbol)}" aria-rowindex="${i + 2}">${cells(r)}</tr>`);
   }
   parts.push(`<tr class="spacer" aria-hidden="true" style="height:${(state.view.length - last) * ROW_HEIGHT}px"></tr>`);
   $("portfolio-body").innerHTML = parts.join("");
@@ -246,23 +290,17 @@ async function runPortfolio(event) {
     if (source === "list") symbols = parseSymbols($("symbol-list").value);
     else symbols = await allSymbols(source === "prefix" ? $("symbol-prefix").value.trim() : "");
     if (!symbols.length) throw new Error("no symbols: type some, or choose all or a prefix");
-    const body = Object.assign({
-      symbols, horizon: numberOf("horizon"), sample_count: numberOf("sample-count"),
-      quantiles: QUANTILES, summary: true,
-    }, samplingOptions());
+    const body = Object.assign({ symbols, horizon: numberOf("horizon"), quantiles: QUANTILES, summary: true },
+                               samplingOptions("sample-count", "seed"));
     const lookback = numberOf("lookback");
     if (lookback !== null) body.lookback = lookback;
+    if ($("exclude-stale").checked) body.exclude_stale = true; // sent only when asked
     const asOf = $("as-of").value.trim();
     if (asOf) body.as_of = asOf;
     $("portfolio-status").textContent = `forecasting ${symbols.length} symbol(s)…`;
+    state.lastRequest = body;
     const answer = await api("v1/forecast", { body });
-    const t0 = performance.now(); // the answer has arrived and is parsed
-    state.lastAnswer = { forecasts: answer.forecasts.length, errors: answer.errors.length, timing: answer.timing };
-    state.rows = answer.forecasts.map(rowOf).concat(answer.errors.map(errorRow));
-    $("table-scroll").scrollTop = 0;
-    applyView();
-    await new Promise((done) => requestAnimationFrame(() => done()));
-    state.lastRenderMs = performance.now() - t0;
+    await showPortfolio(answer);
     $("portfolio-status").textContent = `${answer.forecasts.length} forecast(s), `
       + `${answer.errors.length} error(s) in ${(answer.timing.total_ms / 1000).toFixed(1)} s; `
       + `table drawn in ${state.lastRenderMs.toFixed(0)} ms`;
@@ -272,6 +310,57 @@ async function runPortfolio(event) {
   } finally {
     button.disabled = false;
   }
+}
+
+/** Draw a forecast answer in the table (rows, dates line); sets lastAnswer and lastRenderMs. */
+async function showPortfolio(answer) {
+  const t0 = performance.now(); // the answer has arrived and is parsed
+  state.lastAnswer = { forecasts: answer.forecasts.length, errors: answer.errors.length, timing: answer.timing };
+  state.rows = answer.forecasts.map(rowOf).concat(answer.errors.map(errorRow));
+  showDates(answer);
+  $("table-scroll").scrollTop = 0;
+  applyView();
+  await new Promise((done) => requestAnimationFrame(() => done()));
+  state.lastRenderMs = performance.now() - t0;
+}
+
+/** The portfolio's as-of: the answer's own (its top-level as_of, where the service states it),
+ * else the most common last candle of its rows (ties: the latest), the service's rule too. */
+function portfolioAsOf(answer, rows) {
+  if (answer.as_of) return answer.as_of;
+  const counts = new Map();
+  for (const r of rows) if (r.last_candle) counts.set(r.last_candle, (counts.get(r.last_candle) || 0) + 1);
+  let best = null, most = 0;
+  for (const [t, n] of counts) if (n > most || (n === most && t > best)) { best = t; most = n; }
+  return best;
+}
+
+/** The line above the table: the as-of candle and the forecast's first and last dates when
+ * every row shares them (else that they differ: the per-row columns say), and the stale rows. */
+function showDates(answer) {
+  const rows = state.rows.filter((r) => !r.error);
+  const box = $("portfolio-dates");
+  const left = state.rows.filter((r) => r.error && r.stale).map((r) => r.symbol);
+  if (!rows.length) { state.portfolioDates = null; box.textContent = ""; return; }
+  const asOf = portfolioAsOf(answer, rows);
+  const firsts = new Set(rows.map((r) => r.first_step)), lasts = new Set(rows.map((r) => r.last_step));
+  const differ = firsts.size > 1 || lasts.size > 1;
+  const stale = rows.filter((r) => r.stale).map((r) => r.symbol);
+  const first = differ ? null : rows[0].first_step, last = differ ? null : rows[0].last_step;
+  state.portfolioDates = { asOf, first, last, differ, stale };
+  const parts = [`As of candle <strong>${escapeHtml(shortTime(asOf))}</strong>`];
+  parts.push(differ
+    ? `forecast dates differ per row (${firsts.size} first dates): see the Forecast dates column`
+    : `forecast <strong>${escapeHtml(shortTime(first))}</strong> → <strong>${escapeHtml(shortTime(last))}</strong>`);
+  if (stale.length) {
+    parts.push(`<span class="badge stale">stale</span> ${stale.length} row(s) whose last candle is behind: `
+      + escapeHtml(stale.slice(0, 5).join(", ")) + (stale.length > 5 ? ", …" : ""));
+  }
+  if (left.length) {
+    parts.push(`${left.length} stale symbol(s) left out: ` + escapeHtml(left.slice(0, 5).join(", "))
+      + (left.length > 5 ? ", …" : ""));
+  }
+  box.innerHTML = parts.join(" · ");
 }
 
 async function prefixCount() {
@@ -332,6 +421,11 @@ function volumeData(span, color) {
   return span.timestamps.map((t, i) => ({ time: chartTime(t), value: span.candles.volume[i], color }));
 }
 
+/** History candles the symbol chart opens on: 3 x horizon + 60. */
+function zoomCandles(horizon) {
+  return 3 * horizon + 60;
+}
+
 function drawChart(forecast, history, after, showPaths) {
   const LC = window.LightweightCharts;
   const box = $("chart");
@@ -358,8 +452,11 @@ function drawChart(forecast, history, after, showPaths) {
   const times = forecast.timestamps.map(chartTime);
   const lastT = hist[hist.length - 1].time, lastC = hist[hist.length - 1].close;
   const band = (lo, hi) => [{ time: lastT, lo: lastC, hi: lastC }].concat(times.map((t, i) => ({ time: t, lo: q[lo].close[i], hi: q[hi].close[i] })));
-  const median = chart.addSeries(LC.LineSeries, { color: "#1f5fbf", lineWidth: 2, priceLineVisible: false, lastValueVisible: true, title: "median" });
-  median.setData([{ time: lastT, value: lastC }].concat(times.map((t, i) => ({ time: t, value: q["0.5"].close[i] }))));
+  // the model's point forecast (the mean of the paths, or their median: sampling.point)
+  const pointName = state.modelDefaults.point === "median" ? "median" : "mean";
+  const pointCloses = pointName === "median" ? q["0.5"].close : forecast.mean.close;
+  const median = chart.addSeries(LC.LineSeries, { color: "#1f5fbf", lineWidth: 2, priceLineVisible: false, lastValueVisible: true, title: pointName });
+  median.setData([{ time: lastT, value: lastC }].concat(times.map((t, i) => ({ time: t, value: pointCloses[i] }))));
   // whitespace at the forecast times keeps the time scale's slots for the fan
   median.attachPrimitive(new BandPrimitive(band("0.1", "0.9"), "rgba(31, 95, 191, 0.18)"));
   median.attachPrimitive(new BandPrimitive(band("0.25", "0.75"), "rgba(31, 95, 191, 0.30)"));
@@ -389,10 +486,13 @@ function drawChart(forecast, history, after, showPaths) {
   volume.setData(vol);
   const panes = chart.panes ? chart.panes() : [];
   if (panes.length > 1) panes[1].setHeight(110);
-  // in view: the lookback the model saw and the forecast (the older context scrolls in)
+  // in view: the last 3 x horizon + 60 candles and the forecast, so a short fan is not a few
+  // pixels at the edge (and the price axis fits them); the older history scrolls in
   const total = hist.length + times.length;
-  chart.timeScale().setVisibleLogicalRange({ from: Math.max(0, hist.length - forecast.history_length - 3), to: total + 1 });
-  state.chartInfo = { symbol: forecast.symbol, history: hist.length, lookback: forecast.history_length, horizon: times.length, paths, actual };
+  const from = Math.max(0, hist.length - zoomCandles(times.length));
+  chart.timeScale().setVisibleLogicalRange({ from, to: total + 1 });
+  state.chartInfo = { symbol: forecast.symbol, history: hist.length, lookback: forecast.history_length, horizon: times.length, paths, actual,
+                      visibleFrom: from, point: pointName };
 }
 
 async function runSymbol(event) {
@@ -406,9 +506,8 @@ async function runSymbol(event) {
   try {
     const showPaths = $("show-paths").checked;
     const body = Object.assign({
-      symbols: [symbol], horizon: numberOf("symbol-horizon"), sample_count: numberOf("symbol-samples"),
-      quantiles: QUANTILES, return_paths: showPaths,
-    }, samplingOptions());
+      symbols: [symbol], horizon: numberOf("symbol-horizon"), quantiles: QUANTILES, return_paths: showPaths,
+    }, samplingOptions("symbol-samples", "symbol-seed"));
     const lookback = numberOf("symbol-lookback");
     if (lookback !== null) body.lookback = lookback;
     const asOf = $("symbol-as-of").value.trim();
@@ -419,12 +518,14 @@ async function runSymbol(event) {
       throw new Error(e ? `${e.symbol}: ${e.code}: ${e.message}` : "no forecast came back");
     }
     const f = answer.forecasts[0];
-    const context = Math.min(4096, f.history_length + Math.max(32, Math.round(f.history_length / 4)));
+    const context = Math.min(4096, Math.max(zoomCandles(f.timestamps.length),
+                                            f.history_length + Math.max(32, Math.round(f.history_length / 4))));
     const params = new URLSearchParams({ symbol, before: String(context), as_of: f.last_timestamp, after: String(f.timestamps.length) });
     const stored = await api(`v1/candles?${params}`);
     drawChart(f, stored, stored.after, showPaths);
     const warn = (f.warnings || []).map((w) => `${w.code}: ${w.message}`).join(" · ");
-    $("symbol-notes").textContent = `last candle ${f.last_timestamp}, lookback ${f.history_length} candles`
+    const span = `forecast ${shortTime(f.timestamps[0])} → ${shortTime(f.timestamps[f.timestamps.length - 1])}`;
+    $("symbol-notes").textContent = `last candle ${f.last_timestamp}, lookback ${f.history_length} candles, ${span}`
       + (stored.after.timestamps.length ? `, ${stored.after.timestamps.length} actual candle(s) after it` : "")
       + (warn ? ` — ${warn}` : "");
     $("symbol-status").textContent = "done";
@@ -440,6 +541,7 @@ function openSymbol(symbol) {
   $("symbol-input").value = symbol;
   $("symbol-horizon").value = $("horizon").value;
   $("symbol-samples").value = $("sample-count").value;
+  $("symbol-seed").value = $("seed").value;
   $("symbol-lookback").value = $("lookback").value;
   $("symbol-as-of").value = $("as-of").value;
   showTab("symbol");
@@ -462,25 +564,40 @@ function figuresTable(title, rows) {
   return `<table class="accuracy-table"><thead>${head}</thead><tbody>${body}</tbody></table>`;
 }
 
-/** CRPS by the day the forecasts were made, over the last 7 days. /v1/accuracy?since=T gives
- * the mean over every forecast made at or after T with its count, so one day's mean is exact:
- * (mean_a * n_a - mean_b * n_b) / (n_a - n_b) for the cuts a < b around it. */
-async function crpsOverTime(symbol) {
-  const days = 7, now = Date.now(), cum = [];
-  for (let k = days; k >= 0; k--) {
-    const since = new Date(now - k * 86400e3).toISOString();
-    const one = await api(`v1/accuracy?since=${encodeURIComponent(since)}${symbol ? "&symbol=" + encodeURIComponent(symbol) : ""}`);
-    cum.push({ since, n: one.all_time.scored, crps: one.all_time.crps });
-  }
-  const rows = [];
-  for (let i = 0; i < days; i++) {
+/** The starts (ms, UTC midnight) of the `days` UTC calendar days up to the one holding `nowMs`,
+ * oldest first: the ledger's date= partitions are UTC days too. */
+function utcDayStarts(nowMs, days) {
+  const today = Math.floor(nowMs / DAY_MS) * DAY_MS;
+  return Array.from({ length: days }, (_, i) => today - (days - 1 - i) * DAY_MS);
+}
+
+/** CRPS by the UTC day the forecasts were made, the `days` days up to `nowMs` (oldest first):
+ * [{day: "YYYY-MM-DD", scored, crps}]. `cumulative(sinceIso)` answers {n, crps}: the count and
+ * mean over every forecast made at or after `since` (GET v1/accuracy?since=), so one day's mean
+ * is exact: (mean_a * n_a - mean_b * n_b) / (n_a - n_b) for its midnight a and the next one b
+ * (today's has no b: everything made since its midnight). */
+async function crpsByDay(nowMs, days, cumulative) {
+  const starts = utcDayStarts(nowMs, days);
+  const cum = [];
+  for (const start of starts) cum.push(await cumulative(new Date(start).toISOString()));
+  cum.push({ n: 0, crps: null });
+  return starts.map((start, i) => {
     const a = cum[i], b = cum[i + 1], n = a.n - b.n;
     const sum = (a.crps || 0) * a.n - (b.crps || 0) * b.n;
-    rows.push(`<tr><td>${escapeHtml(a.since.slice(0, 10))}</td><td>${n}</td><td>${n > 0 ? fmt(sum / n, 4) : "–"}</td></tr>`);
-  }
-  if (!cum[0].n) return "<h2>CRPS over time</h2><p class=\"empty\">No forecast made in the last 7 days has been scored yet.</p>";
+    return { day: new Date(start).toISOString().slice(0, 10), scored: n, crps: n > 0 ? sum / n : null };
+  });
+}
+
+async function crpsOverTime(symbol) {
+  const days = 7;
+  const rows = await crpsByDay(Date.now(), days, async (since) => {
+    const one = await api(`v1/accuracy?since=${encodeURIComponent(since)}${symbol ? "&symbol=" + encodeURIComponent(symbol) : ""}`);
+    return { n: one.all_time.scored, crps: one.all_time.crps };
+  });
+  if (!rows.some((r) => r.scored)) return `<h2>CRPS over time</h2><p class="empty">No forecast made in the last ${days} UTC days has been scored yet.</p>`;
+  const body = rows.map((r) => `<tr><td>${r.day}</td><td>${r.scored}</td><td>${fmt(r.crps, 4)}</td></tr>`).join("");
   return "<h2>CRPS over time (by the day the forecasts were made, UTC)</h2>"
-    + `<table class="accuracy-table"><thead><tr><th scope="col">day</th><th scope="col">scored</th><th scope="col">CRPS</th></tr></thead><tbody>${rows.join("")}</tbody></table>`;
+    + `<table class="accuracy-table" id="crps-by-day"><thead><tr><th scope="col">day (UTC)</th><th scope="col">scored</th><th scope="col">CRPS</th></tr></thead><tbody>${body}</tbody></table>`;
 }
 
 async function loadAccuracy(event) {
@@ -537,33 +654,57 @@ async function loadModel() {
     const models = await api("v1/models");
     const m = models.models[0];
     state.model = m;
-    $("model-line").textContent = `model: ${m.name} · sha256 ${m.sha256.slice(0, 12)}… · context ${m.max_context}`;
     const facts = Object.entries(m).filter(([, v]) => typeof v !== "object" || v === null);
     if (m.calibration) facts.push(["calibration", `${m.calibration.method} at ${m.calibration.levels.join(", ")}`]);
+    if (m.sampling) facts.push(["sampling", `${m.sampling.sample_count} paths, temperature ${m.sampling.temperature}, top-p ${m.sampling.top_p}, point: the ${m.sampling.point} (${m.sampling.source})`]);
     $("model-info").innerHTML = facts.map(([k, v]) => `<dt>${escapeHtml(k)}</dt><dd>${escapeHtml(v === null ? "none" : v)}</dd>`).join("");
     // the sampling defaults: the model's own when it states them, else the request schema's
     const defaults = Object.assign({}, state.modelDefaults, m.sampling || {});
-    try {
-      const schema = await api("openapi.json");
-      const props = schema.components.schemas.ForecastRequest.properties;
-      if (!m.sampling) {
-        if (props.temperature.default !== undefined) defaults.temperature = props.temperature.default;
-        if (props.top_p.default !== undefined) defaults.top_p = props.top_p.default;
-      }
-    } catch (_) { /* a key without the docs scope: the built-in defaults stay */ }
+    if (!m.sampling) {
+      try {
+        const schema = await api("openapi.json");
+        const props = schema.components.schemas.ForecastRequest.properties;
+        if (props.temperature.default != null) defaults.temperature = props.temperature.default;
+        if (props.top_p.default != null) defaults.top_p = props.top_p.default;
+      } catch (_) { /* a key without the docs scope: the built-in defaults stay */ }
+    }
     state.modelDefaults = defaults;
+    showDefaults(defaults);
     $("opt-temperature").placeholder = `default ${defaults.temperature}`;
     $("opt-top-p").placeholder = `default ${defaults.top_p}`;
     $("default-temperature").textContent = `default: ${defaults.temperature}`;
     $("default-top-p").textContent = `default: ${defaults.top_p}`;
+    // last: the line says the page is ready (its defaults are in the forms)
+    $("model-line").textContent = `model: ${m.name} · sha256 ${m.sha256.slice(0, 12)}… · context ${m.max_context}`;
   } catch (error) {
     $("model-line").textContent = "model: unknown";
     if (!(error instanceof ApiError && error.status === 401)) showError(error);
   }
 }
 
+/** The model's sample paths fill the forms' fields the user has not typed in, and its point
+ * forecast names the change column and the chart's line. */
+function showDefaults(defaults) {
+  for (const id of ["sample-count", "symbol-samples"]) {
+    const input = $(id);
+    if (defaults.sample_count) {
+      input.placeholder = `model's: ${defaults.sample_count}`;
+      if (!input.dataset.edited) input.value = String(defaults.sample_count);
+    }
+  }
+  const point = defaults.point === "median" ? "Median" : "Mean";
+  $("change-header").textContent = `${point} change %`;
+  $("point-legend").textContent = point.toLowerCase();
+  $("default-point").textContent = `point forecast: the ${point.toLowerCase()} of the paths`;
+}
+
 // ------------------------------------------------------------------ wiring
 function start() {
+  for (const id of ["sample-count", "symbol-samples"]) {
+    $(id).addEventListener("input", () => { $(id).dataset.edited = "1"; });
+  }
+  $("seed").value = $("symbol-seed").value = String(DEFAULT_SEED);
+  $("default-seed").textContent = String(DEFAULT_SEED);
   for (const t of TABS) $("tab-" + t).addEventListener("click", () => showTab(t));
   $("portfolio-form").addEventListener("submit", runPortfolio);
   $("symbol-form").addEventListener("submit", runSymbol);
@@ -590,4 +731,5 @@ function start() {
   loadModel();
 }
 
+Object.assign(state.fn, { crpsByDay, utcDayStarts, shortTime, showPortfolio, zoomCandles });
 start();
