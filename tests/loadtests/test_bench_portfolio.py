@@ -52,7 +52,7 @@ def test_it_prints_the_engine_the_matrix_speed_the_arithmetic_and_the_ratio(
     def engine(args, predictor, windows, options):
         real_engine(args, predictor, windows, options)  # the engine does run every window
         calls.append(len(windows))
-        return 1e-9  # far inside any limit
+        return 1e-9, 1e-9  # far inside any limit
 
     def no_service(*args):
         raise AssertionError("the service part ran without --service")
@@ -66,6 +66,9 @@ def test_it_prints_the_engine_the_matrix_speed_the_arithmetic_and_the_ratio(
     assert figures["limit_rate_flops_per_s"] == 1e9
     assert figures["limit_s"] == pytest.approx(figures["flops"] / 1e9)
     assert figures["engine_over_limit"] == pytest.approx(1e-9 / figures["limit_s"])
+    assert figures["engine_cpu_over_limit"] == pytest.approx(
+        1e-9 / figures["threads"] / figures["limit_s"]
+    )
     assert figures["missed"] == [] and "goals met" in out
     for part in ("matrix speed", "arithmetic:", "engine / limit", "GFLOP/s"):
         assert part in out
@@ -73,7 +76,7 @@ def test_it_prints_the_engine_the_matrix_speed_the_arithmetic_and_the_ratio(
 
 
 def test_an_engine_past_its_goal_exits_1_saying_so(tiny_workload, tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(bench_portfolio, "engine_side", lambda *a: 1e6)
+    monkeypatch.setattr(bench_portfolio, "engine_side", lambda *a: (1e6, 1e6))
     assert bench_portfolio.run(_args(tmp_path)) == 1
     out = capsys.readouterr().out
     assert "GOAL MISSED: engine / limit" in out and "> 2.5" in out
