@@ -144,8 +144,9 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from kronos_core.base.options import ForecastOptions
+    from kronos_core.data import portfolio_windows
     from kronos_core.loading import PredictorConfig, load_predictor
-    from kronos_core.plan.portfolio import forecast_flops, sample_store_windows
+    from kronos_core.plan.portfolio import forecast_flops
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -153,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
     cfg, tok = predictor.model.config, predictor.tokenizer.config
     paths = predictor.sampling.sample_count
     lookback = args.lookback or predictor.max_context - args.horizon
-    windows = sample_store_windows(args.symbols, lookback, args.horizon)
+    windows = portfolio_windows.sample_store_windows(args.symbols, lookback, args.horizon)
     options = ForecastOptions(
         args.horizon, sample_count=paths, seed=0
     ).with_defaults(predictor.sampling)

@@ -31,7 +31,10 @@ torch.set_num_threads(1)
 from kronos_core.base.options import ForecastOptions
 from kronos_core.loading import PredictorConfig, load_predictor
 import kronos_core
-from kronos_core.plan.portfolio import sample_store_windows
+try:
+    from kronos_core.data.portfolio_windows import sample_store_windows
+except ImportError:  # commits 23c5e09 to f633794 held it in kronos_core.plan.portfolio
+    from kronos_core.plan.portfolio import sample_store_windows
 symbols, lookback, horizon, per_call = (int(a) for a in sys.argv[1:5])
 predictor = load_predictor(PredictorConfig())
 paths = predictor.sampling.sample_count
@@ -53,8 +56,8 @@ print(json.dumps({"cpu_s": cpu, "wall_s": wall, "paths": paths, "code": kronos_c
 
 
 def run_version(tree: Path, args, out: Path) -> dict:
-    # the version's own kronos_core first (the base must have kronos_core.plan.portfolio:
-    # commit 23c5e09 or later)
+    # the version's own kronos_core first (the base must have the portfolio workload: commit
+    # 23c5e09 or later)
     env = {**os.environ, "PYTHONPATH": str(tree)}
     cmd = [sys.executable, "-c", CHILD, str(args.symbols), str(args.lookback), str(args.horizon),
            str(args.series_per_call), str(ROOT), str(out)]

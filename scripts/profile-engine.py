@@ -27,11 +27,11 @@ import torch
 import kronos_core.engine.job as job_module
 import kronos_core.engine.sampling as sampling_module
 from kronos_core.base.options import ForecastOptions
+from kronos_core.data.portfolio_windows import sample_store_windows
 from kronos_core.loading import PredictorConfig, load_predictor
 from kronos_core.model.kronos import Kronos
 from kronos_core.model.layers import SelfAttention, SwiGLU
 from kronos_core.model.tokenizer import KronosTokenizer
-from kronos_core.plan.portfolio import sample_store_windows
 
 
 class PartTimer:

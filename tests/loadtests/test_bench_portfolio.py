@@ -9,8 +9,8 @@ import json
 import pytest
 
 from kronos_core.cli.bench import synthetic_series
-from kronos_core.plan import portfolio
-from kronos_core.plan.portfolio import PortfolioWindows
+from kronos_core.data import portfolio_windows
+from kronos_core.data.portfolio_windows import PortfolioWindows
 from loadtests import bench_portfolio
 from tests.fixture_paths import TINY
 
@@ -39,7 +39,7 @@ def tiny_workload(monkeypatch):
         values, xs, ys = synthetic_series(n, lookback, horizon, seed=0)
         return PortfolioWindows([f"S{i}" for i in range(n)], values, xs, ys)
 
-    monkeypatch.setattr(portfolio, "sample_store_windows", windows)
+    monkeypatch.setattr(portfolio_windows, "sample_store_windows", windows)
     monkeypatch.setattr(bench_portfolio, "matmul_rate", lambda rows, inner, out: 1e9)
 
 
