@@ -8,6 +8,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench service": (
         "loadtests.bench", "benchmark the service over HTTP against the engine called directly",
     ),
+    "bench portfolio": (
+        "loadtests.bench_portfolio",
+        "a portfolio forecast at the model's defaults against this machine's arithmetic limit "
+        "(engine in-process; --service adds the request through the service); exits 1 when a "
+        "goal is missed",
+    ),
     "bench mixed": (
         "loadtests.bench_mixed",
         "small requests beside big ones, mixed load and the first request "

@@ -95,6 +95,8 @@ class _CachedRows:
         self, model: Kronos, pad_host: list[int], width: int, capacity: int, dtype: torch.dtype,
         device: torch.device, static: bool = False,
     ):
+        """The caches' first ``width`` slots are left for the prefill to fill (every one of
+        them); the others start at zero."""
         c = model.config
         n = len(pad_host)
         self.ids = tuple(range(n))  # batch rows held, on the host (the cache steps' row ids)
@@ -107,9 +109,12 @@ class _CachedRows:
         # the decode step's new slot, set by fill_
         self.slot = torch.zeros((), dtype=torch.long, device=device)
         self.caches = [
-            KVCache(n, c.n_heads, capacity, c.head_dim, dtype, device) for _ in range(c.n_layers)
+            KVCache(n, c.n_heads, capacity, c.head_dim, dtype, device, written=width)
+            for _ in range(c.n_layers)
         ]
-        self.dep = KVCache(n, DEP_HEADS, capacity, c.d_model // DEP_HEADS, dtype, device)
+        self.dep = KVCache(
+            n, DEP_HEADS, capacity, c.d_model // DEP_HEADS, dtype, device, written=width
+        )
         self.static = static
         if static:
             self._mark_static()
@@ -351,16 +356,28 @@ class Generation:
         )
 
     def _detokenize(self) -> torch.Tensor:
-        """Decode each row's last window in one causal pass; keep the horizon -> (N, H, 6)
-        float32."""
+        """Decode each row's last window in one causal pass (its history part once per series
+        when it has several paths); keep the horizon -> (N, H, 6) float32."""
         assert self._seqs is not None
         seqs, horizon, mc = self._seqs, self.cfg.horizon, self.cfg.max_context
         total = seqs.lmax + horizon
         windows = [min(n + horizon, mc) for n in self.lengths_host]
         width = max(windows)
         pad = width - torch.clamp(seqs.lengths + horizon, max=mc)  # (N,)
-        cols = slice(total - width, total)
         padded = min(windows) < width
+        paths = self.batch.paths
+        if paths > 1 and width > horizon:
+            # the paths of a series share the window's history part: the decoder runs over it
+            # once per series, then over each path's own horizon
+            first = slice(None, None, paths)
+            hist = slice(total - width, total - horizon)
+            decoded = self.generator.tokenizer.decode_after_shared_history(
+                (seqs.s1[first, hist], seqs.s2[first, hist]),
+                (seqs.s1[:, total - horizon :], seqs.s2[:, total - horizon :]),
+                pad[first] if padded else None, paths,
+            )
+            return decoded.float()  # (N, H, 6)
+        cols = slice(total - width, total)
         decoded = self.generator.tokenizer.decode(
             seqs.s1[:, cols], seqs.s2[:, cols], pad if padded else None
         )
@@ -428,7 +445,10 @@ class Generation:
         rows = slice(None, None, paths)
         c = model.config
         caches = state.caches if paths == 1 else [
-            KVCache(len(pad_host) // paths, c.n_heads, width, c.head_dim, dtype, self.device)
+            KVCache(
+                len(pad_host) // paths, c.n_heads, width, c.head_dim, dtype, self.device,
+                written=width,
+            )
             for _ in range(c.n_layers)
         ]
         # (B, W), (B, 1, W, W) | None
@@ -440,11 +460,11 @@ class Generation:
         last = hidden[:, -1]  # (B, d)
         if paths > 1:  # spread each series' caches, keys and last state over its paths
             for mine, its in zip(state.caches, caches, strict=True):
-                mine.write(0, its.k[:, :, :width].repeat_interleave(paths, 0),
-                           its.v[:, :, :width].repeat_interleave(paths, 0))
-            k, v = k.repeat_interleave(paths, 0), v.repeat_interleave(paths, 0)  # (N, 4, W, D)
+                mine.write_spread(its.k, its.v, paths)
+            state.dep.write_spread(k, v, paths)  # (N, 4, W, D) in the cache
             last = last.repeat_interleave(paths, 0)  # (N, d)
-        state.dep.write(0, k, v)
+        else:
+            state.dep.write(0, k, v)
         key_mask = state.real[:, :width] if state.padded else None  # (N, W) or None
         return _StepInputs(
             state.rows, last, state.dep.k[:, :, :width], state.dep.v[:, :, :width],

@@ -153,15 +153,29 @@ class KVCache:
     """
 
     def __init__(self, batch: int, heads: int, capacity: int, head_dim: int, dtype: torch.dtype,
-                 device: torch.device | str):
-        self.k = torch.zeros(batch, heads, capacity, head_dim, dtype=dtype, device=device)
-        self.v = torch.zeros_like(self.k)
+                 device: torch.device | str, written: int = 0):
+        """``written``: slots [0, written) the caller fills at once (``write`` from 0, or
+        ``write_spread``), so they are left unset; the others start at zero, since attention
+        reads every slot of a cache (masked slots must hold finite numbers)."""
+        shape = (batch, heads, capacity, head_dim)
+        self.k = torch.empty(shape, dtype=dtype, device=device)
+        self.v = torch.empty_like(self.k)
+        self.k[:, :, written:].zero_()
+        self.v[:, :, written:].zero_()
 
     def write(self, start: int, k: torch.Tensor, v: torch.Tensor) -> None:
         """k, v (B, H, L, D) go to slots [start, start + L)."""
         end = start + k.shape[2]
         self.k[:, :, start:end] = k
         self.v[:, :, start:end] = v
+
+    def write_spread(self, k: torch.Tensor, v: torch.Tensor, paths: int) -> None:
+        """k, v (B, H, L, D) go to slots [0, L) of each of the ``paths`` consecutive rows of their
+        series (this cache's B * paths rows): one copy, no repeated temporary."""
+        length = k.shape[2]
+        for mine, its in ((self.k, k), (self.v, v)):
+            # (B, paths, H, L, D) view of the rows' first L slots, filled from (B, 1, H, L, D)
+            mine[:, :, :length].unflatten(0, (-1, paths)).copy_(its[:, None])
 
     def write_at(self, slot: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """k, v (B, H, 1, D) go to slot ``slot`` (a 0-d int64 tensor on the cache's device).

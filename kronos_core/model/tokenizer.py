@@ -8,16 +8,19 @@ post_quant_embed -> causal decoder blocks -> head.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import cast
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from kronos_core.model.bsq import QuantizerLoss, bsq_loss, quantize_ste
 from kronos_core.model.checkpoint import PretrainedMixin
 from kronos_core.model.config import TokenizerConfig
 from kronos_core.model.layers import (
+    KVCache,
     TransformerBlock,
     check_shared_rotary,
     padded_positions_and_mask,
@@ -142,6 +145,58 @@ class KronosTokenizer(PretrainedMixin, nn.Module):
         """(s1, s2) (B, L) -> reconstructed normalized candles (B, L, d_in)."""
         code = self.ids_to_code(s1, s2).to(self.post_quant_embed.weight.dtype)  # (B, L, bits)
         return self.decode_code(self.post_quant_embed(code), pad)
+
+    def decode_after_shared_history(
+        self,
+        history: tuple[torch.Tensor, torch.Tensor],
+        new: tuple[torch.Tensor, torch.Tensor],
+        pad: torch.Tensor | None,
+        paths: int,
+    ) -> torch.Tensor:
+        """``decode`` of windows whose first tokens are shared by runs of ``paths`` rows, for the
+        last positions only: the causal decoder runs over each series' shared history once
+        (keys and values kept per layer), then over each row's own last tokens, which attend
+        to their series' history and causally to each other. The numbers are ``decode``'s on
+        the whole windows (``cat(history repeated per path, new)``) at those positions, but for
+        rounding (the products have other shapes).
+
+        history: (s1, s2) ids (B, Lh) of each series' part of the window, left-padded by
+        ``pad`` (B,) slots (None: no padding); new: (s1, s2) ids (B * paths, H), rows in runs of
+        ``paths`` per series -> (B * paths, H, d_in) reconstructed normalized candles.
+        """
+        hist_s1, hist_s2 = history
+        b, lh = hist_s1.shape
+        n, h = new[0].shape
+        if n != b * paths:
+            raise ValueError(f"{n} rows of new tokens are not {b} series x {paths} paths")
+        device, dtype = new[0].device, self.post_quant_embed.weight.dtype
+        pad_b = torch.zeros(b, dtype=torch.long, device=device) if pad is None else pad.to(device)
+        pad_n = pad_b.repeat_interleave(paths)  # (N,)
+        new_slots = lh + torch.arange(h, device=device)  # (H,) the new tokens' window slots
+        rope_new = stack_angles(self.decoder, new_slots[None, :] - pad_n[:, None])  # (N, 1, H, D)
+        # (N, 1, H, Lh + H): a new token sees its series' real history and the new tokens up to it
+        sees_history = (torch.arange(lh, device=device)[None, :] >= pad_n[:, None])  # (N, Lh)
+        causal = torch.ones(h, h, dtype=torch.bool, device=device).tril()  # (H, H)
+        mask = torch.cat(
+            [sees_history[:, None, :].expand(n, h, lh), causal.expand(n, h, h)], dim=-1
+        )[:, None]
+        z_new = self.post_quant_embed(self.ids_to_code(*new).to(dtype))  # (N, H, d)
+        z_hist = self.post_quant_embed(self.ids_to_code(hist_s1, hist_s2).to(dtype))  # (B, Lh, d)
+        positions, hist_mask = padded_positions_and_mask(pad_b, lh, pad is not None)
+        rope_hist = stack_angles(self.decoder, positions) if lh and len(self.decoder) else None
+        for block in cast(Sequence[TransformerBlock], self.decoder):
+            attn = block.self_attn
+            q, k, v = attn.project(block.norm1(z_new), rope_new)  # (N, heads, H, D) each
+            if lh:
+                assert rope_hist is not None
+                cache = KVCache(b, attn.n_heads, lh, attn.head_dim, z_hist.dtype, device, lh)
+                z_hist = block(z_hist, rope_hist, hist_mask, cache, 0)  # (B, Lh, d)
+                k = torch.cat([cache.k.repeat_interleave(paths, 0), k], dim=2)  # (N, heads, S, D)
+                v = torch.cat([cache.v.repeat_interleave(paths, 0), v], dim=2)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (N, heads, H, D)
+            z_new = z_new + attn.finish(out)
+            z_new = z_new + block.ffn(block.norm2(z_new))
+        return self.head(z_new)  # (N, H, d_in)
 
     def decode_code(self, z: torch.Tensor, pad: torch.Tensor | None = None) -> torch.Tensor:
         """z (B, L, d_model) after a post-quant projection -> (B, L, d_in)."""
