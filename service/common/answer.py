@@ -32,6 +32,7 @@ from service.common.schemas import (
     Candles,
     LookbackOut,
     ModelInfo,
+    MoveCorrectionOut,
     PriceLimitOut,
     RiskSummaryOut,
     SymbolErrorOut,
@@ -178,6 +179,13 @@ class ForecastAnswer:
         int | None,
         "the store version every stored window of this answer was read from (one per request; "
         "0: an unversioned store); null for inline series",
+        required=False,
+        default=None,
+    )
+    move_correction: dict | None = answer_field(
+        MoveCorrectionOut | None,
+        "the model's move correction for this horizon (model.moves), and whether the paths got "
+        "it; null: the model has none",
         required=False,
         default=None,
     )
