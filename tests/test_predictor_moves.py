@@ -153,3 +153,32 @@ def test_tune_moves_fits_on_windows_before_the_end_and_writes_the_block(tmp_path
     assert main(["forecast", "--csv", str(csv), "--horizon", "2", "--model", str(folder),
                  "--device", "cpu", "--samples", "4", "--seed", "1", "--no-move-correction"]) == 0
     assert "(not applied: --no-move-correction)" in capsys.readouterr().err
+
+
+def test_eval_applies_it_names_it_and_can_compare_without(tmp_path, capsys):
+    from kronos_core.cli import main
+
+    rng = np.random.default_rng(5)
+    n = 120
+    close = 30 * np.exp(np.cumsum(rng.normal(0, 0.01, n)))
+    frame = pd.DataFrame({"timestamps": pd.date_range("2023-01-02", periods=n, freq="B"),
+                          **{f: close for f in FEATURES[:4]}, "volume": 1000.0,
+                          "amount": 1000.0 * close})
+    csv = tmp_path / "s.csv"
+    frame.to_csv(csv, index=False)
+    folder = _bundle(tmp_path, BLOCK)
+    reports, texts = {}, {}
+    for name, extra in (("on", []), ("off", ["--no-move-correction"])):
+        out = tmp_path / f"{name}.json"
+        assert main(["eval", "--data", str(csv), "--lookback", "40", "--horizon", "2",
+                     "--windows", "4", "--model", str(folder), "--device", "cpu",
+                     "--sample-count", "6", "--out", str(out), *extra]) == 0
+        texts[name] = capsys.readouterr().out
+        reports[name] = json.loads(out.read_text())
+    on, off = (reports[k]["models"][0]["move_correction"] for k in ("on", "off"))
+    assert on == {"applied": True, "lambda": [0.0, 0.5], "kappa": [1.5, 0.8],
+                  "source": "kronos-tiny-random's kronos.json"}
+    assert off["applied"] is False
+    assert "move correction applied: lambda 0.000, 0.500" in texts["on"]
+    assert "move correction NOT applied" in texts["off"]
+    assert reports["on"]["metrics"]["crps"] != pytest.approx(reports["off"]["metrics"]["crps"])
