@@ -14,7 +14,7 @@ import pytest
 from fixture_paths import FIXTURE_DIR
 
 from kronos_core.base.candles import FEATURES
-from kronos_core.base.moves import KAPPA_MAX, correct_moves
+from kronos_core.base.moves import KAPPA_MAX, MoveCorrection, correct_moves
 from kronos_core.base.options import ForecastOptions
 from kronos_core.base.price_limits import rule_for
 from kronos_core.loading import PredictorConfig, load_predictor
@@ -132,6 +132,7 @@ def test_tune_moves_fits_on_windows_before_the_end_and_writes_the_block(tmp_path
     block = meta["moves"]
     assert meta["name"] == "kronos-tiny-random" and "sampling" not in meta  # the rest kept
     assert len(block["lambda"]) == len(block["kappa"]) == 3 and block["windows"] == 6
+    assert block["step"] == 3  # the default: the horizon
     assert "before" in block["where"] and block["sampling"]["sample_count"] == 8
     assert all(0 <= v <= 1 for v in block["lambda"])
     for step in block["steps"]:  # moves sized right, unless the spread scale hit its cap
@@ -182,3 +183,20 @@ def test_eval_applies_it_names_it_and_can_compare_without(tmp_path, capsys):
     assert "move correction applied: lambda 0.000, 0.500" in texts["on"]
     assert "move correction NOT applied" in texts["off"]
     assert reports["on"]["metrics"]["crps"] != pytest.approx(reports["off"]["metrics"]["crps"])
+
+
+def test_the_paths_cache_keys_on_the_correction_applied():
+    from kronos_core.eval.data import Series
+    from kronos_core.eval.runner import Sampling, cache_key
+    from kronos_core.eval.windows import build_windows
+
+    values, stamps, _ = _inputs(n=80)
+    w = build_windows([Series("X", values[0], stamps[0], "test", {})], 40, 3, 2)
+    s = Sampling(8, 1.0, 0.9, "mean", "flags")
+    plain = cache_key(None, w, 3, s, 0)
+    fitted = MoveCorrection((0.0, 0.5), (1.5, 0.8))
+    assert cache_key(None, w, 3, s, 0, moves=fitted) != plain
+    assert cache_key(None, w, 3, s, 0, moves=MoveCorrection((0.1,), (1.5,))) \
+        != cache_key(None, w, 3, s, 0, moves=fitted)
+    # an identity correction changes nothing, so it keys as none
+    assert cache_key(None, w, 3, s, 0, moves=MoveCorrection((1.0,), (1.0,))) == plain

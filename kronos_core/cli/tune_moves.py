@@ -102,7 +102,8 @@ def run(args) -> int:
         "lambda": [round(v, 6) for v in correction.lam],
         "kappa": [round(v, 6) for v in correction.kappa],
         "windows": len(w), "series": len(source.series), "lookback": args.lookback,
-        "horizon": horizon, "seed": args.seed, "sampling": sampling.as_dict(),
+        "horizon": horizon, "step": args.step or horizon, "seed": args.seed,
+        "sampling": sampling.as_dict(),
         "where": "windows whose truth ends before each series' eval_from"
         if source.corpus is not None else f"windows whose truth ends before {args.end}",
         "fitted_at": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
