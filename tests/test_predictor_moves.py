@@ -200,3 +200,12 @@ def test_the_paths_cache_keys_on_the_correction_applied():
         != cache_key(None, w, 3, s, 0, moves=fitted)
     # an identity correction changes nothing, so it keys as none
     assert cache_key(None, w, 3, s, 0, moves=MoveCorrection((1.0,), (1.0,))) == plain
+
+
+def test_the_bundled_default_ships_a_fitted_correction():
+    from kronos_core.loading import load_checkpoints
+
+    loaded = load_checkpoints(PredictorConfig())
+    assert loaded.moves is not None and len(loaded.moves.lam) == 5
+    assert loaded.moves.source == "kronos-default's kronos.json"
+    assert "eval_from" in loaded.moves.about["where"] and loaded.moves.about["windows"] >= 100
