@@ -366,8 +366,11 @@ class KronosPredictor:
         (``CalibrationMismatch``) when fitted for another model. ``price_limits[i]``: series i's
         daily price-limit rule (``kronos_core.base.price_limits.rule_for``; None: no limit):
         with ``options.price_limits`` its paths are held inside the limits step by step, and
-        its mean and quantiles are the limited paths'. Returns ``ForecastResult`` (shapes in its
-        fields).
+        its mean and quantiles are the limited paths'. With ``options.move_correction`` and a
+        fitted ``self.moves`` (a bundle's kronos.json "moves", ``kronos_core.base.moves``), each
+        series' paths are re-centred and re-spread per step first, so the limits hold the
+        corrected paths. Returns ``ForecastResult`` (shapes in its fields). (``predict`` and
+        ``predict_batch`` keep the reference's results: no correction, no limits.)
         """
         job = self.start_forecast(
             series, x_timestamps, y_timestamps, options, series_keys=series_keys,
