@@ -12,7 +12,7 @@ Where a model comes from (``PredictorConfig.model``):
   checkpoint with the tokenizer and context it was trained with (``ALIASES``).
 * a folder holding ``model/`` and ``tokenizer/`` (what ``kronos train`` writes, and the
   embedded default), optionally with ``kronos.json`` (``name``, ``max_context``,
-  ``random_weights``).
+  ``random_weights``, ``sampling``, ``moves``: the move correction, ``kronos_core.base.moves``).
 * a checkpoint folder (``config.json`` + ``model.safetensors``) or a Hub id; then the
   tokenizer must be given too.
 """
@@ -29,6 +29,7 @@ from pathlib import Path
 
 import torch
 
+from kronos_core.base.moves import MoveCorrection
 from kronos_core.base.options import SLIDING_MODES, SamplingDefaults
 from kronos_core.model import CheckpointError, Kronos, KronosTokenizer
 from kronos_core.model.checkpoint import WEIGHTS_NAME, resolve_checkpoint
@@ -133,6 +134,7 @@ class LoadedModel:
     identity: ModelIdentity
     max_context: int
     sampling: SamplingDefaults = SamplingDefaults()
+    moves: MoveCorrection | None = None
 
 
 @dataclass(frozen=True)
@@ -148,6 +150,8 @@ class ResolvedSource:
     revision: str | None
     # a bundle's kronos.json "sampling" block; the reference's defaults elsewhere
     sampling: SamplingDefaults = SamplingDefaults()
+    # a bundle's kronos.json "moves" block (fitted by kronos tune-moves); None elsewhere
+    moves: MoveCorrection | None = None
 
 
 def default_bundle() -> Path | None:
@@ -224,10 +228,16 @@ def _bundle_source(folder: Path, cfg: PredictorConfig, bundled: bool) -> Resolve
         raise CheckpointError(str(exc)) from exc
     if meta.get("sampling") is not None:  # named by the model, never by a server path
         sampling = replace(sampling, source=f"{name}'s {BUNDLE_MANIFEST}")
+    try:
+        moves = MoveCorrection.from_manifest(meta.get("moves"), str(folder / BUNDLE_MANIFEST))
+    except ValueError as exc:
+        raise CheckpointError(str(exc)) from exc
+    if moves is not None:
+        moves = replace(moves, source=f"{name}'s {BUNDLE_MANIFEST}")
     return ResolvedSource(
         folder / "model", tdir, name,
         int(cfg.max_context or meta.get("max_context") or 512), bundled,
-        bool(meta.get("random_weights", False)), None, sampling,
+        bool(meta.get("random_weights", False)), None, sampling, moves,
     )
 
 
@@ -263,13 +273,13 @@ def load_checkpoints(cfg: PredictorConfig | None = None) -> LoadedModel:
     model = Kronos.from_pretrained(source.model_dir)
     tokenizer = KronosTokenizer.from_pretrained(source.tokenizer_dir)
     return LoadedModel(model, tokenizer, model_identity(source), source.max_context,
-                       source.sampling)
+                       source.sampling, source.moves)
 
 
 def build_predictor(
     model: Kronos, tokenizer: KronosTokenizer, cfg: PredictorConfig | None = None,
     identity: ModelIdentity | None = None, max_context: int | None = None,
-    sampling: SamplingDefaults | None = None,
+    sampling: SamplingDefaults | None = None, moves: MoveCorrection | None = None,
 ) -> KronosPredictor:
     """A predictor over modules already built (benchmarks build random ones) with ``cfg``'s
     options."""
@@ -283,6 +293,7 @@ def build_predictor(
     predictor.config = cfg
     if sampling is not None:
         predictor.sampling = sampling
+    predictor.moves = moves
     return predictor
 
 
@@ -291,7 +302,7 @@ def load_predictor(cfg: PredictorConfig | None = None) -> KronosPredictor:
     cfg = cfg or PredictorConfig()
     loaded = load_checkpoints(cfg)
     return build_predictor(loaded.model, loaded.tokenizer, cfg, loaded.identity, loaded.max_context,
-                           loaded.sampling)
+                           loaded.sampling, loaded.moves)
 
 
 # ---- command-line flags, shared by every command that loads a predictor --------------------

@@ -30,6 +30,7 @@ from kronos_core.base.candles import (
     repair_candles,
     time_features,
 )
+from kronos_core.base.moves import MoveCorrection, correct_moves
 from kronos_core.base.options import ForecastOptions, SamplingDefaults, quantile_column
 from kronos_core.base.price_limits import (
     PriceLimitRule,
@@ -68,6 +69,9 @@ class ForecastResult:
     # (B, H) the daily price-limit fraction each series' step was held to (inf: none); None:
     # no series had a limit (or the options turned them off)
     price_limits: np.ndarray | None = None
+    # (2, H) the move correction's lambda and kappa applied per step (kronos_core.base.moves);
+    # None: not applied (the model has none, or the options turned it off)
+    moves: np.ndarray | None = None
 
     def to_frame(self, symbols: Sequence[str], timestamps: Sequence) -> pd.DataFrame:
         """Long format, one row per (symbol, step): ``symbol``, ``step`` (1 = the first forecast
@@ -118,7 +122,8 @@ class ForecastJob:
         self.means, self.stds = means, stds  # (B, 6) each: the normalization of every series
         self.rows: int = generation.rows  # engine rows: series x sample paths
         self.limits = limits  # (B, H) price-limit fractions (inf: none), or None
-        self.last_close = last_close  # (B,) each series' last observed close, with limits
+        self.last_close = last_close  # (B,) each series' last observed close, with limits/moves
+        self.moves: np.ndarray | None = None  # (2, H) lambda, kappa per step, or None
 
     @property
     def done(self) -> bool:
@@ -159,7 +164,10 @@ class ForecastJob:
         levels, calibration = options.quantiles, options.calibration
         # (B, S, H, 6)
         paths = denormalize(norm, mean[:, None, None, :], std[:, None, None, :]).astype(np.float32)
-        limits, last = self.limits, self.last_close
+        limits, last, moves = self.limits, self.last_close, self.moves
+        if moves is not None:  # centre and spread corrected first; the limits then hold them
+            assert last is not None
+            paths = correct_moves(paths, last, moves[0], moves[1])  # (B, S, H, 6)
         if limits is not None:
             assert last is not None
             paths = limit_paths(paths, last, limits)  # (B, S, H, 6)
@@ -170,7 +178,9 @@ class ForecastJob:
         else:
             # (B, H, 6)
             path_mean = denormalize(norm.mean(axis=1), mean[:, None, :], std[:, None, :])
-            if limits is not None:  # the limited series' mean is their limited paths'
+            if moves is not None:  # the corrected (and limited) paths' mean
+                path_mean = paths.mean(axis=1)
+            elif limits is not None:  # the limited series' mean is their limited paths'
                 held = np.isfinite(limits).any(axis=1)  # (B,)
                 path_mean[held] = paths[held].mean(axis=1)
         qs = (
@@ -188,7 +198,7 @@ class ForecastJob:
                 paths = limit_paths(paths, last, limits)
                 qs = limit_quantiles(qs, last, limits)
         return ForecastResult(
-            paths, path_mean.astype(np.float32), qs, levels, self.generation.stats, limits
+            paths, path_mean.astype(np.float32), qs, levels, self.generation.stats, limits, moves
         )
 
 
@@ -250,6 +260,9 @@ class KronosPredictor:
         # the sampling settings of options that name none (a bundle's kronos.json "sampling",
         # set by kronos_core.loading; else the reference's)
         self.sampling = SamplingDefaults()
+        # the fitted move correction (a bundle's kronos.json "moves", set by kronos_core.loading;
+        # None: paths as sampled), applied unless options.move_correction is False
+        self.moves: MoveCorrection | None = None
         # Any: kronos_core.loading (which imports this module) defines both types
         self.identity: Any = None  # ModelIdentity when built by kronos_core.loading
         # the PredictorConfig it was built from, when built by kronos_core.loading
@@ -353,8 +366,11 @@ class KronosPredictor:
         (``CalibrationMismatch``) when fitted for another model. ``price_limits[i]``: series i's
         daily price-limit rule (``kronos_core.base.price_limits.rule_for``; None: no limit):
         with ``options.price_limits`` its paths are held inside the limits step by step, and
-        its mean and quantiles are the limited paths'. Returns ``ForecastResult`` (shapes in its
-        fields).
+        its mean and quantiles are the limited paths'. With ``options.move_correction`` and a
+        fitted ``self.moves`` (a bundle's kronos.json "moves", ``kronos_core.base.moves``), each
+        series' paths are re-centred and re-spread per step first, so the limits hold the
+        corrected paths. Returns ``ForecastResult`` (shapes in its fields). (``predict`` and
+        ``predict_batch`` keep the reference's results: no correction, no limits.)
         """
         job = self.start_forecast(
             series, x_timestamps, y_timestamps, options, series_keys=series_keys,
@@ -407,6 +423,11 @@ class KronosPredictor:
         job = self._start(arrays, x_timestamps, y_timestamps, options, series_keys, verbose)
         if options.price_limits and price_limits is not None:
             job.limits = limit_table(price_limits, x_timestamps, y_timestamps)  # (B, H) or None
+        moves = self.moves
+        if options.move_correction and moves is not None and not moves.is_identity(
+                options.horizon):
+            job.moves = np.stack(moves.steps(options.horizon))  # (2, H)
+        if job.limits is not None or job.moves is not None:
             close = FEATURES.index("close")
             job.last_close = np.array([a[-1, close] for a in arrays], dtype=np.float64)  # (B,)
         return job

@@ -104,7 +104,8 @@ class SamplingDefaults:
 
 @dataclass(frozen=True)
 class ForecastOptions:
-    """How to forecast: horizon, sampling, quantiles, calibration, sliding mode, price limits.
+    """How to forecast: horizon, sampling, quantiles, calibration, sliding mode, move correction,
+    price limits.
 
     ``quantiles`` are levels in (0, 1), kept in the order given (answers list them so).
     ``repair`` and ``sliding`` left ``None`` take the predictor's own setting. ``calibration``
@@ -128,6 +129,9 @@ class ForecastOptions:
     # hold the paths inside each series' daily price limits (the rules given per series:
     # kronos_core.base.price_limits); False: paths as sampled
     price_limits: bool = True
+    # correct the paths' centre and spread with the model's fitted move correction (its
+    # kronos.json "moves": kronos_core.base.moves), before the price limits; False: as sampled
+    move_correction: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "horizon", _positive_int("horizon (pred_len)", self.horizon))
@@ -145,6 +149,7 @@ class ForecastOptions:
         if self.seed is not None:
             object.__setattr__(self, "seed", int(self.seed))
         object.__setattr__(self, "price_limits", bool(self.price_limits))
+        object.__setattr__(self, "move_correction", bool(self.move_correction))
         if self.sliding is not None and self.sliding not in SLIDING_MODES:
             raise ValueError(f"sliding must be one of {SLIDING_MODES}, got {self.sliding!r}")
 

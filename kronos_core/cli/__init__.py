@@ -62,6 +62,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "choose a model's sampling settings (temperature, top-p, mean or median) on validation "
         "windows and store them in its kronos.json",
     ),
+    "tune-moves": (
+        "kronos_core.cli.tune_moves",
+        "fit a model's move correction (centre shrink and spread scale per step) on "
+        "training-period windows and store it in its kronos.json",
+    ),
     "backtest": ("kronos_core.cli.backtest", "walk-forward top-k portfolio backtest with costs"),
     "score": ("kronos_core.cli.score", "score recorded forecasts whose truth the store now holds"),
     "ledger backup": (

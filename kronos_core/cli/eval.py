@@ -135,6 +135,7 @@ def run_cross_section(args) -> int:
     """``kronos eval --cross-section``: the cross-section report of the first model."""
     import time
 
+    from kronos_core.cli.model_runs import move_correction_used
     from kronos_core.eval import cross_section_report as csr
     from kronos_core.eval.data import DataError
     from kronos_core.eval.runner import sampling_for
@@ -159,6 +160,7 @@ def run_cross_section(args) -> int:
     section["seconds"] = round(time.perf_counter() - t0, 1)
     report = {"model": {**predictor.identity.as_dict(), "max_context": predictor.max_context},
               "sampling": sampling.as_dict(), "seed": args.seed,
+              "move_correction": move_correction_used(args, predictor, max(args.horizon)),
               "selection": source.selection or {"data": [str(d) for d in args.data or []]},
               "cross_section": section}
     text = csr.markdown(section)
@@ -209,6 +211,12 @@ def run(args) -> int:
             print(f"sampling settings used: {s['sample_count']} paths, temperature "
                   f"{s['temperature']:g}, top-p {s['top_p']:g}, point forecast the {s['point']} "
                   f"({s['source']})")
+        if m.get("move_correction"):
+            mc = m["move_correction"]
+            print("move correction " + ("applied" if mc["applied"] else
+                                        "NOT applied (--no-move-correction)")
+                  + ": lambda " + ", ".join(f"{v:.3f}" for v in mc["lambda"]) + "; kappa "
+                  + ", ".join(f"{v:.3f}" for v in mc["kappa"]) + f" per step ({mc['source']})")
         if m["random_weights"]:
             print(f"note: {m['name']} has RANDOM weights; its forecasts are not meaningful")
     print(f"resource report written to {monitor_path} (peak RSS "

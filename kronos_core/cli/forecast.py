@@ -10,6 +10,10 @@ Example::
 A Shanghai, Shenzhen or Beijing stock (its symbol: ``--symbol``, else the file name) has its
 paths held inside the exchange's daily price limit (``kronos_core.base.price_limits``); the rule
 used is printed. ``--no-price-limits``: paths as sampled.
+
+A model with a fitted move correction (its ``kronos.json`` ``moves``: ``kronos_core.base.moves``)
+has its paths re-centred and re-spread per step before the limits; the values used are printed.
+``--no-move-correction``: the model's paths as sampled.
 """
 
 from __future__ import annotations
@@ -94,6 +98,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the first trading day: a new listing's first days have no limit")
     limits.add_argument("--no-price-limits", action="store_true",
                         help="paths as sampled, not held inside the daily price limit")
+    parser.add_argument("--no-move-correction", action="store_true",
+                        help="the model's paths without its fitted move correction (kronos.json "
+                        "'moves': centre shrunk toward the last value, spread sized to realised "
+                        "moves)")
     add_predictor_arguments(parser)
 
 
@@ -114,6 +122,7 @@ def options_from_args(args) -> ForecastOptions:
         horizon=args.horizon, sample_count=args.samples or 1, temperature=args.temperature,
         top_k=args.top_k, top_p=args.top_p, seed=args.seed, quantiles=levels, repair=args.repair,
         price_limits=not args.no_price_limits,
+        move_correction=not getattr(args, "no_move_correction", False),
     )
 
 
@@ -228,6 +237,12 @@ def run(args) -> int:
         report = rule.report(stamps.to_numpy(), np.asarray(future), options.price_limits)
         held = "" if options.price_limits else " (not applied: --no-price-limits)"
         print(f"price limit: {report['rule']}{held}", file=sys.stderr)
+    if predictor.moves is not None:
+        moves = predictor.moves.report(args.horizon, options.move_correction)
+        held = "" if options.move_correction else " (not applied: --no-move-correction)"
+        print("move correction: lambda " + ", ".join(f"{v:.3f}" for v in moves["lambda"])
+              + "; kappa " + ", ".join(f"{v:.3f}" for v in moves["kappa"])
+              + f" per step ({moves['source']}){held}", file=sys.stderr)
     table = pd.DataFrame(
         res.mean[0], columns=list(FEATURES), index=pd.Index(future, name="timestamps")
     )

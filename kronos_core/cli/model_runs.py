@@ -187,6 +187,15 @@ def scoring_note(runs: list[ModelRun]) -> str:
             "Quantiles, coverage and P(up) come from the same paths.")
 
 
+def move_correction_used(args, predictor, horizon: int) -> dict | None:
+    """The model's move correction as its paths got it (``MoveCorrection.report``: applied or
+    not, per step), None when the model has none."""
+    moves = getattr(predictor, "moves", None)
+    if moves is None:
+        return None
+    return moves.report(horizon, bool(getattr(args, "move_correction", True)))
+
+
 def evaluate_models(args) -> EvalResult:
     """Load, forecast, score, and render ``kronos eval``'s report (module docstring)."""
     from kronos_core.base.monitor import ResourceMonitor
@@ -256,6 +265,7 @@ def evaluate_models(args) -> EvalResult:
                                             else args.sample_count),
                            "device": str(p.device)},
             "sampling": r.sampling.as_dict() if r.sampling is not None else None,
+            "move_correction": move_correction_used(args, p, horizon),
         })
     data = data_section(args, wf, horizon)
     if first.sampling is not None:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kronos_core.base.moves import MoveCorrection
 from kronos_core.base.options import POINT_FORECASTS, SamplingDefaults
 from kronos_core.eval.baselines import season_length
 from kronos_core.eval.data import Series, load_series
@@ -95,6 +96,10 @@ def add_window_arguments(parser: argparse.ArgumentParser, several_horizons: bool
         "--no-price-limits", dest="price_limits", action="store_false",
         help="paths as sampled: not held inside the daily price limit of a Shanghai, Shenzhen "
         "or Beijing stock (docs/price-limits.md)")
+    g.add_argument(
+        "--no-move-correction", dest="move_correction", action="store_false",
+        help="the model's paths without its fitted move correction (kronos.json 'moves', "
+        "kronos tune-moves), to compare")
     g.add_argument(
         "--paths-cache", type=Path, metavar="DIR",
         help="keep the sample paths of each window set in DIR (keyed by model, windows' content, "
@@ -205,10 +210,11 @@ def load_data(args) -> list[Series]:
 
 
 def cache_key(identity, w: Windows, horizon: int, sampling: Sampling, seed: int,
-              price_limits: bool = True) -> str:
+              price_limits: bool = True, moves: MoveCorrection | None = None) -> str:
     """Hex digest naming one window set's forecasts: the model's weights, every window's
-    context and stamps, the horizon, sample count, temperature, top-p, seed and the price-limit
-    rules applied (not the batch size: seeding is per window content)."""
+    context and stamps, the horizon, sample count, temperature, top-p, seed, the price-limit
+    rules and the move correction applied (not the batch size: seeding is per window
+    content)."""
     h = hashlib.sha256()
     key = {"model": getattr(identity, "sha256", None), "horizon": horizon,
            "sample_count": sampling.sample_count, "seed": seed,
@@ -216,6 +222,8 @@ def cache_key(identity, w: Windows, horizon: int, sampling: Sampling, seed: int,
     rules = [None if r is None else r.as_dict() for r in w.price_limits] if price_limits else []
     if any(r is not None for r in rules):  # a key without limits stays what it was
         key["price_limits"] = rules
+    if moves is not None and not moves.is_identity(horizon):  # a key without it stays the same
+        key["moves"] = [list(moves.lam), list(moves.kappa)]
     h.update(json.dumps(key).encode())
     h.update(np.ascontiguousarray(w.context, dtype=np.float32).tobytes())
     for ts in w.context_ts:
@@ -246,9 +254,11 @@ def forecast_paths(args, predictor, w: Windows, horizon: int,
              getattr(predictor.identity, "name", "model"))
     cache = getattr(args, "paths_cache", None)
     limits = getattr(args, "price_limits", True)
+    correct = getattr(args, "move_correction", True)
+    moves = getattr(predictor, "moves", None) if correct else None
     file = None
     if cache is not None:
-        key = cache_key(predictor.identity, w, horizon, sampling, args.seed, limits)
+        key = cache_key(predictor.identity, w, horizon, sampling, args.seed, limits, moves)
         file = Path(cache) / f"paths-{key}.npz"
         if file.is_file():
             log.info("sample paths of these %d windows read from %s", len(w), file)
@@ -256,7 +266,8 @@ def forecast_paths(args, predictor, w: Windows, horizon: int,
                 return z["paths"], float(z["seconds"])
     paths, secs = forecast_windows(predictor, w, horizon, sampling.sample_count, args.seed,
                                    args.batch_size, temperature=sampling.temperature,
-                                   top_p=sampling.top_p, price_limits=limits)
+                                   top_p=sampling.top_p, price_limits=limits,
+                                   move_correction=correct)
     if file is not None:
         file.parent.mkdir(parents=True, exist_ok=True)
         np.savez(file, paths=paths, seconds=secs)

@@ -150,9 +150,11 @@ def build_windows(series: Sequence[Series], lookback: int, horizon: int, windows
 def forecast_windows(predictor, w: Windows, horizon: int, sample_count: int, seed: int = 0,
                      batch_size: int | None = None, progress: bool = True, *,
                      temperature: float | None = None, top_p: float | None = None,
-                     price_limits: bool = True) -> tuple[np.ndarray, float]:
+                     price_limits: bool = True,
+                     move_correction: bool = True) -> tuple[np.ndarray, float]:
     """Sample paths (N, S, H, 6) of every window, ``batch_size`` windows per engine call (None:
-    the predictor's ``series_per_call``), each held inside its series' daily price limit
+    the predictor's ``series_per_call``), with the model's move correction (``predictor.moves``)
+    unless ``move_correction`` is False, each held inside its series' daily price limit
     (``Windows.price_limits``) unless ``price_limits`` is False.
 
     Seeded per window content, so a window's paths do not depend on the batch
@@ -163,7 +165,8 @@ def forecast_windows(predictor, w: Windows, horizon: int, sample_count: int, see
     out = np.empty((n, sample_count, horizon, w.context.shape[2]), dtype=np.float32)
     t0 = time.perf_counter()
     options = ForecastOptions(horizon, sample_count=sample_count, seed=seed,
-                              temperature=temperature, top_p=top_p, price_limits=price_limits)
+                              temperature=temperature, top_p=top_p, price_limits=price_limits,
+                              move_correction=move_correction)
     if not batch_size:
         batch_size = predictor.series_per_call(w.context.shape[1], horizon, sample_count)
     bar = tqdm(total=n, unit="win", desc="forecast", disable=not progress)

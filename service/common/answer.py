@@ -32,6 +32,7 @@ from service.common.schemas import (
     Candles,
     LookbackOut,
     ModelInfo,
+    MoveCorrectionOut,
     PriceLimitOut,
     RiskSummaryOut,
     SymbolErrorOut,
@@ -187,6 +188,13 @@ class ForecastAnswer:
         "candles reach; a store symbol behind it by more than a session, or behind the "
         "request's as_of, carries a `stale` warning; null when no series was usable",
         encode=_one_time,
+        required=False,
+        default=None,
+    )
+    move_correction: dict | None = answer_field(
+        MoveCorrectionOut | None,
+        "the model's move correction for this horizon (model.moves), and whether the paths got "
+        "it; null: the model has none",
         required=False,
         default=None,
     )

@@ -330,6 +330,13 @@ class ForecastRequest(BaseModel):
         "previous step's close, so mean, quantiles and summary come from moves the exchange "
         "allows; each forecast's price_limit names the rule. false: paths as sampled",
     )
+    move_correction: StrictBool = Field(
+        True,
+        description="apply the model's fitted move correction (GET /v1/models, moves): each "
+        "step's path centre shrunk toward the last close and the spread sized so forecast moves "
+        "match realised ones, before the price limits; the answer's move_correction names the "
+        "values. false: the model's paths as sampled",
+    )
     record: StrictBool = Field(
         True,
         description="append the answered forecasts to the forecast ledger, to be scored when their "
@@ -557,6 +564,34 @@ class PriceLimitsInfo(BaseModel):
     rules: str = Field(..., description="the rules in short")
 
 
+class MovesInfo(BaseModel):
+    """A model's fitted move correction (``kronos_core.base.moves``, its kronos.json 'moves')."""
+
+    lambda_: list[float] = Field(..., alias="lambda", description="per fitted step, the share "
+                                 "of the model's mean move kept (0: the last close is the centre)")
+    kappa: list[float] = Field(..., description="per fitted step, the scale of the paths' spread "
+                               "about their centre")
+    windows: int | None = Field(None, description="training-period windows it was fitted on")
+    fitted_on: str | None = Field(None, description="which windows")
+    fitted_at: str | None = Field(None, description="when (UTC)")
+    source: str = Field(..., description="where it came from: the model's kronos.json")
+
+    model_config = {"populate_by_name": True}
+
+
+class MoveCorrectionOut(BaseModel):
+    """The move correction an answer's paths got (the model's, for this horizon)."""
+
+    applied: bool = Field(..., description="false: the request said move_correction: false, the "
+                          "paths are as sampled")
+    lambda_: list[float] = Field(..., alias="lambda", description="per forecast step (steps past "
+                                 "the fitted ones take the last fitted step's)")
+    kappa: list[float] = Field(..., description="per forecast step")
+    source: str
+
+    model_config = {"populate_by_name": True}
+
+
 class PriceLimitOut(BaseModel):
     """The daily price-limit rule a forecast's paths were held to."""
 
@@ -606,6 +641,9 @@ class ModelInfo(BaseModel):
     price_limits: PriceLimitsInfo | None = Field(
         None, description="whether sample paths are held inside the exchanges' daily price "
         "limits")
+    moves: MovesInfo | None = Field(
+        None, description="the move correction the model's paths get unless a request says "
+        "move_correction: false (its kronos.json, fitted by kronos tune-moves); null: none")
 
 
 class CalibrationStateOut(BaseModel):

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 import numpy as np
 
 from kronos_core.base.lookback import Lookback, choose_lookback
+from kronos_core.base.moves import move_report
 from kronos_core.calibration.policy import CalibrationPolicy
 from service.common.answer import ForecastAnswer, LedgerInputs
 from service.common.errors import DeadlineExceeded, Overloaded, RequestInvalid
@@ -253,6 +254,8 @@ class ForecastPipeline:
             lookback=choice.as_dict(),
             store_version=prep.store_version,
             as_of=prep.as_of,
+            move_correction=move_report(info.model.get("moves"), req.horizon,
+                                        req.move_correction),
             symbols=g.symbols,
             history_length=g.history_length,
             last_timestamp=g.last_timestamp,

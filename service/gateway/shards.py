@@ -33,6 +33,7 @@ def request_options(req: ForecastRequest) -> ForecastOptions:
         quantiles=tuple(req.quantiles),
         repair=req.repair,
         price_limits=req.price_limits,
+        move_correction=req.move_correction,
     )
 
 

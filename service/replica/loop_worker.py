@@ -120,6 +120,8 @@ class LoopWorker:
         self.model = model_info(self.predictor.identity, self.max_context, self.predictor_config)
         self.model["sampling"] = self.predictor.sampling.as_dict()  # a request's unset settings
         self.model["price_limits"] = price_limits_info(settings.price_limits)
+        moves = self.predictor.moves  # the model's move correction, if it has one
+        self.model["moves"] = None if moves is None else moves.as_dict()
         free = torch.cuda.mem_get_info()[0] if self.device.startswith("cuda") else None
         weights = self._weight_bytes()
         # the loops share the weights and split the rest of the replica's budget

@@ -16,6 +16,11 @@ kronos tune-sampling --corpus $C --split train --max-series-per-group 20 --windo
 kronos tune-sampling --corpus $C --split train --max-series-per-group 20 --windows 2 \
   --lookback 251 --horizon 1 5 --seed 0 --batch-size 64 --temperatures 0.6,0.7 \
   --top-ps 1.0 --model $M --json "$OUT/tune-sampling-lower-temperatures.json"
+# 2b. move correction (lambda, kappa per step) on 456 training-period windows (4 min on a CPU);
+# docs/model-card.md "Move correction"
+kronos tune-moves --corpus $C --split train --max-series-per-group 20 --windows 6 --step 42 \
+  --lookback 251 --horizon 5 --seed 0 --batch-size 64 --model $M --write $M \
+  --json "$OUT/tune-moves.json"
 # 3. calibration (CQR per bar frequency) on the same kind of windows (1 min)
 kronos calibrate --corpus $C --split train --max-series-per-group 20 --windows 2 --lookback 251 \
   --horizon 5 --seed 0 --batch-size 64 --group-by frequency --model $M \
