@@ -7,7 +7,8 @@ each, forecasts a second, and whether the scores are the same.
 
 Two daily series of the bundled real data (GOOG, S&P 500), rebalanced every row over the last
 ``--rebalances`` common rows. Timings on a shared machine are noisy; both are measured in the
-same run, the per-date one first. Exits 1 when the scores differ or the batched run is slower.
+same run, the per-date one first. Exits 1 when the scores differ (beyond float rounding: 1e-4
+relative, 1e-6 absolute) or the batched run is slower.
 """
 
 from __future__ import annotations
@@ -50,8 +51,9 @@ def main() -> None:
               f"{n / secs:6.1f} forecasts/s, sharpe {res.performance['model']['sharpe']:.4f}")
     a = np.array([d["scores"] for d in runs[True][1].decisions])
     b = np.array([d["scores"] for d in runs[False][1].decisions])
-    same, speedup = bool(np.array_equal(a, b)), runs[True][0] / runs[False][0]
-    print(f"speed-up {speedup:.2f}x; scores identical: {same} "
+    # the same to float rounding: the candle decoder's products change shape with the batch
+    same, speedup = bool(np.allclose(a, b, rtol=1e-4, atol=1e-6)), runs[True][0] / runs[False][0]
+    print(f"speed-up {speedup:.2f}x; scores the same (to float rounding): {same} "
           f"(largest difference {np.abs(a - b).max():.3g})")
     if not same or speedup < 1.0:
         print("FAILED: " + ("the scores differ" if not same else "batching dates was slower"))

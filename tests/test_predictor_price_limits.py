@@ -117,7 +117,9 @@ def test_us_stock_has_no_rule_and_is_forecast_as_before(predictor):
 
 
 def test_a_limited_series_leaves_its_batch_neighbours_exact(predictor):
-    """A US series batched beside an ST one keeps its unlimited paths and mean bit for bit."""
+    """A US series batched beside an ST one keeps its unlimited paths and mean: the same to
+    float rounding (the candle decoder's products change shape with the batch, ~1e-7 relative),
+    where a limit applied to it would move them by percent."""
     us, us_ts = _history("2021-06-04", 40, 100.0, 0.003)
     st, st_ts = _history("2021-06-04", 40, 5.0, -0.05)
     future = _future("2021-06-04", 5)
@@ -125,8 +127,8 @@ def test_a_limited_series_leaves_its_batch_neighbours_exact(predictor):
     alone = predictor.forecast([us], [us_ts], [future], opts)
     both = predictor.forecast([us, st], [us_ts, st_ts], [future, future], opts,
                               price_limits=[None, rule_for("600001.SH", {"special_treatment": 1})])
-    np.testing.assert_array_equal(both.paths[0], alone.paths[0])
-    np.testing.assert_array_equal(both.mean[0], alone.mean[0])
+    np.testing.assert_allclose(both.paths[0], alone.paths[0], rtol=1e-5)
+    np.testing.assert_allclose(both.mean[0], alone.mean[0], rtol=1e-5)
     assert _max_step(both.paths[1], float(st[-1, 3])).max() <= 0.05 + 1e-6
 
 

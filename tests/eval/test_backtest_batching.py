@@ -33,7 +33,9 @@ def test_batched_dates_give_the_per_date_scores(setup, rank, batch_size):
     one_by_one = np.stack([forecast_scores(predictor, uni, r, 32, 3, 4, rank, 5) for r in rows])
     assert batched.shape == (len(rows), 2)
     assert np.isfinite(batched).all()
-    np.testing.assert_array_equal(batched, one_by_one)
+    # the same to float rounding: the candle decoder's products change shape with the batch
+    # (issue 53's shared-history decode), about 1e-7 relative; the sampled tokens are the same
+    np.testing.assert_allclose(batched, one_by_one, rtol=1e-4, atol=1e-6)
 
 
 def test_the_backtest_report_is_the_same_either_way(setup):
@@ -43,7 +45,24 @@ def test_the_backtest_report_is_the_same_either_way(setup):
     now = run_backtest(predictor, uni, 32, 3, 2, 1, **kw)
     before = run_backtest(predictor, uni, 32, 3, 2, 1, per_date=True, **kw)
     assert now.rows == before.rows and len(now.rows) == 11
-    assert now.decisions == before.decisions and now.performance == before.performance
+    _same_to_rounding(now.decisions, before.decisions)  # to float rounding, as above
+    _same_to_rounding(now.performance, before.performance)
+
+
+def _same_to_rounding(a, b) -> None:
+    """Equal structures; numbers equal to 1e-4 relative or 1e-6 absolute (returns, scores)."""
+    if isinstance(a, dict):
+        assert set(a) == set(b)
+        for k in a:
+            _same_to_rounding(a[k], b[k])
+    elif isinstance(a, (list, tuple, np.ndarray)) and not isinstance(a, str):
+        assert len(a) == len(b)
+        for x, y in zip(a, b):
+            _same_to_rounding(x, y)
+    elif isinstance(a, float) or isinstance(b, float):
+        assert a == pytest.approx(b, rel=1e-4, abs=1e-6, nan_ok=True)
+    else:
+        assert a == b
 
 
 def test_engine_calls_are_sized_by_rows_and_the_memory_model(setup):
