@@ -150,6 +150,21 @@ def settings_from_args(args: argparse.Namespace):
 # a worker node lost would drop every request that entered through its proxy (issue 19).
 PROXY_LOCATION = "HeadOnly"
 
+# Serve gives its proxy 5 s to say it is ready and 10 s to answer a health check; a 2-core machine
+# busy with other work (a training run, a test suite) misses those, and Serve then kills the proxy
+# and serve.start fails ("ProxyActor ... killed by ray.kill"). Longer defaults, inherited by a
+# local Ray this process starts; a variable already set wins.
+SERVE_PROXY_PATIENCE = {
+    "RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "60",
+    "RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S": "30",
+}
+
+
+def patient_proxy_env(environ=os.environ) -> None:
+    """Set :data:`SERVE_PROXY_PATIENCE` where unset (before Ray starts)."""
+    for name, value in SERVE_PROXY_PATIENCE.items():
+        environ.setdefault(name, value)
+
 
 def start(settings):
     """Start Ray (or connect), Serve's HTTP proxy (on the head node only) and the app. Returns
@@ -162,6 +177,7 @@ def start(settings):
 
     # Serve's proxy (started by this Ray, which inherits the variable) refuses unsafe request ids
     os.environ.setdefault(PROXY_CALLBACK_ENV, PROXY_CALLBACK)
+    patient_proxy_env()
     if not ray.is_initialized():
         if settings.ray_address:
             ray.init(address=settings.ray_address, namespace="kronos", log_to_driver=False)

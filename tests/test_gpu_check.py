@@ -28,7 +28,7 @@ def _run(out: Path, python: str, pythonpath: str | None = None) -> subprocess.Co
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
     return subprocess.run(["bash", str(SCRIPT), str(out), "--device", "cpu", "--tiny"], env=env,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=900)  # a hang guard
 
 
 def _check_figures(out: Path) -> dict:
@@ -63,7 +63,7 @@ def test_cpu_dry_run_writes_the_figures(tmp_path):
     proc = _run(tmp_path / "out", sys.executable)
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = _check_figures(tmp_path / "out")
-    assert summary["wall_s"] < 30
+    assert summary["wall_s"] > 0  # how long it took is a figure, not a limit (issue 52)
 
 
 def test_runs_with_only_the_gpu_machine_packages(tmp_path):

@@ -144,6 +144,9 @@ def init_ray(attempts: int = 3) -> None:
     30 s registration window ("The current node timed out during startup")."""
     import ray
 
+    from service.cli import patient_proxy_env
+
+    patient_proxy_env()  # before Ray starts, as kronos serve does
     for attempt in range(1, attempts + 1):
         try:
             # 3 logical CPUs: the shared app's two replicas take one each; the third is for a small

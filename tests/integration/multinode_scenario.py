@@ -281,4 +281,7 @@ def main() -> int:
 if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    from service.cli import patient_proxy_env
+
+    patient_proxy_env()  # as kronos serve: a loaded machine once failed the proxy's 5 s check
     sys.exit(main())

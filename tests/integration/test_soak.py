@@ -41,7 +41,7 @@ def test_soak_with_chaos_against_the_live_service(live_service, tmp_path):
     ):
         assert ok[check], (check, fig, summary["chaos"], out)
     assert fig["forecast_requests"] == fig["answered_200"] + fig["shed_503_429"] + fig["failed"]
-    assert fig["series_per_s"] > 0 and fig["p50_ms"] <= fig["p99_ms"]
+    assert fig["series_per_s"] > 0 and fig["p50_ms"] <= fig["p99_ms"]  # timing-ok: an order
     kills = summary["chaos"]["kills"]
     # kills at 8 and 16 s; every replica ran again at the end (an earlier kill's recovery may be
     # cut short by the next kill on a slow machine: then it is None)

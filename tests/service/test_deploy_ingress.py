@@ -77,3 +77,15 @@ def test_kronos_serve_starts_the_proxy_on_the_head_only(monkeypatch):
     assert url == "http://127.0.0.1:8123"
     assert calls["start"]["proxy_location"] == "HeadOnly"
     assert calls["start"]["http_options"] == {"host": "127.0.0.1", "port": 8123}
+
+
+def test_serve_proxy_gets_patience_on_a_loaded_machine_unless_set():
+    """Serve's 5 s proxy readiness check failed serve.start on a loaded 2-core machine; kronos
+    serve lengthens it (and the health check) before Ray starts, leaving a caller's value."""
+    from service.cli import SERVE_PROXY_PATIENCE, patient_proxy_env
+
+    env = {"RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S": "7"}
+    patient_proxy_env(env)
+    assert env["RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S"] == "7"
+    assert float(env["RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S"]) >= 30
+    assert set(SERVE_PROXY_PATIENCE) == set(env)

@@ -157,7 +157,7 @@ def test_decide_counts_a_failed_forecast_as_worst():
 
 
 def test_scores_by_hand():
-    """One window, history close 10, 11, 12 (naive scale 1), truth 13, 14; two paths."""
+    """One window, history close 10, 11, 12 (naive scale 1), truth 13, 14; three paths."""
     import numpy as np
     import pandas as pd
 
@@ -167,12 +167,14 @@ def test_scores_by_hand():
     context[:, 3] = [10, 11, 12]
     truth = np.zeros((1, 2, 6), np.float32)
     truth[0, :, 3] = [13, 14]
-    paths = np.zeros((1, 2, 2, 6), np.float32)
-    paths[0, :, :, 3] = [[12, 14], [14, 14]]  # step 1: {12, 14} around 13; step 2: both exact
+    paths = np.zeros((1, 3, 2, 6), np.float32)
+    paths[0, :, :, 3] = [[11, 14], [14, 14], [14, 14]]  # step 1: {11, 14, 14} around 13; step 2: exact
     stamps = pd.date_range("2024-01-01", periods=5, freq="D")
     w = CheckWindows([context], [stamps[:3]], [stamps[3:]], truth)
     figures = score_paths(paths, w)
-    # CRPS step 1: E|X-y| = 1, E|X-X'| = 1 -> 0.5; step 2: 0. Mean 0.25 over a scale of 1
-    assert figures["crps_scaled"] == pytest.approx(0.25)
+    # fair CRPS step 1: E|X-y| = 4/3; the pairs i != j sum to 12 over 3*2 -> E|X-X'| = 2, half 1;
+    # 4/3 - 1 = 1/3 (the plug-in form, dividing by 3*3, would give 2/3); step 2: 0.
+    # Mean 1/6 over a scale of 1
+    assert figures["crps_scaled"] == pytest.approx(1 / 6)
     assert figures["mase"] == pytest.approx(0.0)  # the mean path is 13, 14
     assert figures["naive_mase"] == pytest.approx(1.5)  # 12 against 13 and 14
