@@ -5,11 +5,12 @@ behaviour was right. How long things take is measured by the benchmarks (``krono
 
 What counts as a timing assertion here: an ``assert`` line that compares a time difference
 (``time.monotonic() - t0``) or a value named for one (``elapsed``, ``took``, ``duration``,
-``latency``, ``response_time``, ``wall_s``, ``seconds``, any ``*_s`` or ``*_ms``), and any response-time limit given to Schemathesis
-(``--max-response-time``, ``max_response_time =``). A wait for an event bounded by a deadline
-(``assert time.monotonic() < deadline, "never happened"``) is a guard against a hang, not a
-measurement, and is allowed; so is a line marked ``# timing-ok: <why>`` (an order of two measured
-figures, a cap's own behaviour with generous grace). ``ALLOWED``: benchmark code, by path (none today)."""
+``latency``, ``response_time``, ``wall_s``, ``seconds``, any ``*_s`` or ``*_ms``), and any
+response-time limit given to Schemathesis as a number (``--max-response-time 10``,
+``max_response_time=10``). A wait for an event bounded by a deadline (``assert time.monotonic()
+< deadline, "never happened"``) is a guard against a hang, not a measurement, and is allowed; so
+is a line marked ``# timing-ok: <why>`` (an order of two measured figures, a cap's own behaviour
+with generous grace). ``ALLOWED``: benchmark code, by path (none today)."""
 
 from __future__ import annotations
 

@@ -168,7 +168,8 @@ def test_scores_by_hand():
     truth = np.zeros((1, 2, 6), np.float32)
     truth[0, :, 3] = [13, 14]
     paths = np.zeros((1, 3, 2, 6), np.float32)
-    paths[0, :, :, 3] = [[11, 14], [14, 14], [14, 14]]  # step 1: {11, 14, 14} around 13; step 2: exact
+    # step 1: {11, 14, 14} around 13; step 2: all exact
+    paths[0, :, :, 3] = [[11, 14], [14, 14], [14, 14]]
     stamps = pd.date_range("2024-01-01", periods=5, freq="D")
     w = CheckWindows([context], [stamps[:3]], [stamps[3:]], truth)
     figures = score_paths(paths, w)
