@@ -121,7 +121,8 @@ def _traded_weekdays(udays: np.ndarray, holiday_days: np.ndarray | None) -> list
     """Weekdays (Monday 0) with candles on at least half of their calendar dates in the
     span of the sorted day numbers ``udays`` (holidays not counted; every week counts the
     same: holidays cluster, so recency would mislead). Weekdays the span never reached
-    default to Monday-Friday traded."""
+    default to Monday-Friday traded. When no weekday reaches half (a sparse history), the
+    weekdays with any candle are traded."""
     hol = holiday_days if holiday_days is not None else np.empty(0, np.int64)
     last_day = udays[-1]
     cal = np.arange(udays[0], last_day + 1)
@@ -138,6 +139,10 @@ def _traded_weekdays(udays: np.ndarray, holiday_days: np.ndarray | None) -> list
                 traded.append(d)
         elif m.any() or d < 5:  # only seen as first/last date, or never reached
             traded.append(d)
+    if not traded:
+        # sparse history (candles on fewer than half of every weekday's dates: a thinly traded
+        # series, weekly samples): the weekdays that carry candles at all
+        traded = sorted({int(d) for d in (udays + EPOCH_WEEKDAY) % 7})
     return traded
 
 

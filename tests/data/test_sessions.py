@@ -74,3 +74,20 @@ def test_monthly():
     idx = pd.date_range("2020-01-31", periods=12, freq="ME")
     out = future_timestamps(idx, 3)
     assert list(out) == list(pd.to_datetime(["2021-01-31", "2021-02-28", "2021-03-31"]))
+
+
+def test_a_sparse_history_learns_the_weekdays_it_has():
+    """No weekday carries candles on half its dates (one candle every 9 days): the weekdays seen
+    are traded instead of none (which crashed kronos tune-moves on a corpus series)."""
+    import numpy as np
+    import pandas as pd
+
+    from kronos_core.data.sessions import learn_sessions
+    from kronos_core.data.timestamps import future_timestamps
+
+    idx = pd.date_range("2018-01-01", periods=40, freq="9D")
+    ts = idx.values.astype("datetime64[ns]").astype(np.int64)
+    template = learn_sessions(ts)
+    assert set(template.traded_weekdays) == set(idx.dayofweek)
+    future = future_timestamps(idx, 3)
+    assert len(future) == 3 and future[0] > idx[-1] and future.is_monotonic_increasing
