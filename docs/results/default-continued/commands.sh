@@ -39,3 +39,10 @@ kronos eval --cross-section --corpus $C --split holdout_instrument --market CN -
 # 5. ship: runs/candidate-long's weights and moves into kronos_core/assets/models/kronos-default
 #    (name kronos-default; training record in kronos.json 'continued'), then the tables
 python docs/results/default-continued/tables.py > docs/results/default-continued/tables.md
+# 6. the US index the issue saw regress (its hidden NASDAQ Composite file is not here): S&P 500
+#    and GOOG daily, the weights before (git archive of kronos_core/assets/models/kronos-default
+#    at 8449164, renamed kronos-default-2026-12-05) against what ships; 0.6 min
+kronos eval --data ../shared/data/sp500_daily.csv ../shared/data/goog_daily.csv --windows 60 \
+  --step 5 --lookback 251 --horizon 1 5 --batch-size 64 --seed 0 --model runs/old-default/m \
+  --model kronos_core/assets/models/kronos-default --out runs/us-index/report.json
+cp runs/us-index/report.md docs/results/default-continued/us-daily/report.md
