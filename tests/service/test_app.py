@@ -208,22 +208,32 @@ def test_the_time_queued_is_taken_off_the_requests_deadline(monkeypatch):
     """Issue 52 (a missed plant): a request that waited 40 s for a slot (``queued_s``, set by
     ``service.admission``) has the rest of its deadline, from the setting or its header."""
     ing = _ingress(FakeHandle(_run_shard), request_timeout_s=100)
-    deadlines: list[float] = []
+    deadlines: list[tuple[float, str]] = []
     real = ing.pipeline.forecast
 
-    async def forecast(req, timeout_s=None, request_id=None):
-        deadlines.append(timeout_s)
-        return await real(req, timeout_s=timeout_s, request_id=request_id)
+    async def forecast(req, timeout_s=None, request_id=None, timeout_source="default"):
+        deadlines.append((timeout_s, timeout_source))
+        return await real(req, timeout_s=timeout_s, request_id=request_id,
+                          timeout_source=timeout_source)
 
     monkeypatch.setattr(ing.pipeline, "forecast", forecast)
     small = ForecastRequest(symbols=["S000"], horizon=2, record=False)
     r = asyncio.run(ing.forecast(small, accept=None, request=_route_request({"queued_s": 40.0})))
-    assert r.status_code == 200 and deadlines == [60.0]
+    assert r.status_code == 200 and deadlines == [(60.0, "default")]
     asyncio.run(ing.forecast(small, accept=None, x_kronos_timeout_s=50.0,
                              request=_route_request({"queued_s": 10.0})))
-    assert deadlines[-1] == 40.0
+    assert deadlines[-1] == (40.0, "request")
     asyncio.run(ing.forecast(small, accept=None, request=_route_request({})))  # not queued
-    assert deadlines[-1] == 100.0
+    assert deadlines[-1] == (100.0, "default")
+    # a header past the default is cut to it: the operator allows no longer deadline ...
+    asyncio.run(ing.forecast(small, accept=None, x_kronos_timeout_s=500.0,
+                             request=_route_request({})))
+    assert deadlines[-1] == (100.0, "request")
+    # ... unless KRONOS_MAX_REQUEST_TIMEOUT_S does, up to it
+    ing.settings = ing.settings.model_copy(update={"max_request_timeout_s": 400.0})
+    asyncio.run(ing.forecast(small, accept=None, x_kronos_timeout_s=500.0,
+                             request=_route_request({})))
+    assert deadlines[-1] == (400.0, "request")
 
 
 def test_a_key_past_its_rate_is_429_with_retry_after(monkeypatch):
