@@ -4,8 +4,9 @@ this CPU: where ``CPU_ENGINE_FACTORS`` come from (issue 53, the deadline check).
 Runs the bundled default model in-process on one torch thread over the sample store's windows,
 workload by workload (lookback, horizon, sample paths, series, series per engine call), and
 prints its CPU time beside the roofline's estimate without factors (``probe_cpu`` of the same
-thread, one lane), split into its tokenize + prefill part and its decode part. Then it fits one
-factor per part (least squares on the relative error) and prints each workload's estimate with
+thread, one lane), split into its tokenize + prefill part, its decode part and the windows
+recomputed past the context. Then it fits one factor per part (least squares on the relative
+error) and prints each workload's estimate with
 the factors the code uses against its measured time. CPU time of one thread is what other jobs
 on a shared machine inflate least; the service's wall time on a loaded machine is longer.
 
@@ -29,6 +30,9 @@ WORKLOADS = [
     (128, 16, 16, 16, 16),
     (64, 5, 32, 32, 32),
     (251, 5, 32, 8, 2),
+    # past the 256-candle context: the steps that slide recompute each row's window (exact)
+    (251, 24, 4, 8, 8),
+    (400, 8, 4, 8, 8),
 ]
 
 
@@ -77,25 +81,28 @@ def main() -> int:
               f" s, ratio {row['ratio']:.2f}")
     import numpy as np
 
-    shared = np.array([r["roofline_parts"]["tokenize_detokenize"] + r["roofline_parts"]["prefill"]
-                       for r in rows])
-    decode = np.array([r["roofline_parts"]["decode"] for r in rows])
+    groups = {"prefill": ("tokenize_detokenize", "prefill"), "decode": ("decode",),
+              "recompute": ("recompute",)}
+    columns = {g: np.array([sum(r["roofline_parts"][k] for k in keys) for r in rows])
+               for g, keys in groups.items()}
     times = np.array([r["measured_cpu_s"] for r in rows])
-    design = np.stack([shared, decode], 1) / times[:, None]
-    fit = np.linalg.lstsq(design, np.ones(len(rows)), rcond=None)[0]
+    fitted = [g for g in groups if columns[g].any()]  # --quick: nothing recomputed
+    design = np.stack([columns[g] for g in fitted], 1) / times[:, None]
+    fit = dict(zip(fitted, np.linalg.lstsq(design, np.ones(len(rows)), rcond=None)[0],
+                   strict=True))
     used = R.CPU_ENGINE_FACTORS
-    for r, s_part, d_part in zip(rows, shared, decode, strict=True):
-        r["estimate_s"] = float(s_part * used["prefill"] + d_part * used["decode"])
+    for i, r in enumerate(rows):
+        r["estimate_s"] = float(sum(columns[g][i] * used[groups[g][-1]] for g in groups))
         r["estimate_over_measured"] = r["estimate_s"] / r["measured_cpu_s"]
-    print(f"fit: tokenize + prefill x {fit[0]:.2f}, decode x {fit[1]:.2f}; with the factors used "
-          f"({used['prefill']}, {used['decode']}) the estimates are "
+    print("fit: " + ", ".join(f"{g} x {f:.2f}" for g, f in fit.items())
+          + f"; with the factors used ({used}) the estimates are "
           f"{min(r['estimate_over_measured'] for r in rows):.2f}-"
           f"{max(r['estimate_over_measured'] for r in rows):.2f} of the measured times")
     if args.json:
         args.json.write_text(json.dumps({
             "device": {"fp32_flops": device.fp32_flops, "bandwidth": device.bandwidth,
                        "op_overhead_s": device.op_overhead_s},
-            "fit": {"prefill": float(fit[0]), "decode": float(fit[1])}, "used": used,
+            "fit": {g: float(f) for g, f in fit.items()}, "used": used,
             "workloads": rows}, indent=1) + "\n")
     return 0
 

@@ -205,8 +205,10 @@ class SeriesWork:
     tokenize_bytes: float
     prefill_flops: float  # the trunk over the window, once for the series
     prefill_bytes: float  # its activations, and the caches spread into each path's row
-    decode_flops: float  # every path's decode steps (and the window recomputed once it slides)
+    decode_flops: float  # every path's cached decode steps
     decode_bytes: float  # every step's cache reads
+    recompute_flops: float = 0.0  # steps past the context (exact sliding): each row's window again
+    recompute_bytes: float = 0.0
 
     def __add__(self, other: SeriesWork) -> SeriesWork:
         return SeriesWork(*(a + b for a, b in zip(self.astuple(), other.astuple(), strict=True)))
@@ -216,7 +218,7 @@ class SeriesWork:
 
     def astuple(self) -> tuple[float, ...]:
         return (self.tokenize_flops, self.tokenize_bytes, self.prefill_flops, self.prefill_bytes,
-                self.decode_flops, self.decode_bytes)
+                self.decode_flops, self.decode_bytes, self.recompute_flops, self.recompute_bytes)
 
 
 def series_work(
@@ -260,11 +262,11 @@ def series_work(
     # trunk + both heads per row; attention over ctx keys in each layer and the s2 head
     decode_flops = paths * (cached * 2.0 * counts.linear + 4.0 * ctx_sum * d * (layers + 1))
     decode_bytes = paths * 2.0 * (layers + 1) * ctx_sum * d * a  # each row reads its caches
-    decode_flops += paths * slides * (2.0 * max_context * counts.linear
-                                      + 2.0 * max_context**2 * d * layers)
-    decode_bytes += paths * slides * 20.0 * max_context * d * a * layers
+    recompute_flops = paths * slides * (2.0 * max_context * counts.linear
+                                        + 2.0 * max_context**2 * d * layers)
+    recompute_bytes = paths * slides * 20.0 * max_context * d * a * layers
     return SeriesWork(tokenize_flops, tokenize_bytes, prefill_flops, prefill_bytes, decode_flops,
-                      decode_bytes)
+                      decode_bytes, recompute_flops, recompute_bytes)
 
 
 def _call_seconds(
@@ -284,8 +286,9 @@ def _call_seconds(
     decode = _phase(device, precision, work.decode_flops, work.decode_bytes, 0) + (
         calls * horizon * _phase(device, precision, 0, counts.total * a,
                                  OPS_PER_BLOCK * layers + OPS_PER_DECODE_STEP))
+    recompute = _phase(device, precision, work.recompute_flops, work.recompute_bytes, 0)
     return {"tokenize_detokenize": tokenize, "prefill": prefill, "decode": decode,
-            "total": tokenize + prefill + decode}
+            "recompute": recompute, "total": tokenize + prefill + decode + recompute}
 
 
 def infer_seconds(
@@ -318,23 +321,27 @@ def infer_seconds(
     return {"per_call": per_call, "calls_per_device": calls, "devices": devices, "network": network,
             "total": per_call * calls + network,
             "tokenize_detokenize": call["tokenize_detokenize"], "prefill": call["prefill"],
-            "decode": call["decode"]}
+            # the window recomputed at the steps past the context counts as decoding, as before
+            "decode": call["decode"] + call["recompute"]}
 
 
 # The eager engine on a CPU against the roofline above, measured: ``scripts/plan-request-time.py``
 # runs the bundled default model (d_model 128, 4 layers) in-process on one torch thread over the
-# sample store's windows, eight workloads (lookback 64-251, horizon 5-24, 1-32 paths), and fits
-# its CPU time as one factor on the tokenize and prefill parts and one on the decode part of
-# ``forecast_seconds`` without factors (``probe_cpu`` of the same thread). On the 2-core
-# development machine (2026-12-07, shared with other jobs) three runs fitted 2.1-2.9 and 5.6-6.0
-# (docs/planner.md, "A request's time"). What the roofline misses: in the decode, the CPU
+# sample store's windows, ten workloads (lookback 64-400, horizon 5-24, 1-32 paths, two past the
+# context), and fits its CPU time as one factor per part of ``forecast_seconds`` without factors
+# (``probe_cpu`` of the same thread). On the 2-core development machine (2026-12-07, six runs,
+# some beside other jobs) the fits were 2.0-2.9 (tokenize and prefill), 4.4-6.0 (cached decode)
+# and 1.6-1.8 (windows recomputed past the context): the probe's copy bandwidth, which the decode
+# part rests on, read 17-27 GB/s from run to run. What the roofline misses: in the decode, the CPU
 # attention kernel on one query row, top-p sampling twice a step and the element-wise ops around
 # them, per row; in the prefill, the first touch of the caches' fresh memory. The factors are the
-# runs' means: with them each workload's estimate was within 0.8-1.3 of its measured time, which
-# the service's refusal margin (``deadline_margin``, 1.5) covers. A loaded machine's wall time is
-# longer than the estimate: the service took 2.4-2.9x it in the figures of issue 53.
-CPU_ENGINE_FACTORS = {"tokenize_detokenize": 2.4, "prefill": 2.4, "decode": 5.8}
-PARTS = ("tokenize_detokenize", "prefill", "decode")
+# runs' middles: with them each workload's estimate was 0.78-1.40 of its measured time
+# (docs/planner.md, "A request's time"), which the service's refusal margin
+# (``deadline_margin``, 1.5) covers. A loaded machine's wall time is longer than the estimate:
+# the service took 2.2-2.9x it (two step loops as two lanes) in the figures of issue 53.
+CPU_ENGINE_FACTORS = {"tokenize_detokenize": 2.2, "prefill": 2.2, "decode": 5.3,
+                      "recompute": 1.6}
+PARTS = ("tokenize_detokenize", "prefill", "decode", "recompute")
 
 
 @dataclass(frozen=True)

@@ -239,7 +239,7 @@ class Settings(BaseSettings):
     deadline_margin: float = Field(
         1.5, ge=1,
         description="a request is refused only when its planned time exceeds its deadline times "
-        "this (the plan is a quiet machine's estimate, within about 0.8-1.3x of the engine's "
+        "this (the plan is a quiet machine's estimate, within about 0.8-1.4x of the engine's "
         "time on a CPU)",
     )
     min_history_warning: int = Field(
