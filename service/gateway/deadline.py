@@ -65,6 +65,12 @@ class Deadline:
                 "note": self.note}
 
 
+def _s(seconds: float) -> str:
+    """Seconds for a message: to a tenth, trailing zeros dropped (a deadline less the
+    microseconds a request waited for its slot reads as the deadline asked)."""
+    return f"{round(seconds, 1):g}"
+
+
 def request_planner(
     info: ReplicaInfo, lengths: list[int], lanes: int, batch: int | None, sliding: str = "exact",
     precision: str = "fp32",
@@ -132,9 +138,9 @@ def check(
         granted = min(longest, max(deadline.seconds, math.ceil(elapsed + margin * plan)))
         if plan <= margin * (granted - elapsed):
             deadline.note = (
-                f"planned {plan:.3g} s, past the default deadline of {deadline.seconds:g} s "
-                f"(KRONOS_REQUEST_TIMEOUT_S): given {granted:g} s (the service allows up to "
-                f"{longest:g} s, KRONOS_MAX_REQUEST_TIMEOUT_S)"
+                f"planned {plan:.3g} s, past the default deadline of {_s(deadline.seconds)} s "
+                f"(KRONOS_REQUEST_TIMEOUT_S): given {_s(granted)} s (the service allows up to "
+                f"{_s(longest)} s, KRONOS_MAX_REQUEST_TIMEOUT_S)"
             )
             deadline.seconds, deadline.source = float(granted), "extended"
             return
@@ -161,12 +167,12 @@ def _message(deadline: Deadline, limit: float, plan: float, budget: float, fits:
     """The refusal in words: the plan, the deadline it is past and whose, what would fit."""
     longest = settings.longest_timeout_s
     if deadline.source == "request":
-        whose = f"this request's deadline of {limit:g} s ({HEADER})"
+        whose = f"this request's deadline of {_s(limit)} s ({HEADER})"
     elif limit > deadline.seconds:
-        whose = (f"the longest deadline this service gives, {limit:g} s "
+        whose = (f"the longest deadline this service gives, {_s(limit)} s "
                  "(KRONOS_MAX_REQUEST_TIMEOUT_S)")
     else:
-        whose = f"the service's deadline of {limit:g} s (KRONOS_REQUEST_TIMEOUT_S)"
+        whose = f"the service's deadline of {_s(limit)} s (KRONOS_REQUEST_TIMEOUT_S)"
     options = [
         text for text, value in (
             (f"at most {fits['symbols']} {kind}", fits["symbols"]),
@@ -178,10 +184,10 @@ def _message(deadline: Deadline, limit: float, plan: float, budget: float, fits:
              else f"no fewer {kind}, sample paths or steps alone")
     need = fits["timeout_s"]
     if need <= longest:
-        longer = f"or {HEADER}: {need} or more (this service allows up to {longest:g} s)"
+        longer = f"or {HEADER}: {need} or more (this service allows up to {_s(longest)} s)"
     else:
         longer = (f"a deadline of {need} s would be needed, more than this service allows "
-                  f"({longest:g} s; its operator sets KRONOS_MAX_REQUEST_TIMEOUT_S)")
+                  f"({_s(longest)} s; its operator sets KRONOS_MAX_REQUEST_TIMEOUT_S)")
     on = f"{lanes} step loop(s)" + (f", {device}" if device else "")
     return (
         f"planned {plan:.3g} s ({series} {kind} x {paths} sample paths x {horizon} steps on {on}), "

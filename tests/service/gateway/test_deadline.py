@@ -77,6 +77,11 @@ def test_planned_well_past_the_clients_deadline_it_is_refused_naming_what_would_
     assert ei.value.plan["fits"] == {"symbols": 0, "sample_count": 0, "horizon": 0,
                                      "timeout_s": 321}
     assert "no fewer symbols, sample paths or steps alone" in ei.value.message
+    # a deadline less the microseconds its request waited for a slot reads as the one asked
+    with pytest.raises(DeadlineUnreachable) as ei:
+        check(Deadline(0.99999, "request"), LINEAR, 100, 10, 32, _settings(), lanes=2)
+    assert "deadline of 1 s (X-Kronos-Timeout-S)" in ei.value.message
+    assert ei.value.plan["deadline_s"] == 1.0
 
 
 def test_a_refusal_says_when_the_deadline_needed_is_more_than_the_service_gives():
