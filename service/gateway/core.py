@@ -28,7 +28,7 @@ from service.common.messages import ReplicaInfo, Shard
 from service.common.metrics import Metrics
 from service.common.schemas import ForecastRequest
 from service.common.settings import Settings
-from service.gateway.deadline import Deadline, Source, check, request_planner
+from service.gateway.deadline import Deadline, Source, check, request_planner, seconds_text
 from service.gateway.dispatch import Dispatcher, ShardRun, shard_timeout
 from service.gateway.future import FutureTimestamps
 from service.gateway.gather import gather, public_message, risk_summaries
@@ -215,7 +215,8 @@ class ForecastPipeline:
             planned = ("" if deadline.planned_s is None
                        else f" (planned {deadline.planned_s:.3g} s)")
             raise DeadlineExceeded(
-                f"the forecast took longer than its {deadline.seconds:g} s deadline{planned}; its "
+                f"the forecast took longer than its {seconds_text(deadline.seconds)} s "
+                f"deadline{planned}; its "
                 "pending shards were cancelled "
                 "(ask fewer series, or raise KRONOS_REQUEST_TIMEOUT_S)"
             ) from None
@@ -275,8 +276,13 @@ class ForecastPipeline:
             batch = max(1, int(fit(max(lengths))))
         except Exception:  # noqa: BLE001 - the shards were cut with it: never here in practice
             batch = None
+        # a GPU's half-precision figures where the engine runs in one; a CPU's fp32 figures
+        # always (its measured bf16 rate is no guide to autocast on a CPU: docs/planner.md)
+        dtype = str(info.model.get("dtype") or "float32")
+        half = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": "fp16"}
+        precision = "fp32" if getattr(info.speed, "name", "") == "cpu" else half.get(dtype, "fp32")
         planned = request_planner(
-            info, lengths, lanes, batch, str(info.model.get("sliding") or "exact"),
+            info, lengths, lanes, batch, str(info.model.get("sliding") or "exact"), precision,
         )
         check(
             deadline, planned, len(lengths), req.horizon, req.paths, self.settings, lanes,

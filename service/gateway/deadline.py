@@ -65,10 +65,13 @@ class Deadline:
                 "note": self.note}
 
 
-def _s(seconds: float) -> str:
+def seconds_text(seconds: float) -> str:
     """Seconds for a message: to a tenth, trailing zeros dropped (a deadline less the
     microseconds a request waited for its slot reads as the deadline asked)."""
     return f"{round(seconds, 1):g}"
+
+
+_s = seconds_text
 
 
 def request_planner(
