@@ -77,6 +77,14 @@ def test_planned_well_past_the_clients_deadline_it_is_refused_naming_what_would_
     assert ei.value.plan["fits"] == {"symbols": 0, "sample_count": 0, "horizon": 0,
                                      "timeout_s": 321}
     assert "no fewer symbols, sample paths or steps alone" in ei.value.message
+    # the body is what OpenAPI declares for the route's 422 (what Schemathesis checks)
+    import orjson
+
+    from service.common.schemas import UnprocessableOut
+
+    body = UnprocessableOut.model_validate(orjson.loads(orjson.dumps(ei.value.body())))
+    assert body.code == "deadline_unreachable" and body.plan is not None
+    assert body.plan.fits.timeout_s == 321
     # a deadline less the microseconds its request waited for a slot reads as the one asked
     with pytest.raises(DeadlineUnreachable) as ei:
         check(Deadline(0.99999, "request"), LINEAR, 100, 10, 32, _settings(), lanes=2)
