@@ -21,6 +21,12 @@ dependencies. What it does for the caller:
   (``rate_limited``) is retried after its ``Retry-After`` seconds (at most ``max_wait_s`` each),
   ``max_retries`` times per request; then, and for every other error, ``KronosServiceError`` is
   raised with the service's status, error code and message.
+- **Deadlines.** ``deadline_s`` goes in the ``X-Kronos-Timeout-S`` header (default: the service's
+  own deadline). A request the service plans past its deadline is refused at once (422
+  ``deadline_unreachable``, nothing run): ``KronosServiceError`` then carries the service's words
+  (the estimate, the deadline, what would fit) and ``plan``, the same as figures
+  (``plan["fits"]``: the most symbols, ``sample_count`` or ``horizon`` that fit, and the
+  ``timeout_s`` the request would need; a smaller ``chunk_size`` is fewer symbols per request).
 """
 
 from __future__ import annotations
@@ -47,13 +53,16 @@ RETRIED_STATUSES = (429, 503)  # the service says when to come back (Retry-After
 
 class KronosServiceError(RuntimeError):
     """The service refused a whole request: ``status`` (HTTP), ``code`` (its error code, e.g.
-    ``unauthorized``, ``invalid_request``) and ``message`` (its detail)."""
+    ``unauthorized``, ``invalid_request``, ``deadline_unreachable``), ``message`` (its detail)
+    and, for ``deadline_unreachable``, ``plan`` (the planned seconds, the deadline, ``fits``: what
+    would fit; None otherwise)."""
 
-    def __init__(self, status: int, code: str | None, message: str):
+    def __init__(self, status: int, code: str | None, message: str, plan: dict | None = None):
         super().__init__(f"HTTP {status} {code or 'error'}: {message}")
         self.status = status
         self.code = code
         self.message = message
+        self.plan = plan
 
 
 @dataclass
@@ -88,21 +97,29 @@ class Forecast:
         return {i["symbol"]: i.get("price_limit") for i in self.inputs}
 
 
-def _detail(body: bytes) -> tuple[str | None, str]:
-    """(code, message) of an error body: ``{"detail", "code"}``, or FastAPI's 422 list."""
+def _detail(body: bytes) -> tuple[str | None, str, dict | None]:
+    """(code, message, plan) of an error body: ``{"detail", "code"}``, or FastAPI's 422 list
+    (with ``code`` and ``plan`` beside it for a request planned past its deadline, whose message
+    is the service's words as they are)."""
     try:
         parsed = json.loads(body)
     except ValueError:
-        return None, body[:300].decode("utf-8", "replace")
+        return None, body[:300].decode("utf-8", "replace"), None
     if not isinstance(parsed, dict):
-        return None, str(parsed)[:300]
+        return None, str(parsed)[:300], None
     detail = parsed.get("detail")
+    plan = parsed.get("plan") if isinstance(parsed.get("plan"), dict) else None
     if isinstance(detail, list):  # 422: [{loc, msg, type}, ...]
-        text = "; ".join(
-            f"{'.'.join(str(p) for p in d.get('loc', []))}: {d.get('msg', '')}" for d in detail
-        )
-        return parsed.get("code", ErrorCode.INVALID_REQUEST.value), text
-    return parsed.get("code"), str(detail)
+        entries = [d for d in detail if isinstance(d, dict)]
+        if parsed.get("code") == ErrorCode.DEADLINE_UNREACHABLE:
+            text = "; ".join(str(d.get("msg", "")) for d in entries)
+        else:
+            text = "; ".join(
+                f"{'.'.join(str(p) for p in d.get('loc', []))}: {d.get('msg', '')}"
+                for d in entries
+            )
+        return parsed.get("code", ErrorCode.INVALID_REQUEST.value), text, plan
+    return parsed.get("code"), str(detail), plan
 
 
 def _frame_of_table(table: Any) -> pd.DataFrame:
@@ -119,8 +136,9 @@ class KronosClient:
     ``chunk_size``: symbols or inline series per request (the service's own limit,
     ``KRONOS_MAX_SYMBOLS``, is 10,000 by default). ``max_retries``: waits on 429/503 per request
     before ``KronosServiceError``. ``max_wait_s``: the longest single wait (a longer Retry-After
-    is cut to it). ``timeout_s``: per HTTP request. ``sleep``: how to wait (tests pass their
-    own)."""
+    is cut to it). ``timeout_s``: per HTTP request. ``deadline_s``: the service's deadline for
+    each forecast request (``X-Kronos-Timeout-S``; None: the service's default). ``sleep``: how
+    to wait (tests pass their own)."""
 
     def __init__(
         self,
@@ -131,6 +149,7 @@ class KronosClient:
         max_retries: int = 5,
         max_wait_s: float = 60.0,
         timeout_s: float = 600.0,
+        deadline_s: float | None = None,
         sleep: Callable[[float], None] = time.sleep,
     ):
         if chunk_size < 1:
@@ -141,6 +160,7 @@ class KronosClient:
         self.max_retries = max_retries
         self.max_wait_s = max_wait_s
         self.timeout_s = timeout_s
+        self.deadline_s = deadline_s
         self.sleep = sleep
 
     # ------------------------------------------------------------------ public calls
@@ -258,6 +278,8 @@ class KronosClient:
             headers["Content-Type"] = "application/json"
         if self.api_key:
             headers["X-API-Key"] = self.api_key
+        if self.deadline_s is not None and path == "/v1/forecast":
+            headers["X-Kronos-Timeout-S"] = f"{self.deadline_s:g}"
         attempt = 0
         while True:
             request = urllib.request.Request(self.url + path, data, headers, method=method)
@@ -268,14 +290,14 @@ class KronosClient:
                     return response.headers.get("Content-Type", ""), response.read()
             except urllib.error.HTTPError as exc:
                 payload = exc.read()
-                code, message = _detail(payload)
+                code, message, plan = _detail(payload)
                 if exc.code in RETRIED_STATUSES and attempt < self.max_retries:
                     attempt += 1
                     if stats is not None:
                         stats.retries += 1
                     self.sleep(self._wait_s(exc.headers.get("Retry-After"), attempt))
                     continue
-                raise KronosServiceError(exc.code, code, message) from None
+                raise KronosServiceError(exc.code, code, message, plan) from None
 
     def _wait_s(self, retry_after: str | None, attempt: int) -> float:
         """The service's ``Retry-After`` (seconds), else 1, 2, 4 ... s; at most ``max_wait_s``."""

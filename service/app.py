@@ -47,11 +47,13 @@ from service.common.schemas import (
     Readiness,
     RequestErrorOut,
     SymbolsPage,
+    UnprocessableOut,
 )
 from service.common.settings import Settings, unknown_kronos_variables
 from service.cors import CorsMiddleware
 from service.docs_ui import install_docs
 from service.gateway import ForecastPipeline
+from service.gateway.deadline import Source
 from service.gateway.encode import answer_to_arrow, answer_to_json
 from service.lifecycle import DrainMiddleware
 from service.limits import BodyLimitMiddleware
@@ -260,7 +262,9 @@ class ReadyWatch:
     def _run(self) -> None:
         while not self._stop.wait(self.every_s):
             try:
-                self.metrics.replicas_ready.set(running_replicas(self.app_name))
+                running = running_replicas(self.app_name)
+                current().replicas_running = running  # what a request's plan counts
+                self.metrics.replicas_ready.set(running)
             except Exception as exc:  # noqa: BLE001 - the controller busy: the next round tries again
                 log.debug("ready watch: %s", exc)
 
@@ -325,6 +329,7 @@ class Ingress:
         self.pipeline = ForecastPipeline(
             settings, self.store, self.replicas, self.metrics, num_replicas, recorder=self.recorder,
             cut=lambda: current().lifecycle.wait_cut(), on_info=_note_model_limits,
+            live_replicas=lambda: current().replicas_running,
         )
         # before Serve routes a request here: the first one is not the slow one
         warmed = self.pipeline.warm_up()
@@ -389,7 +394,12 @@ class Ingress:
     @api.post(
         "/v1/forecast", response_model=ForecastResponse,
         responses={
-            200: {"content": {ARROW_STREAM: {}}}, 422: {},
+            200: {"content": {ARROW_STREAM: {}}},
+            422: {"model": UnprocessableOut, "description": "a body or header the service cannot "
+                  "run as asked (detail[].loc names it); code deadline_unreachable: planned past "
+                  "its deadline (X-Kronos-Timeout-S, else KRONOS_REQUEST_TIMEOUT_S) by more than "
+                  "KRONOS_DEADLINE_MARGIN, refused before any work, the plan naming the estimate "
+                  "and what would fit"},
             413: {"model": RequestErrorOut, "description": "body above KRONOS_MAX_BODY_BYTES "
                                                            "(refused from Content-Length)"},
             503: {"model": RequestErrorOut, "description": "overloaded (code overloaded) or "
@@ -414,7 +424,9 @@ class Ingress:
             float,
             Header(
                 ge=1, le=86_400,
-                description="deadline in seconds (1 or more), at most KRONOS_REQUEST_TIMEOUT_S",
+                description="deadline in seconds (1 or more), at most KRONOS_MAX_REQUEST_TIMEOUT_S "
+                "(default: KRONOS_REQUEST_TIMEOUT_S); a request planned past it by more than "
+                "KRONOS_DEADLINE_MARGIN is refused at once (422 deadline_unreachable)",
             ),
         ] = None,  # type: ignore[assignment]
         # FastAPI passes it; None when called directly
@@ -429,14 +441,16 @@ class Ingress:
                 f"rate limit of key {key.name!r} ({key.series_per_s:g} series/s) reached",
                 max(1, math.ceil(wait)),
             )
-        timeout = self.settings.request_timeout_s
-        if x_kronos_timeout_s is not None:
-            timeout = min(timeout, x_kronos_timeout_s)
+        timeout: float = self.settings.request_timeout_s
+        source: Source = "default"
+        if x_kronos_timeout_s is not None:  # the client's own, up to the longest the service gives
+            timeout, source = min(self.settings.longest_timeout_s, x_kronos_timeout_s), "request"
         # the wait for a slot (service.admission) is part of the deadline
         timeout = max(0.001, timeout - scope_state.get("queued_s", 0.0))
         rid = request_id_of(request.scope) if request is not None else None
         # a ServiceError: answered by _service_error
-        out = await self.pipeline.forecast(req, timeout_s=timeout, request_id=rid)
+        out = await self.pipeline.forecast(req, timeout_s=timeout, request_id=rid,
+                                           timeout_source=source)
         scope_state["timing"] = out.timing
         unanswered = [e["symbol"] for e in out.errors if e["code"] == ErrorCode.INTERRUPTED]
         if unanswered:  # cut at shutdown: what was answered, and a coded 503 naming the rest
@@ -588,6 +602,7 @@ class Ingress:
         running, detail = 0, ""
         try:
             running = await asyncio.to_thread(running_replicas, self.settings.app_name)
+            current().replicas_running = running  # what a request's plan counts
         except Exception as exc:  # controller busy: fall back to the probe alone
             detail = f"serve.status failed: {exc}"
         ready = False

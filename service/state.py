@@ -37,6 +37,9 @@ class ProcessState:
     key_watch: KeyFileWatch | None = None  # re-reads KRONOS_API_KEYS_FILE when it changes
     admission: Admission | None = None  # forecast slots and their queue; None until it starts
     request_timeout_s: float = 300.0  # the default deadline a queued request's wait is bound by
+    # predictor replicas Serve reported running, last seen (ReadyWatch, /readyz); None: not yet.
+    # A request's planned time counts them (service.gateway.deadline)
+    replicas_running: int | None = None
     # asks a replica for the model (the served schema's limits); None until the ingress starts
     describe_model: Callable[[], Awaitable[Any]] | None = None
 

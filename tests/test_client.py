@@ -66,9 +66,10 @@ class StandIn:
         raw = handler.rfile.read(int(handler.headers["Content-Length"]))
         self.headers.append({k.lower(): v for k, v in handler.headers.items()})
         if self.refusals:
-            status, code, retry_after = self.refusals.pop(0)
+            status, code, retry_after, *body = self.refusals.pop(0)  # a body of its own, or not
             extra = {"Retry-After": str(retry_after)} if retry_after is not None else {}
-            return self._send(handler, status, {"detail": f"scripted {code}", "code": code}, extra)
+            payload = body[0] if body else {"detail": f"scripted {code}", "code": code}
+            return self._send(handler, status, payload, extra)
         if len(raw) > self.max_body_bytes:
             return self._send(handler, 413, {"detail": "body too large", "code": "too_large"})
         body = json.loads(raw)
@@ -170,6 +171,38 @@ def test_other_errors_raise_with_the_service_code_and_message(stand_in):
         KronosClient(url, sleep=waits.append).forecast(["S0001"], 1)
     assert (caught.value.status, caught.value.code) == (401, "unauthorized")
     assert "scripted unauthorized" in str(caught.value) and waits == []
+
+
+def test_a_request_planned_past_its_deadline_raises_the_services_words_and_plan(stand_in):
+    """Issue 53: the service's 422 ``deadline_unreachable`` (its own body, from
+    ``service.common.errors.DeadlineUnreachable``) is raised at once, not retried, with the
+    message as the service wrote it and the plan's figures; ``deadline_s`` is the header."""
+    from service.common.errors import DeadlineUnreachable
+
+    words = ("planned 97.9 s (1000 symbols x 32 sample paths x 16 steps on 2 step loop(s), cpu), "
+             "past this request's deadline of 1 s (X-Kronos-Timeout-S) by more than 1.5x: "
+             "refused before any work. To fit in 0.996 s, the rest as asked: at most 9 symbols; "
+             "or X-Kronos-Timeout-S: 98 or more (this service allows up to 300 s)")
+    plan = {"planned_s": 97.9, "deadline_s": 1.0, "fits": {"symbols": 9, "sample_count": 0,
+                                                            "horizon": 0, "timeout_s": 98}}
+    body = orjson.loads(orjson.dumps(
+        DeadlineUnreachable(words, ["header", "x-kronos-timeout-s"], plan).body()))
+    service, url = stand_in(refusals=[(422, "deadline_unreachable", None, body)])
+    waits: list[float] = []
+    with pytest.raises(KronosServiceError) as caught:
+        KronosClient(url, sleep=waits.append, deadline_s=1).forecast(["S0001"], 16)
+    err = caught.value
+    assert (err.status, err.code) == (422, "deadline_unreachable") and waits == []
+    assert err.message == words and words in str(err)  # no "header.x-kronos-timeout-s: " prefix
+    assert err.plan == plan and err.plan["fits"]["symbols"] == 9
+    assert service.headers[0]["x-kronos-timeout-s"] == "1"
+    # other errors carry no plan, and no deadline header unless asked
+    service, url = stand_in(max_symbols=1)
+    with pytest.raises(KronosServiceError) as caught:
+        KronosClient(url).forecast(["S0001", "S0002"], 1, sample_count=1)  # chunk of 2 > 1
+    assert caught.value.plan is None and caught.value.code == "invalid_request"
+    assert "body.symbols: at most 1" in caught.value.message
+    assert "x-kronos-timeout-s" not in service.headers[0]
 
 
 def test_json_answers_give_the_same_frame_as_arrow_answers(stand_in):

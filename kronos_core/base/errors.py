@@ -35,6 +35,8 @@ class ErrorCode(str, Enum):
     TOO_LARGE = "too_large"  # 413: body above KRONOS_MAX_BODY_BYTES
     OVERLOADED = "overloaded"  # 503 with Retry-After
     DEADLINE_EXCEEDED = "deadline_exceeded"  # 504: past the request deadline
+    # 422 (FastAPI's shape, with this code and the plan): planned past its deadline, not run
+    DEADLINE_UNREACHABLE = "deadline_unreachable"
     SHUTTING_DOWN = "shutting_down"  # 503 with Retry-After: the gateway is draining (SIGTERM)
     UNAUTHORIZED = "unauthorized"  # 401: API keys are on and no known key was sent
     FORBIDDEN = "forbidden"  # 403: the key has no access to the route
@@ -66,6 +68,7 @@ REQUEST_ERROR_CODES: tuple[ErrorCode, ...] = (
     ErrorCode.TOO_LARGE,
     ErrorCode.OVERLOADED,
     ErrorCode.DEADLINE_EXCEEDED,
+    ErrorCode.DEADLINE_UNREACHABLE,
     ErrorCode.SHUTTING_DOWN,
     ErrorCode.UNAUTHORIZED,
     ErrorCode.FORBIDDEN,

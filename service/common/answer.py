@@ -30,6 +30,7 @@ from service.common.schemas import (
     FEATURE_NAMES,
     CalibrationStateOut,
     Candles,
+    DeadlineOut,
     LookbackOut,
     ModelInfo,
     MoveCorrectionOut,
@@ -175,6 +176,13 @@ class ForecastAnswer:
         required=False,
         default=None,
     )  # {value, source, note}: kronos_core.base.lookback.Lookback.as_dict()
+    deadline: dict | None = answer_field(
+        DeadlineOut | None,
+        "the deadline it ran under (the client's, the default, or one the service lengthened to "
+        "fit its plan) and its planned seconds",
+        required=False,
+        default=None,
+    )  # service.gateway.deadline.Deadline.as_dict()
     store_version: int | None = answer_field(
         int | None,
         "the store version every stored window of this answer was read from (one per request; "

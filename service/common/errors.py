@@ -69,6 +69,24 @@ class RequestInvalid(ServiceError):
         return {"detail": self.detail()}
 
 
+class DeadlineUnreachable(RequestInvalid):
+    """A request planned past its deadline (``service.gateway.deadline``), refused before any
+    shard is sent: a 422 in FastAPI's validation-error shape, one entry whose ``loc`` names what
+    set the deadline (the ``X-Kronos-Timeout-S`` header, else the body) and whose ``type`` is the
+    code, with ``code`` and ``plan`` (the estimate, the deadline and what would fit) beside
+    ``detail``."""
+
+    code = ErrorCode.DEADLINE_UNREACHABLE
+
+    def __init__(self, message: str, loc: list[str | int], plan: dict[str, Any]):
+        super().__init__(str(loc[-1]), message, [(loc, message)])
+        self._detail[0]["type"] = ErrorCode.DEADLINE_UNREACHABLE.value
+        self.plan = plan
+
+    def body(self) -> dict[str, Any]:
+        return {"detail": self.detail(), "code": self.code, "plan": self.plan}
+
+
 class TooLarge(ServiceError):
     """413: the body is above ``KRONOS_MAX_BODY_BYTES``."""
 

@@ -120,3 +120,7 @@ class ReplicaInfo:
     # step loops that run batches side by side (a GPU: one; a CPU: one per core by default);
     # budget_bytes is each loop's
     step_loops: int = 1
+    # the device's speed figures the gateway plans a request's time with
+    # (``kronos_core.plan.roofline.Device``: a CPU measured by one of its loops, a GPU by name);
+    # None: not known, no request is refused on its plan
+    speed: Any = None

@@ -505,12 +505,14 @@ class SymbolErrorOut(BaseModel):
     message: str = Field(..., description="for people: names the cause and the fix; do not parse")
 
 
-# the codes of a whole request's failure that carry a body with ``code`` (422 has FastAPI's shape)
+# the codes of a whole request's failure that carry a body with ``detail`` text and ``code`` (a
+# 422 has FastAPI's shape: ``UnprocessableOut``)
+UNPROCESSABLE_CODES = (ErrorCode.INVALID_REQUEST, ErrorCode.DEADLINE_UNREACHABLE)
 if TYPE_CHECKING:
     RequestErrorCode = str
 else:
     RequestErrorCode = Literal[
-        tuple(c.value for c in REQUEST_ERROR_CODES if c is not ErrorCode.INVALID_REQUEST)
+        tuple(c.value for c in REQUEST_ERROR_CODES if c not in UNPROCESSABLE_CODES)
     ]
 
 
@@ -524,6 +526,61 @@ class RequestErrorOut(BaseModel):
         "(413), rate_limited (429), overloaded or shutting_down (503: see Retry-After), "
         "deadline_exceeded (504)",
     )
+
+
+class ValidationIssue(BaseModel):
+    """One entry of a 422's ``detail`` (FastAPI's validation-error shape)."""
+
+    loc: list[str | int] = Field(..., description="\"body\" or \"header\", then the field, "
+                                 "then list indexes as numbers")
+    msg: str
+    type: str
+
+
+class DeadlineFitsOut(BaseModel):
+    """What the plan puts within a refused request's time, one change at a time, the rest as
+    asked (0: no such request fits)."""
+
+    symbols: int = Field(..., description="the most series (the first ones of the request)")
+    sample_count: int = Field(..., description="the most sample paths")
+    horizon: int = Field(..., description="the most horizon steps")
+    timeout_s: int = Field(..., description="the deadline the request as asked would need")
+
+
+class DeadlinePlanOut(BaseModel):
+    """Why a request was refused before any work (``deadline_unreachable``)."""
+
+    planned_s: float = Field(..., description="the request's planned seconds (a quiet machine's "
+                             "estimate: its series, paths and steps on the replicas live)")
+    deadline_s: float = Field(..., description="the deadline it is past: the request's, or the "
+                              "longest the service gives")
+    deadline_source: Literal["request", "default", "extended"] = Field(
+        ..., description="request: X-Kronos-Timeout-S; default: KRONOS_REQUEST_TIMEOUT_S")
+    remaining_s: float = Field(..., description="the seconds the request had left when planned")
+    margin: float = Field(..., description="refused only when planned_s > margin x remaining_s "
+                          "(KRONOS_DEADLINE_MARGIN)")
+    longest_timeout_s: float = Field(..., description="the longest deadline this service gives "
+                                     "(KRONOS_MAX_REQUEST_TIMEOUT_S, else "
+                                     "KRONOS_REQUEST_TIMEOUT_S)")
+    series: int = Field(..., description="usable series planned")
+    sample_count: int
+    horizon: int
+    lanes: int = Field(..., description="step loops the series were planned on (the replicas "
+                       "live x their step loops)")
+    device: str = Field(..., description="the device whose speed the plan used (cpu, h100, ...)")
+    fits: DeadlineFitsOut
+
+
+class UnprocessableOut(BaseModel):
+    """A 422: FastAPI's validation-error shape, ``detail[].loc`` naming the field. A request
+    planned past its deadline, refused before any work, also carries ``code``
+    (``deadline_unreachable``) and its ``plan``."""
+
+    detail: list[ValidationIssue]
+    code: Literal[ErrorCode.DEADLINE_UNREACHABLE] | None = Field(
+        None, description="deadline_unreachable: planned past its deadline (the plan says by how "
+        "much and what would fit); absent for other 422s")
+    plan: DeadlinePlanOut | None = Field(None, description="with deadline_unreachable")
 
 
 class CalibrationInfo(BaseModel):
@@ -671,6 +728,21 @@ class LookbackOut(BaseModel):
         "calibration's fitted lookback (so its corrections apply); default: none asked, "
         "max_context - horizon")
     note: str = Field(..., description="the same in words")
+
+
+class DeadlineOut(BaseModel):
+    """The deadline the request ran under and its planned time (``service.gateway.deadline``)."""
+
+    seconds: float = Field(..., description="the deadline, seconds from the request's arrival")
+    source: Literal["request", "default", "extended"] = Field(
+        ..., description="request: the X-Kronos-Timeout-S header; default: "
+        "KRONOS_REQUEST_TIMEOUT_S; extended: the service gave a request planned past its default "
+        "deadline a longer one (up to KRONOS_MAX_REQUEST_TIMEOUT_S)")
+    planned_s: float | None = Field(
+        ..., description="the request's planned seconds (its series, paths and steps on the "
+        "replicas live; a quiet machine's estimate); null: not planned (the check is off, or the "
+        "replicas reported no speed)")
+    note: str = Field(..., description="why it was extended, in words; empty otherwise")
 
 
 class AccuracyFigures(BaseModel):

@@ -218,9 +218,29 @@ class Settings(BaseSettings):
     )
     request_timeout_s: float = Field(
         300.0, gt=0,
-        description="forecast deadline in seconds (a client may ask less with X-Kronos-Timeout-S); "
-                    "past it: 504 "
+        description="forecast deadline in seconds (a client may ask less with X-Kronos-Timeout-S, "
+                    "or up to max_request_timeout_s); past it: 504 "
         "and the request's pending shards are cancelled",
+    )
+    max_request_timeout_s: float | None = Field(
+        None, gt=0,
+        description="the longest deadline the service grants: X-Kronos-Timeout-S may ask up to it, "
+        "and a request without the header that is planned past request_timeout_s is given a "
+        "deadline that fits, up to it (the answer's deadline says so); default: "
+        "request_timeout_s (no longer deadlines)",
+    )
+    deadline_check: bool = Field(
+        True,
+        description="refuse at once (422 deadline_unreachable, before any shard is sent) a "
+        "request whose planned time (kronos_core.plan.roofline.forecast_seconds: its series, "
+        "paths and steps on the replicas live) is past its deadline by more than deadline_margin; "
+        "false: every request runs until its deadline",
+    )
+    deadline_margin: float = Field(
+        1.5, ge=1,
+        description="a request is refused only when its planned time exceeds its deadline times "
+        "this (the plan is a quiet machine's estimate, within about 0.8-1.4x of the engine's "
+        "time on a CPU)",
     )
     min_history_warning: int = Field(
         32, ge=0,
@@ -396,6 +416,12 @@ class Settings(BaseSettings):
         """``max_inflight_requests`` as resolved (``build_app`` resolves it before a gateway
         starts; a gateway built without it, in tests, takes ``UNRESOLVED_INFLIGHT``)."""
         return self.max_inflight_requests or UNRESOLVED_INFLIGHT
+
+    @property
+    def longest_timeout_s(self) -> float:
+        """The longest deadline a request may get: ``max_request_timeout_s``, never less than
+        ``request_timeout_s`` (the default deadline)."""
+        return max(self.request_timeout_s, self.max_request_timeout_s or 0.0)
 
     def resolved_replica_cpus(self, replicas: int) -> float:
         if self.replica_cpus:

@@ -1,8 +1,10 @@
 """The gateway: one portfolio request through its stages, prepare (store windows or inline
-candles, future timestamps) -> shards (memory-sized) -> dispatch (replicas, retries,
-hedging) -> gather (request order); encoding is the route's (``service.gateway.encode``).
-Here: admission (request count, deadline) and the walk. No Ray and no FastAPI: the store and
-the replicas are injected objects typed by ``service.common.interfaces``.
+candles, future timestamps) -> shards (memory-sized) -> the deadline's plan
+(``service.gateway.deadline``: refused at once when planned well past it) -> dispatch (replicas,
+retries, hedging) -> gather (request order); encoding is the route's
+(``service.gateway.encode``). Here: admission (request count, deadline) and the walk. No Ray and
+no FastAPI: the store and the replicas are injected objects typed by
+``service.common.interfaces``.
 """
 
 from __future__ import annotations
@@ -10,7 +12,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -20,10 +24,11 @@ from kronos_core.calibration.policy import CalibrationPolicy
 from service.common.answer import ForecastAnswer, LedgerInputs
 from service.common.errors import DeadlineExceeded, Overloaded, RequestInvalid
 from service.common.interfaces import CandleStore, Replicas
-from service.common.messages import ReplicaInfo
+from service.common.messages import ReplicaInfo, Shard
 from service.common.metrics import Metrics
 from service.common.schemas import ForecastRequest
 from service.common.settings import Settings
+from service.gateway.deadline import Deadline, Source, check, request_planner, seconds_text
 from service.gateway.dispatch import Dispatcher, ShardRun, shard_timeout
 from service.gateway.future import FutureTimestamps
 from service.gateway.gather import gather, public_message, risk_summaries
@@ -32,6 +37,24 @@ from service.gateway.record import LedgerRecorder
 from service.gateway.shards import make_shards, memory_model_fit, warm_memory_model
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+@dataclass
+class Staged:
+    """A request read, sharded and planned, before any shard is sent (``ForecastPipeline``)."""
+
+    req: ForecastRequest
+    info: ReplicaInfo
+    choice: Lookback
+    prep: Prepared
+    slices: list[slice]
+    shards: list[Shard]
+    record: bool
+    loops: int
+    t0: float
+    t_read: float
+    request_id: str | None  # the HTTP request's id (None: a new one, which the shards carry)
 
 
 class ForecastPipeline:
@@ -49,6 +72,7 @@ class ForecastPipeline:
         recorder: LedgerRecorder | None = None,
         cut: Callable[[], Awaitable[None]] | None = None,
         on_info: Callable[[ReplicaInfo], None] | None = None,
+        live_replicas: Callable[[], int | None] | None = None,
     ):
         self.settings = settings
         self.store = store
@@ -62,6 +86,9 @@ class ForecastPipeline:
         self.recorder = recorder  # None: the ledger is off
         self._info: ReplicaInfo | None = None
         self._on_info = on_info  # told the model's description once (the served schema's limits)
+        # predictor replicas running now, as last seen (None: not known yet): a request's plan
+        # counts the replicas live, not those asked for
+        self._live_replicas = live_replicas
         # decides per series; built once, from _info
         self._calibration: CalibrationPolicy | None = None
         self._inflight = 0
@@ -137,30 +164,26 @@ class ForecastPipeline:
         """See ``service.gateway.dispatch.shard_timeout``."""
         return shard_timeout(self.settings, self.num_replicas, request_timeout_s)
 
+    def lanes(self, info: ReplicaInfo) -> int:
+        """Step loops that run a request's shards side by side: the replicas live (as last seen;
+        those asked for until then) x each replica's step loops."""
+        live = self._live_replicas() if self._live_replicas is not None else None
+        replicas = min(live, self.num_replicas) if live else self.num_replicas
+        return max(1, replicas) * max(1, info.step_loops)
+
     async def forecast(
-        self, req: ForecastRequest, timeout_s: float | None = None, request_id: str | None = None
+        self, req: ForecastRequest, timeout_s: float | None = None, request_id: str | None = None,
+        timeout_source: Source = "default",
     ) -> ForecastAnswer:
         """Run ``req``; past ``timeout_s`` (default: the ``request_timeout_s`` setting) raise
-        ``DeadlineExceeded`` after cancelling every shard still pending or running.
+        ``DeadlineExceeded`` after cancelling every shard still pending or running. Planned well
+        past it, raise ``DeadlineUnreachable`` before any shard is sent; a default deadline
+        (``timeout_source``: ``request`` when the client set it) may be lengthened up to
+        ``max_request_timeout_s`` instead (``service.gateway.deadline``).
         ``request_id``: the id its shards, answer and ledger rows carry (default: a new one)."""
-        timeout_s = self.settings.request_timeout_s if timeout_s is None else timeout_s
-        try:
-            return await asyncio.wait_for(
-                self._admit(req, self.shard_timeout(timeout_s), request_id), timeout_s
-            )
-        except TimeoutError:
-            raise DeadlineExceeded(
-                f"the forecast took longer than its {timeout_s:g} s deadline; its pending shards "
-                "were cancelled "
-                "(ask fewer series, or raise KRONOS_REQUEST_TIMEOUT_S)"
-            ) from None
-
-    async def _admit(
-        self,
-        req: ForecastRequest,
-        shard_timeout_s: float | None = None,
-        request_id: str | None = None,
-    ) -> ForecastAnswer:
+        deadline = Deadline(
+            self.settings.request_timeout_s if timeout_s is None else timeout_s, timeout_source
+        )
         if req.n_series > self.settings.max_symbols:
             field_name = "symbols" if req.symbols is not None else "series"
             raise RequestInvalid(
@@ -177,17 +200,31 @@ class ForecastPipeline:
         self._inflight += 1
         self.metrics.queue_depth.labels(stage="requests").set(self._inflight)
         try:
-            return await self._forecast(req, shard_timeout_s, request_id)
+            staged = await self._within(deadline, self._stage(req, deadline, request_id))
+            return await self._within(deadline, self._run(staged, deadline))
         finally:
             self._inflight -= 1
             self.metrics.queue_depth.labels(stage="requests").set(self._inflight)
 
-    async def _forecast(
-        self,
-        req: ForecastRequest,
-        shard_timeout_s: float | None = None,
-        request_id: str | None = None,
-    ) -> ForecastAnswer:
+    async def _within(self, deadline: Deadline, work: Coroutine[Any, Any, T]) -> T:
+        """``work`` within what is left of ``deadline`` (read when it starts: the plan may have
+        lengthened it); past it, ``DeadlineExceeded`` once ``work`` is cancelled."""
+        try:
+            return await asyncio.wait_for(work, max(0.0, deadline.remaining()))
+        except TimeoutError:
+            planned = ("" if deadline.planned_s is None
+                       else f" (planned {deadline.planned_s:.3g} s)")
+            raise DeadlineExceeded(
+                f"the forecast took longer than its {seconds_text(deadline.seconds)} s "
+                f"deadline{planned}; its "
+                "pending shards were cancelled "
+                "(ask fewer series, or raise KRONOS_REQUEST_TIMEOUT_S)"
+            ) from None
+
+    async def _stage(
+        self, req: ForecastRequest, deadline: Deadline, request_id: str | None = None
+    ) -> Staged:
+        """Read, shard and plan ``req``; nothing is sent to a replica yet."""
         t0 = time.perf_counter()
         info = await self.info()
         req = req.with_sampling_defaults(info.model.get("sampling"))  # unset: the model's
@@ -199,7 +236,6 @@ class ForecastPipeline:
         check_horizon(req.horizon, info.max_context)  # before any store read: refused at once
         choice = choose_lookback(req.lookback, req.horizon, info.max_context,
                                  info.model.get("calibration"))
-        lookback = choice.value
         if req.exchange is not None:
             check_exchange(req.exchange)
         prep = await asyncio.to_thread(self.prepare, req, choice)
@@ -222,8 +258,45 @@ class ForecastPipeline:
             calibration=self._calibration,
             request_id=request_id,
         )
-        run = ShardRun(shard_timeout_s)
-        results = await self.dispatcher.run_all(shards, run, loops)
+        self._plan(req, info, prep, fit, deadline)  # before any shard is sent
+        return Staged(req, info, choice, prep, slices, shards, record, loops, t0, t_read,
+                      request_id)
+
+    def _plan(
+        self, req: ForecastRequest, info: ReplicaInfo, prep: Prepared, fit: Callable[[int], int],
+        deadline: Deadline,
+    ) -> None:
+        """The request's planned time against its deadline (``service.gateway.deadline.check``):
+        refused (``DeadlineUnreachable``), lengthened, or let run as asked."""
+        if not self.settings.deadline_check or info.speed is None or not prep.values:
+            return
+        lengths = [len(v) for v in prep.values]
+        lanes = self.lanes(info)
+        try:
+            batch = max(1, int(fit(max(lengths))))
+        except Exception:  # noqa: BLE001 - the shards were cut with it: never here in practice
+            batch = None
+        # a GPU's half-precision figures where the engine runs in one; a CPU's fp32 figures
+        # always (its measured bf16 rate is no guide to autocast on a CPU: docs/planner.md)
+        dtype = str(info.model.get("dtype") or "float32")
+        half = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": "fp16"}
+        precision = "fp32" if getattr(info.speed, "name", "") == "cpu" else half.get(dtype, "fp32")
+        planned = request_planner(
+            info, lengths, lanes, batch, str(info.model.get("sliding") or "exact"), precision,
+        )
+        check(
+            deadline, planned, len(lengths), req.horizon, req.paths, self.settings, lanes,
+            getattr(info.speed, "name", ""), "symbols" if req.symbols is not None else "series",
+        )
+
+    async def _run(self, staged: Staged, deadline: Deadline) -> ForecastAnswer:
+        """Send the shards, gather their answers in request order, build the answer."""
+        req, info, choice, prep = staged.req, staged.info, staged.choice, staged.prep
+        slices, shards, record = staged.slices, staged.shards, staged.record
+        t0, t_read, lookback = staged.t0, staged.t_read, choice.value
+        # the deadline as planned: a lengthened one gives each shard longer too
+        run = ShardRun(self.shard_timeout(deadline.seconds))
+        results = await self.dispatcher.run_all(shards, run, staged.loops)
         t_fc = time.perf_counter()
         g = gather(prep, slices, results)
         n = len(g.symbols)
@@ -250,8 +323,9 @@ class ForecastPipeline:
             # else: warnings say which, why
             calibrated=bool(shards) and all(s.calibrate for s in shards),
             calibration_state=g.calibration_state,
-            request_id=shards[0].request_id if shards else request_id,
+            request_id=shards[0].request_id if shards else staged.request_id,
             lookback=choice.as_dict(),
+            deadline=deadline.as_dict(),
             store_version=prep.store_version,
             as_of=prep.as_of,
             move_correction=move_report(info.model.get("moves"), req.horizon,

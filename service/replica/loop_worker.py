@@ -39,6 +39,21 @@ def choose_loops(settings: Settings, cpus: int | None) -> tuple[str, int, int | 
     return "cpu", loops, max(1, cpus // loops)
 
 
+def device_speed(device: str):
+    """The speed figures the gateways plan requests with (``ReplicaInfo.speed``): measured on this
+    thread for a CPU, with the loop's torch threads (about 0.25 s, while the replica loads), or a
+    GPU's by its name (``kronos_core.plan.roofline.engine_device``). None when that fails: the
+    service then refuses no request on its plan."""
+    from kronos_core.plan.roofline import engine_device
+
+    try:
+        return engine_device(device)
+    except Exception as exc:  # noqa: BLE001 - the replica serves all the same
+        log.warning("no speed figures for %s (%s: %s): requests are not planned against their "
+                    "deadlines", device, type(exc).__name__, exc)
+        return None
+
+
 def load_calibration(path: str, identity):
     """The calibration file, refused (``CalibrationMismatch``) unless fitted for ``identity``."""
     from kronos_core.calibration.conformal import Calibration
@@ -139,6 +154,7 @@ class LoopWorker:
             self.model["calibration"] = self.calibration.as_dict()
         self.max_batch_tokens = self._policy({}).max_batch_tokens
         self.warmup_seconds = 0.0
+        self.speed = device_speed(self.device) if settings.deadline_check else None
         return self._another_runner()
 
     def _another_runner(self) -> StepRunner:
@@ -223,6 +239,7 @@ class LoopWorker:
             model=self.model,
             calibration=self.calibration,
             step_loops=self.step_loops,
+            speed=self.speed,
         )
 
     async def forecast_shard(self, shard: Shard) -> ShardResult:

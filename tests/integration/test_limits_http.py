@@ -42,20 +42,43 @@ def test_body_above_the_limit_is_413_from_content_length_alone(live_service):
     assert live_service.client.get("/healthz").status_code == 200
 
 
+def _hold_shards(live_service, seconds: float) -> None:
+    """Every predictor replica holds each shard it gets ``seconds`` before it runs it (0: not at
+    all; clearing releases those waiting), through the test-only fault hook
+    (``service.replica.deployment.inject_fault``, run in each replica's process by Ray)."""
+    import ray
+
+    from service.replica.deployment import inject_fault
+
+    for namespace, name in live_service.replica_actors():
+        actor = ray.get_actor(name, namespace=namespace)
+        done = ray.get(actor.__ray_call__.remote(inject_fault, shard_delay_s=seconds), timeout=60)
+        assert done["shard_delay_s"] == seconds
+
+
 def test_deadline_gives_504_and_cancels_pending_shards(live_service):
+    """A request whose plan fits its deadline but whose shards do not come back in time is
+    answered 504 at its deadline, its pending shards cancelled. The replicas are made to hold
+    every shard (the fault hook), so that the work is late whatever the machine's speed: a request
+    planned well past its deadline no longer gets this far, it is refused before any work (422
+    ``deadline_unreachable``, tests/integration/test_deadline_http.py)."""
     live_service.wait_ready(2, timeout=120)
+    live_service.wait_idle()
     symbols = live_service.store.symbols()[:1000]
-    # ~10 s of work on 2 cores; lookback + horizon fit the bundled model's 256-candle context, so
-    # the shards still running after the 504 (they finish; only pending ones are cancelled) are
-    # short
-    req = {"symbols": symbols, "lookback": 240, "horizon": 16}
-    r = live_service.client.post("/v1/forecast", json=req, headers={"X-Kronos-Timeout-S": "1"})
-    assert r.status_code == 504, r.text[:300]  # only the deadline answers 504
-    assert r.json()["code"] == "deadline_exceeded"
-    deadline = time.monotonic() + 5
-    while live_service.metric("kronos_queue_depth", {"stage": "shards"}) > 0:
-        assert time.monotonic() < deadline, "shards still pending 5 s after the deadline"
-        time.sleep(0.1)
+    # a few ms of work as planned, a deadline of 1 s
+    req = {"symbols": symbols[:3], "lookback": 32, "horizon": 2, "sample_count": 1}
+    _hold_shards(live_service, 3600)
+    try:
+        r = live_service.client.post("/v1/forecast", json=req,
+                                     headers={"X-Kronos-Timeout-S": "1"})
+        assert r.status_code == 504, r.text[:300]  # only the deadline answers 504
+        assert r.json()["code"] == "deadline_exceeded"
+        deadline = time.monotonic() + 5
+        while live_service.metric("kronos_queue_depth", {"stage": "shards"}) > 0:
+            assert time.monotonic() < deadline, "shards still pending 5 s after the deadline"
+            time.sleep(0.1)
+    finally:
+        _hold_shards(live_service, 0)
     assert live_service.metric("kronos_errors_total", {"code": "deadline_exceeded"}) >= 1
     schema = live_service.client.get("/openapi.json").json()
     assert "504" in schema["paths"]["/v1/forecast"]["post"]["responses"]

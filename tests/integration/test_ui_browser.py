@@ -382,6 +382,37 @@ def test_a_thousand_rows_render_and_scroll(browser, live_service, shots):
     browser.save_screenshot(str(shots / "portfolio-1000.png"))
 
 
+def test_a_forecast_planned_past_its_deadline_shows_the_services_message(browser, live_service,
+                                                                         shots):
+    """Issue 53: the deadline field (sent as ``X-Kronos-Timeout-S``) at 1 s for 200 symbols at 100
+    paths and 48 steps (minutes of work on two CPU replicas): the service refuses at once, and the
+    page shows its sentence (the estimate, the deadline, what would fit) in the error box; the
+    table keeps the last answer. Cleared, the field sends no header and a small forecast runs."""
+    symbols = live_service.store.symbols()[:200]
+    _open(browser, live_service)
+    before = browser.execute_script("return window.kronosUi.lastAnswer")
+    browser.find_element("css selector", 'input[name="source"][value="list"]').click()
+    _set(browser, "symbol-list", " ".join(symbols))
+    for k, v in {"horizon": "48", "sample-count": "100", "lookback": "", "deadline": "1"}.items():
+        _set(browser, k, v)
+    browser.find_element("id", "forecast-button").click()
+    box = browser.find_element("id", "error")
+    wait_for(lambda: box.get_attribute("hidden") is None and box.text, 120, "the error box")
+    text = box.text
+    assert text.startswith("The service answered 422 deadline_unreachable: planned "), text
+    for words in ("200 symbols x 100 sample paths x 48 steps", "deadline of 1 s",
+                  "refused before any work", "X-Kronos-Timeout-S"):
+        assert words in text, (words, text)
+    assert "header.x-kronos-timeout-s" not in text  # the sentence as the service wrote it
+    status = browser.find_element("id", "portfolio-status").text
+    assert status.startswith("refused before any work"), status
+    assert browser.execute_script("return window.kronosUi.lastAnswer") == before  # nothing drawn
+    browser.save_screenshot(str(shots / "portfolio-deadline.png"))
+    _forecast_list(browser, symbols[:3], {**SMALL, "deadline": ""})
+    assert browser.find_element("id", "error").get_attribute("hidden") is not None
+    assert "planned" in browser.find_element("id", "portfolio-status").text
+
+
 def test_docs_renders_the_operations(browser, live_service, shots):
     browser.get(f"{live_service.url}/docs")
     block = wait_for(

@@ -196,6 +196,70 @@ def test_request_the_deployment_cannot_run_is_422_naming_the_field():
     assert _errors(ing, "invalid_request") == 1
 
 
+def test_a_request_planned_past_its_deadline_is_a_422_at_once_naming_the_plan():
+    """Issue 53, the route's answer as a client gets it (``error_response``): 422 in the 422 shape
+    with ``code`` and ``plan``, counted, and no shard sent to a replica."""
+    from kronos_core.loading import DEFAULT_MODEL_DIR
+    from kronos_core.plan import roofline as R
+    from kronos_core.plan.planner import resolve_model
+
+    model = resolve_model(str(DEFAULT_MODEL_DIR))
+    info = fake_info(max_context=model.max_context)
+    info.model_cfg, info.tokenizer_cfg = model.model, model.tokenizer
+    info.speed = R.Device("cpu", 2**34, 92e9, 2.3e9, 24e9, 0.0, "test", op_overhead_s=1.5e-6,
+                          compute_eff=1.0, memory_eff=1.0)
+    handle = FakeHandle(_run_shard)
+    handle.describe = FakeMethod(lambda: info)
+    ing = _ingress(handle, max_context=256)
+    big = ForecastRequest(symbols=[f"S{i:03d}" for i in range(20)], horizon=100, sample_count=100)
+
+    async def answer():
+        try:
+            return await ing.forecast(big, accept=None, x_kronos_timeout_s=2.0,
+                                      request=_route_request({}))
+        except ServiceError as exc:
+            return error_response(exc, ing.metrics)
+
+    resp = asyncio.run(answer())
+    assert resp.status_code == 422
+    body = orjson.loads(resp.body)
+    assert body["code"] == "deadline_unreachable"
+    (entry,) = body["detail"]
+    assert entry["loc"] == ["header", "x-kronos-timeout-s"]
+    assert entry["type"] == "deadline_unreachable" and entry["msg"].startswith("planned ")
+    plan = body["plan"]
+    assert plan["deadline_s"] == 2.0 and plan["series"] == 20 and plan["lanes"] == 2
+    assert plan["planned_s"] > 1.5 * 2.0 and set(plan["fits"]) == {
+        "symbols", "sample_count", "horizon", "timeout_s"}
+    assert f"{plan['fits']['timeout_s']} or more" in entry["msg"]
+    assert _errors(ing, "deadline_unreachable") == 1 and _errors(ing, "invalid_request") == 0
+    assert handle.forecast_shard.responses == []  # refused before any shard was sent
+    # the same request with a deadline it fits in runs
+    ok = asyncio.run(ing.forecast(big.model_copy(update={"symbols": ["S001"], "horizon": 2,
+                                                         "sample_count": 1}),
+                                  accept=None, x_kronos_timeout_s=2.0,
+                                  request=_route_request({})))
+    assert ok.status_code == 200
+    assert orjson.loads(ok.body)["deadline"]["source"] == "request"
+
+
+def test_openapi_declares_the_deadline_refusal():
+    from service.app import api
+
+    schema = api.openapi()
+    post = schema["paths"]["/v1/forecast"]["post"]
+    assert post["responses"]["422"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/UnprocessableOut"}
+    assert "deadline_unreachable" in post["responses"]["422"]["description"]
+    props = schema["components"]["schemas"]["UnprocessableOut"]["properties"]
+    assert {"detail", "code", "plan"} <= set(props)
+    assert schema["components"]["schemas"]["UnprocessableOut"]["required"] == ["detail"]
+    header = next(p for p in post["parameters"] if p["name"].lower() == "x-kronos-timeout-s")
+    assert "KRONOS_MAX_REQUEST_TIMEOUT_S" in header["description"]
+    answer = schema["components"]["schemas"]["ForecastResponse"]["properties"]
+    assert "deadline" in answer
+
+
 def _route_request(state: dict):
     """A Starlette request for the forecast route, its scope's state as the middlewares left it."""
     from starlette.requests import Request
@@ -208,22 +272,32 @@ def test_the_time_queued_is_taken_off_the_requests_deadline(monkeypatch):
     """Issue 52 (a missed plant): a request that waited 40 s for a slot (``queued_s``, set by
     ``service.admission``) has the rest of its deadline, from the setting or its header."""
     ing = _ingress(FakeHandle(_run_shard), request_timeout_s=100)
-    deadlines: list[float] = []
+    deadlines: list[tuple[float, str]] = []
     real = ing.pipeline.forecast
 
-    async def forecast(req, timeout_s=None, request_id=None):
-        deadlines.append(timeout_s)
-        return await real(req, timeout_s=timeout_s, request_id=request_id)
+    async def forecast(req, timeout_s=None, request_id=None, timeout_source="default"):
+        deadlines.append((timeout_s, timeout_source))
+        return await real(req, timeout_s=timeout_s, request_id=request_id,
+                          timeout_source=timeout_source)
 
     monkeypatch.setattr(ing.pipeline, "forecast", forecast)
     small = ForecastRequest(symbols=["S000"], horizon=2, record=False)
     r = asyncio.run(ing.forecast(small, accept=None, request=_route_request({"queued_s": 40.0})))
-    assert r.status_code == 200 and deadlines == [60.0]
+    assert r.status_code == 200 and deadlines == [(60.0, "default")]
     asyncio.run(ing.forecast(small, accept=None, x_kronos_timeout_s=50.0,
                              request=_route_request({"queued_s": 10.0})))
-    assert deadlines[-1] == 40.0
+    assert deadlines[-1] == (40.0, "request")
     asyncio.run(ing.forecast(small, accept=None, request=_route_request({})))  # not queued
-    assert deadlines[-1] == 100.0
+    assert deadlines[-1] == (100.0, "default")
+    # a header past the default is cut to it: the operator allows no longer deadline ...
+    asyncio.run(ing.forecast(small, accept=None, x_kronos_timeout_s=500.0,
+                             request=_route_request({})))
+    assert deadlines[-1] == (100.0, "request")
+    # ... unless KRONOS_MAX_REQUEST_TIMEOUT_S does, up to it
+    ing.settings = ing.settings.model_copy(update={"max_request_timeout_s": 400.0})
+    asyncio.run(ing.forecast(small, accept=None, x_kronos_timeout_s=500.0,
+                             request=_route_request({})))
+    assert deadlines[-1] == (400.0, "request")
 
 
 def test_a_key_past_its_rate_is_429_with_retry_after(monkeypatch):

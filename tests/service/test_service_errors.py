@@ -8,6 +8,7 @@ import pytest
 from kronos_core.base.errors import REQUEST_ERROR_CODES
 from service.common.errors import (
     DeadlineExceeded,
+    DeadlineUnreachable,
     Overloaded,
     RateLimited,
     ReplicaGone,
@@ -41,6 +42,15 @@ from service.responses import error_response
             b'{"detail":[{"loc":["body"],"msg":"bad","type":"json_invalid"}]}', {},
         ),
         (ReplicaGone("gone"), 503, b'{"detail":"gone","code":"replica_unavailable"}', {}),
+        (
+            DeadlineUnreachable("planned 90 s", ["header", "x-kronos-timeout-s"],
+                                {"planned_s": 90.0}),
+            422,
+            b'{"detail":[{"loc":["header","x-kronos-timeout-s"],"msg":"planned 90 s",'
+            b'"type":"deadline_unreachable"}],"code":"deadline_unreachable",'
+            b'"plan":{"planned_s":90.0}}',
+            {},
+        ),
     ],
 )
 def test_each_error_answers_its_status_body_and_headers_and_is_counted(exc, status, body, headers):
@@ -61,7 +71,8 @@ def test_request_invalid_keeps_its_field_message_and_details():
 
 def test_every_request_level_code_but_the_middlewares_has_an_error_type():
     kinds = {
-        cls.code for cls in (RequestInvalid, TooLarge, RateLimited, Overloaded, DeadlineExceeded)
+        cls.code for cls in (RequestInvalid, TooLarge, RateLimited, Overloaded, DeadlineExceeded,
+                             DeadlineUnreachable)
     }
     # shutting_down, unauthorized, forbidden: answered by the drain and key middlewares before any
     # route; ledger_off, ledger_unavailable: answered by the /v1/accuracy route itself (issue 28)

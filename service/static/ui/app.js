@@ -55,6 +55,9 @@ function detailText(body) {
   if (!body) return "no detail";
   if (typeof body.detail === "string") return body.detail;
   if (Array.isArray(body.detail)) {
+    // a request planned past its deadline (refused before any work): the service's sentence as
+    // it is, the estimate and what would fit
+    if (body.code === "deadline_unreachable") return body.detail.map((d) => d.msg).join("; ");
     return body.detail.map((d) => `${(d.loc || []).join(".")}: ${d.msg}`).join("; ");
   }
   return JSON.stringify(body).slice(0, 300);
@@ -66,6 +69,7 @@ async function api(path, options = {}) {
   const key = apiKey();
   if (key) headers["X-API-Key"] = key;
   if (options.body !== undefined) headers["Content-Type"] = "application/json";
+  if (options.deadline) headers["X-Kronos-Timeout-S"] = String(options.deadline);
   const response = await fetch(path, {
     method: options.method || (options.body !== undefined ? "POST" : "GET"),
     headers,
@@ -76,6 +80,7 @@ async function api(path, options = {}) {
   try { body = text ? JSON.parse(text) : null; } catch (_) { body = { detail: text.slice(0, 300) }; }
   if (!response.ok) {
     const error = new ApiError(response.status, body && body.code, detailText(body));
+    error.plan = (body && body.plan) || null; // deadline_unreachable: the plan's figures
     if (response.status === 401) askForKey(key ? "The key was not accepted: " + error.message
                                                : "This service asks for an API key.");
     throw error;
@@ -299,13 +304,17 @@ async function runPortfolio(event) {
     if (asOf) body.as_of = asOf;
     $("portfolio-status").textContent = `forecasting ${symbols.length} symbol(s)…`;
     state.lastRequest = body;
-    const answer = await api("v1/forecast", { body });
+    const answer = await api("v1/forecast", { body, deadline: numberOf("deadline") });
     await showPortfolio(answer);
+    const planned = answer.deadline && answer.deadline.planned_s != null
+      ? ` (planned ${answer.deadline.planned_s.toFixed(1)} s)` : "";
     $("portfolio-status").textContent = `${answer.forecasts.length} forecast(s), `
-      + `${answer.errors.length} error(s) in ${(answer.timing.total_ms / 1000).toFixed(1)} s; `
+      + `${answer.errors.length} error(s) in ${(answer.timing.total_ms / 1000).toFixed(1)} s${planned}; `
       + `table drawn in ${state.lastRenderMs.toFixed(0)} ms`;
   } catch (error) {
-    $("portfolio-status").textContent = "failed";
+    // planned past its deadline: nothing ran, and the error box says what would fit
+    $("portfolio-status").textContent = error instanceof ApiError && error.code === "deadline_unreachable"
+      ? "refused before any work: planned past the deadline" : "failed";
     showError(error);
   } finally {
     button.disabled = false;
