@@ -78,6 +78,25 @@ def goals_table(raw: dict, now: dict) -> list[str]:
     return lines
 
 
+def volatility_table(now: dict) -> list[str]:
+    """The volatility rows of what ships (and the baselines) on both CN-daily hold-outs."""
+    lines = [
+        "| CN daily hold-out | h | windows | forecaster | spread rank corr with realised "
+        "\\|ret\\| | forecast \\|ret\\| / realised |",
+        "|---|---|---|---|---|---|",
+    ]
+    for holdout in HOLDOUTS:
+        for h in ("1", "5"):
+            row = _rows(now, h)[(holdout, "CN", "1d")]
+            for name, label in ((AFTER, "**kronos-default (shipped)**"),
+                                (BEFORE, "kronos-default before"), ("hist_vol", "band"),
+                                ("garch", "GARCH-t")):
+                v = row["forecasters"][name]["volatility"]
+                lines.append(f"| {holdout} | {h} | {row['windows']} | {label} | "
+                             f"{_f(v['spread_rank_corr'])} | {_f(v['abs_return_ratio'])} |")
+    return lines
+
+
 def cross_section_table() -> list[str]:
     lines = [
         "| CN daily hold-out | dates | model | 4. RankIC h 5 (t) | 4. RankIC h 1 (t) | "
@@ -130,6 +149,8 @@ def worse_groups(now: dict) -> list[str]:
 def main() -> None:
     raw, now = _load(RAW), _load(NOW)
     print("\n".join(goals_table(raw, now)))
+    print()
+    print("\n".join(volatility_table(now)))
     print()
     print("\n".join(cross_section_table()))
     print()
