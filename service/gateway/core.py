@@ -200,11 +200,33 @@ class ForecastPipeline:
         self._inflight += 1
         self.metrics.queue_depth.labels(stage="requests").set(self._inflight)
         try:
-            staged = await self._within(deadline, self._stage(req, deadline, request_id))
+            staged = await self._staged_within(deadline, req, request_id)
             return await self._within(deadline, self._run(staged, deadline))
         finally:
             self._inflight -= 1
             self.metrics.queue_depth.labels(stage="requests").set(self._inflight)
+
+    async def _staged_within(
+        self, deadline: Deadline, req: ForecastRequest, request_id: str | None
+    ) -> Staged:
+        """``_stage`` within the deadline; when the read outlasts it (a loaded machine), the
+        read still finishes (its thread runs on regardless) so that the plan decides: planned
+        far past the deadline, ``DeadlineUnreachable`` (422), as without the slow read; else
+        ``DeadlineExceeded`` (504)."""
+        stage = asyncio.ensure_future(self._stage(req, deadline, request_id))
+        try:
+            return await asyncio.wait_for(asyncio.shield(stage), max(0.0, deadline.remaining()))
+        except TimeoutError:
+            await stage  # raises DeadlineUnreachable when the plan says the request never fit
+            raise self._exceeded(deadline) from None
+
+    def _exceeded(self, deadline: Deadline) -> DeadlineExceeded:
+        planned = "" if deadline.planned_s is None else f" (planned {deadline.planned_s:.3g} s)"
+        return DeadlineExceeded(
+            f"the forecast took longer than its {seconds_text(deadline.seconds)} s "
+            f"deadline{planned}; its pending shards were cancelled "
+            "(ask fewer series, or raise KRONOS_REQUEST_TIMEOUT_S)"
+        )
 
     async def _within(self, deadline: Deadline, work: Coroutine[Any, Any, T]) -> T:
         """``work`` within what is left of ``deadline`` (read when it starts: the plan may have
@@ -212,14 +234,7 @@ class ForecastPipeline:
         try:
             return await asyncio.wait_for(work, max(0.0, deadline.remaining()))
         except TimeoutError:
-            planned = ("" if deadline.planned_s is None
-                       else f" (planned {deadline.planned_s:.3g} s)")
-            raise DeadlineExceeded(
-                f"the forecast took longer than its {seconds_text(deadline.seconds)} s "
-                f"deadline{planned}; its "
-                "pending shards were cancelled "
-                "(ask fewer series, or raise KRONOS_REQUEST_TIMEOUT_S)"
-            ) from None
+            raise self._exceeded(deadline) from None
 
     async def _stage(
         self, req: ForecastRequest, deadline: Deadline, request_id: str | None = None

@@ -134,6 +134,11 @@ def check(
     left = deadline.remaining()
     if plan <= left:
         return
+    margin = settings.deadline_margin
+    if left <= 0 and plan <= margin * deadline.seconds:
+        # reading the windows used up the deadline (a loaded machine) though the plan fitted
+        # it: the request ran out of time (504 from the caller), it was not unreachable
+        return
     margin, longest = settings.deadline_margin, settings.longest_timeout_s
     elapsed = deadline.elapsed()
     extendable = deadline.source == "default" and longest > deadline.seconds
@@ -149,8 +154,9 @@ def check(
             return
     elif plan <= margin * left:
         return
-    # the time the request could have had: what its suggestions must fit in
-    budget = longest - elapsed if extendable else left
+    # the time the request could have had: what its suggestions must fit in (the whole
+    # deadline when the read alone used it up)
+    budget = longest - elapsed if extendable else left if left > 0 else deadline.seconds
     fits = what_fits(planned, series, horizon, paths, budget, elapsed)
     limit = longest if extendable else deadline.seconds
     raise DeadlineUnreachable(

@@ -211,3 +211,38 @@ def test_the_plan_counts_the_replicas_live():
     assert gw.lanes(info) == 2
     info.step_loops = 2
     assert gw.lanes(info) == 4
+
+
+def test_a_deadline_the_read_used_up_is_a_timeout_unless_the_plan_never_fitted():
+    """On a loaded machine reading the windows once took longer than a 1 s deadline, and the
+    request got the 504 meant for running out of time although its plan was far past the
+    deadline. Now the plan decides once the read is done: far past, the refusal (422); within
+    the margin, the timeout (504)."""
+    import time as _time
+
+    from service.common.errors import DeadlineExceeded
+
+    d = Deadline(1.0, "request")
+    d.start -= 2.0  # the read took 2 s of a 1 s deadline
+    check(d, LINEAR, 10, 5, 2, _settings(), lanes=2)  # planned 1 s: fitted; the caller's 504
+    assert d.planned_s == pytest.approx(1.0)
+    with pytest.raises(DeadlineUnreachable) as ei:
+        check(d, LINEAR, 20, 10, 32, _settings(), lanes=2)  # planned 64 s: never fitted
+    assert ei.value.plan["fits"]["symbols"] >= 0 and ei.value.plan["remaining_s"] == 1.0
+
+    class SlowRead(ForecastPipeline):
+        def prepare(self, req, lookback):
+            _time.sleep(1.5)  # the store read on a busy machine
+            return super().prepare(req, lookback)
+
+    gw, replicas = _gateway()
+    slow = SlowRead(gw.settings, gw.store, replicas, gw.metrics, num_replicas=2,
+                    fit_factory=gw.fit_factory, future=gw.future)
+    big = ForecastRequest(symbols=[f"S{i:03d}" for i in range(400)], horizon=200,
+                          sample_count=100)
+    with pytest.raises(DeadlineUnreachable):
+        asyncio.run(slow.forecast(big, timeout_s=1.0, timeout_source="request"))
+    small = ForecastRequest(symbols=["S001"], horizon=2, sample_count=1)
+    with pytest.raises(DeadlineExceeded):
+        asyncio.run(slow.forecast(small, timeout_s=1.0, timeout_source="request"))
+    assert replicas.calls == 0 and slow._inflight == 0
