@@ -28,7 +28,7 @@ import contextlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import torch
 
@@ -39,7 +39,12 @@ from kronos_core.engine.sampling import SamplingParams, counter_uniforms_table, 
 from kronos_core.engine.shared_step import DecodeMember, held_slots, shared_decode_step
 from kronos_core.model.config import DEP_HEADS
 from kronos_core.model.kronos import Kronos
-from kronos_core.model.layers import KVCache, padded_positions_and_mask
+from kronos_core.model.layers import (
+    DecodeCache,
+    KVCache,
+    SharedHistoryKV,
+    padded_positions_and_mask,
+)
 from kronos_core.model.tokenizer import KronosTokenizer
 
 
@@ -62,9 +67,10 @@ class _StepInputs:
 
     rows: torch.Tensor  # (n,) indices into the batch
     hidden_last: torch.Tensor  # (n, d) last hidden state
-    # (n, 4, S, D) keys of the s2 head over the window (S: the window or the cache capacity)
-    dep_k: torch.Tensor
-    dep_v: torch.Tensor  # (n, 4, S, D)
+    # (n, 4, S, D) keys of the s2 head over the window (S: the window or the cache capacity),
+    # or the s2 head's SharedHistoryKV (dep_v None)
+    dep_k: torch.Tensor | SharedHistoryKV
+    dep_v: torch.Tensor | None  # (n, 4, S, D)
     key_mask: torch.Tensor | None  # (n, S) True where the key is a real token in the window
     every_row: bool = False  # rows is the whole batch, in order (no scatter needed)
 
@@ -89,14 +95,19 @@ class _CachedRows:
 
     ``pad_host`` (n,) padding slots of each row, known on the host; the device copies
     (``pad``, ``real``) are made once here and only re-indexed on eviction.
+
+    ``shared_paths``: the rows come in runs of that many paths per series and no row leaves
+    the caches before the end; the prefill then sets every cache to a ``SharedHistoryKV``
+    (each series' history once, each row's own new tokens) instead of copying the history
+    into every row.
     """
 
     def __init__(
         self, model: Kronos, pad_host: list[int], width: int, capacity: int, dtype: torch.dtype,
-        device: torch.device, static: bool = False,
+        device: torch.device, static: bool = False, shared_paths: int = 0,
     ):
         """The caches' first ``width`` slots are left for the prefill to fill (every one of
-        them); the others start at zero."""
+        them); the others start at zero. With ``shared_paths`` no cache is made here."""
         c = model.config
         n = len(pad_host)
         self.ids = tuple(range(n))  # batch rows held, on the host (the cache steps' row ids)
@@ -108,13 +119,17 @@ class _CachedRows:
         self.real = self.slots[None, :] >= self.pad[:, None]
         # the decode step's new slot, set by fill_
         self.slot = torch.zeros((), dtype=torch.long, device=device)
-        self.caches = [
-            KVCache(n, c.n_heads, capacity, c.head_dim, dtype, device, written=width)
-            for _ in range(c.n_layers)
-        ]
-        self.dep = KVCache(
-            n, DEP_HEADS, capacity, c.d_model // DEP_HEADS, dtype, device, written=width
-        )
+        self.shared_paths = shared_paths
+        self.caches: list[DecodeCache] = []
+        self.dep: DecodeCache
+        if not shared_paths:
+            self.caches = [
+                KVCache(n, c.n_heads, capacity, c.head_dim, dtype, device, written=width)
+                for _ in range(c.n_layers)
+            ]
+            self.dep = KVCache(
+                n, DEP_HEADS, capacity, c.d_model // DEP_HEADS, dtype, device, written=width
+            )
         self.static = static
         if static:
             self._mark_static()
@@ -131,6 +146,8 @@ class _CachedRows:
 
     def evict(self, leaving: tuple[int, ...]) -> None:
         """Drop the batch rows ``leaving`` from every cache."""
+        if self.shared_paths:
+            raise RuntimeError("rows of shared-history caches never leave them")
         gone = set(leaving)
         keep = [i for i, r in enumerate(self.ids) if r not in gone]  # positions within the caches
         self.ids = tuple(self.ids[i] for i in keep)
@@ -138,13 +155,16 @@ class _CachedRows:
         idx = torch.tensor(keep, dtype=torch.long, device=self.rows.device)  # (n',)
         self.rows, self.pad, self.real = self.rows[idx], self.pad[idx], self.real[idx]
         for cache in (*self.caches, self.dep):
+            assert isinstance(cache, KVCache)
             cache.select_rows(idx)
         if self.static:
             self._mark_static()
 
     def tensors(self) -> list[torch.Tensor]:
         """Every tensor the caches hold (for tests and memory accounting)."""
-        return [t for cache in (*self.caches, self.dep) for t in (cache.k, cache.v)]
+        if not self.caches:
+            return []
+        return [t for cache in (*self.caches, self.dep) for t in cache.tensors()]
 
 
 def decode_step(
@@ -156,8 +176,8 @@ def decode_step(
     pad: torch.Tensor,
     real: torch.Tensor,
     slots: torch.Tensor,
-    caches: list[KVCache],
-    dep: KVCache,
+    caches: Sequence[DecodeCache],
+    dep: DecodeCache,
     max_context: int,
     rolling: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -210,6 +230,14 @@ class Generation:
         )
         self.stats = EngineStats(
             rows=self.rows, horizon=cfg.horizon, tokens_generated=self.rows * cfg.horizon
+        )
+        # the paths of a series attend to one copy of its history when every row stays cached
+        # to the end (no eviction, no recompute) and the decode step is the eager one
+        self.shares_history = (
+            batch.paths > 1 and not cfg.compile and not cfg.cuda_graphs
+            and cfg.sliding != "recompute"
+            and max(self.lengths_host) + cfg.horizon - 1 <= cfg.max_context
+            and all(not s.evict and not s.recompute for s in self.cache_steps)
         )
         self._step = 0
         self._seqs: _Sequences | None = None
@@ -436,11 +464,12 @@ class Generation:
         cols = slice(seqs.lmax - width, seqs.lmax)
         static = self.generator.graphs_active(self.cfg, self.device)
         dtype = self.cfg.autocast_dtype or torch.float32
+        paths = self.batch.paths
+        shared = paths if self.shares_history and not static else 0
         state = _CachedRows(
-            model, pad_host, width, width + self.cfg.horizon, dtype, self.device, static
+            model, pad_host, width, width + self.cfg.horizon, dtype, self.device, static, shared
         )
         self._cached = state
-        paths = self.batch.paths
         # the paths of one series share its history: run each series once (B = N / paths rows)
         rows = slice(None, None, paths)
         c = model.config
@@ -458,16 +487,29 @@ class Generation:
         hidden = model.trunk(x, positions, mask, caches, 0)  # (B, W, d)
         k, v = model.dep_layer.cross_attn.project_kv(hidden)  # (B, 4, W, D)
         last = hidden[:, -1]  # (B, d)
-        if paths > 1:  # spread each series' caches, keys and last state over its paths
-            for mine, its in zip(state.caches, caches, strict=True):
-                mine.write_spread(its.k, its.v, paths)
-            state.dep.write_spread(k, v, paths)  # (N, 4, W, D) in the cache
+        if paths > 1:
             last = last.repeat_interleave(paths, 0)  # (N, d)
+        if shared:  # each series' history once, each row's own tokens beside it
+            horizon = self.cfg.horizon
+            real = state.real[rows, :width] if state.padded else None  # (B, W) or None
+            state.caches = [
+                SharedHistoryKV(its.k, its.v, paths, horizon, real)
+                for its in cast(list[KVCache], caches)
+            ]
+            state.dep = dep = SharedHistoryKV(k, v, paths, horizon, real)
+            # (N, C): the history's real slots, none of the rows' own yet
+            held = state.real & (state.slots < width)[None, :]
+            return _StepInputs(state.rows, last, dep, None, held, every_row=True)
+        dep_cache = cast(KVCache, state.dep)
+        if paths > 1:  # spread each series' caches and keys over its paths
+            for mine, its in zip(state.caches, caches, strict=True):
+                cast(KVCache, mine).write_spread(cast(KVCache, its).k, cast(KVCache, its).v, paths)
+            dep_cache.write_spread(k, v, paths)  # (N, 4, W, D) in the cache
         else:
-            state.dep.write(0, k, v)
+            dep_cache.write(0, k, v)
         key_mask = state.real[:, :width] if state.padded else None  # (N, W) or None
         return _StepInputs(
-            state.rows, last, state.dep.k[:, :, :width], state.dep.v[:, :, :width],
+            state.rows, last, dep_cache.k[:, :, :width], dep_cache.v[:, :, :width],
             key_mask, every_row=True,
         )
 
@@ -507,9 +549,10 @@ class Generation:
         """The s2 head's inputs of the cached rows from their decode step's hidden (n, 1, d)
         and key mask (n, C)."""
         every_row = len(state.ids) == self.rows
-        return _StepInputs(
-            state.rows, hidden[:, 0], state.dep.k, state.dep.v, key_mask, every_row=every_row
-        )
+        dep = state.dep
+        if isinstance(dep, SharedHistoryKV):
+            return _StepInputs(state.rows, hidden[:, 0], dep, None, key_mask, every_row=every_row)
+        return _StepInputs(state.rows, hidden[:, 0], dep.k, dep.v, key_mask, every_row=every_row)
 
     def _rows_tensor(self, rows: tuple[int, ...]) -> torch.Tensor:
         """(n,) int64 batch rows on the device, made once per distinct row set."""

@@ -47,13 +47,22 @@ def _pass_bytes(tokens: int, d: int, ff: int, act_bytes: int) -> int:
     return tokens * (RESIDUAL_BYTES * d + FFN_WIDTH * ff * act_bytes)
 
 
-def _cache_bytes(m: KronosConfig, n: int, window: int, horizon: int, act: int, sliding: str) -> int:
-    """Trunk caches (2 per layer) and the s2 head's keys/values, ``window + horizon`` slots each."""
-    return (
-        0
-        if sliding == "recompute"
-        else (2 * m.n_layers + 2) * n * (window + horizon) * m.d_model * act
-    )
+def shares_history(samples: int, lookback: int, horizon: int, max_context: int,
+                   sliding: str) -> bool:
+    """Whether the engine keeps one copy of each series' history for its sample paths
+    (``SharedHistoryKV``): several paths, and every row cached to the end."""
+    return samples > 1 and sliding != "recompute" and lookback + horizon - 1 <= max_context
+
+
+def _cache_bytes(m: KronosConfig, series: int, samples: int, window: int, horizon: int, act: int,
+                 sliding: str, shared: bool) -> int:
+    """Trunk caches (2 per layer) and the s2 head's keys/values: ``window + horizon`` slots a row,
+    or with ``shared`` histories ``window`` slots a series and ``horizon`` a row."""
+    if sliding == "recompute":
+        return 0
+    slots = series * window + series * samples * horizon if shared \
+        else series * samples * (window + horizon)
+    return (2 * m.n_layers + 2) * slots * m.d_model * act
 
 
 def _mask_bytes(rows: int, length: int, ragged: bool) -> int:
@@ -115,21 +124,25 @@ def estimate_inference_bytes(*args, **kwargs) -> int:
     return memory_breakdown(*args, **kwargs).total
 
 
-def _phases(m: KronosConfig, t: TokenizerConfig, n: int, lookback: int, horizon: int, act: int,
-            max_context: int, ragged: bool, sliding: str) -> dict[str, int]:
-    """Working set of each phase (bytes, beyond the inputs) for n rows."""
+def _phases(m: KronosConfig, t: TokenizerConfig, series: int, samples: int, lookback: int,
+            horizon: int, act: int, max_context: int, ragged: bool, sliding: str) -> dict[str, int]:
+    """Working set of each phase (bytes, beyond the inputs) for ``series`` x ``samples`` rows."""
     d, vocab = m.d_model, 2**m.s1_bits + 2**m.s2_bits
+    n = series * samples
     window = min(lookback, max_context)
-    caches = _cache_bytes(m, n, window, horizon, act, sliding)
+    shared = shares_history(samples, lookback, horizon, max_context, sliding)
+    caches = _cache_bytes(m, series, samples, window, horizon, act, sliding, shared)
     # last pass's hidden states + the s2 head's keys/values, alive while sampling
     per_token_out = 3 * d * act
-    phases = {
-        "tokenize": _pass_bytes(n * lookback, t.d_model, t.ff_dim, act)
-        + _mask_bytes(n, lookback, ragged),
+    phases = {  # each series is encoded once, whatever its paths
+        "tokenize": _pass_bytes(series * lookback, t.d_model, t.ff_dim, act)
+        + _mask_bytes(series, lookback, ragged),
     }
     if sliding != "recompute":
+        # each series' window runs once, whatever its paths
         phases["prefill"] = (
-            caches + _pass_bytes(n * window, d, m.ff_dim, act) + _mask_bytes(n, window, ragged)
+            caches + _pass_bytes(series * window, d, m.ff_dim, act)
+            + _mask_bytes(series, window, ragged)
         )
     width = window
     if sliding == "recompute" or (sliding == "exact" and lookback + horizon - 1 > max_context):
@@ -138,9 +151,14 @@ def _phases(m: KronosConfig, t: TokenizerConfig, n: int, lookback: int, horizon:
         width = min(lookback + horizon - 1, max_context)
         phases["recompute"] = (caches if ragged else 0) + _pass_bytes(n * width, d, m.ff_dim, act) \
             + _mask_bytes(n, width, ragged)
-    phases["sample"] = caches + n * width * per_token_out + n * vocab * SAMPLE_BYTES
+    # the hidden states of the widest pass: the prefill's (a series once) or a recompute's
+    passed = n if "recompute" in phases else series
+    phases["sample"] = caches + passed * width * per_token_out + n * vocab * SAMPLE_BYTES
     dec_len = min(lookback + horizon, max_context)
-    phases["detokenize"] = _pass_bytes(n * dec_len, t.d_model, t.ff_dim, act) + _mask_bytes(
+    # the decoder runs each series' history part once and each path's horizon on its own
+    dec_tokens = n * dec_len if samples == 1 or dec_len <= horizon \
+        else series * (dec_len - horizon) + n * horizon
+    phases["detokenize"] = _pass_bytes(dec_tokens, t.d_model, t.ff_dim, act) + _mask_bytes(
         n, dec_len, ragged
     )
     return phases
@@ -172,9 +190,13 @@ def memory_breakdown(
     # candles + stamps (float32)
     inputs = n * (lookback * 6 * 4 + lookback * 5 * 4 + horizon * 5 * 4)
     inputs += n * total_len * (5 * 4 + 2 * 8)  # concatenated stamps + two int64 token sequences
-    caches = _cache_bytes(model_cfg, n, min(lookback, max_context), horizon, act, sliding)
+    shared = shares_history(sample_count, lookback, horizon, max_context, sliding)
+    caches = _cache_bytes(
+        model_cfg, batch, sample_count, min(lookback, max_context), horizon, act, sliding, shared
+    )
     phases = _phases(
-        model_cfg, tokenizer_cfg, n, lookback, horizon, act, max_context, ragged, sliding
+        model_cfg, tokenizer_cfg, batch, sample_count, lookback, horizon, act, max_context, ragged,
+        sliding,
     )
     phase = max(phases, key=phases.__getitem__)
     weights = _param_bytes(model_cfg, tokenizer_cfg) if include_weights else 0

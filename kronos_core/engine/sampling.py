@@ -105,7 +105,7 @@ def _top_p_kept_from_candidates(logits: torch.Tensor, top_p: float) -> torch.Ten
     logits tied with the last kept one are all kept. A host read: CPU only."""
     vocab = logits.shape[-1]
     k = min(TOP_P_CANDIDATES, vocab)
-    top = torch.topk(logits, k, dim=-1).values  # (N, k), descending
+    top = _largest_descending(logits, k)  # (N, k)
     peak = top[:, :1]  # (N, 1)
     total = (logits - peak).exp().sum(-1, keepdim=True)  # (N, 1) softmax normalizer
     probs = (top - peak).exp() / total  # (N, k)
@@ -119,6 +119,16 @@ def _top_p_kept_from_candidates(logits: torch.Tensor, top_p: float) -> torch.Ten
         short = ~(cumulative[:, -1:] > top_p)  # (N, 1)
         return torch.where(short, _top_p_kept_by_sort(logits, top_p), kept)
     return kept
+
+
+def _largest_descending(logits: torch.Tensor, k: int) -> torch.Tensor:
+    """(N, V) float32 on a CPU -> the ``k`` largest of each row, descending (N, k): the values
+    ``torch.topk`` gives, found by numpy's partition (a selection, about a third of topk's time
+    on a CPU for 128 of 1,024) and a sort of the k."""
+    rows = logits.detach().contiguous().numpy()
+    part = np.partition(rows, rows.shape[-1] - k, axis=-1)[:, -k:]  # (N, k) the largest, unsorted
+    part.sort(axis=-1)
+    return torch.from_numpy(np.ascontiguousarray(part[:, ::-1]))
 
 
 def sample_tokens(

@@ -17,13 +17,14 @@ difference is the batch size of the matrix products, which does not change a see
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import cast
 
 import torch
 
 from kronos_core.model.kronos import Kronos
-from kronos_core.model.layers import KVCache, TransformerBlock, stack_angles
+from kronos_core.model.layers import DecodeCache, TransformerBlock, stack_angles
 
 
 def held_slots(
@@ -49,8 +50,8 @@ class DecodeMember:
     pad: torch.Tensor  # (n,) padding slots of each row
     real: torch.Tensor  # (n, C) slots at or after each row's first real token
     slots: torch.Tensor  # (C,) arange(C)
-    caches: list[KVCache]  # one per trunk layer, (n, heads, C, D)
-    dep: KVCache  # the s2 head's keys/values, (n, 4, C, D')
+    caches: Sequence[DecodeCache]  # one per trunk layer, (n, heads, C, D) as addressed
+    dep: DecodeCache  # the s2 head's keys/values, (n, 4, C, D') as addressed
     max_context: int
     rolling: bool  # rolling mode past max_context: keys older than max_context are masked
 

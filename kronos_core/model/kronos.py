@@ -17,9 +17,10 @@ from kronos_core.model.checkpoint import PretrainedMixin
 from kronos_core.model.config import DEP_HEADS, KronosConfig
 from kronos_core.model.layers import (
     AttentionProjections,
+    DecodeCache,
     FusedLinears,
-    KVCache,
     RMSNorm,
+    SharedHistoryKV,
     TransformerBlock,
     apply_rotary,
     check_shared_rotary,
@@ -27,6 +28,9 @@ from kronos_core.model.layers import (
     padded_positions_and_mask,
     stack_angles,
 )
+
+# the s2 head's keys of a group of rows: a tensor (n, 4, S, D), or a cache of shared histories
+HeadKeys = torch.Tensor | SharedHistoryKV
 
 # Rows of the five temporal tables, in the order of the time-feature columns.
 TIME_TABLE_SIZES = {"minute": 60, "hour": 24, "weekday": 7, "day": 32, "month": 13}
@@ -205,7 +209,7 @@ class Kronos(PretrainedMixin, nn.Module):
         x: torch.Tensor,
         positions: torch.Tensor,
         mask: torch.Tensor | None = None,
-        caches: list[KVCache] | None = None,
+        caches: Sequence[DecodeCache] | None = None,
         cache_start: int | torch.Tensor = 0,
     ) -> torch.Tensor:
         """Embeddings (B, L, d) -> final hidden states (B, L, d) after ``norm``."""
@@ -221,8 +225,8 @@ class Kronos(PretrainedMixin, nn.Module):
         self,
         hidden_last: torch.Tensor,
         s1: torch.Tensor,
-        dep_k: torch.Tensor,
-        dep_v: torch.Tensor,
+        dep_k: torch.Tensor | SharedHistoryKV,
+        dep_v: torch.Tensor | None,
         key_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Logits of s2 given the chosen s1.
@@ -237,7 +241,7 @@ class Kronos(PretrainedMixin, nn.Module):
         self,
         hidden_last: torch.Tensor,
         s1: torch.Tensor,
-        groups: Sequence[tuple[int, int, torch.Tensor, torch.Tensor, torch.Tensor | None]],
+        groups: Sequence[tuple[int, int, HeadKeys, torch.Tensor | None, torch.Tensor | None]],
     ) -> torch.Tensor:
         """``s2_logits`` for rows of several groups at once, each group over its own keys (what
         ``s2_logits`` computes for one group: the dependency layer at inference, no rotation, no
@@ -247,17 +251,22 @@ class Kronos(PretrainedMixin, nn.Module):
         dep_k, dep_v, key_mask) per group, rows start:end of the batch, keys/values (n, 4, S, D)
         with the group's own S, key_mask (n, S) or None. The projections and norms run once over
         all rows, the attention once per group: each row gets what ``s2_logits`` gives it in its
-        own group (``tests/engine/test_shared_step.py``).
+        own group (``tests/engine/test_shared_step.py``). A group's keys may instead be a
+        ``SharedHistoryKV`` (values None), which knows what each row sees.
         """
         attn = self.dep_layer.cross_attn
         query = self.embedding.emb_s1(s1)[:, None, :]  # (N, 1, d), not scaled by sqrt(d)
         q = attn.heads(attn.q_proj(query))  # (N, 4, 1, D), no rotation (position 0)
-        outs = [
-            nn.functional.scaled_dot_product_attention(
+        outs = []
+        for a, b, k, v, mask in groups:
+            if isinstance(k, SharedHistoryKV):
+                outs.append(k.attend(q[a:b]))  # (n, 4, 1, D)
+                continue
+            if v is None:
+                raise ValueError("a group's keys as a tensor need their values")
+            outs.append(nn.functional.scaled_dot_product_attention(
                 q[a:b], k, v, attn_mask=None if mask is None else mask[:, None, None, :]
-            )  # (n, 4, 1, D)
-            for a, b, k, v, mask in groups
-        ]
+            ))  # (n, 4, 1, D)
         out = outs[0] if len(outs) == 1 else torch.cat(outs)  # (N, 4, 1, D)
         fused = self.dep_layer.norm(hidden_last[:, None, :] + attn.merge(out))  # (N, 1, d)
         return self.head.proj_s2(fused[:, 0])  # (N, V2)

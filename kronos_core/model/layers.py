@@ -191,6 +191,134 @@ class KVCache:
         self.k = self.k.index_select(0, rows)
         self.v = self.v.index_select(0, rows)
 
+    def attend(self, q: torch.Tensor, mask: torch.Tensor, dropout: float = 0.0) -> torch.Tensor:
+        """q (B, H, 1, D) over every slot of the cache, ``mask`` (B, 1, 1, capacity) True where a
+        query sees a key -> (B, H, 1, D)."""
+        return F.scaled_dot_product_attention(q, self.k, self.v, attn_mask=mask, dropout_p=dropout)
+
+    def tensors(self) -> list[torch.Tensor]:
+        return [self.k, self.v]
+
+
+def shared_history_attention(
+    q: torch.Tensor, hist_k: torch.Tensor, hist_v: torch.Tensor, hist_bias: torch.Tensor | None,
+    own_k: torch.Tensor, own_v: torch.Tensor, own_mask: torch.Tensor | None, paths: int,
+) -> torch.Tensor:
+    """Attention of rows that run in groups of ``paths`` over one shared history, then keys of
+    their own: what ``scaled_dot_product_attention`` gives over each row's keys
+    ``cat(its series' history, its own)``, but for rounding, with the history never copied per
+    row (a series' paths meet its history keys as one product).
+
+    q (N, H, L, D), N = B * paths, rows in runs of ``paths`` per series; hist_k, hist_v
+    (B, H, W, D); hist_bias (B, 1, 1, W) 0 or -inf (padding), or None; own_k, own_v
+    (N, H, T, D); own_mask broadcasting to (N, H, L, T), True where a query sees its own key,
+    or None. Every query must see at least one history key. -> (N, H, L, D).
+    """
+    n, heads, length, head_dim = q.shape
+    b = hist_k.shape[0]
+    q = q * head_dim**-0.5
+    # (B, H, P * L, D): a series' paths' queries as the rows of one product over its history
+    q_series = q.view(b, paths, heads, length, head_dim).transpose(1, 2)
+    q_series = q_series.reshape(b, heads, paths * length, head_dim)
+    own = torch.matmul(q, own_k.transpose(-1, -2))  # (N, H, L, T)
+    if own_mask is not None:
+        own = own.masked_fill(~own_mask, float("-inf"))
+    # (B, H, P * L, T)
+    own_series = own.view(b, paths, heads, length, -1).transpose(1, 2)
+    own_series = own_series.reshape(b, heads, paths * length, -1)
+    if q.device.type == "cpu" and _CPU_FLASH is not None:
+        # the history part by the fused kernel, which also gives each query's log-sum-exp
+        # (B, H, P * L, D) normalized over the history, (B, H, P * L)
+        out, lse = _CPU_FLASH(q_series, hist_k, hist_v, attn_mask=hist_bias, scale=1.0)[:2]
+        lse = lse[..., None]  # (B, H, P * L, 1)
+        top = torch.maximum(lse, own_series.amax(-1, keepdim=True))
+        hist_total = (lse - top).exp_()  # (B, H, P * L, 1) the history's share, unnormalized
+        own_w = (own_series - top).exp_()  # (B, H, P * L, T)
+        total = hist_total + own_w.sum(-1, keepdim=True)  # (B, H, P * L, 1)
+        out = out * (hist_total / total)
+    else:
+        hist = torch.matmul(q_series, hist_k.transpose(-1, -2))  # (B, H, P * L, W)
+        if hist_bias is not None:
+            hist = hist + hist_bias
+        # one softmax over both parts: a common maximum, then each part's exponentials
+        top = torch.maximum(hist.amax(-1, keepdim=True), own_series.amax(-1, keepdim=True))
+        hist_w = (hist - top).exp_()  # (B, H, P * L, W)
+        own_w = (own_series - top).exp_()  # (B, H, P * L, T)
+        total = hist_w.sum(-1, keepdim=True) + own_w.sum(-1, keepdim=True)  # (B, H, P * L, 1)
+        out = torch.matmul(hist_w, hist_v) / total  # (B, H, P * L, D)
+    out = out.view(b, heads, paths, length, head_dim).transpose(1, 2).reshape(q.shape)
+    own_w = (own_w / total).view(b, heads, paths, length, -1).transpose(1, 2)
+    own_w = own_w.reshape(n, heads, length, -1)  # (N, H, L, T)
+    return out + torch.matmul(own_w, own_v)  # (N, H, L, D)
+
+
+# torch's fused CPU attention kernel, which returns the log-sum-exp beside the output (the
+# public scaled_dot_product_attention drops it); None where this torch lacks it
+_CPU_FLASH = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+
+
+class SharedHistoryKV:
+    """Keys/values of rows that run in groups of ``paths`` over one shared history: each series'
+    history once, (B, H, W, D), and each row's own new tokens, (B * paths, H, T, D), where the
+    capacity is W + T and rows come in runs of ``paths`` per series.
+
+    It is addressed like a ``KVCache`` of (B * paths, H, W + T, D) (slot ``W + t`` is the row's
+    ``t``-th own token), and attending over it gives what attending over that cache, with the
+    history copied into every row, gives, but for rounding (``shared_history_attention``).
+    What a row sees is known here: its series' real history (``hist_real``) and its own tokens
+    written so far; the whole history stays in view (no rolling window).
+    """
+
+    def __init__(self, hist_k: torch.Tensor, hist_v: torch.Tensor, paths: int, new_slots: int,
+                 hist_real: torch.Tensor | None = None):
+        """hist_k, hist_v (B, H, W, D): each series' history; ``new_slots`` T: room for each
+        row's own tokens; hist_real (B, W) True where a history slot holds a real token (None:
+        all do)."""
+        b, heads, self.width, head_dim = hist_k.shape
+        self.paths = paths
+        self.hist_k, self.hist_v = hist_k.contiguous(), hist_v.contiguous()
+        self.hist_bias = None if hist_real is None else torch.zeros(
+            b, 1, 1, self.width, dtype=hist_k.dtype, device=hist_k.device
+        ).masked_fill_(~hist_real[:, None, None, :], float("-inf"))  # (B, 1, 1, W)
+        own = (b * paths, heads, new_slots, head_dim)
+        self.own_k = hist_k.new_zeros(own)
+        self.own_v = hist_v.new_zeros(own)
+        self._own_slots = torch.arange(new_slots, device=hist_k.device)  # (T,)
+        self.own_seen = torch.zeros(new_slots, dtype=torch.bool, device=hist_k.device)  # (T,)
+
+    @property
+    def capacity(self) -> int:
+        return self.width + self.own_k.shape[2]
+
+    def write_at(self, slot: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        """k, v (B * paths, H, 1, D) go to slot ``slot`` (0-d int64 on the device, >= W); the
+        rows see their own slots up to it from now on."""
+        index = (slot - self.width).reshape(1)  # (1,) the row's own slot
+        self.own_k.index_copy_(2, index, k)
+        self.own_v.index_copy_(2, index, v)
+        self.own_seen = self._own_slots <= index
+
+    def attend(self, q: torch.Tensor, mask: torch.Tensor | None = None,
+               dropout: float = 0.0) -> torch.Tensor:
+        """q (N, H, 1, D), N = B * paths -> (N, H, 1, D) over the slots each row holds.
+
+        ``mask`` (the caller's key mask, (N, C) or (N, 1, 1, C)) is not read: what each row
+        sees is held here and equals it (``tests/model/test_shared_history_kv.py``). No dropout:
+        an inference cache."""
+        if dropout:
+            raise ValueError("SharedHistoryKV is an inference cache: no attention dropout")
+        return shared_history_attention(
+            q, self.hist_k, self.hist_v, self.hist_bias, self.own_k, self.own_v, self.own_seen,
+            self.paths,
+        )
+
+    def tensors(self) -> list[torch.Tensor]:
+        return [self.hist_k, self.hist_v, self.own_k, self.own_v]
+
+
+# what a cached decode step writes its new token to and attends over
+DecodeCache = KVCache | SharedHistoryKV
+
 
 class AttentionProjections(nn.Module):
     """The four biased projections (``q_proj``, ``k_proj``, ``v_proj``, ``out_proj``), rotary
@@ -236,7 +364,7 @@ class SelfAttention(AttentionProjections):
         x: torch.Tensor,
         rope: RotaryAngles,
         mask: torch.Tensor | None = None,
-        cache: KVCache | None = None,
+        cache: DecodeCache | None = None,
         cache_start: int | torch.Tensor = 0,
     ) -> torch.Tensor:
         """x (B, L, d); rope: the rotary factors of its positions (``Rotary.angles``).
@@ -260,6 +388,8 @@ class SelfAttention(AttentionProjections):
                     "a tensor cache_start needs a cache, a mask and one new token per row"
                 )
             return self.finish(self.attend_at_slot(q, k, v, cache, cache_start, mask))
+        if isinstance(cache, SharedHistoryKV):
+            raise TypeError("a SharedHistoryKV takes one new token per row at a tensor slot")
         if cache is not None:
             cache.write(cache_start, k, v)
             end = cache_start + length
@@ -291,18 +421,15 @@ class SelfAttention(AttentionProjections):
         return qk[0], qk[1], v
 
     def attend_at_slot(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: KVCache, slot: torch.Tensor,
-        mask: torch.Tensor,
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: DecodeCache,
+        slot: torch.Tensor, mask: torch.Tensor,
     ) -> torch.Tensor:
         """One new token per row: k, v (B, H, 1, D) go to ``slot`` (0-d) of ``cache``, and q
         (B, H, 1, D) attends over every slot of it, ``mask`` (B, 1, 1, capacity) hiding the
         slots the row does not hold -> (B, H, 1, D)."""
         cache.write_at(slot, k, v)
-        # (B, H, capacity, D): shapes fixed by the cache
-        dropout = self.attn_dropout if self.training else 0.0
-        return F.scaled_dot_product_attention(
-            q, cache.k, cache.v, attn_mask=mask, dropout_p=dropout
-        )
+        # shapes fixed by the cache
+        return cache.attend(q, mask, self.attn_dropout if self.training else 0.0)
 
     def finish(self, out: torch.Tensor) -> torch.Tensor:
         """(B, H, L, D) attention output -> (B, L, d): ``out_proj`` and the residual dropout."""
@@ -321,7 +448,8 @@ class TransformerBlock(nn.Module):
         self.ffn = SwiGLU(d_model, ff_dim, ffn_dropout)
 
     def forward(self, x: torch.Tensor, rope: RotaryAngles, mask: torch.Tensor | None = None,
-                cache: KVCache | None = None, cache_start: int | torch.Tensor = 0) -> torch.Tensor:
+                cache: DecodeCache | None = None, cache_start: int | torch.Tensor = 0
+                ) -> torch.Tensor:
         """x (B, L, d); rope: the rotary factors of its positions (``stack_angles``)."""
         x = x + self.self_attn(self.norm1(x), rope, mask, cache, cache_start)
         return x + self.ffn(self.norm2(x))

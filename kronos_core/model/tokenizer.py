@@ -24,6 +24,7 @@ from kronos_core.model.layers import (
     TransformerBlock,
     check_shared_rotary,
     padded_positions_and_mask,
+    shared_history_attention,
     stack_angles,
 )
 
@@ -174,26 +175,31 @@ class KronosTokenizer(PretrainedMixin, nn.Module):
         pad_n = pad_b.repeat_interleave(paths)  # (N,)
         new_slots = lh + torch.arange(h, device=device)  # (H,) the new tokens' window slots
         rope_new = stack_angles(self.decoder, new_slots[None, :] - pad_n[:, None])  # (N, 1, H, D)
-        # (N, 1, H, Lh + H): a new token sees its series' real history and the new tokens up to it
-        sees_history = (torch.arange(lh, device=device)[None, :] >= pad_n[:, None])  # (N, Lh)
         causal = torch.ones(h, h, dtype=torch.bool, device=device).tril()  # (H, H)
-        mask = torch.cat(
-            [sees_history[:, None, :].expand(n, h, lh), causal.expand(n, h, h)], dim=-1
-        )[:, None]
         z_new = self.post_quant_embed(self.ids_to_code(*new).to(dtype))  # (N, H, d)
+        if not lh:  # nothing shared: the new tokens alone, causally
+            for block in cast(Sequence[TransformerBlock], self.decoder):
+                attn = block.self_attn
+                q, k, v = attn.project(block.norm1(z_new), rope_new)  # (N, heads, H, D) each
+                out = F.scaled_dot_product_attention(q, k, v, attn_mask=causal)
+                z_new = z_new + attn.finish(out)
+                z_new = z_new + block.ffn(block.norm2(z_new))
+            return self.head(z_new)  # (N, H, d_in)
         z_hist = self.post_quant_embed(self.ids_to_code(hist_s1, hist_s2).to(dtype))  # (B, Lh, d)
         positions, hist_mask = padded_positions_and_mask(pad_b, lh, pad is not None)
-        rope_hist = stack_angles(self.decoder, positions) if lh and len(self.decoder) else None
+        rope_hist = stack_angles(self.decoder, positions)
+        # (B, 1, 1, Lh): a new token sees its series' real history
+        hist_bias = None if pad is None else torch.zeros(b, 1, 1, lh, dtype=dtype, device=device)
+        if hist_bias is not None:
+            real = torch.arange(lh, device=device)[None, :] >= pad_b[:, None]  # (B, Lh)
+            hist_bias.masked_fill_(~real[:, None, None, :], float("-inf"))
         for block in cast(Sequence[TransformerBlock], self.decoder):
             attn = block.self_attn
             q, k, v = attn.project(block.norm1(z_new), rope_new)  # (N, heads, H, D) each
-            if lh:
-                assert rope_hist is not None
-                cache = KVCache(b, attn.n_heads, lh, attn.head_dim, z_hist.dtype, device, lh)
-                z_hist = block(z_hist, rope_hist, hist_mask, cache, 0)  # (B, Lh, d)
-                k = torch.cat([cache.k.repeat_interleave(paths, 0), k], dim=2)  # (N, heads, S, D)
-                v = torch.cat([cache.v.repeat_interleave(paths, 0), v], dim=2)
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (N, heads, H, D)
+            cache = KVCache(b, attn.n_heads, lh, attn.head_dim, z_hist.dtype, device, lh)
+            z_hist = block(z_hist, rope_hist, hist_mask, cache, 0)  # (B, Lh, d)
+            # (N, heads, H, D): each series' history once, each row's new tokens causally
+            out = shared_history_attention(q, cache.k, cache.v, hist_bias, k, v, causal, paths)
             z_new = z_new + attn.finish(out)
             z_new = z_new + block.ffn(block.norm2(z_new))
         return self.head(z_new)  # (N, H, d_in)

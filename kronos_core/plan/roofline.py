@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from kronos_core.engine.memory import count_parameters
+from kronos_core.engine.memory import count_parameters, shares_history
 from kronos_core.model.config import KronosConfig, TokenizerConfig
 from kronos_core.plan.planner import InferencePlan, TrainPlan
 
@@ -229,9 +229,12 @@ def series_work(
     ``paths`` sample paths (the counting of ``kronos_core.plan.portfolio.forecast_flops``, with
     the memory traffic beside it).
 
-    The prefill runs once per series and its key/value caches are copied into each path's row
-    (``KVCache.write_spread``); each decode step runs once per row (series x paths), attending to
-    ``ctx`` keys in each layer and in the s2 head. With ``sliding="exact"`` a step whose window
+    The prefill runs once per series. With several paths and every row cached to the end
+    (``kronos_core.engine.memory.shares_history``) its key/value caches are held once per series
+    (``SharedHistoryKV``) and each decode step reads them once per series; otherwise they are
+    copied into each path's row (``KVCache.write_spread``) and each row reads its own copy.
+    Each decode step runs once per row (series x paths), attending to ``ctx`` keys in each
+    layer and in the s2 head. With ``sliding="exact"`` a step whose window
     passes ``max_context`` recomputes the whole window, per row. The tokenizer encodes the
     history once and decodes the history part of the output window once and each path's
     ``horizon`` candles on their own (``KronosTokenizer.decode_after_shared_history``)."""
@@ -248,7 +251,9 @@ def series_work(
     tokenize_bytes = 20.0 * (enc + dec) * tok.d_model * 4
     slots = min(window + horizon, max_context)  # each row's cache length
     prefill_flops = 2.0 * window * prefill_linear + 2.0 * window**2 * d * layers
-    prefill_bytes = 20.0 * window * d * a * layers + paths * 2.0 * (layers + 1) * slots * d * a
+    shared = shares_history(paths, lookback, horizon, max_context, sliding)
+    copies = 1 if shared else paths  # copies of a series' history in the caches
+    prefill_bytes = 20.0 * window * d * a * layers + copies * 2.0 * (layers + 1) * slots * d * a
     # the steps whose window slides past the context (exact: each recomputes the whole window,
     # per row), and the others, whose row attends to ctx = min(window + step + 1, max_context)
     # keys in each layer and the s2 head: their sum in closed form (a request may hold 10,000
@@ -261,7 +266,9 @@ def series_work(
                + (cached - growing) * max_context)
     # trunk + both heads per row; attention over ctx keys in each layer and the s2 head
     decode_flops = paths * (cached * 2.0 * counts.linear + 4.0 * ctx_sum * d * (layers + 1))
-    decode_bytes = paths * 2.0 * (layers + 1) * ctx_sum * d * a  # each row reads its caches
+    # each row reads its caches (a shared history once a series, each row its own tokens)
+    read_slots = window * cached + paths * cached * (cached + 1) / 2 if shared else paths * ctx_sum
+    decode_bytes = 2.0 * (layers + 1) * read_slots * d * a
     recompute_flops = paths * slides * (2.0 * max_context * counts.linear
                                         + 2.0 * max_context**2 * d * layers)
     recompute_bytes = paths * slides * 20.0 * max_context * d * a * layers
@@ -329,17 +336,16 @@ def infer_seconds(
 # runs the bundled default model (d_model 128, 4 layers) in-process on one torch thread over the
 # sample store's windows, ten workloads (lookback 64-400, horizon 5-24, 1-32 paths, two past the
 # context), and fits its CPU time as one factor per part of ``forecast_seconds`` without factors
-# (``probe_cpu`` of the same thread). On the 2-core development machine (2026-12-07, six runs,
-# some beside other jobs) the fits were 2.0-2.9 (tokenize and prefill), 4.4-6.0 (cached decode)
-# and 1.6-1.8 (windows recomputed past the context): the probe's copy bandwidth, which the decode
-# part rests on, read 17-27 GB/s from run to run. What the roofline misses: in the decode, the CPU
-# attention kernel on one query row, top-p sampling twice a step and the element-wise ops around
-# them, per row; in the prefill, the first touch of the caches' fresh memory. The factors are the
-# runs' middles: with them each workload's estimate was 0.78-1.40 of its measured time
-# (docs/planner.md, "A request's time"), which the service's refusal margin
-# (``deadline_margin``, 1.5) covers. A loaded machine's wall time is longer than the estimate:
-# the service took 2.2-2.9x it (two step loops as two lanes) in the figures of issue 53.
-CPU_ENGINE_FACTORS = {"tokenize_detokenize": 2.2, "prefill": 2.2, "decode": 5.3,
+# (``probe_cpu`` of the same thread). On the 2-core development machine (2026-12-07, after the
+# shared-history caches; quiet) the fits were 2.7 (tokenize and prefill), 3.4 (cached decode) and
+# 1.6 (windows recomputed past the context); before them six runs had given 2.0-2.9, 4.4-6.0 and
+# 1.6-1.8. What the roofline misses: in the decode, the attention kernels on one query row, top-p
+# sampling twice a step and the element-wise ops around them, per row; in the prefill, the CPU
+# attention kernel's speed at head size 32. With these factors each workload's estimate was
+# 0.8-1.1 of its measured time (docs/planner.md, "A request's time"), which the service's refusal
+# margin (``deadline_margin``, 1.5) covers. A loaded machine's wall time is longer than the
+# estimate: the service took 2.2-2.9x it (two step loops as two lanes) in the figures of issue 53.
+CPU_ENGINE_FACTORS = {"tokenize_detokenize": 2.7, "prefill": 2.7, "decode": 3.4,
                       "recompute": 1.6}
 PARTS = ("tokenize_detokenize", "prefill", "decode", "recompute")
 

@@ -75,9 +75,10 @@ def test_steady_decode_steps_do_not_synchronise(tiny, goog, case):
 
 
 def test_the_cpu_top_p_reads_one_number_per_draw_which_the_gpu_count_leaves_out(tiny, goog):
-    """On a CPU a seeded top-p step reads two numbers back (its s1 and s2 draws' candidates,
-    ``TOP_P_CANDIDATES``); ``syncs_per_step`` counts what a GPU step does, where rows are sorted
-    whole."""
+    """On a CPU a seeded top-p step reads its logits on the host for each of its s1 and s2
+    draws (numpy selects the candidates, ``TOP_P_CANDIDATES``: ``.numpy()`` and the candidates
+    back) and one number each; ``syncs_per_step`` counts what a GPU step does, where rows are
+    sorted whole."""
     options = ForecastOptions(8, top_p=0.9, seed=5)
     predictor = KronosPredictor(*tiny, device="cpu", max_context=128)
     values, xs, ys = windows(goog, [0, 500], [64, 64], options.horizon)
@@ -86,7 +87,8 @@ def test_the_cpu_top_p_reads_one_number_per_draw_which_the_gpu_count_leaves_out(
     counter = HostSyncCounter()
     with counter:
         job.step()
-    assert dict(counter.ops) == {"item": 2}, counter.ops
+    host = {"resolve_conj": 2, "resolve_neg": 2, "lift_fresh": 2}  # .numpy(), from_numpy
+    assert dict(counter.ops) == {"item": 2, **host}, counter.ops
     assert sampling.TOP_P_CANDIDATES > 0
     assert syncs_per_step(job)[:-1] == [0] * (options.horizon - 3)
     assert sampling.TOP_P_CANDIDATES > 0  # restored after counting

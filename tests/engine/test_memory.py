@@ -79,6 +79,12 @@ def measured_and_estimated(
     rng = np.random.default_rng(0)
     values = [np.abs(rng.normal(10, 1, (n, 6))).astype(np.float32) for n in lengths]
     ts = pd.date_range("2024-01-02 09:35", periods=max(lengths) + horizon, freq="5min")
+    # a first call makes what lives as long as the model (the CPU's fused projection weights):
+    # weights, which the estimate leaves out
+    predictor.forecast(
+        values[:1], [ts[: lengths[0]]], [ts[lengths[0] : lengths[0] + horizon]],
+        ForecastOptions(horizon, seed=0),
+    )
     meter = LiveTensorMeter()
     with meter:
         predictor.forecast(

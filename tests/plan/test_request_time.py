@@ -29,9 +29,14 @@ def test_a_series_prefill_is_counted_once_whatever_its_paths():
     many = R.series_work(CFG, TOK, 251, 5, 32, CTX)
     assert many.prefill_flops == one.prefill_flops
     assert many.decode_flops == pytest.approx(32 * one.decode_flops)
-    assert many.decode_bytes == pytest.approx(32 * one.decode_bytes)
-    # the caches spread into each path's row: the prefill's memory traffic grows with the paths
-    assert many.prefill_bytes > one.prefill_bytes
+    # the paths attend to one copy of their series' history (SharedHistoryKV): the prefill's
+    # memory traffic does not grow with them, the decode reads the history once a step
+    assert many.prefill_bytes == one.prefill_bytes
+    assert one.decode_bytes < many.decode_bytes < 2 * one.decode_bytes
+    # a window that slides within the horizon keeps the copies: the traffic grows with the paths
+    copied = R.series_work(CFG, TOK, 254, 5, 32, CTX)
+    copied_one = R.series_work(CFG, TOK, 254, 5, 1, CTX)
+    assert copied.prefill_bytes > 4 * copied_one.prefill_bytes
     # the tokenizer: the history encoded once, decoded once, each path's horizon on its own
     per_candle = R.count_parameters(TOK).linear
     assert many.tokenize_flops == pytest.approx(per_candle * (251 + 251 + 32 * 5))
@@ -44,8 +49,8 @@ def test_the_roofline_per_call_counts_the_prefill_per_series_not_per_path():
     many = plan_inference(CFG, TOK, 251, 5, 8, 32, max_context=CTX)
     t1 = R.infer_seconds(CFG, TOK, one, 8, THIS_CPU, max_context=CTX)
     t32 = R.infer_seconds(CFG, TOK, many, 8, THIS_CPU, max_context=CTX)
-    assert t32["prefill"] < 2 * t1["prefill"]  # only the spread copies grow with the paths
-    assert t32["decode"] > 10 * t1["decode"]
+    assert t32["prefill"] < 1.01 * t1["prefill"]  # the history is held once for the paths
+    assert t32["decode"] > 4 * t1["decode"]
 
 
 def test_the_series_spread_over_the_lanes_and_a_series_is_never_split():
@@ -103,26 +108,25 @@ def test_cpu_factors_apply_on_a_cpu_only():
     assert gpu.seconds < cpu.seconds  # timing-ok: two estimates, nothing measured
 
 
-# Issue 53's measurements through the service on the 2-core development machine (one CPU replica,
-# two step loops, the bundled default, its 32 paths unless said, lookback 256 - horizon), while
-# other jobs ran on the machine: (symbols, paths, horizon, seconds)
-ISSUE_53 = [(2003, 32, 5, 174.8), (2003, 8, 5, 84.3), (1000, 32, 12, 166.0)]
+# Issue 53's measurements on the 2-core development machine, quiet, since the engine holds each
+# series' history once for its paths (2026-12-07, ``kronos bench portfolio --symbols 1000
+# --horizon 5 --threads 1 --service``; docs/results/engine.md): 1,000 sample-store symbols,
+# lookback 251, the bundled default's 32 paths, 8 series a call.
+ENGINE_ONE_THREAD_S = 26.96  # in-process, one torch thread: one lane
+SERVICE_ONE_REPLICA_S = 23.25  # through the service, one CPU replica with its two step loops
 
 
-@pytest.mark.parametrize(("symbols", "paths", "horizon", "measured_s"), ISSUE_53)
-def test_the_plan_is_below_the_loaded_machines_measurements_within_a_factor_three(
-    symbols, paths, horizon, measured_s
-):
-    """The plan is a quiet machine's figure (the engine's CPU time,
-    ``scripts/plan-request-time.py``): the loaded machine took longer, but by less than 3x with
-    its two step loops as the two lanes, and less than 1.5x if the load had left it one core's
-    worth."""
-    lengths = [CTX - horizon] * symbols
-    two = R.forecast_seconds(CFG, TOK, lengths, horizon, paths, THIS_CPU, 2, CTX, batch=8)
-    one = R.forecast_seconds(CFG, TOK, lengths, horizon, paths, THIS_CPU, 1, CTX, batch=8)
-    # timing-ok: the plan against figures recorded in issue 53, nothing measured here
-    assert 1.0 < measured_s / two.seconds < 3.0, two.seconds  # timing-ok: as above
-    assert 1.0 < measured_s / one.seconds < 1.5, one.seconds  # timing-ok: as above
+def test_the_plan_is_within_the_quiet_machines_measurements():
+    """The plan (the engine's CPU time on one thread, ``scripts/plan-request-time.py``) is
+    within 0.7-1.3 of the engine measured in-process on one thread; the service's two step
+    loops on two cores took longer than two lanes would (they share the cores with the
+    gateway and Ray), by less than 1.5x."""
+    lengths = [251] * 1000
+    one = R.forecast_seconds(CFG, TOK, lengths, 5, 32, THIS_CPU, 1, CTX, batch=8)
+    two = R.forecast_seconds(CFG, TOK, lengths, 5, 32, THIS_CPU, 2, CTX, batch=8)
+    # timing-ok: the plan against figures recorded above, nothing measured here
+    assert 0.7 < ENGINE_ONE_THREAD_S / one.seconds < 1.3, one.seconds  # timing-ok: as above
+    assert 1.0 < SERVICE_ONE_REPLICA_S / two.seconds < 1.5, two.seconds  # timing-ok: as above
     # the decode of 32 paths is most of it; the prefill, once per series, is not multiplied by them
     assert two.parts["prefill"] < two.parts["decode"]
 
