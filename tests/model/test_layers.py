@@ -9,7 +9,8 @@ from kronos_core.model.layers import RMSNorm
 
 def _written_out(norm: RMSNorm, x: torch.Tensor) -> torch.Tensor:
     x32 = x.float()
-    return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + norm.eps)).type_as(x) * norm.weight
+    normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + norm.eps)
+    return normed.type_as(x) * norm.weight
 
 
 def test_the_fused_rms_norm_is_the_formula_bit_for_bit_on_a_cpu():
