@@ -49,6 +49,12 @@ class SamplingParams:
         return self.top_k == 1
 
 
+def _candidates_apply(logits: torch.Tensor, params: SamplingParams) -> bool:
+    """Whether top-p runs on the CPU's candidates (``_top_p_candidates``)."""
+    return (params.top_k == 0 and params.top_p < 1.0 and logits.device.type == "cpu"
+            and TOP_P_CANDIDATES > 0)
+
+
 def filter_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     """(N, V) logits / T with filtered-out entries set to -inf."""
     logits = logits.float() / params.temperature
@@ -57,7 +63,7 @@ def filter_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
         kth = torch.topk(logits, k, dim=-1).values[..., -1:]  # (N, 1)
         return logits.masked_fill(logits < kth, float("-inf"))
     if params.top_p < 1.0:
-        if logits.device.type == "cpu" and TOP_P_CANDIDATES > 0:
+        if _candidates_apply(logits, params):
             return _top_p_kept_from_candidates(logits, params.top_p)
         return _top_p_kept_by_sort(logits, params.top_p)
     return logits
@@ -103,22 +109,33 @@ def _top_p_kept_from_candidates(logits: torch.Tensor, top_p: float) -> torch.Ten
     batch (a shared step samples several jobs' rows at once). The kept set is the sort's but for
     rounding: the probabilities' normalizer is summed in vocabulary order (not sorted order), and
     logits tied with the last kept one are all kept. A host read: CPU only."""
+    kept, _weights = _top_p_candidates(logits, top_p)
+    return logits.masked_fill(~kept, float("-inf"))
+
+
+def _top_p_candidates(logits: torch.Tensor, top_p: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(N, V) float32 logits on a CPU -> the top-p kept set (N, V) bool, as
+    ``_top_p_kept_from_candidates`` keeps it, and each token's weight (N, V) float32:
+    ``exp(logit - row max)`` where kept, 0 elsewhere (the kept tokens' probabilities up to each
+    row's normalizer)."""
     vocab = logits.shape[-1]
     k = min(TOP_P_CANDIDATES, vocab)
     top = _largest_descending(logits, k)  # (N, k)
     peak = top[:, :1]  # (N, 1)
-    total = (logits - peak).exp().sum(-1, keepdim=True)  # (N, 1) softmax normalizer
+    weights = (logits - peak).exp()  # (N, V)
+    total = weights.sum(-1, keepdim=True)  # (N, 1) softmax normalizer
     probs = (top - peak).exp() / total  # (N, k)
     cumulative = probs.cumsum(-1)
     # a candidate is kept when the probability before it is within top_p, as in the sort
     kept_after_first = (cumulative[:, :-1] <= top_p).sum(-1, keepdim=True)  # (N, 1)
     threshold = top.gather(-1, kept_after_first)  # (N, 1) the least likely kept logit
-    kept = logits.masked_fill(logits < threshold, float("-inf"))  # (N, V)
+    kept = logits >= threshold  # (N, V)
     if k < vocab and not float(cumulative[:, -1].min()) > top_p:
         # some rows' candidates fall short (NaN rows among them): those take the whole-row sort
         short = ~(cumulative[:, -1:] > top_p)  # (N, 1)
-        return torch.where(short, _top_p_kept_by_sort(logits, top_p), kept)
-    return kept
+        by_sort = torch.isfinite(_top_p_kept_by_sort(logits, top_p))  # (N, V)
+        kept = torch.where(short, by_sort, kept)
+    return kept, weights.masked_fill_(~kept, 0.0)
 
 
 def _largest_descending(logits: torch.Tensor, k: int) -> torch.Tensor:
@@ -140,7 +157,14 @@ def sample_tokens(
     """
     if params.greedy:
         return logits.argmax(-1)
-    probs = filter_logits(logits, params).softmax(-1).double()  # (N, V)
+    if _candidates_apply(logits, params):
+        # the kept tokens' weights, unnormalized: the draw below scales by their total
+        scaled = logits.float()
+        if params.temperature != 1.0:
+            scaled = scaled / params.temperature
+        probs = _top_p_candidates(scaled, params.top_p)[1].double()  # (N, V)
+    else:
+        probs = filter_logits(logits, params).softmax(-1).double()  # (N, V)
     cdf = probs.cumsum(-1)  # (N, V)
     if uniforms is None:
         uniforms = torch.rand(logits.shape[0], dtype=torch.float64, device=logits.device)
