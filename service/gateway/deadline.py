@@ -197,7 +197,7 @@ def _message(deadline: Deadline, limit: float, plan: float, budget: float, fits:
     else:
         longer = (f"a deadline of {need} s would be needed, more than this service allows "
                   f"({_s(longest)} s; its operator sets KRONOS_MAX_REQUEST_TIMEOUT_S)")
-    on = f"{lanes} step loop(s)" + (f", {device}" if device else "")
+    on = f"{lanes} lane(s) of step loops" + (f", {device}" if device else "")
     return (
         f"planned {plan:.3g} s ({series} {kind} x {paths} sample paths x {horizon} steps on {on}), "
         f"past {whose} by more than {settings.deadline_margin:g}x: refused before any work. To "
