@@ -120,7 +120,7 @@ def _top_p_candidates(logits: torch.Tensor, top_p: float) -> tuple[torch.Tensor,
     row's normalizer)."""
     vocab = logits.shape[-1]
     k = min(TOP_P_CANDIDATES, vocab)
-    top = _largest_descending(logits, k)  # (N, k)
+    top = torch.topk(logits, k, dim=-1).values  # (N, k), descending
     peak = top[:, :1]  # (N, 1)
     weights = (logits - peak).exp()  # (N, V)
     total = weights.sum(-1, keepdim=True)  # (N, 1) softmax normalizer
@@ -138,39 +138,67 @@ def _top_p_candidates(logits: torch.Tensor, top_p: float) -> tuple[torch.Tensor,
     return kept, weights.masked_fill_(~kept, 0.0)
 
 
-def _largest_descending(logits: torch.Tensor, k: int) -> torch.Tensor:
-    """(N, V) float32 on a CPU -> the ``k`` largest of each row, descending (N, k): the values
-    ``torch.topk`` gives, found by numpy's partition (a selection, about a third of topk's time
-    on a CPU for 128 of 1,024) and a sort of the k."""
-    rows = logits.detach().contiguous().numpy()
-    part = np.partition(rows, rows.shape[-1] - k, axis=-1)[:, -k:]  # (N, k) the largest, unsorted
-    part.sort(axis=-1)
-    return torch.from_numpy(np.ascontiguousarray(part[:, ::-1]))
-
-
 def sample_tokens(
     logits: torch.Tensor, params: SamplingParams, uniforms: torch.Tensor | None
 ) -> torch.Tensor:
     """Draw one token per row. logits (N, V); uniforms (N,) in [0, 1) or None (global RNG).
 
-    Greedy (top_k == 1) is an arg-max and ignores the uniforms.
+    Greedy (top_k == 1) is an arg-max and ignores the uniforms. The draw is inverse-CDF over the
+    kept tokens' probabilities in vocabulary order.
     """
     if params.greedy:
         return logits.argmax(-1)
+    if uniforms is None:
+        uniforms = torch.rand(logits.shape[0], dtype=torch.float64, device=logits.device)
+    u = uniforms.to(device=logits.device, dtype=torch.float64)  # (N,)
     if _candidates_apply(logits, params):
-        # the kept tokens' weights, unnormalized: the draw below scales by their total
         scaled = logits.float()
         if params.temperature != 1.0:
             scaled = scaled / params.temperature
-        probs = _top_p_candidates(scaled, params.top_p)[1].double()  # (N, V)
-    else:
-        probs = filter_logits(logits, params).softmax(-1).double()  # (N, V)
-    cdf = probs.cumsum(-1)  # (N, V)
-    if uniforms is None:
-        uniforms = torch.rand(logits.shape[0], dtype=torch.float64, device=logits.device)
-    u = uniforms.to(device=logits.device, dtype=torch.float64)[:, None] * cdf[:, -1:]  # (N, 1)
-    idx = torch.searchsorted(cdf, u, right=True)[:, 0]
-    return idx.clamp_(max=logits.shape[-1] - 1)
+        return _draw_from_candidates(scaled, params.top_p, u)
+    probs = filter_logits(logits, params).softmax(-1).double()  # (N, V)
+    return _inverse_cdf(probs, u)
+
+
+def _inverse_cdf(weights: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """weights (N, V) float64, each row's tokens' probabilities up to a factor, in vocabulary
+    order; u (N,) in [0, 1) -> (N,) the first token whose cumulative weight passes u x the row's
+    total."""
+    cdf = weights.cumsum(-1)  # (N, V)
+    idx = torch.searchsorted(cdf, u[:, None] * cdf[:, -1:], right=True)[:, 0]
+    return idx.clamp_(max=weights.shape[-1] - 1)
+
+
+def _draw_from_candidates(scaled: torch.Tensor, top_p: float, u: torch.Tensor) -> torch.Tensor:
+    """Top-p draws on a CPU from each row's ``TOP_P_CANDIDATES`` most likely tokens: (N, V)
+    float32 logits / T, u (N,) -> (N,) tokens.
+
+    The same tokens as the draw over whole rows (``_top_p_candidates``' weights, inverse-CDF in
+    vocabulary order): the kept set is found the same way, each kept token's weight is the same
+    float32 ``exp(logit - row max)``, and the cumulative sum over the kept tokens in vocabulary
+    order is the whole row's at those tokens (the others add zeros). A row that its candidates do
+    not settle (their mass falls short of top_p, or the least kept one ties the last candidate)
+    is drawn over its whole row."""
+    n, vocab = scaled.shape
+    k = min(TOP_P_CANDIDATES, vocab)
+    vals, idx = torch.topk(scaled, k, dim=-1)  # (N, k) descending, their tokens
+    peak = vals[:, :1]  # (N, 1)
+    total = (scaled - peak).exp().sum(-1, keepdim=True)  # (N, 1) softmax normalizer
+    exps = (vals - peak).exp()  # (N, k)
+    cumulative = (exps / total).cumsum(-1)
+    kept_after_first = (cumulative[:, :-1] <= top_p).sum(-1, keepdim=True)  # (N, 1)
+    threshold = vals.gather(-1, kept_after_first)  # (N, 1) the least likely kept logit
+    weights = torch.where(vals >= threshold, exps, 0.0)  # (N, k)
+    order = idx.argsort(-1)  # the candidates in vocabulary order
+    tokens = idx.gather(-1, order)  # (N, k)
+    drawn = _inverse_cdf(weights.gather(-1, order).double(), u)  # (N,) positions among them
+    picked = tokens.gather(-1, drawn[:, None])[:, 0]  # (N,)
+    settled = (cumulative[:, -1] > top_p) & (vals[:, -1] < threshold[:, 0])  # (N,)
+    if k < vocab and not bool(settled.all()):
+        rows = (~settled).nonzero()[:, 0]  # (r,)
+        whole = _top_p_candidates(scaled[rows], top_p)[1].double()  # (r, V)
+        picked[rows] = _inverse_cdf(whole, u[rows])
+    return picked
 
 
 def _splitmix64(x: np.ndarray) -> np.ndarray:

@@ -179,3 +179,28 @@ def test_a_filtered_token_is_never_drawn_even_at_u_zero():
     u = torch.tensor([0.0, 0.5, 1 - 2**-53], dtype=torch.float64)
     tokens = sample_tokens(logits, SamplingParams(top_k=2), u)
     assert tokens.tolist()[0] == 2 and set(tokens.tolist()) <= {2, 3} and tokens.tolist()[2] == 3
+
+
+def test_the_candidates_draw_equals_the_whole_row_draw():
+    """``_draw_from_candidates`` (the CPU's top-p draw from each row's most likely tokens) gives
+    the tokens of the inverse-CDF draw over whole rows with the same kept set and weights: peaked
+    rows, flat rows whose candidates fall short of top_p (drawn over the whole row), ties at the
+    threshold, a NaN row, a temperature."""
+    from kronos_core.engine.sampling import _draw_from_candidates, _inverse_cdf, _top_p_candidates
+
+    g = torch.Generator().manual_seed(3)
+    for trial in range(40):
+        scale = [0.5, 2.0, 6.0, 12.0][trial % 4]  # flat ... peaked
+        logits = torch.randn(96, 1024, generator=g) * scale
+        if trial % 5 == 0:
+            logits = logits.round()  # ties everywhere
+        if trial % 7 == 0:
+            logits[5] = float("nan")
+        scaled = logits / (0.7 if trial % 3 == 0 else 1.0)
+        u = torch.rand(96, generator=g, dtype=torch.float64)
+        whole = _inverse_cdf(_top_p_candidates(scaled, 0.9)[1].double(), u)
+        fast = _draw_from_candidates(scaled, 0.9, u)
+        ok = ~torch.isnan(scaled).any(-1)
+        assert torch.equal(fast[ok], whole[ok]), trial
+        kept = _top_p_candidates(scaled, 0.9)[0]
+        assert bool(kept[ok].gather(-1, fast[ok, None]).all())  # every token drawn was kept
