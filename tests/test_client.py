@@ -179,7 +179,8 @@ def test_a_request_planned_past_its_deadline_raises_the_services_words_and_plan(
     message as the service wrote it and the plan's figures; ``deadline_s`` is the header."""
     from service.common.errors import DeadlineUnreachable
 
-    words = ("planned 97.9 s (1000 symbols x 32 sample paths x 16 steps on 1 lane(s) of step loops, cpu), "
+    words = ("planned 97.9 s (1000 symbols x 32 sample paths x 16 steps on 1 lane(s) of step "
+             "loops, cpu), "
              "past this request's deadline of 1 s (X-Kronos-Timeout-S) by more than 1.5x: "
              "refused before any work. To fit in 0.996 s, the rest as asked: at most 9 symbols; "
              "or X-Kronos-Timeout-S: 98 or more (this service allows up to 300 s)")

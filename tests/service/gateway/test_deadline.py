@@ -66,7 +66,8 @@ def test_planned_well_past_the_clients_deadline_it_is_refused_naming_what_would_
     # (6.4 s)
     assert plan["fits"] == {"symbols": 3, "sample_count": 4, "horizon": 1, "timeout_s": 65}
     msg = exc.message
-    for words in ("planned 64 s", "20 symbols x 32 sample paths x 10 steps", "2 lane(s) of step loops, cpu",
+    for words in ("planned 64 s", "20 symbols x 32 sample paths x 10 steps",
+                  "2 lane(s) of step loops, cpu",
                   "deadline of 10 s (X-Kronos-Timeout-S)", "1.5x", "refused before any work",
                   "at most 3 symbols, or sample_count 4, or horizon 1",
                   "X-Kronos-Timeout-S: 65 or more", "allows up to 300 s"):
