@@ -43,8 +43,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--corpus", metavar="PARQUET",
-        help="with --append-day: the long-form daily candles to build the store from "
-        "(default: ../shared/data/corpus/candles-ashare-daily.parquet; 'none': synthetic)",
+        help="with --append-day: the long-form daily candles to build the store from, e.g. "
+        "../shared/data/corpus/candles-ashare-daily.parquet (default 'none': synthetic series)",
     )
 
 
@@ -71,10 +71,12 @@ def run_real(args: argparse.Namespace) -> int:
 def run_append(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from kronos_core.data.bench_append import CORPUS_A_SHARE, run_append_bench
+    from kronos_core.data.bench_append import run_append_bench
 
-    corpus = (None if args.corpus == "none" else Path(args.corpus) if args.corpus
-              else CORPUS_A_SHARE)
+    corpus = Path(args.corpus) if args.corpus and args.corpus != "none" else None
+    if corpus is not None and not corpus.is_file():
+        print(f"kronos bench store: --corpus {corpus}: no such file")
+        return 2
     r = run_append_bench(args.symbols, args.workdir, corpus)
     print(f"append a day, {r.days} times: {r.symbols} symbols, {r.history_rows:,} stored candles "
           f"before ({r.source}), {r.rows_after:,} after, store version {r.version}; medians")

@@ -6,10 +6,10 @@ bare write of the same rows to Parquet.
 The store holds one file per symbol, so its append writes one file per symbol; the baseline
 is the same shape without the store: each symbol's new row written to its own Parquet file
 (``pyarrow.parquet.write_table``, no validation, no merge, no fsync). One Parquet file of all
-the rows is timed too, for reference. The history comes from the corpus's A-share part
-(``../shared/data/corpus/candles-ashare-daily.parquet``: its last ``DAYS`` dates are the days
-appended, one import each, the rows before them the stored history), topped up with synthetic
-series to ``symbols``, or is all synthetic (ten years of weekdays) when the corpus is absent.
+the rows is timed too, for reference. The history comes from a long-form daily file the caller
+names (``--corpus``, e.g. the corpus's ``candles-ashare-daily.parquet``: its last ``DAYS`` dates
+are the days appended, one import each, the rows before them the stored history), topped up with
+synthetic series to ``symbols``, or is all synthetic (ten years of weekdays) without one.
 On a shared machine file creation time swings by several times from one second to the next:
 each day's Parquet write is timed just before its import, and the figures are the medians.
 """
@@ -30,8 +30,6 @@ import pyarrow.parquet as pq
 from kronos_core.base.candles import FEATURES
 
 DAYS = 3  # days appended, one import each (the median is reported)
-CORPUS_A_SHARE = (Path(__file__).resolve().parents[2].parent / "shared" / "data" / "corpus"
-                  / "candles-ashare-daily.parquet")
 
 
 @dataclass
@@ -128,7 +126,7 @@ def time_parquet(day: pd.DataFrame, folder: Path) -> tuple[float, float]:
 
 
 def run_append_bench(n_symbols: int = 1000, workdir: str | None = None,
-                     corpus: Path | None = CORPUS_A_SHARE) -> AppendResult:
+                     corpus: Path | None = None) -> AppendResult:
     """Build the store, write the day's rows to Parquet (the baseline), then time the day's
     import; the temporary folder is removed afterwards."""
     from kronos_core.data.importer import import_files

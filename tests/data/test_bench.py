@@ -78,3 +78,20 @@ def test_append_day_bench_appends_one_row_per_symbol(tmp_path, capsys):
     assert "kronos import of the day's CSV" in out and "file per symbol" in out
     assert ("goal <= 3x): met" in out) == (code == 0)
     assert list(tmp_path.iterdir()) == []  # the temporary stores are gone
+
+
+def test_append_day_bench_reads_no_file_it_is_not_given(tmp_path, capsys, monkeypatch):
+    """The installed package needs nothing beside the checkout: without ``--corpus`` the
+    history is synthetic, and a ``--corpus`` that is not there is an error, not a silent
+    fallback."""
+    from kronos_core.data import bench_append
+
+    seen = []
+    real = bench_append.load_rows
+    monkeypatch.setattr(bench_append, "load_rows",
+                        lambda n, corpus, *a: seen.append(corpus) or real(n, corpus, *a))
+    main(["bench", "store", "--append-day", "--symbols", "4", "--workdir", str(tmp_path)])
+    assert seen == [None] and "synthetic" in capsys.readouterr().out
+    missing = tmp_path / "nowhere.parquet"
+    code = main(["bench", "store", "--append-day", "--corpus", str(missing)])
+    assert code == 2 and "no such file" in capsys.readouterr().out
