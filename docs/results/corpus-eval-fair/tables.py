@@ -6,29 +6,19 @@ docs/results/corpus-eval (2026-12-05), scored with the plug-in CRPS then and the
 
 from __future__ import annotations
 
-import gzip
-import json
+import sys
 from pathlib import Path
 
 HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE.parent))
+from report_tables import fmt as _f  # noqa: E402
+from report_tables import group_rows as _rows  # noqa: E402
+from report_tables import load as _load  # noqa: E402
+
 BEFORE = HERE.parent / "corpus-eval" / "report.json.gz"
 AFTER = HERE / "report.json.gz"
 MODEL = "kronos-default"
 CALIBRATED = "kronos-default + cqr calibration"
-
-
-def _load(path: Path) -> dict:
-    with gzip.open(path, "rt") as f:
-        return json.load(f)
-
-
-def _rows(report: dict, h: str) -> dict:
-    return {(r["holdout"], r["market"], r["frequency"]): r
-            for r in report["groups"]["horizons"][h]}
-
-
-def _f(v, d: int = 3) -> str:
-    return "—" if v is None else f"{v:.{d}f}"
 
 
 def _p(test: dict) -> str:

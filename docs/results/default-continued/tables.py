@@ -17,11 +17,15 @@ this folder and the earlier runs it is compared with:
 
 from __future__ import annotations
 
-import gzip
-import json
+import sys
 from pathlib import Path
 
 HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE.parent))
+from report_tables import fmt as _f  # noqa: E402
+from report_tables import group_rows as _rows  # noqa: E402
+from report_tables import load as _load  # noqa: E402
+
 RESULTS = HERE.parent
 RAW = RESULTS / "corpus-eval-fair" / "report.json.gz"
 NOW = HERE / "report.json.gz"
@@ -32,21 +36,6 @@ BEFORE, LAST_YEAR, AFTER = ("kronos-default", "kronos-default-continued",
 HOLDOUTS = {"time": "holdout-time.json", "instrument": "holdout-instrument.json"}
 MIN_GROUP = 80  # goal 6: groups of at least this many windows
 ALPHA = 0.05
-
-
-def _load(path: Path) -> dict:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt") as f:
-        return json.load(f)
-
-
-def _rows(report: dict, h: str) -> dict:
-    return {(r["holdout"], r["market"], r["frequency"]): r
-            for r in report["groups"]["horizons"][h]}
-
-
-def _f(v, d: int = 3) -> str:
-    return "—" if v is None else f"{v:.{d}f}"
 
 
 def _ic(m: dict, key: str = "rank_ic") -> str:
