@@ -35,6 +35,7 @@ import torch
 from kronos_core.engine.batch import EngineBatch
 from kronos_core.engine.cache_steps import CacheStep, cache_steps
 from kronos_core.engine.config import EngineStats, GenerationConfig, GenerationOutput
+from kronos_core.engine.memory import shares_history
 from kronos_core.engine.sampling import SamplingParams, counter_uniforms_table, sample_tokens
 from kronos_core.engine.shared_step import DecodeMember, held_slots, shared_decode_step
 from kronos_core.model.config import DEP_HEADS
@@ -232,12 +233,10 @@ class Generation:
             rows=self.rows, horizon=cfg.horizon, tokens_generated=self.rows * cfg.horizon
         )
         # the paths of a series attend to one copy of its history when every row stays cached
-        # to the end (no eviction, no recompute) and the decode step is the eager one
-        self.shares_history = (
-            batch.paths > 1 and not cfg.compile and not cfg.cuda_graphs
-            and cfg.sliding != "recompute"
-            and max(self.lengths_host) + cfg.horizon - 1 <= cfg.max_context
-            and all(not s.evict and not s.recompute for s in self.cache_steps)
+        # to the end (``shares_history``, as the memory model counts it) and the decode step is
+        # the eager one
+        self.shares_history = not cfg.compile and not cfg.cuda_graphs and shares_history(
+            batch.paths, max(self.lengths_host), cfg.horizon, cfg.max_context, cfg.sliding
         )
         self._step = 0
         self._seqs: _Sequences | None = None

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -113,29 +114,44 @@ def _top_p_kept_from_candidates(logits: torch.Tensor, top_p: float) -> torch.Ten
     return logits.masked_fill(~kept, float("-inf"))
 
 
+class _CandidateCut(NamedTuple):
+    """Where top-p cuts each row, found from its ``TOP_P_CANDIDATES`` most likely tokens."""
+
+    values: torch.Tensor  # (N, k) the candidates' logits, descending
+    tokens: torch.Tensor  # (N, k) their token ids
+    row_exps: torch.Tensor  # (N, V) exp(logit - row max) of every token
+    exps: torch.Tensor  # (N, k) the candidates' exp(logit - row max)
+    cumulative: torch.Tensor  # (N, k) the candidates' cumulative probability
+    threshold: torch.Tensor  # (N, 1) the least likely kept logit
+
+
+def _candidate_cut(logits: torch.Tensor, top_p: float) -> _CandidateCut:
+    """(N, V) float32 logits -> each row's top-p cut from its candidates: a candidate is kept
+    when the probability before it is within ``top_p``, as in the whole-row sort."""
+    k = min(TOP_P_CANDIDATES, logits.shape[-1])
+    values, tokens = torch.topk(logits, k, dim=-1)  # (N, k) descending, their ids
+    peak = values[:, :1]  # (N, 1)
+    row_exps = (logits - peak).exp()  # (N, V)
+    exps = (values - peak).exp()  # (N, k)
+    cumulative = (exps / row_exps.sum(-1, keepdim=True)).cumsum(-1)  # (N, k)
+    kept_after_first = (cumulative[:, :-1] <= top_p).sum(-1, keepdim=True)  # (N, 1)
+    threshold = values.gather(-1, kept_after_first)  # (N, 1)
+    return _CandidateCut(values, tokens, row_exps, exps, cumulative, threshold)
+
+
 def _top_p_candidates(logits: torch.Tensor, top_p: float) -> tuple[torch.Tensor, torch.Tensor]:
     """(N, V) float32 logits on a CPU -> the top-p kept set (N, V) bool, as
     ``_top_p_kept_from_candidates`` keeps it, and each token's weight (N, V) float32:
     ``exp(logit - row max)`` where kept, 0 elsewhere (the kept tokens' probabilities up to each
     row's normalizer)."""
-    vocab = logits.shape[-1]
-    k = min(TOP_P_CANDIDATES, vocab)
-    top = torch.topk(logits, k, dim=-1).values  # (N, k), descending
-    peak = top[:, :1]  # (N, 1)
-    weights = (logits - peak).exp()  # (N, V)
-    total = weights.sum(-1, keepdim=True)  # (N, 1) softmax normalizer
-    probs = (top - peak).exp() / total  # (N, k)
-    cumulative = probs.cumsum(-1)
-    # a candidate is kept when the probability before it is within top_p, as in the sort
-    kept_after_first = (cumulative[:, :-1] <= top_p).sum(-1, keepdim=True)  # (N, 1)
-    threshold = top.gather(-1, kept_after_first)  # (N, 1) the least likely kept logit
-    kept = logits >= threshold  # (N, V)
-    if k < vocab and not float(cumulative[:, -1].min()) > top_p:
+    cut = _candidate_cut(logits, top_p)
+    kept = logits >= cut.threshold  # (N, V)
+    if cut.values.shape[-1] < logits.shape[-1] and not float(cut.cumulative[:, -1].min()) > top_p:
         # some rows' candidates fall short (NaN rows among them): those take the whole-row sort
-        short = ~(cumulative[:, -1:] > top_p)  # (N, 1)
+        short = ~(cut.cumulative[:, -1:] > top_p)  # (N, 1)
         by_sort = torch.isfinite(_top_p_kept_by_sort(logits, top_p))  # (N, V)
         kept = torch.where(short, by_sort, kept)
-    return kept, weights.masked_fill_(~kept, 0.0)
+    return kept, cut.row_exps.masked_fill_(~kept, 0.0)
 
 
 def sample_tokens(
@@ -179,22 +195,15 @@ def _draw_from_candidates(scaled: torch.Tensor, top_p: float, u: torch.Tensor) -
     order is the whole row's at those tokens (the others add zeros). A row that its candidates do
     not settle (their mass falls short of top_p, or the least kept one ties the last candidate)
     is drawn over its whole row."""
-    n, vocab = scaled.shape
-    k = min(TOP_P_CANDIDATES, vocab)
-    vals, idx = torch.topk(scaled, k, dim=-1)  # (N, k) descending, their tokens
-    peak = vals[:, :1]  # (N, 1)
-    total = (scaled - peak).exp().sum(-1, keepdim=True)  # (N, 1) softmax normalizer
-    exps = (vals - peak).exp()  # (N, k)
-    cumulative = (exps / total).cumsum(-1)
-    kept_after_first = (cumulative[:, :-1] <= top_p).sum(-1, keepdim=True)  # (N, 1)
-    threshold = vals.gather(-1, kept_after_first)  # (N, 1) the least likely kept logit
-    weights = torch.where(vals >= threshold, exps, 0.0)  # (N, k)
+    cut = _candidate_cut(scaled, top_p)
+    vals, idx, threshold, cumulative = cut.values, cut.tokens, cut.threshold, cut.cumulative
+    weights = torch.where(vals >= threshold, cut.exps, 0.0)  # (N, k)
     order = idx.argsort(-1)  # the candidates in vocabulary order
     tokens = idx.gather(-1, order)  # (N, k)
     drawn = _inverse_cdf(weights.gather(-1, order).double(), u)  # (N,) positions among them
     picked = tokens.gather(-1, drawn[:, None])[:, 0]  # (N,)
     settled = (cumulative[:, -1] > top_p) & (vals[:, -1] < threshold[:, 0])  # (N,)
-    if k < vocab and not bool(settled.all()):
+    if vals.shape[-1] < scaled.shape[-1] and not bool(settled.all()):
         rows = (~settled).nonzero()[:, 0]  # (r,)
         whole = _top_p_candidates(scaled[rows], top_p)[1].double()  # (r, V)
         picked[rows] = _inverse_cdf(whole, u[rows])

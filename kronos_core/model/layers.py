@@ -204,6 +204,13 @@ class KVCache:
         return [self.k, self.v]
 
 
+def padding_bias(real: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """real (B, W) True where a key slot holds a real token -> (B, 1, 1, W) additive bias: 0
+    there, -inf on padding (``shared_history_attention``'s ``hist_bias``)."""
+    bias = torch.zeros(real.shape[0], 1, 1, real.shape[1], dtype=dtype, device=real.device)
+    return bias.masked_fill_(~real[:, None, None, :], float("-inf"))
+
+
 def shared_history_attention(
     q: torch.Tensor, hist_k: torch.Tensor, hist_v: torch.Tensor, hist_bias: torch.Tensor | None,
     own_k: torch.Tensor, own_v: torch.Tensor, own_mask: torch.Tensor | None, paths: int,
@@ -281,9 +288,7 @@ class SharedHistoryKV:
         b, heads, self.width, head_dim = hist_k.shape
         self.paths = paths
         self.hist_k, self.hist_v = hist_k.contiguous(), hist_v.contiguous()
-        self.hist_bias = None if hist_real is None else torch.zeros(
-            b, 1, 1, self.width, dtype=hist_k.dtype, device=hist_k.device
-        ).masked_fill_(~hist_real[:, None, None, :], float("-inf"))  # (B, 1, 1, W)
+        self.hist_bias = None if hist_real is None else padding_bias(hist_real, hist_k.dtype)
         own = (b * paths, heads, new_slots, head_dim)
         self.own_k = hist_k.new_zeros(own)
         self.own_v = hist_v.new_zeros(own)

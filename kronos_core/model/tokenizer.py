@@ -24,6 +24,7 @@ from kronos_core.model.layers import (
     TransformerBlock,
     check_shared_rotary,
     padded_positions_and_mask,
+    padding_bias,
     shared_history_attention,
     stack_angles,
 )
@@ -189,10 +190,8 @@ class KronosTokenizer(PretrainedMixin, nn.Module):
         positions, hist_mask = padded_positions_and_mask(pad_b, lh, pad is not None)
         rope_hist = stack_angles(self.decoder, positions)
         # (B, 1, 1, Lh): a new token sees its series' real history
-        hist_bias = None if pad is None else torch.zeros(b, 1, 1, lh, dtype=dtype, device=device)
-        if hist_bias is not None:
-            real = torch.arange(lh, device=device)[None, :] >= pad_b[:, None]  # (B, Lh)
-            hist_bias.masked_fill_(~real[:, None, None, :], float("-inf"))
+        real = torch.arange(lh, device=device)[None, :] >= pad_b[:, None]  # (B, Lh)
+        hist_bias = None if pad is None else padding_bias(real, dtype)
         for block in cast(Sequence[TransformerBlock], self.decoder):
             attn = block.self_attn
             q, k, v = attn.project(block.norm1(z_new), rope_new)  # (N, heads, H, D) each
