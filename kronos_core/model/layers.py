@@ -149,6 +149,28 @@ def apply_rotary(x: torch.Tensor, rope: RotaryAngles) -> torch.Tensor:
     return x * cos + x.roll(x.shape[-1] // 2, dims=-1) * sin_signed
 
 
+def rotate_heads(qk: torch.Tensor, rope: RotaryAngles) -> torch.Tensor:
+    """qk (B, L, 2, H, D), q and k of each position side by side (a view of the fused q/k/v
+    product), rope (B, 1, L, D) -> (B, L, 2, H, D) rotated, new memory: the numbers of
+    ``apply_rotary`` (``x1*c - x2*s`` and ``x2*c + x1*s`` are its products and sums, the sign
+    moved), written half by half into one buffer on the product's own layout: no roll, no
+    transposed broadcast, two half-size temporaries."""
+    half = qk.shape[-1] // 2
+    cos, sin_signed = rope
+    if cos.dtype != qk.dtype:
+        cos, sin_signed = cos.to(qk.dtype), sin_signed.to(qk.dtype)
+    c = cos[:, 0, :, None, None, :half]  # (B, L, 1, 1, D/2)
+    s = sin_signed[:, 0, :, None, None, half:]  # (B, L, 1, 1, D/2): the sine, unsigned
+    x1, x2 = qk[..., :half], qk[..., half:]
+    out = torch.empty(qk.shape, dtype=qk.dtype, device=qk.device)  # (B, L, 2, H, D)
+    o1, o2 = out[..., :half], out[..., half:]
+    torch.mul(x1, c, out=o1)
+    o1.sub_(x2 * s)
+    torch.mul(x2, c, out=o2)
+    o2.add_(x1 * s)
+    return out
+
+
 class KVCache:
     """Preallocated keys/values of one attention layer: (B, H, capacity, D) each.
 
@@ -419,15 +441,13 @@ class SelfAttention(AttentionProjections):
         """x (B, L, d), rope (B, 1, L, D) -> rotated q, rotated k, v: (B, H, L, D) each."""
         b, length, _ = x.shape
         if fuse_on_cpu(x):
-            # (3, B, H, L, D): a view of the one product (B, L, 3 * d)
+            # (B, L, 3, H, D): a view of the one product (B, L, 3 * d)
             qkv = self._qkv(x).view(b, length, 3, self.n_heads, self.head_dim)
-            qkv = qkv.permute(2, 0, 3, 1, 4)
-            qk, v = qkv[:2], qkv[2]
-        else:
-            qk = torch.stack((self.heads(self.q_proj(x)), self.heads(self.k_proj(x))))
-            v = self.heads(self.v_proj(x))
+            q, k = rotate_heads(qkv[:, :, :2], rope).permute(2, 0, 3, 1, 4)  # (B, H, L, D) views
+            return q, k, qkv[:, :, 2].transpose(1, 2)
+        qk = torch.stack((self.heads(self.q_proj(x)), self.heads(self.k_proj(x))))
         qk = apply_rotary(qk, rope)  # q and k rotated in one pass: (2, B, H, L, D)
-        return qk[0], qk[1], v
+        return qk[0], qk[1], self.heads(self.v_proj(x))
 
     def attend_at_slot(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: DecodeCache,

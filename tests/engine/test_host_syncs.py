@@ -76,8 +76,9 @@ def test_steady_decode_steps_do_not_synchronise(tiny, goog, case):
 
 def test_the_cpu_top_p_reads_back_per_draw_what_the_gpu_count_leaves_out(tiny, goog):
     """On a CPU a seeded top-p step reads back, for each of its s1 and s2 draws, whether every
-    row's candidates settle its draw (``TOP_P_CANDIDATES``) and, when some do not (this random
-    model's flat rows), which rows and whether theirs reach top_p before the whole-row sort;
+    row's first candidates settle its draw (``TOP_P_FIRST_CANDIDATES``), when some do not (this
+    random model's flat rows) which rows, whether the wider candidates (``TOP_P_CANDIDATES``)
+    settle those and which they leave, and whether theirs reach top_p before the whole-row sort;
     ``syncs_per_step`` counts what a GPU step does, where rows are sorted whole."""
     options = ForecastOptions(8, top_p=0.9, seed=5)
     predictor = KronosPredictor(*tiny, device="cpu", max_context=128)
@@ -87,7 +88,7 @@ def test_the_cpu_top_p_reads_back_per_draw_what_the_gpu_count_leaves_out(tiny, g
     counter = HostSyncCounter()
     with counter:
         job.step()
-    assert dict(counter.ops) == {"is_nonzero": 2, "nonzero": 2, "item": 2}, counter.ops
+    assert dict(counter.ops) == {"is_nonzero": 4, "nonzero": 2, "index": 2, "item": 2}, counter.ops
     assert sampling.TOP_P_CANDIDATES > 0
     assert syncs_per_step(job)[:-1] == [0] * (options.horizon - 3)
     assert sampling.TOP_P_CANDIDATES > 0  # restored after counting

@@ -204,3 +204,29 @@ def test_the_candidates_draw_equals_the_whole_row_draw():
         assert torch.equal(fast[ok], whole[ok]), trial
         kept = _top_p_candidates(scaled, 0.9)[0]
         assert bool(kept[ok].gather(-1, fast[ok, None]).all())  # every token drawn was kept
+
+
+def test_rows_settled_by_the_first_the_wider_or_no_candidates_draw_as_alone():
+    """One batch whose rows settle at ``TOP_P_FIRST_CANDIDATES``, at ``TOP_P_CANDIDATES`` and at
+    neither (whole row): each row draws the token it draws alone and the whole-row draw's."""
+    from kronos_core.engine.sampling import (
+        TOP_P_CANDIDATES,
+        TOP_P_FIRST_CANDIDATES,
+        _draw_from_candidates,
+        _inverse_cdf,
+        _top_p_candidates,
+    )
+
+    g = torch.Generator().manual_seed(4)
+    scales = torch.tensor([12.0, 0.3, 2.5, 6.0, 0.3, 12.0, 2.5, 1.5] * 12)[:, None]  # (96, 1)
+    logits = torch.randn(96, 1024, generator=g) * scales
+    kept = torch.isfinite(filter_logits(logits, SamplingParams(top_p=0.9))).sum(-1)  # (96,)
+    assert (kept <= TOP_P_FIRST_CANDIDATES).any()
+    assert ((kept > TOP_P_FIRST_CANDIDATES) & (kept < TOP_P_CANDIDATES)).any()
+    assert (kept > TOP_P_CANDIDATES).any()
+    u = torch.rand(96, generator=g, dtype=torch.float64)
+    together = _draw_from_candidates(logits, 0.9, u)
+    whole = _inverse_cdf(_top_p_candidates(logits, 0.9)[1].double(), u)
+    assert torch.equal(together, whole)
+    alone = torch.cat([_draw_from_candidates(logits[i:i + 1], 0.9, u[i:i + 1]) for i in range(96)])
+    assert torch.equal(together, alone)
