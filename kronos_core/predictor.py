@@ -42,6 +42,7 @@ from kronos_core.calibration.policy import correct
 from kronos_core.engine.batch import assemble
 from kronos_core.engine.config import EngineStats, GenerationConfig
 from kronos_core.engine.generate import Generator
+from kronos_core.engine.host_memory import keep_freed_memory
 from kronos_core.engine.job import Generation, step_together
 from kronos_core.engine.sampling import row_keys
 from kronos_core.model import Kronos, KronosTokenizer
@@ -243,6 +244,8 @@ class KronosPredictor:
         cuda_graphs: bool = False,
     ):
         self.device = torch.device(device) if device is not None else default_device()
+        if self.device.type == "cpu":
+            keep_freed_memory()  # tensors of a step reuse heap memory (engine/host_memory.py)
         self.model = model.to(self.device).eval()
         self.tokenizer = tokenizer.to(self.device).eval()
         self.generator = Generator(self.model, self.tokenizer)  # checks the bit widths match
