@@ -192,13 +192,18 @@ class KronosTokenizer(PretrainedMixin, nn.Module):
         # (B, 1, 1, Lh): a new token sees its series' real history
         real = torch.arange(lh, device=device)[None, :] >= pad_b[:, None]  # (B, Lh)
         hist_bias = None if pad is None else padding_bias(real, dtype)
-        for block in cast(Sequence[TransformerBlock], self.decoder):
+        blocks = cast(Sequence[TransformerBlock], self.decoder)
+        for i, block in enumerate(blocks):
             attn = block.self_attn
             q, k, v = attn.project(block.norm1(z_new), rope_new)  # (N, heads, H, D) each
-            cache = KVCache(b, attn.n_heads, lh, attn.head_dim, z_hist.dtype, device, lh)
-            z_hist = block(z_hist, rope_hist, hist_mask, cache, 0)  # (B, Lh, d)
+            if i < len(blocks) - 1:
+                cache = KVCache(b, attn.n_heads, lh, attn.head_dim, z_hist.dtype, device, lh)
+                z_hist = block(z_hist, rope_hist, hist_mask, cache, 0)  # (B, Lh, d)
+                hist_k, hist_v = cache.k, cache.v  # (B, heads, Lh, D) each
+            else:  # the last block's history outputs go nowhere: its keys and values only
+                _, hist_k, hist_v = attn.project(block.norm1(z_hist), rope_hist)
             # (N, heads, H, D): each series' history once, each row's new tokens causally
-            out = shared_history_attention(q, cache.k, cache.v, hist_bias, k, v, causal, paths)
+            out = shared_history_attention(q, hist_k, hist_v, hist_bias, k, v, causal, paths)
             z_new = z_new + attn.finish(out)
             z_new = z_new + block.ffn(block.norm2(z_new))
         return self.head(z_new)  # (N, H, d_in)
