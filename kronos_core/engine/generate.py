@@ -41,6 +41,7 @@ from kronos_core.base.options import SLIDING_MODES
 from kronos_core.engine.batch import EngineBatch
 from kronos_core.engine.config import EngineStats, GenerationConfig, GenerationOutput
 from kronos_core.engine.job import Generation, decode_step
+from kronos_core.engine.sampling import CandidateRoute
 from kronos_core.model.kronos import Kronos
 from kronos_core.model.tokenizer import KronosTokenizer
 
@@ -72,6 +73,8 @@ class Generator:
         self._compiled: Callable[..., Any] | None = None  # torch.compile(dynamic=True)
         self._graphed: Callable[..., Any] | None = None  # torch.compile(mode="reduce-overhead")
         self._warned_devices: set[str] = set()
+        # the s1 and s2 draws' top-p candidate routes (speed only: the same tokens any route)
+        self.candidate_routes = (CandidateRoute(), CandidateRoute())
 
     def graphs_active(self, cfg: GenerationConfig, device: torch.device) -> bool:
         """Whether ``cfg.cuda_graphs`` applies on ``device`` (logged once per device when it does

@@ -36,7 +36,12 @@ from kronos_core.engine.batch import EngineBatch
 from kronos_core.engine.cache_steps import CacheStep, cache_steps
 from kronos_core.engine.config import EngineStats, GenerationConfig, GenerationOutput
 from kronos_core.engine.memory import shares_history
-from kronos_core.engine.sampling import SamplingParams, counter_uniforms_table, sample_tokens
+from kronos_core.engine.sampling import (
+    CandidateRoute,
+    SamplingParams,
+    counter_uniforms_table,
+    sample_tokens,
+)
 from kronos_core.engine.shared_step import DecodeMember, held_slots, shared_decode_step
 from kronos_core.model.config import DEP_HEADS
 from kronos_core.model.kronos import Kronos
@@ -56,6 +61,7 @@ class StepSource(Protocol):
 
     model: Kronos
     tokenizer: KronosTokenizer
+    candidate_routes: tuple[CandidateRoute, CandidateRoute]  # the s1 and s2 draws' (speed only)
 
     def graphs_active(self, cfg: GenerationConfig, device: torch.device) -> bool: ...
 
@@ -437,7 +443,9 @@ class Generation:
         hidden_last = first.new_empty(n_rows, first.shape[-1])  # (N, d)
         for g in groups:
             hidden_last[g.rows] = g.hidden_last
-        s1 = sample_tokens(model.s1_logits(hidden_last), sampling, self._draws(step, 0))  # (N,)
+        routes = self.generator.candidate_routes
+        # (N,)
+        s1 = sample_tokens(model.s1_logits(hidden_last), sampling, self._draws(step, 0), routes[0])
         logits2: torch.Tensor | None = None
         for g in groups:
             # (n, V2)
@@ -446,7 +454,7 @@ class Generation:
                 logits2 = part.new_empty(n_rows, part.shape[-1])  # (N, V2)
             logits2[g.rows] = part
         assert logits2 is not None
-        s2 = sample_tokens(logits2, sampling, self._draws(step, 1))  # (N,)
+        s2 = sample_tokens(logits2, sampling, self._draws(step, 1), routes[1])  # (N,)
         return s1, s2
 
     def _draws(self, step: int, kind: int) -> torch.Tensor | None:
@@ -685,12 +693,13 @@ def _draw_tokens(
             return None  # unseeded: one job alone, drawing from the global generator
         return present[0] if len(present) == 1 else torch.cat(present)  # (N,)
 
-    s1 = sample_tokens(model.s1_logits(hidden_last), sampling, draws(0))  # (N,)
+    routes = parts[0][0].generator.candidate_routes
+    s1 = sample_tokens(model.s1_logits(hidden_last), sampling, draws(0), routes[0])  # (N,)
     logits2 = model.s2_logits_of_groups(
         hidden_last, s1,
         [(a, b, g.dep_k, g.dep_v, g.key_mask) for (a, b), (_j, _s, g) in zip(spans, parts)],
     )  # (N, V2)
-    s2 = sample_tokens(logits2, sampling, draws(1))  # (N,)
+    s2 = sample_tokens(logits2, sampling, draws(1), routes[1])  # (N,)
     return [(s1[a:b], s2[a:b]) for a, b in spans]
 
 

@@ -81,6 +81,31 @@ TOP_P_CANDIDATES = 128
 TOP_P_FIRST_CANDIDATES = 32
 
 
+class CandidateRoute:
+    """Whether a kind of draw (a model's s1 or s2 head) tries ``TOP_P_FIRST_CANDIDATES`` first:
+    after a draw where the first candidates settled under half of the rows, the next
+    ``REPROBE`` draws go straight to ``TOP_P_CANDIDATES``, then the first cut is tried again.
+    Speed only: every route draws the same tokens. Shared by a model's generations (racy
+    updates between step loops cost time, never tokens)."""
+
+    REPROBE = 8
+
+    def __init__(self) -> None:
+        self.skip_first = 0  # draws left that skip the first cut
+
+    def first_cut(self) -> bool:
+        """Whether this draw tries the first cut (counts a skipped draw)."""
+        if self.skip_first > 0:
+            self.skip_first -= 1
+            return False
+        return True
+
+    def settled(self, rows: int, of: int) -> None:
+        """The first cut settled ``rows`` of ``of`` rows."""
+        if 2 * rows < of:
+            self.skip_first = self.REPROBE
+
+
 @contextlib.contextmanager
 def sorting_whole_rows() -> Iterator[None]:
     """Within it, top-p sorts whole rows on every device, as it does on a GPU: what a count of
@@ -162,9 +187,11 @@ def _top_p_candidates(logits: torch.Tensor, top_p: float) -> tuple[torch.Tensor,
 
 
 def sample_tokens(
-    logits: torch.Tensor, params: SamplingParams, uniforms: torch.Tensor | None
+    logits: torch.Tensor, params: SamplingParams, uniforms: torch.Tensor | None,
+    route: CandidateRoute | None = None,
 ) -> torch.Tensor:
-    """Draw one token per row. logits (N, V); uniforms (N,) in [0, 1) or None (global RNG).
+    """Draw one token per row. logits (N, V); uniforms (N,) in [0, 1) or None (global RNG);
+    route: which candidates a CPU's top-p draw tries first (None: the first cut always).
 
     Greedy (top_k == 1) is an arg-max and ignores the uniforms. The draw is inverse-CDF over the
     kept tokens' probabilities in vocabulary order.
@@ -178,7 +205,7 @@ def sample_tokens(
         scaled = logits.float()
         if params.temperature != 1.0:
             scaled = scaled / params.temperature
-        return _draw_from_candidates(scaled, params.top_p, u)
+        return _draw_from_candidates(scaled, params.top_p, u, route)
     probs = filter_logits(logits, params).softmax(-1).double()  # (N, V)
     return _inverse_cdf(probs, u)
 
@@ -192,7 +219,8 @@ def _inverse_cdf(weights: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     return idx.clamp_(max=weights.shape[-1] - 1)
 
 
-def _draw_from_candidates(scaled: torch.Tensor, top_p: float, u: torch.Tensor) -> torch.Tensor:
+def _draw_from_candidates(scaled: torch.Tensor, top_p: float, u: torch.Tensor,
+                          route: CandidateRoute | None = None) -> torch.Tensor:
     """Top-p draws on a CPU from each row's most likely tokens: (N, V) float32 logits / T,
     u (N,) -> (N,) tokens.
 
@@ -202,21 +230,26 @@ def _draw_from_candidates(scaled: torch.Tensor, top_p: float, u: torch.Tensor) -
     order is the whole row's at those tokens (the others add zeros). Rows try
     ``TOP_P_FIRST_CANDIDATES`` candidates, then those they leave unsettled
     ``TOP_P_CANDIDATES``; a row neither settles (its mass falls short of top_p, or the least
-    kept token ties the last candidate) is drawn over its whole row."""
-    widths = [w for w in (TOP_P_FIRST_CANDIDATES, TOP_P_CANDIDATES) if 0 < w < scaled.shape[-1]]
+    kept token ties the last candidate) is drawn over its whole row. ``route`` may skip the
+    first cut where it has been settling too few rows to pay."""
+    first = TOP_P_FIRST_CANDIDATES if route is None or route.first_cut() else 0
+    widths = [w for w in (first, TOP_P_CANDIDATES) if 0 < w < scaled.shape[-1]]
     picked = torch.empty(scaled.shape[0], dtype=torch.long)  # (N,)
     rows: torch.Tensor | None = None  # the rows still to draw (None: all of them)
     for width in dict.fromkeys(widths):  # distinct widths, in order
         part, part_u = (scaled, u) if rows is None else (scaled[rows], u[rows])
         drawn, settled = _draw_settled(part, top_p, part_u, width)  # (n,), (n,)
+        count = int(settled.sum())
+        if route is not None and width == first:
+            route.settled(count, len(settled))
         if rows is None:
             picked = drawn
-            if bool(settled.all()):
+            if count == len(settled):
                 return picked
             rows = (~settled).nonzero()[:, 0]  # (r,)
         else:
             picked[rows] = drawn
-            if bool(settled.all()):
+            if count == len(settled):
                 return picked
             rows = rows[~settled]
     if rows is None:  # no width narrower than the row: every row drawn whole

@@ -253,7 +253,13 @@ def shared_history_attention(
     # (B, H, P * L, D): a series' paths' queries as the rows of one product over its history
     q_series = q.view(b, paths, heads, length, head_dim).transpose(1, 2)
     q_series = q_series.reshape(b, heads, paths * length, head_dim)
-    own = torch.matmul(q, own_k.transpose(-1, -2))  # (N, H, L, T)
+    # one query a row (a decode step): its few own keys by products and a sum, cheaper on a
+    # CPU than a batch of N x H (1 x D) @ (D x T) products
+    single = length == 1 and q.device.type == "cpu"
+    if single:
+        own = (q * own_k).sum(-1)[:, :, None, :]  # (N, H, 1, T)
+    else:
+        own = torch.matmul(q, own_k.transpose(-1, -2))  # (N, H, L, T)
     if own_mask is not None:
         own = own.masked_fill(~own_mask, float("-inf"))
     # (B, H, P * L, T)
@@ -282,6 +288,8 @@ def shared_history_attention(
     out = out.view(b, heads, paths, length, head_dim).transpose(1, 2).reshape(q.shape)
     own_w = (own_w / total).view(b, heads, paths, length, -1).transpose(1, 2)
     own_w = own_w.reshape(n, heads, length, -1)  # (N, H, L, T)
+    if single:
+        return out + (own_w.transpose(-1, -2) * own_v).sum(-2, keepdim=True)  # (N, H, 1, D)
     return out + torch.matmul(own_w, own_v)  # (N, H, L, D)
 
 

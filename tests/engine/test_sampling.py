@@ -230,3 +230,29 @@ def test_rows_settled_by_the_first_the_wider_or_no_candidates_draw_as_alone():
     assert torch.equal(together, whole)
     alone = torch.cat([_draw_from_candidates(logits[i:i + 1], 0.9, u[i:i + 1]) for i in range(96)])
     assert torch.equal(together, alone)
+
+
+def test_a_route_skips_a_first_cut_that_settles_few_rows_and_tries_it_again_later():
+    """``CandidateRoute``: after a draw whose first candidates settled under half of the rows,
+    the next ``REPROBE`` draws skip them, then try them again; a peaked head keeps them. Every
+    draw gives the whole-row draw's tokens."""
+    from kronos_core.engine.sampling import (
+        CandidateRoute,
+        _draw_from_candidates,
+        _inverse_cdf,
+        _top_p_candidates,
+    )
+
+    g = torch.Generator().manual_seed(6)
+    flat, peaked = CandidateRoute(), CandidateRoute()
+    skipped = []
+    for _ in range(CandidateRoute.REPROBE + 2):
+        for route, scale in ((flat, 2.0), (peaked, 12.0)):
+            logits = torch.randn(64, 1024, generator=g) * scale
+            u = torch.rand(64, generator=g, dtype=torch.float64)
+            whole = _inverse_cdf(_top_p_candidates(logits, 0.9)[1].double(), u)
+            assert torch.equal(_draw_from_candidates(logits, 0.9, u, route), whole)
+        skipped.append(flat.skip_first)
+        assert peaked.skip_first == 0
+    # tried, then REPROBE draws skipped (counting down), then tried again and skipping anew
+    assert skipped == [8, 7, 6, 5, 4, 3, 2, 1, 0, 8]
