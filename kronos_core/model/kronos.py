@@ -176,6 +176,64 @@ def _check_loaded_rotary(module: nn.Module, _keys: object) -> None:
     check_shared_rotary(cast(nn.ModuleList, module.transformer), "Kronos trunk")
 
 
+class FusedInputEmbedding:
+    """A CPU inference's ``Kronos.embed`` as one summed table look-up (``embedding_bag``): each
+    position's row of ``emb_s1 * sqrt(d) @ fusion_proj``'s first half, of its second half for
+    s2, of each of the five time tables and the projection's bias. The numbers are ``embed``'s
+    but for rounding (the projection's sum is split in two); 14 ops over the positions become
+    one (2.5 against 0.18 ms for 8 x 251 positions on one thread). Made on first use and remade
+    when a weight changes (a new tensor, or an in-place update moves its version counter)."""
+
+    TIME_COLUMNS = (1, 2, 3, 4, 0)  # hour, weekday, day, month, minute: TemporalEmbedding's order
+
+    def __init__(self, tokens: TokenEmbedding, times: TemporalEmbedding):
+        self.tokens, self.times = tokens, times
+        # (weights' key, table (rows, d), each part's first row (8,), time columns (5,))
+        self._made: tuple[tuple[tuple[int, int], ...], torch.Tensor, torch.Tensor,
+                          torch.Tensor] | None = None
+
+    def _time_tables(self) -> list[torch.Tensor]:
+        t = self.times
+        mods = (t.hour_embed, t.weekday_embed, t.day_embed, t.month_embed, t.minute_embed)
+        return [cast(nn.Embedding, getattr(m, "emb", m)).weight for m in mods]
+
+    def _params(self) -> list[torch.Tensor]:
+        e = self.tokens
+        return [e.emb_s1.weight, e.emb_s2.weight, e.fusion_proj.weight, e.fusion_proj.bias,
+                *self._time_tables()]
+
+    def _make(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        e, d = self.tokens, self.tokens.d_model
+        scale = math.sqrt(d)
+        weight = e.fusion_proj.weight  # (d, 2d)
+        parts = [
+            (e.emb_s1.weight * scale) @ weight[:, :d].T,  # (V1, d)
+            (e.emb_s2.weight * scale) @ weight[:, d:].T,  # (V2, d)
+            *self._time_tables(),
+            e.fusion_proj.bias[None, :],  # (1, d)
+        ]
+        table = torch.cat(parts)  # (rows, d)
+        sizes = torch.tensor([0] + [p.shape[0] for p in parts[:-1]], device=table.device)
+        columns = torch.tensor(self.TIME_COLUMNS, device=table.device)
+        return table, sizes.cumsum(0), columns
+
+    def __call__(self, s1: torch.Tensor, s2: torch.Tensor, stamp: torch.Tensor) -> torch.Tensor:
+        """(B, L) ids and (B, L, 5) time features -> (B, L, d)."""
+        key = tuple((p.data_ptr(), p._version) for p in self._params())
+        made = self._made
+        if made is None or made[0] != key:
+            made = self._made = (key, *self._make())
+        _, table, starts, columns = made
+        b, length = s1.shape
+        # (B, L, 8): each position's rows, the bias's (index 0 of its part) last
+        idx = torch.cat([
+            s1[..., None], s2[..., None], stamp.long().index_select(-1, columns),
+            torch.zeros_like(s1)[..., None],
+        ], dim=-1) + starts
+        out = nn.functional.embedding_bag(idx.view(b * length, -1), table, mode="sum")
+        return out.view(b, length, -1)  # (B, L, d)
+
+
 class Kronos(PretrainedMixin, nn.Module):
     config_class = KronosConfig
     kind = "model"
@@ -198,10 +256,14 @@ class Kronos(PretrainedMixin, nn.Module):
         self.head = DualHead(c.s1_bits, c.s2_bits, c.d_model)
         # the trunk computes its rotary factors once for all layers: hold loaded weights to that
         self.register_load_state_dict_post_hook(_check_loaded_rotary)
+        self._fused_embed = FusedInputEmbedding(self.embedding, self.time_emb)
 
     # ---- pieces used by the engine -------------------------------------------------
     def embed(self, s1: torch.Tensor, s2: torch.Tensor, stamp: torch.Tensor) -> torch.Tensor:
-        """(B, L) ids and (B, L, 5) time features -> (B, L, d) input embeddings."""
+        """(B, L) ids and (B, L, 5) time features -> (B, L, d) input embeddings (a CPU's
+        inference: one table look-up, ``FusedInputEmbedding``)."""
+        if fuse_on_cpu(stamp) and not self.training and not torch.is_autocast_enabled("cpu"):
+            return self._fused_embed(s1, s2, stamp)
         return self.token_drop(self.embedding(s1, s2) + self.time_emb(stamp))
 
     def trunk(
