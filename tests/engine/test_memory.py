@@ -41,9 +41,13 @@ def test_max_batch_inverts_the_estimate(tiny):
 
 
 def test_weights_counted_exactly(tiny):
+    """Parameters, and the one-table input embedding a CPU's inference makes from them."""
     model, tok = tiny
     params = sum(p.numel() for p in model.parameters()) + sum(p.numel() for p in tok.parameters())
-    assert memory_breakdown(model.config, tok.config, 1, 10, 1).weights == 4 * params
+    table = model._fused_embed._make()[0]  # (rows, d) float32
+    assert memory_breakdown(model.config, tok.config, 1, 10, 1).weights == 4 * (
+        params + table.numel()
+    )
 
 
 GRID = [
