@@ -36,15 +36,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--append-day", action="store_true",
-        help="time a day's append instead: --symbols daily symbols with years of history (the "
-        "corpus's A-shares, topped up with synthetic ones), one new row each in one CSV, "
+        help="time a day's append instead: --symbols daily symbols with years of history "
+        "(synthetic, or --corpus's symbols topped up with synthetic ones), one new row each in "
+        "one CSV, "
         "imported as kronos import does it, against writing the same rows to Parquet; exit 1 "
         f"when it takes more than {APPEND_GOAL_RATIO:g}x",
     )
     parser.add_argument(
         "--corpus", metavar="PARQUET",
-        help="with --append-day: the long-form daily candles to build the store from, e.g. "
-        "../shared/data/corpus/candles-ashare-daily.parquet (default 'none': synthetic series)",
+        help="with --append-day: a long-form daily candles file to build the store from, such "
+        "as the training corpus's candles-ashare-daily.parquet (default: synthetic series; the "
+        "package reads no file it is not given)",
     )
 
 
