@@ -32,7 +32,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from kronos_core.model.config import KronosConfig, TokenizerConfig
-from kronos_core.model.kronos import TIME_TABLE_SIZES
+from kronos_core.model.kronos import FusedInputEmbedding
 
 SAFETY = 1.10  # headroom on the estimate for allocator rounding and small temporaries
 # bytes per model dim per token of a pass: residual, norm (float32), block input, output
@@ -120,9 +120,8 @@ def _param_bytes(model_cfg: KronosConfig, tok_cfg: TokenizerConfig) -> int:
     """Model + tokenizer parameters, and the one-table input embedding a CPU's inference makes
     from them (``kronos_core.model.kronos.FusedInputEmbedding``: a row per token of each
     vocabulary, per time-table row and for the bias; counted on every device, a few MB at most)."""
-    table_rows = 2**model_cfg.s1_bits + 2**model_cfg.s2_bits + sum(TIME_TABLE_SIZES.values()) + 1
     params = count_parameters(model_cfg).total + count_parameters(tok_cfg).total
-    return 4 * (params + table_rows * model_cfg.d_model)
+    return 4 * (params + FusedInputEmbedding.rows(model_cfg) * model_cfg.d_model)
 
 
 def estimate_inference_bytes(*args, **kwargs) -> int:

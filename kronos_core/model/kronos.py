@@ -18,6 +18,7 @@ from kronos_core.model.config import DEP_HEADS, KronosConfig
 from kronos_core.model.layers import (
     AttentionProjections,
     DecodeCache,
+    DerivedWeights,
     FusedLinears,
     RMSNorm,
     SharedHistoryKV,
@@ -181,16 +182,20 @@ class FusedInputEmbedding:
     position's row of ``emb_s1 * sqrt(d) @ fusion_proj``'s first half, of its second half for
     s2, of each of the five time tables and the projection's bias. The numbers are ``embed``'s
     but for rounding (the projection's sum is split in two); 14 ops over the positions become
-    one (2.5 against 0.18 ms for 8 x 251 positions on one thread). Made on first use and remade
-    when a weight changes (a new tensor, or an in-place update moves its version counter)."""
+    one (2.5 against 0.18 ms for 8 x 251 positions on one thread). The table is
+    ``DerivedWeights`` of the embeddings."""
 
     TIME_COLUMNS = (1, 2, 3, 4, 0)  # hour, weekday, day, month, minute: TemporalEmbedding's order
 
     def __init__(self, tokens: TokenEmbedding, times: TemporalEmbedding):
         self.tokens, self.times = tokens, times
-        # (weights' key, table (rows, d), each part's first row (8,), time columns (5,))
-        self._made: tuple[tuple[tuple[int, int], ...], torch.Tensor, torch.Tensor,
-                          torch.Tensor] | None = None
+        # table (rows, d), each part's first row (8,), the time columns in the parts' order (5,)
+        self._table = DerivedWeights(self._params, self._make)
+
+    @staticmethod
+    def rows(config: KronosConfig) -> int:
+        """The table's rows: each vocabulary's tokens, the time tables' rows and the bias."""
+        return 2**config.s1_bits + 2**config.s2_bits + sum(TIME_TABLE_SIZES.values()) + 1
 
     def _time_tables(self) -> list[torch.Tensor]:
         t = self.times
@@ -213,17 +218,16 @@ class FusedInputEmbedding:
             e.fusion_proj.bias[None, :],  # (1, d)
         ]
         table = torch.cat(parts)  # (rows, d)
-        sizes = torch.tensor([0] + [p.shape[0] for p in parts[:-1]], device=table.device)
-        columns = torch.tensor(self.TIME_COLUMNS, device=table.device)
-        return table, sizes.cumsum(0), columns
+        # made by device ops, no tensor from host data: made inside a step on first use, where
+        # the engine's host-sync count would see it (tests/engine/test_host_syncs.py)
+        sizes = [torch.full((1,), p.shape[0], device=table.device) for p in parts[:-1]]
+        starts = torch.cat([torch.zeros(1, dtype=torch.long, device=table.device), *sizes])
+        columns = torch.arange(5, device=table.device).roll(-1)  # TIME_COLUMNS
+        return table, starts.cumsum(0), columns
 
     def __call__(self, s1: torch.Tensor, s2: torch.Tensor, stamp: torch.Tensor) -> torch.Tensor:
         """(B, L) ids and (B, L, 5) time features -> (B, L, d)."""
-        key = tuple((p.data_ptr(), p._version) for p in self._params())
-        made = self._made
-        if made is None or made[0] != key:
-            made = self._made = (key, *self._make())
-        _, table, starts, columns = made
+        table, starts, columns = self._table.get()
         b, length = s1.shape
         # (B, L, 8): each position's rows, the bias's (index 0 of its part) last
         idx = torch.cat([

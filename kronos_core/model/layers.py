@@ -8,14 +8,15 @@ checkpoints (``q_proj``, ``rotary.inv_freq``, ``w1``...).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import NamedTuple, cast
+from collections.abc import Callable, Iterable, Sequence
+from typing import Generic, NamedTuple, TypeVar, cast
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 RMS_EPS = 1e-5
+T = TypeVar("T")
 
 
 def fuse_on_cpu(x: torch.Tensor) -> bool:
@@ -27,32 +28,46 @@ def fuse_on_cpu(x: torch.Tensor) -> bool:
     return x.device.type == "cpu" and not torch.is_grad_enabled()
 
 
+class DerivedWeights(Generic[T]):
+    """Tensors computed from some parameters (``make()``), made on first use and remade when one
+    of them changes: a new tensor (``.to``, a load) or an in-place update (its version counter
+    moves). Replaced whole, so that step loops on threads of one process never see one part of
+    a result made from another version's weights."""
+
+    def __init__(self, params: Callable[[], Sequence[torch.Tensor]], make: Callable[[], T]):
+        self._params, self._make = params, make
+        self._made: tuple[tuple[tuple[int, int], ...], T] | None = None
+
+    def get(self) -> T:
+        key = tuple((p.data_ptr(), p._version) for p in self._params())
+        made = self._made
+        if made is None or made[0] != key:
+            made = self._made = (key, self._make())
+        return made[1]
+
+
 class FusedLinears:
     """The weights and biases of several ``nn.Linear`` of one input, concatenated along their
     outputs: one product gives every output, each the same numbers its own layer gives (each
-    output column is its own dot product). Made on first use and remade when a weight changes
-    (a new tensor, or an in-place update moves its version counter)."""
+    output column is its own dot product); ``DerivedWeights`` of the layers."""
 
     def __init__(self, *linears: nn.Linear):
         self.linears = linears
-        # (key, weight, bias), replaced whole, so that step loops on threads of one process
-        # never see a weight with another version's bias
-        self._made: tuple[tuple[tuple[int, int], ...], torch.Tensor, torch.Tensor | None] | None
-        self._made = None
+        self._fused = DerivedWeights(self._params, self._concatenated)
 
     def _params(self) -> list[torch.Tensor]:
         return [p for lin in self.linears for p in (lin.weight, lin.bias) if p is not None]
 
+    def _concatenated(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        weight = torch.cat([lin.weight for lin in self.linears])  # (sum out, d_in)
+        biases = [lin.bias for lin in self.linears]
+        bias = None if biases[0] is None else torch.cat(biases)  # type: ignore[arg-type]
+        return weight, bias
+
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """x (..., d_in) -> (..., sum of the layers' outputs)."""
-        key = tuple((p.data_ptr(), p._version) for p in self._params())
-        made = self._made
-        if made is None or made[0] != key:
-            weight = torch.cat([lin.weight for lin in self.linears])  # (sum out, d_in)
-            biases = [lin.bias for lin in self.linears]
-            bias = None if biases[0] is None else torch.cat(biases)  # type: ignore[arg-type]
-            made = self._made = (key, weight, bias)
-        return F.linear(x, made[1], made[2])
+        weight, bias = self._fused.get()
+        return F.linear(x, weight, bias)
 
 
 class RMSNorm(nn.Module):

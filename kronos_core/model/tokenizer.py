@@ -190,8 +190,9 @@ class KronosTokenizer(PretrainedMixin, nn.Module):
         positions, hist_mask = padded_positions_and_mask(pad_b, lh, pad is not None)
         rope_hist = stack_angles(self.decoder, positions)
         # (B, 1, 1, Lh): a new token sees its series' real history
-        real = torch.arange(lh, device=device)[None, :] >= pad_b[:, None]  # (B, Lh)
-        hist_bias = None if pad is None else padding_bias(real, dtype)
+        hist_bias = None if pad is None else padding_bias(
+            torch.arange(lh, device=device)[None, :] >= pad_b[:, None], dtype  # (B, Lh) real
+        )
         blocks = cast(Sequence[TransformerBlock], self.decoder)
         for i, block in enumerate(blocks):
             attn = block.self_attn

@@ -45,6 +45,7 @@ def test_weights_counted_exactly(tiny):
     model, tok = tiny
     params = sum(p.numel() for p in model.parameters()) + sum(p.numel() for p in tok.parameters())
     table = model._fused_embed._make()[0]  # (rows, d) float32
+    assert table.shape[0] == model._fused_embed.rows(model.config)
     assert memory_breakdown(model.config, tok.config, 1, 10, 1).weights == 4 * (
         params + table.numel()
     )

@@ -64,3 +64,18 @@ def test_training_and_gradients_take_the_module_path(tiny, monkeypatch):
     with torch.no_grad():
         model.embed(s1, s2, stamp)
     assert calls == [1]
+
+
+def test_the_table_is_made_without_host_data(tiny):
+    """Made on first use, inside a decode step: device ops only (no ``lift_fresh``), its time
+    columns ``TIME_COLUMNS``, each part's first row where ``rows`` counts it."""
+    from kronos_core.engine.syncs import HostSyncCounter
+
+    model = tiny[0].eval()
+    with HostSyncCounter() as counter:
+        table, starts, columns = model._fused_embed._make()
+    assert counter.total == 0, counter.ops
+    assert tuple(columns.tolist()) == FusedInputEmbedding.TIME_COLUMNS
+    assert starts.tolist()[:3] == [0, 2**model.config.s1_bits,
+                                   2**model.config.s1_bits + 2**model.config.s2_bits]
+    assert table.shape[0] == FusedInputEmbedding.rows(model.config) == starts.tolist()[-1] + 1
