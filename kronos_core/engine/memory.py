@@ -35,8 +35,9 @@ from kronos_core.model.config import KronosConfig, TokenizerConfig
 from kronos_core.model.kronos import FusedInputEmbedding
 
 SAFETY = 1.10  # headroom on the estimate for allocator rounding and small temporaries
-# bytes per model dim per token of a pass: residual, norm (float32), block input, output
-RESIDUAL_BYTES = 20
+# bytes per model dim per token of a pass: residual, norm (float32), block input, output, and
+# on a CPU a block of the causal attention's queries beside its whole output
+RESIDUAL_BYTES = 22
 FFN_WIDTH = 3  # ff-wide tensors alive at a block's peak, in the activation dtype
 # bytes per vocabulary entry per row while sampling (logits, sorted, probs, float64 cdf)
 SAMPLE_BYTES = 24

@@ -8,6 +8,7 @@ checkpoints (``q_proj``, ``rotary.inv_freq``, ``w1``...).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Sequence
 from typing import Generic, NamedTuple, TypeVar, cast
 
@@ -49,19 +50,28 @@ class DerivedWeights(Generic[T]):
 class FusedLinears:
     """The weights and biases of several ``nn.Linear`` of one input, concatenated along their
     outputs: one product gives every output, each the same numbers its own layer gives (each
-    output column is its own dot product); ``DerivedWeights`` of the layers."""
+    output column is its own dot product); ``DerivedWeights`` of the layers. ``orders``: per
+    layer, None or the order its outputs take in the product (an index over them)."""
 
-    def __init__(self, *linears: nn.Linear):
+    def __init__(self, *linears: nn.Linear,
+                 orders: Sequence[torch.Tensor | None] | None = None):
         self.linears = linears
+        self.orders = list(orders) if orders is not None else [None] * len(linears)
         self._fused = DerivedWeights(self._params, self._concatenated)
 
     def _params(self) -> list[torch.Tensor]:
         return [p for lin in self.linears for p in (lin.weight, lin.bias) if p is not None]
 
     def _concatenated(self) -> tuple[torch.Tensor, torch.Tensor | None]:
-        weight = torch.cat([lin.weight for lin in self.linears])  # (sum out, d_in)
-        biases = [lin.bias for lin in self.linears]
-        bias = None if biases[0] is None else torch.cat(biases)  # type: ignore[arg-type]
+        def ordered(t: torch.Tensor, order: torch.Tensor | None) -> torch.Tensor:
+            return t if order is None else t[order.to(t.device)]
+
+        # (sum out, d_in)
+        weight = torch.cat([ordered(lin.weight, o) for lin, o in zip(self.linears, self.orders)])
+        if self.linears[0].bias is None:
+            return weight, None
+        bias = torch.cat([ordered(cast(torch.Tensor, lin.bias), o)
+                          for lin, o in zip(self.linears, self.orders)])
         return weight, bias
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
@@ -108,11 +118,13 @@ class SwiGLU(nn.Module):
 class RotaryAngles(NamedTuple):
     """Rotary factors of a batch of positions, (B, 1, L, D) each: ``cos`` and ``sin_signed``, the
     sine with its first half negated (so that ``apply_rotary`` needs one roll, not a split, a
-    negation and a concatenation). Made once per forward and shared by every layer of a stack
+    negation and a concatenation); and ``turns`` (B, L, 1, D/2) complex, ``cos + i sin`` of each
+    pair's angle (``rotate_pairs``). Made once per forward and shared by every layer of a stack
     (``Rotary.angles``)."""
 
     cos: torch.Tensor
     sin_signed: torch.Tensor
+    turns: torch.Tensor
 
 
 class Rotary(nn.Module):
@@ -130,9 +142,10 @@ class Rotary(nn.Module):
         half = self.inv_freq.shape[0]
         angles = positions.float()[..., None] * self.inv_freq  # (B, L, D/2)
         angles = torch.cat([angles, angles], dim=-1)  # (B, L, D)
-        sin = angles.sin()
+        sin, cos = angles.sin(), angles.cos()
         sin_signed = torch.cat([-sin[..., :half], sin[..., half:]], dim=-1)  # (B, L, D)
-        return RotaryAngles(angles.cos()[:, None], sin_signed[:, None])  # (B, 1, L, D) each
+        turns = torch.complex(cos[..., None, :half], sin[..., None, :half])  # (B, L, 1, D/2)
+        return RotaryAngles(cos[:, None], sin_signed[:, None], turns)  # (B, 1, L, D) each
 
 
 def stack_angles(blocks: Iterable[nn.Module], positions: torch.Tensor) -> RotaryAngles:
@@ -158,27 +171,38 @@ def apply_rotary(x: torch.Tensor, rope: RotaryAngles) -> torch.Tensor:
     """x (..., L, D) with rope broadcasting to it -> ``x*cos + rotate_half(x)*sin``, where
     ``rotate_half(x) = cat(-x2, x1)``: computed as ``x*cos + cat(x2, x1) * sin_signed``, the same
     numbers (a negation is exact)."""
-    cos, sin_signed = rope
+    cos, sin_signed = rope.cos, rope.sin_signed
     if cos.dtype != x.dtype:
         cos, sin_signed = cos.to(x.dtype), sin_signed.to(x.dtype)
     return x * cos + x.roll(x.shape[-1] // 2, dims=-1) * sin_signed
 
 
-def rotate_heads(qk: torch.Tensor, rope: RotaryAngles) -> torch.Tensor:
-    """qk (B, L, 2, H, D), q and k of each position side by side (a view of the fused q/k/v
-    product), rope (B, 1, L, D) -> (B, L, 2, H, D) rotated, new memory: the numbers of
-    ``apply_rotary`` (``x1*c - x2*s`` and ``x2*c + x1*s`` are its products and sums, the sign
-    moved), written half by half into one buffer on the product's own layout: no roll, no
-    transposed broadcast, two half-size temporaries."""
-    half = qk.shape[-1] // 2
-    cos, sin_signed = rope
-    if cos.dtype != qk.dtype:
-        cos, sin_signed = cos.to(qk.dtype), sin_signed.to(qk.dtype)
-    c = cos[:, 0, :, None, None, :half]  # (B, L, 1, 1, D/2)
-    s = sin_signed[:, 0, :, None, None, half:]  # (B, L, 1, 1, D/2): the sine, unsigned
-    x1, x2 = qk[..., :half], qk[..., half:]
+def pair_order(n_heads: int, head_dim: int) -> torch.Tensor:
+    """(n_heads * head_dim,) an order of a q or k projection's outputs in which each head's
+    dims j and j + D/2 (the two a rotary angle turns together) sit side by side, at 2j and
+    2j + 1: the layout ``rotate_pairs`` rotates. A head's q.k is then the same products
+    summed in another order (equal but for rounding)."""
+    half = head_dim // 2
+    within = torch.stack((torch.arange(half), torch.arange(half) + half), -1).reshape(-1)  # (D,)
+    return (torch.arange(n_heads)[:, None] * head_dim + within).reshape(-1)
+
+
+def rotate_pairs(qk: torch.Tensor, rope: RotaryAngles) -> torch.Tensor:
+    """qk (B, L, 2, H, D), q and k of each position side by side in ``pair_order`` (a view of
+    the fused q/k/v product) -> (B, L, 2, H, D) rotated, new memory, in the same order: the
+    numbers of ``apply_rotary`` on the usual order (``x1*c - x2*s``, ``x2*c + x1*s``). In float32
+    one complex product by ``rope.turns`` (the pair (x1, x2) as x1 + i x2), whose inner loop
+    runs over every head at once; other dtypes by products of the strided halves."""
+    b, length, _, heads, head_dim = qk.shape
+    if qk.dtype == torch.float32:
+        pairs = torch.view_as_complex(qk.reshape(b, length, 2 * heads, head_dim // 2, 2))
+        return torch.view_as_real(pairs * rope.turns).view(qk.shape)  # (B, L, 2, H, D)
+    half = head_dim // 2
+    c = rope.cos[:, 0, :, None, None, :half].to(qk.dtype)  # (B, L, 1, 1, D/2)
+    s = -rope.sin_signed[:, 0, :, None, None, :half].to(qk.dtype)  # (B, L, 1, 1, D/2)
+    x1, x2 = qk[..., 0::2], qk[..., 1::2]
     out = torch.empty(qk.shape, dtype=qk.dtype, device=qk.device)  # (B, L, 2, H, D)
-    o1, o2 = out[..., :half], out[..., half:]
+    o1, o2 = out[..., 0::2], out[..., 1::2]
     torch.mul(x1, c, out=o1)
     o1.sub_(x2 * s)
     torch.mul(x2, c, out=o2)
@@ -312,6 +336,45 @@ def shared_history_attention(
 # public scaled_dot_product_attention drops it); None where this torch lacks it
 _CPU_FLASH = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
 
+# Causal attention over windows this long runs in CAUSAL_BLOCKS blocks of queries on a CPU:
+# the kernel scores every key of a query block and masks the later ones (its key blocks are
+# 512 long), so a block that stops at its own last query skips them. 3 blocks of a 251-long
+# window: 0.86x (head size 32) and 0.75x (16) the one call's time; under 160, no gain.
+CAUSAL_BLOCKS_FROM = 160
+CAUSAL_BLOCKS = 3
+
+
+def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """q, k, v (B, H, L, D) -> plain causal attention (B, H, L, D): what
+    ``scaled_dot_product_attention(is_causal=True)`` gives, but for rounding. On a CPU with no
+    gradient and L >= ``CAUSAL_BLOCKS_FROM``, query block [a, b) attends keys [0, b) (its last
+    b - a keys under a causal bias), written into one (B, L, H, D) buffer."""
+    length = q.shape[2]
+    if (q.device.type != "cpu" or _CPU_FLASH is None or torch.is_grad_enabled()
+            or length < CAUSAL_BLOCKS_FROM):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    b, heads, _, head_dim = q.shape
+    out = q.new_empty(b, length, heads, v.shape[-1])  # (B, L, H, D)
+    bounds = [length * i // CAUSAL_BLOCKS for i in range(CAUSAL_BLOCKS + 1)]
+    for start, end in zip(bounds[:-1], bounds[1:]):
+        rows, keys, values = q[:, :, start:end], k[:, :, :end], v[:, :, :end]
+        if start == 0:
+            part = _CPU_FLASH(rows, keys, values, is_causal=True)[0]
+        else:
+            bias = _causal_tail_bias(start, end, q.dtype, q.device)  # (end - start, end)
+            part = _CPU_FLASH(rows, keys, values, attn_mask=bias)[0]
+        out[:, start:end] = part.transpose(1, 2)  # (B, end - start, H, D)
+    return out.transpose(1, 2)
+
+
+@functools.lru_cache(maxsize=64)
+def _causal_tail_bias(start: int, end: int, dtype: torch.dtype,
+                      device: torch.device) -> torch.Tensor:
+    """(end - start, end): 0 where query ``start + i`` sees key j (j <= start + i), -inf after."""
+    later = torch.ones(end - start, end, dtype=torch.bool, device=device).triu(start + 1)
+    return torch.zeros(end - start, end, dtype=dtype, device=device).masked_fill_(
+        later, float("-inf"))
+
 
 class SharedHistoryKV:
     """Keys/values of rows that run in groups of ``paths`` over one shared history: each series'
@@ -411,7 +474,9 @@ class SelfAttention(AttentionProjections):
         super().__init__(d_model, n_heads)
         self.attn_dropout = attn_dropout
         self.out_dropout = nn.Dropout(resid_dropout)
-        self._qkv = FusedLinears(self.q_proj, self.k_proj, self.v_proj)
+        order = pair_order(n_heads, self.head_dim)
+        # q and k in pair order: the CPU's rotary is one complex product (``rotate_pairs``)
+        self._qkv = FusedLinears(self.q_proj, self.k_proj, self.v_proj, orders=(order, order, None))
 
     def forward(
         self,
@@ -450,9 +515,12 @@ class SelfAttention(AttentionProjections):
             k, v = cache.k[:, :, :end], cache.v[:, :, :end]  # (B, H, S, D)
             causal = causal and cache_start == 0  # one new query over past keys needs no mask
         dropout = self.attn_dropout if self.training else 0.0
-        out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=causal and length > 1
-        )  # (B, H, L, D)
+        if causal and length > 1 and not dropout:
+            out = causal_attention(q, k, v)  # (B, H, L, D)
+        else:
+            out = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=causal and length > 1
+            )  # (B, H, L, D)
         return self.finish(out)  # (B, L, d)
 
     # ---- the pieces of a cached decode step (one new token per row), also run apart by the
@@ -461,12 +529,15 @@ class SelfAttention(AttentionProjections):
     def project(
         self, x: torch.Tensor, rope: RotaryAngles
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """x (B, L, d), rope (B, 1, L, D) -> rotated q, rotated k, v: (B, H, L, D) each."""
+        """x (B, L, d), rope (B, 1, L, D) -> rotated q, rotated k, v: (B, H, L, D) each. On the
+        CPU with no gradient (``fuse_on_cpu``) q and k come in ``pair_order``, a layout every
+        cache and attention of that path shares (scores equal but for rounding)."""
         b, length, _ = x.shape
         if fuse_on_cpu(x):
             # (B, L, 3, H, D): a view of the one product (B, L, 3 * d)
             qkv = self._qkv(x).view(b, length, 3, self.n_heads, self.head_dim)
-            q, k = rotate_heads(qkv[:, :, :2], rope).permute(2, 0, 3, 1, 4)  # (B, H, L, D) views
+            # (B, H, L, D) views, q and k in ``pair_order``
+            q, k = rotate_pairs(qkv[:, :, :2], rope).permute(2, 0, 3, 1, 4)
             return q, k, qkv[:, :, 2].transpose(1, 2)
         qk = torch.stack((self.heads(self.q_proj(x)), self.heads(self.k_proj(x))))
         qk = apply_rotary(qk, rope)  # q and k rotated in one pass: (2, B, H, L, D)

@@ -152,9 +152,9 @@ def test_bsq_loss_parts():
 
 def test_fused_projections_give_what_the_layers_give_and_follow_weight_updates(tiny):
     """On a CPU with no gradient, q/k/v (and the feed-forward gate and value) run as one product
-    over concatenated weights (``FusedLinears``); it gives the layers' own outputs, and an
-    in-place update of a weight is seen at the next call."""
-    from kronos_core.model.layers import fuse_on_cpu
+    over concatenated weights (``FusedLinears``); it gives the layers' own outputs (q and k in
+    ``pair_order``), and an in-place update of a weight is seen at the next call."""
+    from kronos_core.model.layers import fuse_on_cpu, pair_order
 
     model = tiny[0]
     block = model.transformer[0]
@@ -167,6 +167,8 @@ def test_fused_projections_give_what_the_layers_give_and_follow_weight_updates(t
     with torch.enable_grad():
         assert not fuse_on_cpu(x)
         apart = tuple(t.detach() for t in attn.project(x, rope) + (block.ffn(x),))
+    order = pair_order(attn.n_heads, attn.head_dim).view(attn.n_heads, -1)[0]
+    apart = (apart[0][..., order], apart[1][..., order]) + apart[2:]
     for a, b in zip(fused, apart):
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
     with torch.no_grad():
