@@ -189,20 +189,25 @@ def pair_order(n_heads: int, head_dim: int) -> torch.Tensor:
 
 def rotate_pairs(qk: torch.Tensor, rope: RotaryAngles) -> torch.Tensor:
     """qk (B, L, 2, H, D), q and k of each position side by side in ``pair_order`` (a view of
-    the fused q/k/v product) -> (B, L, 2, H, D) rotated, new memory, in the same order: the
-    numbers of ``apply_rotary`` on the usual order (``x1*c - x2*s``, ``x2*c + x1*s``). In float32
-    one complex product by ``rope.turns`` (the pair (x1, x2) as x1 + i x2), whose inner loop
-    runs over every head at once; other dtypes by products of the strided halves."""
+    the fused q/k/v product) -> (2, B, H, L, D) rotated q and k, each contiguous (the layout
+    the attention kernels and caches read), in the same order: the numbers of ``apply_rotary``
+    on the usual order (``x1*c - x2*s``, ``x2*c + x1*s``). In float32 one complex product by
+    ``rope.turns`` (the pair (x1, x2) as x1 + i x2) over every head at once; other dtypes by
+    products of the strided halves."""
     b, length, _, heads, head_dim = qk.shape
-    if qk.dtype == torch.float32:
-        pairs = torch.view_as_complex(qk.reshape(b, length, 2 * heads, head_dim // 2, 2))
-        return torch.view_as_real(pairs * rope.turns).view(qk.shape)  # (B, L, 2, H, D)
     half = head_dim // 2
+    out = torch.empty(2, b, heads, length, head_dim, dtype=qk.dtype, device=qk.device)
+    if qk.dtype == torch.float32:
+        pairs = torch.view_as_complex(qk.reshape(b, length, 2, heads, half, 2))
+        into = torch.view_as_complex(out.view(2, b, heads, length, half, 2))  # (2, B, H, L, D/2)
+        # (B, L, 2, H, D/2) x (B, L, 1, 1, D/2), written through a permuted view of ``out``
+        torch.mul(pairs, rope.turns[:, :, None], out=into.permute(1, 3, 0, 2, 4))
+        return out
     c = rope.cos[:, 0, :, None, None, :half].to(qk.dtype)  # (B, L, 1, 1, D/2)
     s = -rope.sin_signed[:, 0, :, None, None, :half].to(qk.dtype)  # (B, L, 1, 1, D/2)
     x1, x2 = qk[..., 0::2], qk[..., 1::2]
-    out = torch.empty(qk.shape, dtype=qk.dtype, device=qk.device)  # (B, L, 2, H, D)
-    o1, o2 = out[..., 0::2], out[..., 1::2]
+    mine = out.permute(1, 3, 0, 2, 4)  # (B, L, 2, H, D) view
+    o1, o2 = mine[..., 0::2], mine[..., 1::2]
     torch.mul(x1, c, out=o1)
     o1.sub_(x2 * s)
     torch.mul(x2, c, out=o2)
@@ -536,8 +541,7 @@ class SelfAttention(AttentionProjections):
         if fuse_on_cpu(x):
             # (B, L, 3, H, D): a view of the one product (B, L, 3 * d)
             qkv = self._qkv(x).view(b, length, 3, self.n_heads, self.head_dim)
-            # (B, H, L, D) views, q and k in ``pair_order``
-            q, k = rotate_pairs(qkv[:, :, :2], rope).permute(2, 0, 3, 1, 4)
+            q, k = rotate_pairs(qkv[:, :, :2], rope)  # (B, H, L, D) each, in ``pair_order``
             return q, k, qkv[:, :, 2].transpose(1, 2)
         qk = torch.stack((self.heads(self.q_proj(x)), self.heads(self.k_proj(x))))
         qk = apply_rotary(qk, rope)  # q and k rotated in one pass: (2, B, H, L, D)

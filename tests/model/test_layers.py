@@ -55,7 +55,8 @@ def test_rotating_pairs_is_apply_rotary_bit_for_bit_in_the_pair_order():
         qk = (torch.randn(3, 57, 2, 4, 32, generator=g) * 5).to(dtype)  # (B, L, 2, H, D)
         expected = apply_rotary(qk.permute(2, 0, 3, 1, 4), rope)  # (2, B, H, L, D)
         paired = qk[..., order]  # the same numbers in pair order
-        rotated = rotate_pairs(paired, rope).permute(2, 0, 3, 1, 4)  # (2, B, H, L, D)
+        rotated = rotate_pairs(paired, rope)  # (2, B, H, L, D)
+        assert rotated.is_contiguous()
         assert torch.equal(rotated, expected[..., order])
 
 
