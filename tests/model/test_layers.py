@@ -3,9 +3,8 @@ give the written-out formulas' numbers."""
 
 from __future__ import annotations
 
-import torch
-
 import pytest
+import torch
 import torch.nn.functional as F
 
 from kronos_core.model.layers import (
