@@ -352,13 +352,11 @@ CAUSAL_BLOCKS = 3
 def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """q, k, v (B, H, L, D) -> plain causal attention (B, H, L, D): what
     ``scaled_dot_product_attention(is_causal=True)`` gives, but for rounding. On a CPU with no
-    gradient and L >= ``CAUSAL_BLOCKS_FROM``, query block [a, b) attends keys [0, b) (its last
-    b - a keys under a causal bias), written into one (B, L, H, D) buffer."""
-    length = q.shape[2]
-    if (q.device.type != "cpu" or _CPU_FLASH is None or torch.is_grad_enabled()
-            or length < CAUSAL_BLOCKS_FROM):
+    gradient (``fuse_on_cpu``) and L >= ``CAUSAL_BLOCKS_FROM``, query block [a, b) attends keys
+    [0, b) (its last b - a keys under a causal bias), written into one (B, L, H, D) buffer."""
+    b, heads, length, _ = q.shape
+    if not fuse_on_cpu(q) or _CPU_FLASH is None or length < CAUSAL_BLOCKS_FROM:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    b, heads, _, head_dim = q.shape
     out = q.new_empty(b, length, heads, v.shape[-1])  # (B, L, H, D)
     bounds = [length * i // CAUSAL_BLOCKS for i in range(CAUSAL_BLOCKS + 1)]
     for start, end in zip(bounds[:-1], bounds[1:]):
