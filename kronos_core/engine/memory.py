@@ -39,7 +39,8 @@ SAFETY = 1.10  # headroom on the estimate for allocator rounding and small tempo
 # on a CPU a block of the causal attention's queries beside its whole output
 RESIDUAL_BYTES = 22
 FFN_WIDTH = 3  # ff-wide tensors alive at a block's peak, in the activation dtype
-# bytes per vocabulary entry per row while sampling (logits, sorted, probs, float64 cdf)
+# bytes per vocabulary entry per row while sampling (logits, sorted, probs, float64 cdf): the
+# tensor draw's (a GPU's); the CPU's compiled draw (top_p_rows) holds logits and probs only
 SAMPLE_BYTES = 24
 
 

@@ -198,7 +198,8 @@ def sample_tokens(
     route: which candidates a CPU's top-p draw tries first (None: the first cut always).
 
     Greedy (top_k == 1) is an arg-max and ignores the uniforms. The draw is inverse-CDF over the
-    kept tokens' probabilities in vocabulary order.
+    kept tokens' probabilities in vocabulary order; a CPU's top-p draw runs compiled, row by row
+    (``top_p_rows``), where numba is installed.
     """
     if params.greedy:
         return logits.argmax(-1)
@@ -209,9 +210,32 @@ def sample_tokens(
         scaled = logits.float()
         if params.temperature != 1.0:
             scaled = scaled / params.temperature
+        if _compiled_draw_applies():
+            return _draw_compiled(scaled, params.top_p, u, route)
         return _draw_from_candidates(scaled, params.top_p, u, route)
     probs = filter_logits(logits, params).softmax(-1).double()  # (N, V)
     return _inverse_cdf(probs, u)
+
+
+def _compiled_draw_applies() -> bool:
+    """Whether the CPU's top-p draw runs compiled (``top_p_rows``: numba imported at first use,
+    ``KRONOS_TOP_P_ROWS=0`` switches it off)."""
+    from kronos_core.engine import top_p_rows
+
+    return top_p_rows.available()
+
+
+def _draw_compiled(scaled: torch.Tensor, top_p: float, u: torch.Tensor,
+                   route: CandidateRoute | None = None) -> torch.Tensor:
+    """``_draw_from_candidates``' tokens, each row drawn in one compiled pass
+    (``top_p_rows.draw``); the rows its candidates do not settle go the tensor way."""
+    from kronos_core.engine import top_p_rows
+
+    tokens = top_p_rows.draw(scaled, top_p, u)  # (N,), -1: not settled
+    short = (tokens < 0).nonzero()[:, 0]  # (r,)
+    if len(short):
+        tokens[short] = _draw_from_candidates(scaled[short], top_p, u[short], route)
+    return tokens
 
 
 def _inverse_cdf(weights: torch.Tensor, u: torch.Tensor) -> torch.Tensor:

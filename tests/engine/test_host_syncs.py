@@ -18,7 +18,7 @@ from series_helpers import windows
 
 from kronos_core import KronosPredictor
 from kronos_core.base.options import ForecastOptions
-from kronos_core.engine import sampling
+from kronos_core.engine import sampling, top_p_rows
 from kronos_core.engine.sampling import counter_uniforms, counter_uniforms_table, row_keys
 from kronos_core.engine.syncs import HostSyncCounter, syncs_per_step
 
@@ -74,13 +74,15 @@ def test_steady_decode_steps_do_not_synchronise(tiny, goog, case):
     assert job.result().paths.shape == (len(lookbacks), options.sample_count, options.horizon, 6)
 
 
-def test_the_cpu_top_p_reads_back_per_draw_what_the_gpu_count_leaves_out(tiny, goog):
-    """On a CPU a seeded top-p step reads back, for each of its s1 and s2 draws, which rows its
-    candidates leave unsettled (this random model's flat rows) and whether theirs reach top_p
-    before the whole-row sort. Here the candidates are the wider ``TOP_P_CANDIDATES`` only: at
-    the prefill's draws the first, narrower cut settled no row (a count read back then), so both
-    routes skip it for a while (``CandidateRoute``). ``syncs_per_step`` counts what a GPU step
-    does, where rows are sorted whole."""
+def test_the_cpu_top_p_reads_back_per_draw_what_the_gpu_count_leaves_out(tiny, goog, monkeypatch):
+    """On a CPU a seeded top-p step drawn the tensor way (``KRONOS_TOP_P_ROWS=0``) reads back,
+    for each of its s1 and s2 draws, which rows its candidates leave unsettled (this random
+    model's flat rows) and whether theirs reach top_p before the whole-row sort. Here the
+    candidates are the wider ``TOP_P_CANDIDATES`` only: at the prefill's draws the first,
+    narrower cut settled no row (a count read back then), so both routes skip it for a while
+    (``CandidateRoute``). ``syncs_per_step`` counts what a GPU step does, where rows are sorted
+    whole."""
+    monkeypatch.setenv("KRONOS_TOP_P_ROWS", "0")
     options = ForecastOptions(8, top_p=0.9, seed=5)
     predictor = KronosPredictor(*tiny, device="cpu", max_context=128)
     values, xs, ys = windows(goog, [0, 500], [64, 64], options.horizon)
@@ -94,6 +96,26 @@ def test_the_cpu_top_p_reads_back_per_draw_what_the_gpu_count_leaves_out(tiny, g
     assert sampling.TOP_P_CANDIDATES > 0
     assert syncs_per_step(job)[:-1] == [0] * (options.horizon - 3)
     assert sampling.TOP_P_CANDIDATES > 0  # restored after counting
+
+
+@pytest.mark.skipif(not top_p_rows.available(), reason="numba is not installed")
+def test_the_compiled_cpu_top_p_reads_back_one_count_per_draw(tiny, goog):
+    """Drawn compiled (``top_p_rows``), a CPU's seeded top-p step reads back one thing per s1
+    and s2 draw: which rows its candidates left to the tensor path (none here: this random
+    model's flat rows lie within its candidates' binades). Beside it the counter sees the
+    kernel's zero-copy numpy views (logits, probabilities, uniforms: ``resolve_conj`` and
+    ``resolve_neg`` each) and its tokens taken back (``lift_fresh``)."""
+    options = ForecastOptions(8, top_p=0.9, seed=5)
+    predictor = KronosPredictor(*tiny, device="cpu", max_context=128)
+    values, xs, ys = windows(goog, [0, 500], [64, 64], options.horizon)
+    job = predictor.start_forecast(values, xs, ys, options)
+    job.step()  # tokenize and prefill
+    counter = HostSyncCounter()
+    with counter:
+        job.step()
+    views = {"resolve_conj": 6, "resolve_neg": 6, "lift_fresh": 2}
+    assert dict(counter.ops) == {"nonzero": 2, **views}, counter.ops
+    assert not any(route.skip_first for route in predictor.generator.candidate_routes)
 
 
 def test_the_seeded_draws_table_is_the_counter_draws():
