@@ -20,6 +20,8 @@ or a NaN row) comes back as -1 for the tensor path. Without numba (or with
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 
 import numpy as np
@@ -36,10 +38,14 @@ BINADES = 14
 INSERTION_SORT_MAX = 128
 _ID_BITS = 21  # packed sort keys: (descending logit order << 21) | token id; V <= 2**21
 
+log = logging.getLogger(__name__)
+_off_because: list[str] = []  # why the compiled draw failed and is off in this process
+
 
 def available() -> bool:
-    """Whether the compiled draw can run here (numba importable, not switched off)."""
-    return numba is not None and os.environ.get("KRONOS_TOP_P_ROWS", "1") != "0"
+    """Whether the compiled draw can run here (numba importable, not switched off, not failed)."""
+    return (numba is not None and not _off_because
+            and os.environ.get("KRONOS_TOP_P_ROWS", "1") != "0")
 
 
 def draw(scaled: torch.Tensor, top_p: float, u: torch.Tensor) -> torch.Tensor:
@@ -50,12 +56,32 @@ def draw(scaled: torch.Tensor, top_p: float, u: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"vocabulary of {scaled.shape[-1]} tokens over {1 << _ID_BITS}")
     logits = scaled.contiguous().numpy()  # (N, V) float32
     probs = torch.softmax(scaled, -1).numpy()  # (N, V) float32
-    out = np.empty(logits.shape[0], dtype=np.int64)
+    out = np.full(logits.shape[0], -1, dtype=np.int64)
     # top_p as float32, as torch compares a float32 tensor with a Python number; the floats'
     # bits as int32 order them (a probability's exponent groups it)
-    _draw_rows(logits, logits.view(np.int32), probs, probs.view(np.int32),
-               u.contiguous().numpy(), float(np.float32(top_p)), out)
+    _run(logits, logits.view(np.int32), probs, probs.view(np.int32), u.contiguous().numpy(),
+         float(np.float32(top_p)), out)
     return torch.from_numpy(out)
+
+
+def _run(*arrays) -> None:
+    """``_draw_rows(*arrays)``. A first failure flushes this module's numba caches and compiles
+    afresh (an index left by an older version of this file can name functions it no longer has);
+    a second switches the compiled draw off in this process with a warning, its rows left -1
+    for the tensor draw."""
+    for attempt in range(2):
+        try:
+            _draw_rows(*arrays)
+            return
+        except Exception as error:  # any numba failure: the tensor draw serves the rows
+            if attempt:
+                _off_because.append(f"{type(error).__name__}: {error}")
+                log.warning("the compiled top-p draw is off in this process (%s); the tensor "
+                            "draw runs, with the same tokens, slower", _off_because[-1])
+                return
+            for compiled in (_draw_rows, _cut, _sort_desc):
+                with contextlib.suppress(Exception):
+                    compiled._cache.flush()  # numba's on-disk cache of it, emptied
 
 
 def _jit(fn):

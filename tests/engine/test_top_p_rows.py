@@ -116,3 +116,38 @@ def test_switched_off_sample_tokens_draws_the_same_tokens_the_tensor_way(monkeyp
 def test_a_vocabulary_over_the_packed_keys_is_refused():
     with pytest.raises(ValueError, match="vocabulary"):
         top_p_rows.draw(torch.zeros(1, (1 << 21) + 1), 0.9, torch.zeros(1, dtype=torch.float64))
+
+
+def test_a_failing_kernel_is_compiled_afresh_then_switched_off_and_the_tensor_draw_serves(
+    monkeypatch, caplog
+):
+    """A first failure of the compiled kernel (numba's stale on-disk cache, say) is retried once;
+    a second switches the compiled draw off in the process with a warning, and ``sample_tokens``
+    draws the tensor path's tokens."""
+    g = torch.Generator().manual_seed(8)
+    logits = _rows(g, 32, 1024, 1)
+    u = torch.rand(32, generator=g, dtype=torch.float64)
+    params = SamplingParams(top_p=0.9)
+    expected = _draw_from_candidates(logits, 0.9, u)
+    kernel, calls = top_p_rows._draw_rows, []
+
+    def fails_once(*arrays):
+        calls.append(len(calls))
+        if len(calls) == 1:
+            raise AttributeError("Can't get attribute '_gone' on <module top_p_rows>")
+        kernel(*arrays)
+
+    monkeypatch.setattr(top_p_rows, "_draw_rows", fails_once)
+    assert torch.equal(sample_tokens(logits, params, u), expected)
+    assert calls == [0, 1] and top_p_rows.available()
+
+    def always_fails(*arrays):
+        raise RuntimeError("no compiler")
+
+    monkeypatch.setattr(top_p_rows, "_draw_rows", always_fails)
+    monkeypatch.setattr(top_p_rows, "_off_because", [])
+    with caplog.at_level("WARNING", logger="kronos_core.engine.top_p_rows"):
+        assert torch.equal(sample_tokens(logits, params, u), expected)
+    assert not top_p_rows.available()
+    assert "compiled top-p draw is off" in caplog.text and "no compiler" in caplog.text
+    assert torch.equal(sample_tokens(logits, params, u), expected)  # the tensor draw from now on
