@@ -54,8 +54,8 @@ def draw(scaled: torch.Tensor, top_p: float, u: torch.Tensor) -> torch.Tensor:
     assert numba is not None, "top_p_rows.draw without numba: check available() first"
     if scaled.shape[-1] > 1 << _ID_BITS:
         raise ValueError(f"vocabulary of {scaled.shape[-1]} tokens over {1 << _ID_BITS}")
-    logits = scaled.contiguous().numpy()  # (N, V) float32
-    probs = torch.softmax(scaled, -1).numpy()  # (N, V) float32
+    logits = scaled.detach().contiguous().numpy()  # (N, V) float32
+    probs = torch.softmax(scaled.detach(), -1).numpy()  # (N, V) float32
     out = np.full(logits.shape[0], -1, dtype=np.int64)
     # top_p as float32, as torch compares a float32 tensor with a Python number; the floats'
     # bits as int32 order them (a probability's exponent groups it)

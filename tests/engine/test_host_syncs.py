@@ -74,6 +74,23 @@ def test_steady_decode_steps_do_not_synchronise(tiny, goog, case):
     assert job.result().paths.shape == (len(lookbacks), options.sample_count, options.horizon, 6)
 
 
+TOP_P_HORIZON = 8
+
+
+def _second_top_p_step(tiny, goog):
+    """A seeded top-p forecast of two series on a CPU, prefilled, its second step counted ->
+    (predictor, job, the counter of that step)."""
+    options = ForecastOptions(TOP_P_HORIZON, top_p=0.9, seed=5)
+    predictor = KronosPredictor(*tiny, device="cpu", max_context=128)
+    values, xs, ys = windows(goog, [0, 500], [64, 64], options.horizon)
+    job = predictor.start_forecast(values, xs, ys, options)
+    job.step()  # tokenize and prefill
+    counter = HostSyncCounter()
+    with counter:
+        job.step()
+    return predictor, job, counter
+
+
 def test_the_cpu_top_p_reads_back_per_draw_what_the_gpu_count_leaves_out(tiny, goog, monkeypatch):
     """On a CPU a seeded top-p step drawn the tensor way (``KRONOS_TOP_P_ROWS=0``) reads back,
     for each of its s1 and s2 draws, which rows its candidates leave unsettled (this random
@@ -83,18 +100,11 @@ def test_the_cpu_top_p_reads_back_per_draw_what_the_gpu_count_leaves_out(tiny, g
     (``CandidateRoute``). ``syncs_per_step`` counts what a GPU step does, where rows are sorted
     whole."""
     monkeypatch.setenv("KRONOS_TOP_P_ROWS", "0")
-    options = ForecastOptions(8, top_p=0.9, seed=5)
-    predictor = KronosPredictor(*tiny, device="cpu", max_context=128)
-    values, xs, ys = windows(goog, [0, 500], [64, 64], options.horizon)
-    job = predictor.start_forecast(values, xs, ys, options)
-    job.step()  # tokenize and prefill
-    counter = HostSyncCounter()
-    with counter:
-        job.step()
+    predictor, job, counter = _second_top_p_step(tiny, goog)
     assert dict(counter.ops) == {"index": 2, "item": 2}, counter.ops
     assert all(route.skip_first for route in predictor.generator.candidate_routes)
     assert sampling.TOP_P_CANDIDATES > 0
-    assert syncs_per_step(job)[:-1] == [0] * (options.horizon - 3)
+    assert syncs_per_step(job)[:-1] == [0] * (TOP_P_HORIZON - 3)
     assert sampling.TOP_P_CANDIDATES > 0  # restored after counting
 
 
@@ -105,14 +115,7 @@ def test_the_compiled_cpu_top_p_reads_back_one_count_per_draw(tiny, goog):
     model's flat rows lie within its candidates' binades). Beside it the counter sees the
     kernel's zero-copy numpy views (logits, probabilities, uniforms: ``resolve_conj`` and
     ``resolve_neg`` each) and its tokens taken back (``lift_fresh``)."""
-    options = ForecastOptions(8, top_p=0.9, seed=5)
-    predictor = KronosPredictor(*tiny, device="cpu", max_context=128)
-    values, xs, ys = windows(goog, [0, 500], [64, 64], options.horizon)
-    job = predictor.start_forecast(values, xs, ys, options)
-    job.step()  # tokenize and prefill
-    counter = HostSyncCounter()
-    with counter:
-        job.step()
+    predictor, job, counter = _second_top_p_step(tiny, goog)
     views = {"resolve_conj": 6, "resolve_neg": 6, "lift_fresh": 2}
     assert dict(counter.ops) == {"nonzero": 2, **views}, counter.ops
     assert not any(route.skip_first for route in predictor.generator.candidate_routes)
