@@ -29,7 +29,7 @@ import torch
 
 try:
     import numba
-except ImportError:  # the tensor path draws every row
+except Exception:  # not installed, or not for this numpy: the tensor path draws every row
     numba = None  # type: ignore[assignment]
 
 # candidates: tokens whose probability's binary exponent is within this many of the row's largest
@@ -85,8 +85,14 @@ def _run(*arrays) -> None:
 
 
 def _jit(fn):
-    """numba's compiled function (cached on disk), or the Python one without numba."""
-    return fn if numba is None else numba.njit(cache=True, nogil=True, boundscheck=False)(fn)
+    """numba's compiled function, cached on disk where numba finds a writable place (else
+    compiled again in each process), or the Python one without numba."""
+    if numba is None:
+        return fn
+    try:
+        return numba.njit(cache=True, nogil=True, boundscheck=False)(fn)
+    except RuntimeError:  # "cannot cache function ...: no locator available"
+        return numba.njit(nogil=True, boundscheck=False)(fn)
 
 
 @_jit

@@ -151,3 +151,24 @@ def test_a_failing_kernel_is_compiled_afresh_then_switched_off_and_the_tensor_dr
     assert not top_p_rows.available()
     assert "compiled top-p draw is off" in caplog.text and "no compiler" in caplog.text
     assert torch.equal(sample_tokens(logits, params, u), expected)  # the tensor draw from now on
+
+
+def test_without_a_writable_cache_the_kernel_compiles_uncached(monkeypatch):
+    """numba refuses ``cache=True`` where it finds no writable place for its cache: a kernel is
+    then compiled without one (again in each process)."""
+    import numba
+
+    njit = numba.njit
+
+    def no_cache(*args, **kwargs):
+        if kwargs.get("cache"):
+            raise RuntimeError("cannot cache function 'f': no locator available for file 'f.py'")
+        return njit(*args, **kwargs)
+
+    monkeypatch.setattr(numba, "njit", no_cache)
+
+    def add_one(x):
+        return x + 1
+
+    compiled = top_p_rows._jit(add_one)
+    assert compiled(41) == 42 and compiled is not add_one and hasattr(compiled, "py_func")
