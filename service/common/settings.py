@@ -451,6 +451,10 @@ OTHER_KRONOS_VARIABLES = {
                             "(service/replica/weights.py)",
     "KRONOS_CORPUS": "kronos train default: the training corpus folder (--corpus)",
     "KRONOS_CORPUS_EXTRACT": "scripts/gpu-train.sh: the corpus extract to train from",
+    "KRONOS_MALLOC_TUNING": "0: a CPU predictor leaves glibc's allocator as it found it "
+                            "(kronos_core/engine/host_memory.py)",
+    "KRONOS_TOP_P_ROWS": "0: a CPU's top-p draws run the tensor way, not compiled "
+                         "(kronos_core/engine/top_p_rows.py)",
 }
 
 
