@@ -4,17 +4,20 @@ It draws the tokens ``sampling._draw_from_candidates`` draws, from the same numb
 set is the most likely tokens whose probability before them (their float32 cumulative sum in
 descending order, accumulated in float64 as torch's CPU ``cumsum`` does) is within ``top_p``,
 ties of the least likely kept logit all kept; the draw is inverse-CDF over the kept tokens'
-float32 probabilities in vocabulary order, in float64. Tokens can differ in two cases only: a
-flat row whose 128 tensor candidates fall short of ``top_p`` and whose threshold logit is tied
-(the tensor path's whole-row sort may keep some of the tied tokens, this draw keeps them all, as
-the tensor candidates do), and ``u x total`` rounding up to the total (this draw takes the last
-kept token, the tensor one the row's last id).
+float32 probabilities in vocabulary order, in float64. Tokens can differ in two cases only.
+A flat row whose 128 tensor candidates fall short of ``top_p`` goes to the tensor path's
+whole-row sort, which sums a softmax of the sorted logits (other roundings: its cut can move by
+a token where a cumulative sum lies within rounding of ``top_p``) and may keep some tokens tied
+with the threshold only; this draw keeps to the candidates' numbers there too, as the definition
+written out in ``tests/engine/test_top_p_rows.py`` does. And ``u x total`` rounding up to the
+total: this draw takes the last kept token, the tensor one the row's last id.
 
 A row's candidates are the tokens whose probability lies within ``BINADES`` powers of two of
-its most likely one, grouped by power of two (a counting sort on the float's exponent); the
-groups are sorted one by one, most likely first, until the cumulative sum passes ``top_p``, so
-the unlikely tail is never sorted. A row the candidates do not settle (their mass falls short,
-or a NaN row) comes back as -1 for the tensor path. Without numba (or with
+its most likely one (within ``WIDE_BINADES`` where those fall short of ``top_p``, as they can
+near 1), grouped by power of two (a counting sort on the float's exponent); the groups are
+sorted one by one, most likely first, until the cumulative sum passes ``top_p``, so the
+unlikely tail is never sorted. A row the candidates do not settle (a NaN row, a mass spread
+below them) comes back as -1 for the tensor path. Without numba (or with
 ``KRONOS_TOP_P_ROWS=0``) ``available()`` is False and the tensor path draws every row.
 """
 
@@ -32,8 +35,10 @@ try:
 except Exception:  # not installed, or not for this numpy: the tensor path draws every row
     numba = None  # type: ignore[assignment]
 
-# candidates: tokens whose probability's binary exponent is within this many of the row's largest
+# candidates: tokens whose probability's binary exponent is within this many of the row's largest;
+# a row they leave short of top_p tries again with the wider set
 BINADES = 14
+WIDE_BINADES = 40
 # a group up to this size is sorted by insertion, a larger one by np.sort of packed keys
 INSERTION_SORT_MAX = 128
 _ID_BITS = 21  # packed sort keys: (descending logit order << 21) | token id; V <= 2**21
@@ -104,10 +109,13 @@ def _draw_rows(logits, logit_bits, probs, prob_bits, u, top_p, out):
     desc = np.empty(v, np.int64)  # candidates by group, then sorted most likely first
     keys = np.empty(v, np.int64)  # scratch for the sort
     cdf = np.empty(v, np.float64)
-    starts = np.empty(BINADES + 1, np.int64)
+    starts = np.empty(WIDE_BINADES + 1, np.int64)
     for r in range(n):
-        out[r] = _cut(logits[r], logit_bits[r], probs[r], prob_bits[r], u[r], top_p, cand, group,
-                      desc, keys, cdf, starts)
+        for binades in (BINADES, WIDE_BINADES):
+            out[r] = _cut(logits[r], logit_bits[r], probs[r], prob_bits[r], u[r], top_p, binades,
+                          cand, group, desc, keys, cdf, starts)
+            if out[r] >= 0:
+                break
 
 
 @_jit
@@ -136,8 +144,9 @@ def _sort_desc(lbits, desc, lo, hi, keys):
 
 
 @_jit
-def _cut(lr, lbits, pr, pbits, ur, top_p, cand, group, desc, keys, cdf, starts):
-    """One row: its drawn token, or -1 when its candidates do not settle it."""
+def _cut(lr, lbits, pr, pbits, ur, top_p, binades, cand, group, desc, keys, cdf, starts):
+    """One row: its drawn token, or -1 when its candidates (``binades`` powers of two below its
+    most likely token) do not settle it."""
     v = lr.shape[0]
     top = 0  # the largest probability's bits (non-negative floats order as their bits)
     for i in range(v):
@@ -146,17 +155,17 @@ def _cut(lr, lbits, pr, pbits, ur, top_p, cand, group, desc, keys, cdf, starts):
     if top == 0 or top_exponent == 255:  # a NaN row
         return -1
     # the candidates in vocabulary order, and their groups counted
-    for b in range(BINADES + 1):
+    for b in range(binades + 1):
         starts[b] = 0
     m = 0
     for i in range(v):
         b = top_exponent - (pbits[i] >> 23)
-        if b < BINADES:
+        if b < binades:
             cand[m] = i
             group[m] = b
             starts[b + 1] += 1
             m += 1
-    for b in range(BINADES):
+    for b in range(binades):
         starts[b + 1] += starts[b]
     # counting sort into the groups (vocabulary order within each); starts shift by one group
     for k in range(m):
@@ -170,7 +179,7 @@ def _cut(lr, lbits, pr, pbits, ur, top_p, cand, group, desc, keys, cdf, starts):
     within = 0
     passed = False
     lo = 0
-    for b in range(BINADES):
+    for b in range(binades):
         hi = starts[b]
         _sort_desc(lbits, desc, lo, hi, keys)
         for k in range(lo, hi):

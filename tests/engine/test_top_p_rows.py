@@ -62,24 +62,29 @@ def test_the_compiled_draw_gives_the_tensor_paths_tokens(v, top_p):
             assert torch.equal(compiled, whole), trial
 
 
-def test_a_row_its_candidates_do_not_settle_comes_back_for_the_tensor_path():
-    """A row whose mass lies mostly in tokens far below its most likely one (65,536 tokens at
-    1/65,536 of the total each, beside one at half), and a NaN row: -1; the rows beside them
-    draw as alone. ``sample_tokens`` draws the unsettled row the tensor way."""
+def test_a_mass_below_the_first_candidates_is_drawn_from_the_wide_ones_and_a_nan_row_is_left():
+    """A row whose mass lies mostly in tokens far below its most likely one (65,535 tokens at
+    2**-16 of it, beside one holding half the mass): the first candidates (``BINADES``) fall
+    short of top_p, the wide ones (``WIDE_BINADES``) settle it with the definition's token. A NaN
+    row comes back -1, and ``sample_tokens`` draws it the tensor way; the rows beside them draw
+    as alone."""
     v = 1 << 16
     g = torch.Generator().manual_seed(1)
     tail = torch.zeros(v)
     tail[0] = torch.log(torch.tensor(float(v - 1)))  # token 0 holds half the mass
+    probs = torch.softmax(tail, -1)
+    assert float(probs[1] / probs[0]) < 2.0**-top_p_rows.BINADES  # below the first candidates
     nan = torch.full((v,), float("nan"))
     peaked = torch.randn(2, v, generator=g) * 12.0
     scaled = torch.stack([peaked[0], tail, nan, peaked[1]])  # (4, V)
     u = torch.rand(4, generator=g, dtype=torch.float64)
     compiled = top_p_rows.draw(scaled, 0.9, u)
-    assert compiled[1].item() == -1 and compiled[2].item() == -1
+    assert compiled[1].item() == _reference_draw(tail, 0.9, float(u[1]))
+    assert compiled[2].item() == -1
     assert torch.equal(compiled[[0, 3]], _draw_from_candidates(scaled[[0, 3]], 0.9, u[[0, 3]]))
     tokens = sample_tokens(scaled, SamplingParams(top_p=0.9), u)
-    assert tokens[1].item() == _draw_from_candidates(scaled[1:2], 0.9, u[1:2]).item()
-    assert torch.equal(tokens[[0, 3]], compiled[[0, 3]])
+    assert torch.equal(tokens[[0, 1, 3]], compiled[[0, 1, 3]])
+    assert tokens[2].item() == _draw_from_candidates(scaled[2:3], 0.9, u[2:3]).item()
 
 
 def test_a_rows_token_does_not_depend_on_the_rows_beside_it():
