@@ -210,27 +210,23 @@ def sample_tokens(
         scaled = logits.float()
         if params.temperature != 1.0:
             scaled = scaled / params.temperature
-        if _compiled_draw_applies():
-            return _draw_compiled(scaled, params.top_p, u, route)
+        compiled = _draw_compiled(scaled, params.top_p, u, route)
+        if compiled is not None:
+            return compiled
         return _draw_from_candidates(scaled, params.top_p, u, route)
     probs = filter_logits(logits, params).softmax(-1).double()  # (N, V)
     return _inverse_cdf(probs, u)
 
 
-def _compiled_draw_applies() -> bool:
-    """Whether the CPU's top-p draw runs compiled (``top_p_rows``: numba imported at first use,
-    ``KRONOS_TOP_P_ROWS=0`` switches it off)."""
-    from kronos_core.engine import top_p_rows
-
-    return top_p_rows.available()
-
-
 def _draw_compiled(scaled: torch.Tensor, top_p: float, u: torch.Tensor,
-                   route: CandidateRoute | None = None) -> torch.Tensor:
+                   route: CandidateRoute | None = None) -> torch.Tensor | None:
     """``_draw_from_candidates``' tokens, each row drawn in one compiled pass
-    (``top_p_rows.draw``); the rows its candidates do not settle go the tensor way."""
+    (``top_p_rows.draw``; numba imported at first use), the rows its candidates do not settle the
+    tensor way; None where the compiled draw does not run (``top_p_rows.available``)."""
     from kronos_core.engine import top_p_rows
 
+    if not top_p_rows.available():
+        return None
     tokens = top_p_rows.draw(scaled, top_p, u)  # (N,), -1: not settled
     short = (tokens < 0).nonzero()[:, 0]  # (r,)
     if len(short):

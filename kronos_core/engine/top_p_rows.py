@@ -43,6 +43,7 @@ WIDE_BINADES = 40
 INSERTION_SORT_MAX = 128
 _ID_BITS = 21  # packed sort keys: (descending logit order << 21) | token id; V <= 2**21
 
+ENV = "KRONOS_TOP_P_ROWS"  # "0": the tensor draw for every row
 log = logging.getLogger(__name__)
 _off_because: list[str] = []  # why the compiled draw failed and is off in this process
 
@@ -50,7 +51,7 @@ _off_because: list[str] = []  # why the compiled draw failed and is off in this 
 def available() -> bool:
     """Whether the compiled draw can run here (numba importable, not switched off, not failed)."""
     return (numba is not None and not _off_because
-            and os.environ.get("KRONOS_TOP_P_ROWS", "1") != "0")
+            and os.environ.get(ENV, "1") != "0")
 
 
 def draw(scaled: torch.Tensor, top_p: float, u: torch.Tensor) -> torch.Tensor:
