@@ -16,6 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from kronos_core.model import native_attention
+
 RMS_EPS = 1e-5
 T = TypeVar("T")
 
@@ -352,9 +354,14 @@ CAUSAL_BLOCKS = 3
 def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """q, k, v (B, H, L, D) -> plain causal attention (B, H, L, D): what
     ``scaled_dot_product_attention(is_causal=True)`` gives, but for rounding. On a CPU with no
-    gradient (``fuse_on_cpu``) and L >= ``CAUSAL_BLOCKS_FROM``, query block [a, b) attends keys
-    [0, b) (its last b - a keys under a causal bias), written into one (B, L, H, D) buffer."""
+    gradient (``fuse_on_cpu``): the compiled kernel of ``native_attention`` where it runs; else,
+    for L >= ``CAUSAL_BLOCKS_FROM``, query block [a, b) attends keys [0, b) (its last b - a keys
+    under a causal bias), written into one (B, L, H, D) buffer."""
     b, heads, length, _ = q.shape
+    if fuse_on_cpu(q):
+        native = native_attention.causal_attention(q, k, v)  # None where it does not run
+        if native is not None:
+            return native
     if not fuse_on_cpu(q) or _CPU_FLASH is None or length < CAUSAL_BLOCKS_FROM:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
     out = q.new_empty(b, length, heads, v.shape[-1])  # (B, L, H, D)

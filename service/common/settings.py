@@ -455,6 +455,10 @@ OTHER_KRONOS_VARIABLES = {
                             "(kronos_core/engine/host_memory.py)",
     "KRONOS_TOP_P_ROWS": "0: a CPU's top-p draws run the tensor way, not compiled "
                          "(kronos_core/engine/top_p_rows.py)",
+    "KRONOS_NATIVE_ATTENTION": "0: a CPU's causal attention runs torch's kernel, not the "
+                               "compiled one (kronos_core/model/native_attention.py)",
+    "KRONOS_NATIVE_CACHE": "folder of the compiled CPU attention kernel (default "
+                           "~/.cache/kronos/native; kronos_core/model/native_attention.py)",
 }
 
 

@@ -84,7 +84,9 @@ def test_the_fused_projection_gives_the_separate_layers_q_k_and_v_and_the_same_a
 
 @pytest.mark.parametrize("length", [CAUSAL_BLOCKS_FROM - 1, CAUSAL_BLOCKS_FROM, 251, 256])
 @pytest.mark.parametrize("head_dim", [16, 32])
-def test_blocked_causal_attention_is_the_one_call_but_for_rounding(length, head_dim):
+def test_blocked_causal_attention_is_the_one_call_but_for_rounding(length, head_dim, monkeypatch):
+    """torch's kernel in blocks (the compiled kernel, tests/model/test_native_attention.py, off)."""
+    monkeypatch.setenv("KRONOS_NATIVE_ATTENTION", "0")
     g = torch.Generator().manual_seed(length)
     q, k, v = (torch.randn(3, 4, length, head_dim, generator=g) * 3 for _ in range(3))
     expected = F.scaled_dot_product_attention(q, k, v, is_causal=True)

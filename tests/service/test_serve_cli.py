@@ -161,8 +161,10 @@ def test_the_exit_watchdog_ends_the_process_at_its_deadline_only():
 
 
 def test_the_engines_own_switches_are_not_called_misspelt():
-    """``KRONOS_MALLOC_TUNING`` and ``KRONOS_TOP_P_ROWS`` are read by the engine, not the
-    settings: ``kronos serve`` takes them without a warning."""
+    """The engine's switches (the allocator, the compiled top-p draw and causal attention) are
+    read by the engine, not the settings: ``kronos serve`` takes them without a warning."""
     from service.common.settings import unknown_kronos_variables
 
-    assert unknown_kronos_variables({"KRONOS_MALLOC_TUNING": "0", "KRONOS_TOP_P_ROWS": "0"}) == []
+    switches = ("KRONOS_MALLOC_TUNING", "KRONOS_TOP_P_ROWS", "KRONOS_NATIVE_ATTENTION",
+                "KRONOS_NATIVE_CACHE")
+    assert unknown_kronos_variables(dict.fromkeys(switches, "0")) == []
