@@ -168,7 +168,7 @@ extern "C" int kronos_causal_attention(
     const int64_t* q_strides, const int64_t* k_strides, const int64_t* v_strides,
     const int64_t* out_strides, float scale) {
     // strides (batch, head, row) in elements, the last dimension contiguous; 0: done
-    if (D != 16 && D != 32) return 1;
+    if (D != 16 && D != 32 && D != 64) return 1;
     const int lpad = (L + 15) / 16 * 16 + 16;
     std::vector<float> kt(static_cast<size_t>(D) * lpad), s(static_cast<size_t>(ROWS) * lpad);
     for (int b = 0; b < B; ++b)
@@ -180,8 +180,11 @@ extern "C" int kronos_causal_attention(
             if (D == 16)
                 causal_one<16>(qb, q_strides[2], kb, k_strides[2], vb, v_strides[2], ob,
                                out_strides[2], L, scale, kt.data(), s.data(), lpad);
-            else
+            else if (D == 32)
                 causal_one<32>(qb, q_strides[2], kb, k_strides[2], vb, v_strides[2], ob,
+                               out_strides[2], L, scale, kt.data(), s.data(), lpad);
+            else
+                causal_one<64>(qb, q_strides[2], kb, k_strides[2], vb, v_strides[2], ob,
                                out_strides[2], L, scale, kt.data(), s.data(), lpad);
         }
     return 0;

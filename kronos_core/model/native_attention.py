@@ -10,8 +10,10 @@ The numbers are the attention's but for rounding (its exp is a polynomial within
 
 ``causal_attention`` returns None wherever the kernel does not run, and the caller uses torch's:
 not an x86-64 CPU with AVX2 and FMA, no C++ compiler, a build or load that failed (logged once,
-then off in the process), ``KRONOS_NATIVE_ATTENTION=0``, or inputs it does not take (not float32
-on a CPU, a head size other than 16 or 32, a gradient to track, a last dimension not contiguous).
+then off in the process), ``KRONOS_NATIVE_ATTENTION=0``, more than one torch thread (the kernel
+runs on one: a CPU replica's step loops each run one; torch's kernel spreads over more), or
+inputs it does not take (not float32 on a CPU, a head size other than 16, 32 or 64, a gradient
+to track, a last dimension not contiguous).
 ``KRONOS_NATIVE_CACHE`` names the cache folder (default ``~/.cache/kronos/native``).
 """
 
@@ -32,7 +34,7 @@ import torch
 
 ENV = "KRONOS_NATIVE_ATTENTION"  # "0": torch's kernels only
 CACHE_ENV = "KRONOS_NATIVE_CACHE"
-HEAD_SIZES = (16, 32)
+HEAD_SIZES = (16, 32, 64)
 SOURCE = Path(__file__).with_name("native_attention.cc")
 FLAGS = ("-O3", "-mavx2", "-mfma", "-std=c++17", "-shared", "-fPIC")
 CPU_FLAGS = ("avx2", "fma")
@@ -93,8 +95,9 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch
 
 def _takes(*tensors: torch.Tensor) -> bool:
     """Whether the kernel takes these tensors: float32 on a CPU, last dimension contiguous, head
-    size 16 or 32, no gradient to track (and the kernel not switched off)."""
-    if os.environ.get(ENV, "1").strip() == "0":
+    size 16, 32 or 64, no gradient to track, one torch thread (the kernel runs on one; with more,
+    torch's kernel spreads over them), and the kernel not switched off."""
+    if os.environ.get(ENV, "1").strip() == "0" or torch.get_num_threads() != 1:
         return False
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
         return False

@@ -19,6 +19,15 @@ needs_kernel = pytest.mark.skipif(
 )
 
 
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """The kernel runs with one torch thread (a CPU replica's step loop); restored after."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def _qkv(length: int, head_dim: int, seed: int, scale: float = 1.0, b: int = 3, heads: int = 4):
     g = torch.Generator().manual_seed(seed)
     return [torch.randn(b, heads, length, head_dim, generator=g) * scale for _ in range(3)]
@@ -31,7 +40,7 @@ def _error(got: torch.Tensor, q, k, v) -> float:
 
 
 @needs_kernel
-@pytest.mark.parametrize("head_dim", [16, 32])
+@pytest.mark.parametrize("head_dim", [16, 32, 64])
 @pytest.mark.parametrize("length", [1, 2, 3, 5, 8, 9, 16, 17, 83, 159, 251, 256, 300, 513])
 def test_it_is_the_attention_as_closely_as_torchs_own_kernel(length, head_dim):
     """Against float64: within twice torch's float32 kernel's own error (and 1e-6), at lengths
@@ -86,12 +95,21 @@ def test_inputs_it_does_not_take_are_left_to_torch():
     q, k, v = _qkv(10, 32, seed=2)
     with torch.no_grad():
         assert native_attention.causal_attention(q.double(), k.double(), v.double()) is None
-        wide = _qkv(10, 64, seed=3)
-        assert native_attention.causal_attention(*wide) is None  # head size 64
+        odd = _qkv(10, 48, seed=3)
+        assert native_attention.causal_attention(*odd) is None  # head size 48
         assert native_attention.causal_attention(q, k[:, :, :9], v[:, :, :9]) is None
         assert native_attention.causal_attention(q.transpose(-1, -2), k, v) is None
     grad = q.clone().requires_grad_()
     assert native_attention.causal_attention(grad, k, v) is None
+
+
+def test_with_more_torch_threads_torchs_kernel_spreads_over_them():
+    q, k, v = _qkv(30, 32, seed=6)
+    torch.set_num_threads(2)
+    with torch.no_grad():
+        assert native_attention.causal_attention(q, k, v) is None
+        got = causal_attention(q, k, v)
+    torch.testing.assert_close(got, F.scaled_dot_product_attention(q, k, v, is_causal=True))
 
 
 def test_switched_off_it_does_not_run_and_the_model_still_attends(monkeypatch):
