@@ -51,35 +51,27 @@ inline float hmax(__m256 v) {
 template <int D>
 inline void score_block(const float (*qs)[D], const float* kt, int lpad, int chunks, float* s) {
     for (int c = 0; c < chunks; c += 2) {
-        // the second vector past the last chunk reads kt's zero padding
-        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-        __m256 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+        // the second vector past the last chunk reads kt's zero padding; the accumulators, fully
+        // unrolled, stay in registers (8 of AVX2's 16)
+        __m256 lo[ROWS], hi[ROWS];
+#pragma GCC unroll 4
+        for (int r = 0; r < ROWS; ++r) lo[r] = hi[r] = _mm256_setzero_ps();
         const float* kc = kt + c * 8;
         for (int d = 0; d < D; ++d) {
-            __m256 ka = _mm256_loadu_ps(kc + d * lpad);
-            __m256 kb = _mm256_loadu_ps(kc + d * lpad + 8);
-            __m256 q0 = _mm256_broadcast_ss(&qs[0][d]);
-            a0 = _mm256_fmadd_ps(q0, ka, a0);
-            b0 = _mm256_fmadd_ps(q0, kb, b0);
-            __m256 q1 = _mm256_broadcast_ss(&qs[1][d]);
-            a1 = _mm256_fmadd_ps(q1, ka, a1);
-            b1 = _mm256_fmadd_ps(q1, kb, b1);
-            __m256 q2 = _mm256_broadcast_ss(&qs[2][d]);
-            a2 = _mm256_fmadd_ps(q2, ka, a2);
-            b2 = _mm256_fmadd_ps(q2, kb, b2);
-            __m256 q3 = _mm256_broadcast_ss(&qs[3][d]);
-            a3 = _mm256_fmadd_ps(q3, ka, a3);
-            b3 = _mm256_fmadd_ps(q3, kb, b3);
+            const __m256 ka = _mm256_loadu_ps(kc + d * lpad);
+            const __m256 kb = _mm256_loadu_ps(kc + d * lpad + 8);
+#pragma GCC unroll 4
+            for (int r = 0; r < ROWS; ++r) {
+                const __m256 qr = _mm256_broadcast_ss(&qs[r][d]);
+                lo[r] = _mm256_fmadd_ps(qr, ka, lo[r]);
+                hi[r] = _mm256_fmadd_ps(qr, kb, hi[r]);
+            }
         }
-        float* sc = s + c * 8;
-        _mm256_storeu_ps(sc + 0 * lpad, a0);
-        _mm256_storeu_ps(sc + 1 * lpad, a1);
-        _mm256_storeu_ps(sc + 2 * lpad, a2);
-        _mm256_storeu_ps(sc + 3 * lpad, a3);
-        _mm256_storeu_ps(sc + 0 * lpad + 8, b0);
-        _mm256_storeu_ps(sc + 1 * lpad + 8, b1);
-        _mm256_storeu_ps(sc + 2 * lpad + 8, b2);
-        _mm256_storeu_ps(sc + 3 * lpad + 8, b3);
+#pragma GCC unroll 4
+        for (int r = 0; r < ROWS; ++r) {
+            _mm256_storeu_ps(s + r * lpad + c * 8, lo[r]);
+            _mm256_storeu_ps(s + r * lpad + c * 8 + 8, hi[r]);
+        }
     }
 }
 
