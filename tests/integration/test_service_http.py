@@ -387,9 +387,15 @@ def test_client_disconnect_stops_the_replicas_working_for_it(live_service):
     shard = max(math.ceil(n / (settings.num_replicas * settings.shards_per_replica)),
                 math.ceil(settings.min_shard_tokens / LONG["lookback"]))
     in_flight = settings.num_replicas * settings.shards_in_flight_per_replica
-    assert done_after <= (in_flight + 2) * shard, (
+    # racing: shards the gateway sends as in-flight ones finish, until Serve cancels its
+    # coroutine. That wait is time, not shards: alone it is none (4 shards ran after the client
+    # left, 2026-12-08), but under the suite's parallel load with the faster compiled attention
+    # one run counted 7; a gateway that does not cancel runs all 16.
+    racing = 4
+    assert done_after <= (in_flight + racing) * shard, (
         f"replicas ran {done_after} series after the client left; at most the {in_flight} shards "
-        f"in flight (+2 racing) of {shard} series may finish, not the remaining {n - done_before}"
+        f"in flight (+{racing} racing) of {shard} series may finish, not the remaining "
+        f"{n - done_before}"
     )
     r = live_service.client.post(
         "/v1/forecast", json={"symbols": symbols[:3], "lookback": 32, "horizon": 2}
