@@ -358,11 +358,12 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch
     for L >= ``CAUSAL_BLOCKS_FROM``, query block [a, b) attends keys [0, b) (its last b - a keys
     under a causal bias), written into one (B, L, H, D) buffer."""
     b, heads, length, _ = q.shape
-    if fuse_on_cpu(q):
-        native = native_attention.causal_attention(q, k, v)  # None where it does not run
-        if native is not None:
-            return native
-    if not fuse_on_cpu(q) or _CPU_FLASH is None or length < CAUSAL_BLOCKS_FROM:
+    if not fuse_on_cpu(q):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    native = native_attention.causal_attention(q, k, v)  # None where it does not run
+    if native is not None:
+        return native
+    if _CPU_FLASH is None or length < CAUSAL_BLOCKS_FROM:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
     out = q.new_empty(b, length, heads, v.shape[-1])  # (B, L, H, D)
     bounds = [length * i // CAUSAL_BLOCKS for i in range(CAUSAL_BLOCKS + 1)]
