@@ -61,7 +61,7 @@ class Unavailable(RuntimeError):
 
 def available() -> bool:
     """Whether the kernel runs in this process (building it on the first call)."""
-    return _library() is not None
+    return why_not() is None
 
 
 def why_not() -> str | None:

@@ -119,6 +119,7 @@ def test_switched_off_it_does_not_run_and_the_model_still_attends(monkeypatch):
         assert native_attention.causal_attention(q, k, v) is None
         got = causal_attention(q, k, v)
     assert native_attention.why_not() == f"{native_attention.ENV}=0"
+    assert not native_attention.available()
     torch.testing.assert_close(got, F.scaled_dot_product_attention(q, k, v, is_causal=True))
 
 
